@@ -1,0 +1,1 @@
+"""Tempo daemon, wire protocol and control loop. Driver-side modules import without torch."""

@@ -1,0 +1,221 @@
+"""The daemon's configuration: pydantic models with a working default for every field.
+
+`tempo serve` with no file is a working daemon. A YAML file and `--set section.field=value`
+overrides are layered on the defaults; anything invalid is refused at start with a sentence that
+names the file, the field and what is allowed. Nothing is read from environment variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from controller.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ControlConfig(_Section):
+    """The fixed-rate loop that sends one action per robot per tick."""
+
+    rate_hz: float = Field(
+        default=50.0,
+        gt=0,
+        le=2000,
+        description="Control rate. For chunking policies it must equal the rate of the training "
+        "data: one chunk element is one control step.",
+    )
+    spin_us: int = Field(
+        default=1000,
+        ge=0,
+        le=20_000,
+        description="Sleep until this long before each deadline, then spin (OS sleep is late by "
+        "~0.2 ms; spinning is accurate to ~1 us).",
+    )
+    action_valid_ticks: float = Field(
+        default=2.0,
+        gt=0,
+        le=100,
+        description="An action's deadline, in control periods after the tick that sent it. The "
+        "driver must not apply it later.",
+    )
+
+
+class ServerConfig(_Section):
+    """Where the daemon listens."""
+
+    bind: str = Field(
+        default="tcp://127.0.0.1:5555",
+        description="ZeroMQ endpoint: tcp://HOST:PORT or ipc:///path. Localhost by default.",
+    )
+    max_robots: int = Field(default=8, ge=1, le=256, description="Sessions served at once.")
+    session_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="A session that sends nothing for this long is dropped.",
+    )
+
+    @field_validator("bind")
+    @classmethod
+    def _known_transport(cls, value: str) -> str:
+        if not (value.startswith("tcp://") or value.startswith("ipc://")):
+            raise ValueError("must start with tcp:// or ipc://, e.g. tcp://127.0.0.1:5555")
+        return value
+
+
+class CameraConfig(_Section):
+    name: str = Field(min_length=1, max_length=64)
+    height: int = Field(gt=0, le=4096)
+    width: int = Field(gt=0, le=4096)
+
+
+class RobotConfig(_Section):
+    """Robot defaults, used by policies that do not fix their own spec (the built-in `reach`)."""
+
+    joints: tuple[str, ...] = Field(
+        default=tuple(f"joint_{i}" for i in range(6)), min_length=1, max_length=256
+    )
+    cameras: tuple[CameraConfig, ...] = Field(
+        default=(CameraConfig(name="front", height=96, width=128),), max_length=16
+    )
+
+
+class PolicyConfig(_Section):
+    """Which policy the daemon serves."""
+
+    kind: Literal["reach", "checkpoint"] = Field(
+        default="reach",
+        description="reach: the built-in scripted policy (moves smoothly toward `target`); "
+        "checkpoint: load the directory at `path`.",
+    )
+    path: Path | None = Field(default=None, description="Checkpoint directory (kind: checkpoint).")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto",
+        description="auto: cuda if present, else cpu (the choice is logged). cuda without a GPU "
+        "is refused.",
+    )
+    chunk_size: int = Field(default=20, ge=1, le=1000, description="reach: steps per chunk.")
+    target: tuple[float, ...] | None = Field(
+        default=None, description="reach: target pose, one value per joint (default: 0.5 rad each)."
+    )
+    time_constant_steps: float = Field(
+        default=25.0, gt=0, description="reach: steps to cover ~63% of the way to the target."
+    )
+
+    @model_validator(mode="after")
+    def _path_for_checkpoint(self) -> PolicyConfig:
+        if self.kind == "checkpoint" and self.path is None:
+            raise ValueError("policy.kind 'checkpoint' needs policy.path set to a directory")
+        return self
+
+
+class InferenceConfig(_Section):
+    """How chunks become one action per tick."""
+
+    query_period: int = Field(
+        default=1, ge=1, le=1000, description="Ask the policy at most every N control steps."
+    )
+    ensemble: Literal["temporal", "newest"] = Field(
+        default="temporal",
+        description="temporal: weighted mean of every chunk's prediction for the step (ACT); "
+        "newest: play the newest chunk.",
+    )
+    temporal_k: float = Field(
+        default=0.01,
+        ge=-10,
+        le=10,
+        description="Ensembling weight exp(-k*i), i=0 the oldest prediction. 0 is uniform; "
+        "negative favours new chunks.",
+    )
+
+
+class LoggingConfig(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class TempoConfig(_Section):
+    """Everything the daemon needs."""
+
+    control: ControlConfig = ControlConfig()
+    server: ServerConfig = ServerConfig()
+    robot: RobotConfig = RobotConfig()
+    policy: PolicyConfig = PolicyConfig()
+    inference: InferenceConfig = InferenceConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+
+def _describe(error: ValidationError, source: str) -> str:
+    lines = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown field (check the spelling; `tempo config show` lists every field)"
+        lines.append(f"{source}: {field}: {message}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, source: str) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{source}: {dotted}: '{part}' is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`section.field=value`, the value read as YAML (so 200, true, [1, 2] and names all work)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected section.field=value, e.g. control.rate_hz=200")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({exc})") from None
+    return key.strip(), value
+
+
+def load_config(path: Path | None = None, overrides: Iterable[str] = ()) -> TempoConfig:
+    """Defaults, then the YAML file, then each override; validated once at the end."""
+    tree: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, Mapping):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        tree = dict(loaded)
+    override_list = list(overrides)
+    for text in override_list:
+        key, value = parse_override(text)
+        _set_dotted(tree, key, value, "--set")
+    if override_list:
+        source = f"{source} + --set" if path is not None else "--set"
+    try:
+        return TempoConfig.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from None
+
+
+def dump_config(config: TempoConfig) -> str:
+    """The effective config as YAML that `load_config` reads back unchanged."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,84 @@
+"""Every error a Tempo user can meet, in one place.
+
+    TempoError                      base; its message is one sentence: what is wrong, what to do
+    ├── ConfigError                 a config file or --set override is invalid (names file and field)
+    ├── CheckpointError             a checkpoint directory is missing, corrupt or unsupported
+    ├── SpecMismatchError           the driver's spec disagrees with the policy's (handshake)
+    ├── ProtocolError               a message broke the wire protocol; carries a wire `code`
+    │   └── (codes: see ErrorCode)
+    ├── HandshakeRefused            client side: the daemon answered `hello` with `error`
+    ├── DaemonUnavailable           client side: no answer from the daemon within the timeout
+    ├── PolicyError                 the policy failed to produce a usable chunk
+    └── SecurityError               a bind or key setup that would expose the robot is refused
+
+Only `ProtocolError` and `SpecMismatchError` travel on the wire, as an `error` message with a code
+and the sentence; nothing else (and never a traceback) is sent to a client.
+
+This module imports nothing heavy: drivers import it through `controller.client`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ErrorCode(str, Enum):
+    """Codes carried by `error` messages; drivers switch on these, people read the sentence."""
+
+    MALFORMED = "malformed"  # not decodable: bad msgpack, bad header, bad frames
+    VERSION = "version"  # protocol version this daemon does not speak
+    NOT_ALLOWED = "not_allowed"  # a dtype, kind or size outside the allowlist or limits
+    SHAPE = "shape"  # an array's shape disagrees with the session spec or its bytes
+    NON_FINITE = "non_finite"  # NaN or Inf in an observation
+    SPEC_MISMATCH = "spec_mismatch"  # hello refused: driver and policy disagree
+    UNKNOWN_SESSION = "unknown_session"  # no such session (daemon restarted?): send hello again
+    NO_SESSION = "no_session"  # a message that needs a session came before hello
+    STALE = "stale"  # replayed or out-of-order sequence number
+    FULL = "full"  # the daemon serves as many robots as it is configured for
+    INTERNAL = "internal"  # the daemon failed; details are in its log, not on the wire
+
+
+class TempoError(Exception):
+    """Base of every error Tempo raises on purpose."""
+
+
+class ConfigError(TempoError):
+    """A configuration file or override is invalid."""
+
+
+class CheckpointError(TempoError):
+    """A checkpoint is missing, corrupt, or uses an option Tempo does not implement."""
+
+
+class SpecMismatchError(TempoError):
+    """The driver's robot spec does not match what the policy was trained for."""
+
+    code = ErrorCode.SPEC_MISMATCH
+
+
+class ProtocolError(TempoError):
+    """A message broke the wire protocol. `code` is what goes on the wire."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class HandshakeRefused(TempoError):
+    """The daemon refused this driver's `hello`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"the daemon refused the handshake ({code}): {message}")
+        self.code = code
+
+
+class DaemonUnavailable(TempoError):
+    """No answer from the daemon in time."""
+
+
+class PolicyError(TempoError):
+    """The policy could not produce a usable action chunk."""
+
+
+class SecurityError(TempoError):
+    """A setup that would expose the robot to the network is refused."""

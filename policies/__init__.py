@@ -1,0 +1,1 @@
+"""Policies served by Tempo: the Policy protocol, models, checkpoints."""
