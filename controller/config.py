@@ -15,6 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from controller.errors import ConfigError
+from controller.guards import GuardsConfig
+from controller.teleop import TeleopConfig
 
 
 class _Section(BaseModel):
@@ -55,6 +57,10 @@ class ServerConfig(_Section):
         description="ZeroMQ endpoint: tcp://HOST:PORT or ipc:///path. Localhost by default.",
     )
     max_robots: int = Field(default=8, ge=1, le=256, description="Sessions served at once.")
+    status_bind: str = Field(
+        default="tcp://127.0.0.1:5556",
+        description="Local control socket answering `tempo status` (tcp://127.0.0.1:PORT or ipc://).",
+    )
     session_timeout_s: float = Field(
         default=5.0,
         gt=0,
@@ -62,7 +68,7 @@ class ServerConfig(_Section):
         description="A session that sends nothing for this long is dropped.",
     )
 
-    @field_validator("bind")
+    @field_validator("bind", "status_bind")
     @classmethod
     def _known_transport(cls, value: str) -> str:
         if not (value.startswith("tcp://") or value.startswith("ipc://")):
@@ -148,6 +154,8 @@ class TempoConfig(_Section):
     robot: RobotConfig = RobotConfig()
     policy: PolicyConfig = PolicyConfig()
     inference: InferenceConfig = InferenceConfig()
+    guards: GuardsConfig = GuardsConfig()
+    teleop: TeleopConfig = TeleopConfig()
     logging: LoggingConfig = LoggingConfig()
 
 

@@ -1,0 +1,131 @@
+"""Composition root: build the policy, load and warm it, then start the daemon.
+
+Everything slow or fallible happens here, before the daemon reports ready, so that a bad config
+or checkpoint stops the start with one clear sentence instead of failing while serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from controller.config import TempoConfig
+from controller.daemon import Daemon
+from controller.errors import ConfigError, PolicyError
+from controller.status_server import StatusServer
+from controller.systemd import notify
+from policies.base import CameraSpec, Policy
+from policies.tensor_policy import EagerPolicy, TensorPolicy
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(requested: str) -> str:
+    """`auto` picks CUDA when present (logged); asking for CUDA without one is refused."""
+    import torch
+
+    available = torch.cuda.is_available()
+    if requested == "cuda" and not available:
+        raise ConfigError(
+            "policy.device is 'cuda' but PyTorch sees no CUDA GPU; install a CUDA build of "
+            "PyTorch, check the driver, or set policy.device=cpu"
+        )
+    device = "cuda" if requested == "auto" and available else requested
+    if device == "auto":
+        device = "cpu"
+    log.info("policy device: %s (policy.device=%s)", device, requested)
+    return device
+
+
+def build_tensor_policy(config: TempoConfig, device: str) -> TensorPolicy:
+    if config.policy.kind == "reach":
+        from policies.reach import build_reach_policy
+
+        cameras = [
+            CameraSpec(name=c.name, height=c.height, width=c.width) for c in config.robot.cameras
+        ]
+        try:
+            return build_reach_policy(
+                config.robot.joints,
+                cameras,
+                chunk_size=config.policy.chunk_size,
+                target=config.policy.target,
+                time_constant_steps=config.policy.time_constant_steps,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"policy.target: {exc}") from None
+    from policies.checkpoint import load_checkpoint
+
+    if config.policy.path is None:  # the config validator makes this unreachable; say why anyway
+        raise ConfigError("policy.kind 'checkpoint' needs policy.path")
+    return load_checkpoint(config.policy.path, device=device)
+
+
+def build_policy(config: TempoConfig, progress: Callable[[str], None] | None = None) -> Policy:
+    """Load the policy and make it ready to serve (warm-up included)."""
+    device = resolve_device(config.policy.device)
+    tensor_policy = build_tensor_policy(config, device)
+    policy: Policy = EagerPolicy(tensor_policy, device)
+    warm_up(policy)
+    return policy
+
+
+def warm_up(policy: Policy, iterations: int = 3) -> None:
+    """Run the policy on synthetic observations; refuse to serve one that fails or returns junk."""
+    spec = policy.spec
+    rng = np.random.default_rng(0)
+    for _ in range(iterations):
+        images = {c.name: rng.integers(0, 256, c.shape, dtype=np.uint8) for c in spec.cameras}
+        state = rng.standard_normal((spec.state_history, spec.state_size)).astype(np.float32)
+        chunk = policy.predict_chunk(images, state)
+        if chunk.shape != (spec.chunk_size, spec.action_dim) or not np.isfinite(chunk).all():
+            raise PolicyError(
+                f"the policy's warm-up output is unusable (shape {chunk.shape}, expected "
+                f"{(spec.chunk_size, spec.action_dim)}, finite: {bool(np.isfinite(chunk).all())})"
+            )
+
+
+def serve(
+    config: TempoConfig,
+    *,
+    stop: threading.Event | None = None,
+    on_ready: Callable[[Daemon], Any] | None = None,
+    install_signals: bool = True,
+) -> int:
+    """Run the daemon until SIGTERM/SIGINT (or `stop`); returns the exit code."""
+    stop = stop or threading.Event()
+    policy = build_policy(config)
+    daemon = Daemon(config, policy)
+    status = StatusServer(daemon.context, config.server.status_bind, daemon.status)
+    if install_signals:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+    endpoint = daemon.start()
+    try:
+        status_endpoint = status.start()
+    except Exception as exc:
+        daemon.stop()
+        raise ConfigError(
+            f"cannot bind the status socket {config.server.status_bind}: {exc}"
+        ) from None
+    log.info(
+        "ready: serving %s on %s (status on %s)", config.policy.kind, endpoint, status_endpoint
+    )
+    notify("READY=1")
+    if on_ready is not None:
+        on_ready(daemon)
+    failed = False
+    while not stop.wait(0.2):
+        if not daemon.running:
+            failed = True
+            break
+    notify("STOPPING=1")
+    log.info("stopping: holding every robot")
+    daemon.stop()
+    status.stop()
+    return 1 if failed else 0

@@ -1,0 +1,171 @@
+"""The `tempo` command. Logging is configured here and nowhere else.
+
+Every TempoError ends the command with its one-sentence message and exit code 2; a traceback
+means a bug in Tempo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from controller.config import TempoConfig, dump_config, load_config
+from controller.errors import TempoError
+
+log = logging.getLogger("tempo")
+
+
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="YAML file (every field has a default)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override one field, e.g. --set control.rate_hz=200 (repeatable)",
+    )
+    parser.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def _config_args(args: argparse.Namespace) -> list[str]:
+    """The same config options, to pass on to a child process."""
+    out = ["--config", str(args.config)] if args.config else []
+    for override in args.overrides:
+        out += ["--set", override]
+    return out
+
+
+def _load(args: argparse.Namespace) -> TempoConfig:
+    return load_config(args.config, args.overrides)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
+def _robot_description(config: TempoConfig) -> tuple[list[str], dict[str, tuple[int, int]], int]:
+    """Joints, cameras and state size of the robot the configured policy expects."""
+    from controller.app import build_tensor_policy
+
+    spec = build_tensor_policy(config, "cpu").spec
+    cameras = {c.name: (c.height, c.width) for c in spec.cameras}
+    return list(spec.joint_names), cameras, spec.state_size
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = _load(args)
+    _setup_logging(args.log_level or config.logging.level)
+    from controller.app import serve
+
+    return serve(config)
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    print(dump_config(_load(args)), end="")
+    return 0
+
+
+def cmd_sim_robot(args: argparse.Namespace) -> int:
+    config = _load(args)
+    _setup_logging(args.log_level or "WARNING")
+    from controller.sim_robot import main_sim_robot
+
+    joints, cameras, state_size = _robot_description(config)
+    endpoint = args.connect or config.server.bind
+    return main_sim_robot(endpoint, joints, cameras, state_size, args.seconds, args.camera_hz,
+                          args.json_lines)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    _load(args)  # refuse a bad config here, before starting any process
+    from controller.demo import run_demo
+
+    return run_demo(args.seconds, _config_args(args), args.json, args.log_level or "WARNING")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from controller.status_server import request_status
+
+    config = _load(args)
+    endpoint = args.connect or config.server.status_bind
+    status = request_status(endpoint, timeout_s=args.timeout)
+    if status is None:
+        print(f"tempo status: no daemon answered on {endpoint} within {args.timeout} s",
+              file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    print(f"uptime {status['uptime_s']:.1f} s, rate {status['achieved_hz']:.1f}/"
+          f"{status['control_hz']:.0f} Hz, ticks {status['ticks']}, missed {status['missed_ticks']}")
+    print(f"tick lateness p50 {status['tick_lateness_us_p50']:.1f} us, "
+          f"p99 {status['tick_lateness_us_p99']:.1f} us, max {status['tick_lateness_us_max']:.1f} us")
+    print(f"inference p50 {status['inference_ms_p50']:.2f} ms, p99 {status['inference_ms_p99']:.2f} ms"
+          f" ({status['inferences']} runs, {status['inference_failures']} failed)")
+    print(f"obs->action p50 {status['obs_to_action_ms_p50']:.2f} ms, "
+          f"p99 {status['obs_to_action_ms_p99']:.2f} ms")
+    print(f"protocol errors {status['protocol_errors'] or 'none'}")
+    for robot in status["robots"]:
+        age = robot["last_observation_age_ms"]
+        print(f"  robot {robot['robot']}: last observation {age if age is None else round(age, 1)} ms "
+              f"ago, guards {robot['guard_state']} {robot['guards']}, teleop {robot['teleop_joints']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tempo", description="Real-time robot policy controller.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the daemon")
+    _add_config_args(serve)
+    serve.set_defaults(func=cmd_serve)
+
+    config = sub.add_parser("config", help="configuration tools")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    show = config_sub.add_parser("show", help="print the effective configuration as YAML")
+    _add_config_args(show)
+    show.set_defaults(func=cmd_config_show)
+
+    sim = sub.add_parser("sim-robot", help="run a simulated robot driver against a daemon")
+    _add_config_args(sim)
+    sim.add_argument("--connect", help="daemon endpoint (default: server.bind)")
+    sim.add_argument("--seconds", type=float, default=10.0)
+    sim.add_argument("--camera-hz", type=float, default=30.0)
+    sim.add_argument("--json-lines", action="store_true", help="stream JSON stats lines")
+    sim.set_defaults(func=cmd_sim_robot)
+
+    demo = sub.add_parser("demo", help="daemon + simulated robot, with a live status line")
+    _add_config_args(demo)
+    demo.add_argument("--seconds", type=float, default=10.0)
+    demo.add_argument("--json", action="store_true", help="print one JSON summary at the end")
+    demo.set_defaults(func=cmd_demo)
+
+    status = sub.add_parser("status", help="ask a running daemon how it is doing")
+    _add_config_args(status)
+    status.add_argument("--connect", help="status endpoint (default: server.status_bind)")
+    status.add_argument("--json", action="store_true")
+    status.add_argument("--timeout", type=float, default=2.0)
+    status.set_defaults(func=cmd_status)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except TempoError as exc:
+        print(f"tempo: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The daemon's threads: the control loop (owns the socket), the inference worker, status.
+
+Built by `controller.app` from a config and a ready policy; constructing it does no I/O,
+`start()` binds and starts the threads, `stop()` sends `hold` to every driver and closes.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from controller.clock import Pacer
+from controller.config import TempoConfig
+from controller.dispatch import Dispatcher
+from controller.inference import InferenceWorker
+from controller.loop import ControlLoop
+from controller.stats import SampleWindow
+from controller.transport import RouterTransport
+from policies.base import Policy
+
+log = logging.getLogger(__name__)
+
+# Python hands the GIL between threads every 5 ms by default; a tick that wakes while the worker
+# thread holds it would wait that long. 100 us bounds that wait (measured in bench_loop.py).
+GIL_SWITCH_INTERVAL_S = 1e-4
+
+
+class Daemon:
+    def __init__(self, config: TempoConfig, policy: Policy, context: zmq.Context | None = None):
+        self.config = config
+        self.policy = policy
+        self.context = context or zmq.Context.instance()
+        self.period_ns = int(round(1e9 / config.control.rate_hz))
+        self.transport = RouterTransport(self.context, config.server.bind)
+        self.worker = InferenceWorker(policy)
+        self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
+        self.dispatcher = Dispatcher(
+            config, policy.spec, self.worker, self.transport.send, lambda: self.pacer.step
+        )
+        self.loop = ControlLoop(self.dispatcher, self.period_ns, config.control.action_valid_ticks)
+        self.tick_lateness_us = SampleWindow()
+        self.endpoint = ""
+        self.started_ns = 0
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _receive_until(self, until_ns: int) -> None:
+        self.transport.receive_until(until_ns, self.dispatcher.handle)
+
+    def start(self) -> str:
+        """Bind and start serving; returns the bound endpoint."""
+        self.endpoint = self.transport.open()
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        self.worker.start()
+        gc.collect()
+        gc.freeze()  # everything built so far is long-lived: keep it out of every collection
+        self.started_ns = time.monotonic_ns()
+        self._thread = threading.Thread(target=self._run, name="tempo-loop", daemon=True)
+        self._thread.start()
+        return self.endpoint
+
+    def _run(self) -> None:
+        try:
+            self.pacer.start()
+            while not self._stop.is_set():
+                step = self.pacer.wait()
+                self.tick_lateness_us.record(self.pacer.last_lateness_ns / 1e3)
+                self.loop.tick(step, self.pacer.deadline_of(step), time.monotonic_ns())
+        except Exception:
+            log.exception("the control loop failed; holding every robot and stopping")
+        finally:
+            self._shutdown_socket()
+            self._stopped.set()
+
+    def _shutdown_socket(self) -> None:
+        step = self.pacer.step
+        for session in list(self.dispatcher.sessions.values()):
+            self.loop.send_hold(session, step, "daemon_stopping")
+        self.transport.close()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self._stop.set()
+        self._stopped.wait(timeout)
+        self.worker.stop(timeout=0.2)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def status(self) -> dict[str, Any]:
+        """A snapshot for `tempo status` and the demo (read from another thread: plain reads)."""
+        now = time.monotonic_ns()
+        uptime = (now - self.started_ns) / 1e9 if self.started_ns else 0.0
+        ticks = self.pacer.step
+        p50, p99 = self.tick_lateness_us.percentiles(50, 99)
+        lat50, lat99 = self.loop.latency_ms.percentiles(50, 99)
+        inf50, inf99 = self.worker.step_ms.percentiles(50, 99)
+        robots = []
+        for session in list(self.dispatcher.sessions.values()):
+            age = (
+                (now - session.last_obs_received_ns) / 1e6 if session.last_obs_received_ns else None
+            )
+            robots.append(
+                {
+                    "robot": session.robot,
+                    "session": session.id,
+                    "last_observation_age_ms": age,
+                    "guard_state": session.guards.state,
+                    "guards": dict(session.guards.counters),
+                    "teleop_joints": list(session.teleop.owned),
+                    "counters": dict(session.counters),
+                }
+            )
+        policy_status = getattr(self.policy, "status", None)
+        return {
+            "uptime_s": uptime,
+            "control_hz": self.config.control.rate_hz,
+            "ticks": ticks,
+            "achieved_hz": ticks / uptime if uptime > 0 else 0.0,
+            "missed_ticks": self.pacer.missed_ticks,
+            "tick_lateness_us_p50": p50,
+            "tick_lateness_us_p99": p99,
+            "tick_lateness_us_max": self.tick_lateness_us.max(),
+            "obs_to_action_ms_p50": lat50,
+            "obs_to_action_ms_p99": lat99,
+            "inference_ms_p50": inf50,
+            "inference_ms_p99": inf99,
+            "inferences": self.worker.inferences,
+            "inference_failures": self.worker.failures,
+            "chunks_rejected": self.worker.non_finite,
+            "actions_sent": self.loop.actions_sent,
+            "holds_sent": self.loop.holds_sent,
+            "messages": self.dispatcher.messages,
+            "protocol_errors": dict(self.dispatcher.errors),
+            "send_dropped": self.transport.send_dropped,
+            "robots": robots,
+            "policy": policy_status() if callable(policy_status) else {},
+        }

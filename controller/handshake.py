@@ -1,0 +1,87 @@
+"""The `hello` check: does the driver's robot match what the policy was trained for?
+
+A mismatch is refused with a sentence naming the first disagreement and what the policy expects,
+so the person wiring a driver knows what to change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
+from policies.base import PolicySpec
+
+
+def parse_driver_spec(
+    raw: dict[str, Any],
+) -> tuple[tuple[str, ...], dict[str, tuple[int, int]], int]:
+    """hello's `spec` map -> (joints, {camera: (height, width)}, state_size), or ProtocolError."""
+    joints = raw.get("joints")
+    cameras = raw.get("cameras")
+    state_size = raw.get("state_size")
+    unknown = set(raw) - {"joints", "cameras", "state_size", "camera_hz"}
+    if unknown:
+        raise ProtocolError(ErrorCode.MALFORMED, f"unknown fields in hello spec: {sorted(unknown)}")
+    if not isinstance(joints, list) or not all(isinstance(j, str) for j in joints):
+        raise ProtocolError(ErrorCode.MALFORMED, "hello spec.joints must be a list of joint names")
+    if not isinstance(state_size, int) or isinstance(state_size, bool) or state_size < 0:
+        raise ProtocolError(ErrorCode.MALFORMED, "hello spec.state_size must be an integer >= 0")
+    if not isinstance(cameras, list):
+        raise ProtocolError(
+            ErrorCode.MALFORMED, "hello spec.cameras must be a list of {name, height, width} maps"
+        )
+    parsed: dict[str, tuple[int, int]] = {}
+    for camera in cameras:
+        if (
+            not isinstance(camera, dict)
+            or set(camera) != {"name", "height", "width"}
+            or not isinstance(camera["name"], str)
+            or not all(isinstance(camera[k], int) and camera[k] > 0 for k in ("height", "width"))
+        ):
+            raise ProtocolError(
+                ErrorCode.MALFORMED,
+                "each hello spec.cameras entry must be {name: str, height: int > 0, width: int > 0}",
+            )
+        parsed[camera["name"]] = (camera["height"], camera["width"])
+    return tuple(joints), parsed, state_size
+
+
+def check_driver_spec(raw: dict[str, Any], policy: PolicySpec) -> None:
+    """Raise SpecMismatchError unless the driver's robot is the one the policy expects."""
+    joints, cameras, state_size = parse_driver_spec(raw)
+    if joints != policy.joint_names:
+        raise SpecMismatchError(
+            f"the driver's joints {list(joints)} differ from the policy's {list(policy.joint_names)}; "
+            "send the policy's joint names in this order"
+        )
+    if state_size != policy.state_size:
+        raise SpecMismatchError(
+            f"the driver's state vector has {state_size} values; the policy expects "
+            f"{policy.state_size}"
+        )
+    expected = {c.name: (c.height, c.width) for c in policy.cameras}
+    missing = sorted(set(expected) - set(cameras))
+    extra = sorted(set(cameras) - set(expected))
+    if missing or extra:
+        raise SpecMismatchError(
+            f"camera names differ: the policy expects {sorted(expected)}"
+            + (f", missing {missing}" if missing else "")
+            + (f", unexpected {extra}" if extra else "")
+        )
+    for name, shape in expected.items():
+        if cameras[name] != shape:
+            raise SpecMismatchError(
+                f"camera {name!r} sends {cameras[name][0]}x{cameras[name][1]} frames; the policy "
+                f"expects {shape[0]}x{shape[1]} (height x width)"
+            )
+
+
+def spec_to_wire(policy: PolicySpec) -> dict[str, Any]:
+    """The policy's spec as sent in `welcome` (same shape as hello's spec, plus chunking)."""
+    return {
+        "joints": list(policy.joint_names),
+        "cameras": [{"name": c.name, "height": c.height, "width": c.width} for c in policy.cameras],
+        "state_size": policy.state_size,
+        "chunk_size": policy.chunk_size,
+        "state_history": policy.state_history,
+    }

@@ -1,0 +1,108 @@
+"""The inference worker: one thread that runs the policy on each session's newest observation.
+
+The control loop never waits for it. A finished chunk is tagged with the control step of the
+observation it came from and handed back through the session's `chunks` deque; the loop drops
+the steps that have already passed, so slow inference shortens the useful chunk instead of
+shifting the robot in time.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+
+import numpy as np
+
+from controller.session import Chunk, InferenceRequest, Session
+from controller.stats import SampleWindow
+from policies.base import Policy
+
+log = logging.getLogger(__name__)
+
+
+class InferenceWorker:
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._ready: collections.deque[Session] = collections.deque()
+        self._wake = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.step_ms = SampleWindow()
+        self.inferences = 0
+        self.failures = 0
+        self.non_finite = 0
+        self.busy = False
+
+    def submit(self, session: Session, request: InferenceRequest) -> None:
+        """Called from the loop thread: newest observation wins."""
+        session.requests.put(request)
+        with self._wake:
+            self._ready.append(session)
+            self._wake.notify()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tempo-inference", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 0.5) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _next_session(self) -> Session | None:
+        with self._wake:
+            while not self._ready and not self._stop:
+                self._wake.wait()
+            if self._stop:
+                return None
+            return self._ready.popleft()
+
+    def _run(self) -> None:
+        while True:
+            session = self._next_session()
+            if session is None:
+                return
+            request = session.requests.take()
+            if request is None or session.closed:
+                continue  # already served by an earlier wake-up, or the robot left
+            self._infer(session, request)
+
+    def _infer(self, session: Session, request: InferenceRequest) -> None:
+        self.busy = True
+        started = time.monotonic_ns()
+        try:
+            actions = self.policy.predict_chunk(request.images, request.state)
+        except Exception as exc:  # noqa: BLE001 - any failure: keep serving from existing chunks
+            self.failures += 1
+            session.counters["inference_failures"] += 1
+            log.warning("inference failed for robot %s: %s", session.robot, exc)
+            return
+        finally:
+            self.busy = False
+        elapsed = time.monotonic_ns() - started
+        self.step_ms.record(elapsed / 1e6)
+        self.inferences += 1
+        expected = (session.spec.chunk_size, session.spec.action_dim)
+        if actions.shape != expected or not np.isfinite(actions).all():
+            self.non_finite += 1
+            session.counters["chunks_rejected"] += 1
+            log.warning(
+                "policy returned an unusable chunk for robot %s (shape %s, finite %s); dropped",
+                session.robot,
+                actions.shape,
+                bool(np.isfinite(actions).all()),
+            )
+            return
+        session.chunks.append(
+            Chunk(
+                start_step=request.step,
+                actions=np.asarray(actions, dtype=np.float32),
+                obs_seq=request.obs_seq,
+                obs_received_ns=request.received_ns,
+                inference_ns=elapsed,
+            )
+        )

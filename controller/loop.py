@@ -1,0 +1,105 @@
+"""One control tick: for every robot, the action for this step, through teleop and the guards.
+
+    chunks from the worker -> ensembler (keyed by absolute step) -> action for step t
+        -> teleop blend -> guard chain -> `action` (or `hold`) to the driver
+
+The tick never waits for the model: it uses whatever chunks have landed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from controller.dispatch import Dispatcher
+from controller.guards import Verdict
+from controller.session import Session
+from controller.stats import SampleWindow
+
+log = logging.getLogger(__name__)
+
+
+class ControlLoop:
+    def __init__(self, dispatcher: Dispatcher, period_ns: int, valid_ticks: float) -> None:
+        self.dispatcher = dispatcher
+        self.period_ns = period_ns
+        self.valid_ns = int(valid_ticks * period_ns)
+        self.session_timeout_ns = int(dispatcher.config.server.session_timeout_s * 1e9)
+        self.latency_ms = SampleWindow()  # observation received -> first action from its chunk
+        self.actions_sent = 0
+        self.holds_sent = 0
+        self.late_actions_dropped = 0
+
+    def tick(self, step: int, deadline_ns: int, now_ns: int) -> None:
+        for session in list(self.dispatcher.sessions.values()):
+            if now_ns - session.last_seen_ns > self.session_timeout_ns:
+                self.dispatcher.close(session.id, "no message within server.session_timeout_s")
+                continue
+            self._tick_session(session, step, deadline_ns, now_ns)
+
+    def _tick_session(self, session: Session, step: int, deadline_ns: int, now_ns: int) -> None:
+        new_chunk = None
+        while session.chunks:
+            chunk = session.chunks.popleft()
+            late = session.ensembler.add_chunk(chunk.start_step, chunk.actions, step)
+            session.counters["late_steps_dropped"] += late
+            if late < len(chunk.actions):
+                new_chunk = chunk
+                session.newest_chunk_obs_seq = max(session.newest_chunk_obs_seq, chunk.obs_seq)
+        self.dispatcher.submit_if_due(session, step)
+
+        has_policy_action = session.ensembler.action_at(step, session.proposed)
+        observation_age = (
+            now_ns - session.last_obs_received_ns if session.last_obs_received_ns else 1 << 62
+        )
+        mixed = session.teleop.mix(
+            session.proposed if has_policy_action else None,
+            session.teleop_values,
+            session.last_command,
+            session.mixed,
+        )
+        verdict = session.guards.check(
+            session.mixed if mixed else None, observation_age, session.command
+        )
+
+        valid_until = deadline_ns + self.valid_ns
+        if verdict is Verdict.ACTION and now_ns < valid_until:
+            session.send_seq += 1
+            self.dispatcher.send(
+                session.identity,
+                "action",
+                seq=session.send_seq,
+                fields={
+                    "session": session.id,
+                    "step": step,
+                    "obs_seq": session.newest_chunk_obs_seq,
+                    # In the driver's clock: our deadline shifted by the offset seen on its last
+                    # observation (which includes transport delay, so the deadline errs early).
+                    "deadline_ns": valid_until + session.clock_offset_ns,
+                },
+                arrays={"action": session.command},
+            )
+            if session.last_command is None:
+                session.last_command = session.command.copy()
+            else:
+                session.last_command[:] = session.command
+            self.actions_sent += 1
+            if new_chunk is not None:
+                self.latency_ms.record((now_ns - new_chunk.obs_received_ns) / 1e6)
+            return
+        if verdict is Verdict.ACTION:
+            self.late_actions_dropped += 1
+        reason = {"stop": "stopped", "hold": "stale_observation"}.get(
+            session.guards.state, "no_action"
+        )
+        self.send_hold(session, step, reason)
+
+    def send_hold(self, session: Session, step: int, reason: str) -> None:
+        session.send_seq += 1
+        session.counters[f"hold_{reason}"] += 1
+        self.holds_sent += 1
+        self.dispatcher.send(
+            session.identity,
+            "hold",
+            seq=session.send_seq,
+            fields={"session": session.id, "step": step, "reason": reason},
+        )

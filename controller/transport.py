@@ -1,0 +1,104 @@
+"""The daemon's ZeroMQ ROUTER socket: options, receiving with a deadline, non-blocking sends.
+
+Only the loop thread touches the socket (ZeroMQ sockets are not thread-safe): it receives in the
+slack before each tick and sends actions at the tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from controller.protocol import DEFAULT_LIMITS, Limits, encode
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_IVL_MS = 100
+HEARTBEAT_TIMEOUT_MS = 300
+RECEIVE_HWM = 64  # messages queued per peer; the newest observation is all that matters
+SEND_HWM = 64
+
+
+def configure_common(socket: zmq.Socket, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Options both ends share: no lingering on close, small queues, heartbeats, size cap."""
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
+    socket.setsockopt(zmq.SNDHWM, SEND_HWM)
+    socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+    socket.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
+    # A single frame larger than any legal one is refused by ZeroMQ before it reaches Python.
+    socket.setsockopt(zmq.MAXMSGSIZE, limits.max_array_bytes + limits.max_header_bytes)
+
+
+class RouterTransport:
+    """Receives (identity, frames) and sends messages to identities without ever blocking."""
+
+    def __init__(self, context: zmq.Context, bind: str, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.bind = bind
+        self.limits = limits
+        self.socket = context.socket(zmq.ROUTER)
+        configure_common(self.socket, limits)
+        # Sending to a peer that is gone raises instead of vanishing silently.
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._poller = zmq.Poller()
+        self.sent = 0
+        self.send_dropped = 0
+
+    def open(self) -> str:
+        self.socket.bind(self.bind)
+        self._poller.register(self.socket, zmq.POLLIN)
+        endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        log.info("listening on %s", endpoint)
+        return endpoint
+
+    def receive_until(self, until_ns: int, handle: Callable[[bytes, list[Any], int], None]) -> None:
+        """Hand every message that arrives before `until_ns` to `handle(identity, frames, now)`."""
+        while True:
+            timeout_ms = (until_ns - time.monotonic_ns()) // 1_000_000
+            if timeout_ms < 0:
+                return
+            if not self._poller.poll(timeout_ms):
+                if timeout_ms == 0:
+                    # Under a millisecond left, which poll cannot express: sleep it off.
+                    remaining = until_ns - time.monotonic_ns()
+                    if remaining > 0:
+                        time.sleep(remaining / 1e9)
+                    return
+                continue
+            # Drain what is queued, checking the clock so a flood cannot delay the tick.
+            while time.monotonic_ns() < until_ns:
+                try:
+                    frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                identity = frames[0].bytes
+                handle(identity, frames[1:], time.monotonic_ns())
+
+    def send(
+        self,
+        identity: bytes,
+        kind: str,
+        *,
+        seq: int,
+        fields: dict[str, Any],
+        arrays: dict[str, Any] | None = None,
+    ) -> bool:
+        """Send one message; False if the peer is gone or its queue is full (counted)."""
+        frames = encode(
+            kind, robot="tempo", seq=seq, time_ns=time.monotonic_ns(), fields=fields, arrays=arrays
+        )
+        try:
+            self.socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK, copy=False)
+        except (zmq.Again, zmq.ZMQError):
+            self.send_dropped += 1
+            return False
+        self.sent += 1
+        return True
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
