@@ -46,11 +46,12 @@ class ControlLoop:
                 new_chunk = chunk
                 session.newest_chunk_obs_seq = max(session.newest_chunk_obs_seq, chunk.obs_seq)
         self.dispatcher.submit_if_due(session, step)
+        if session.last_obs_received_ns == 0:
+            self.send_hold(session, step, "no_observation")  # nothing to act on yet
+            return
 
         has_policy_action = session.ensembler.action_at(step, session.proposed)
-        observation_age = (
-            now_ns - session.last_obs_received_ns if session.last_obs_received_ns else 1 << 62
-        )
+        observation_age = now_ns - session.last_obs_received_ns
         mixed = session.teleop.mix(
             session.proposed if has_policy_action else None,
             session.teleop_values,
