@@ -40,6 +40,13 @@ class ControlConfig(_Section):
         description="Sleep until this long before each deadline, then spin (OS sleep is late by "
         "~0.2 ms; spinning is accurate to ~1 us).",
     )
+    realtime_priority: int | None = Field(
+        default=None,
+        ge=1,
+        le=99,
+        description="Run the control-loop thread under SCHED_FIFO at this priority (Linux; needs "
+        "CAP_SYS_NICE or root). The daemon refuses to start if it cannot. Off by default.",
+    )
     action_valid_ticks: float = Field(
         default=2.0,
         gt=0,

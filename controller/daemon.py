@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import sys
 import threading
 import time
@@ -18,6 +19,7 @@ import zmq
 from controller.clock import Pacer
 from controller.config import TempoConfig
 from controller.dispatch import Dispatcher
+from controller.errors import SecurityError
 from controller.inference import InferenceWorker
 from controller.loop import ControlLoop
 from controller.stats import SampleWindow
@@ -50,6 +52,8 @@ class Daemon:
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._loop_started = threading.Event()
+        self._start_error: Exception | None = None
 
     def _receive_until(self, until_ns: int) -> None:
         self.transport.receive_until(until_ns, self.dispatcher.handle)
@@ -64,10 +68,36 @@ class Daemon:
         self.started_ns = time.monotonic_ns()
         self._thread = threading.Thread(target=self._run, name="tempo-loop", daemon=True)
         self._thread.start()
+        self._loop_started.wait(5.0)
+        if self._start_error is not None:
+            self.stop()
+            raise self._start_error
         return self.endpoint
+
+    def _set_realtime_priority(self) -> None:
+        priority = self.config.control.realtime_priority
+        if priority is None:
+            return
+        try:
+            # pid 0 is the calling thread on Linux: only the loop thread gets real-time priority.
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        except (OSError, AttributeError) as exc:
+            raise SecurityError(
+                f"control.realtime_priority={priority} needs SCHED_FIFO, which was refused "
+                f"({exc}); run with CAP_SYS_NICE (systemd: AmbientCapabilities=CAP_SYS_NICE) or "
+                "unset control.realtime_priority"
+            ) from None
+        log.info("control loop runs under SCHED_FIFO priority %d", priority)
 
     def _run(self) -> None:
         try:
+            try:
+                self._set_realtime_priority()
+            except SecurityError as exc:
+                self._start_error = exc
+                return
+            finally:
+                self._loop_started.set()
             self.pacer.start()
             while not self._stop.is_set():
                 step = self.pacer.wait()
