@@ -62,6 +62,8 @@ class ClientCounters:
     errors: int = 0
     reconnects: int = 0
     dropped_observations: int = 0  # sent while not connected
+    lost: int = 0  # gaps in the daemon's action/hold sequence numbers
+    duplicated: int = 0  # an action/hold sequence number seen twice (or going backwards)
     last_error: str = ""
     error_codes: dict[str, int] = field(default_factory=dict)
 
@@ -101,6 +103,7 @@ class TempoClient:
         self._latest_received_ns = 0
         self._last_heard_ns = 0
         self._hello_sent_ns = 0
+        self._last_daemon_seq = 0
 
     # -- connection ------------------------------------------------------------------------
 
@@ -250,6 +253,7 @@ class TempoClient:
     def _on_message(self, message: Message, raise_refusal: bool) -> None:
         header = message.header
         if message.kind == "welcome":
+            self._last_daemon_seq = 0
             self.welcome = Welcome(
                 header["session"],
                 float(header["control_hz"]),
@@ -271,6 +275,7 @@ class TempoClient:
             return
         if self.welcome is None or message.session != self.welcome.session:
             return  # from an earlier session: never act on it
+        self._count_sequence(message.seq)
         if message.kind == "action":
             self.counters.actions += 1
             self._store(
@@ -287,6 +292,15 @@ class TempoClient:
         elif message.kind == "hold":
             self.counters.holds += 1
             self._store(Command("hold", step=header["step"], reason=header["reason"]))
+
+    def _count_sequence(self, seq: int) -> None:
+        """The daemon numbers each session's actions and holds 1, 2, 3, ...: gaps are lost
+        messages, repeats are duplicates."""
+        if seq <= self._last_daemon_seq:
+            self.counters.duplicated += 1
+            return
+        self.counters.lost += seq - self._last_daemon_seq - 1
+        self._last_daemon_seq = seq
 
     def _store(self, command: Command) -> None:
         if self._latest is None or command.step >= self._latest.step:

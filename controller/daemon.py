@@ -24,7 +24,8 @@ from controller.inference import InferenceWorker
 from controller.loop import ControlLoop
 from controller.stats import SampleWindow
 from controller.transport import RouterTransport
-from policies.base import Policy
+from controller.protocol import Limits
+from policies.base import Policy, PolicySpec
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +34,34 @@ log = logging.getLogger(__name__)
 GIL_SWITCH_INTERVAL_S = 1e-4
 
 
+def limits_for(spec: PolicySpec) -> Limits:
+    """The tightest limits a legal message for this policy fits in: the largest frame is one
+    camera image (or the state as float64), and an observation has one frame per camera plus
+    state and teleop. ZeroMQ's MAXMSGSIZE is set from these, so an oversize frame is refused
+    before it reaches Python."""
+    largest = max([c.height * c.width * 3 for c in spec.cameras] + [8 * spec.state_size, 8 * spec.action_dim])
+    return Limits(max_arrays=len(spec.cameras) + 2, max_array_bytes=largest)
+
+
 class Daemon:
     def __init__(self, config: TempoConfig, policy: Policy, context: zmq.Context | None = None):
         self.config = config
         self.policy = policy
         self.context = context or zmq.Context.instance()
         self.period_ns = int(round(1e9 / config.control.rate_hz))
-        self.transport = RouterTransport(self.context, config.server.bind)
+        self.limits = limits_for(policy.spec)
+        self.transport = RouterTransport(self.context, config.server.bind, self.limits)
         self.worker = InferenceWorker(policy)
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
         self.dispatcher = Dispatcher(
-            config, policy.spec, self.worker, self.transport.send, lambda: self.pacer.step
+            config,
+            policy.spec,
+            self.worker,
+            self.transport.send,
+            lambda: self.pacer.step,
+            self.limits,
         )
+        self.transport.on_peer_gone = self.dispatcher.peer_gone
         self.loop = ControlLoop(self.dispatcher, self.period_ns, config.control.action_valid_ticks)
         self.tick_lateness_us = SampleWindow()
         self.endpoint = ""

@@ -255,6 +255,11 @@ class Dispatcher:
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    def peer_gone(self, identity: bytes) -> None:
+        session_id = self.by_identity.get(identity)
+        if session_id is not None:
+            self.close(session_id, "connection lost (closed, killed, or heartbeat timeout)")
+
     def close(self, session_id: str, reason: str) -> None:
         session = self.sessions.pop(session_id, None)
         if session is None:

@@ -86,6 +86,8 @@ class DriverStats:
             "latency_ms_p99": p99,
             "expired": client.counters.expired,
             "reconnects": client.counters.reconnects,
+            "lost": client.counters.lost,
+            "duplicated": client.counters.duplicated,
             "errors": client.counters.errors,
             "last_error": client.counters.last_error,
         }

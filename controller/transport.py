@@ -48,6 +48,7 @@ class RouterTransport:
         self._poller = zmq.Poller()
         self.sent = 0
         self.send_dropped = 0
+        self.on_peer_gone: Callable[[bytes], None] | None = None
 
     def open(self) -> str:
         self.socket.bind(self.bind)
@@ -94,8 +95,15 @@ class RouterTransport:
         )
         try:
             self.socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK, copy=False)
-        except (zmq.Again, zmq.ZMQError):
+        except zmq.Again:  # the peer's queue is full: it is not reading; drop, never block
             self.send_dropped += 1
+            return False
+        except zmq.ZMQError as exc:
+            self.send_dropped += 1
+            if exc.errno == zmq.EHOSTUNREACH and self.on_peer_gone is not None:
+                # ZeroMQ dropped the connection: closed, killed, or silent past the heartbeat
+                # timeout (a frozen driver). ROUTER_MANDATORY is what makes this visible.
+                self.on_peer_gone(identity)
             return False
         self.sent += 1
         return True
