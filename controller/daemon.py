@@ -163,6 +163,7 @@ class Daemon:
                     "guards": dict(session.guards.counters),
                     "teleop_joints": list(session.teleop.owned),
                     "counters": dict(session.counters),
+                    "sent": session.send_seq,
                 }
             )
         policy_status = getattr(self.policy, "status", None)

@@ -161,7 +161,7 @@ class Dispatcher:
         images, state, teleop = self._check_observation(message)
         session.last_obs_seq = message.seq
         session.last_obs_received_ns = now_ns
-        session.clock_offset_ns = message.header["time_ns"] - now_ns
+        session.record_clock_offset(message.header["time_ns"], now_ns)
         session.teleop_values = teleop
         session.counters["observations"] += 1
         if session.last_command is None and self.spec.state_size == self.spec.action_dim:

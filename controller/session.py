@@ -18,6 +18,9 @@ from controller.teleop import TeleopMixer
 from policies.base import PolicySpec
 
 
+OFFSET_WINDOW = 32  # observations the clock-offset estimate looks back over
+
+
 @dataclass
 class InferenceRequest:
     """One observation for the worker, tagged with the control step it belongs to."""
@@ -70,7 +73,7 @@ class Session:
     last_seen_ns: int = 0
     last_obs_seq: int = -1
     last_obs_received_ns: int = 0  # 0: no observation yet
-    clock_offset_ns: int = 0  # driver's monotonic clock minus ours, from the newest observation
+    clock_offset_ns: int = 0  # driver's monotonic clock minus ours (see record_clock_offset)
     send_seq: int = 0
     last_request_step: int = -(10**18)
     pending: InferenceRequest | None = None  # waiting for the query period to come round
@@ -88,3 +91,13 @@ class Session:
         self.mixed = np.zeros(dim, dtype=np.float32)
         self.command = np.zeros(dim, dtype=np.float32)
         self.last_command: np.ndarray | None = None
+        self._offsets = np.full(OFFSET_WINDOW, np.iinfo(np.int64).min, dtype=np.int64)
+        self._offset_index = 0
+
+    def record_clock_offset(self, driver_time_ns: int, received_ns: int) -> None:
+        """Estimate the driver's clock minus ours. Each observation gives (true offset - its
+        transport delay); the largest of the recent ones is the least delayed, so the best
+        estimate, and deadlines converted with it are never late because of one slow message."""
+        self._offsets[self._offset_index] = driver_time_ns - received_ns
+        self._offset_index = (self._offset_index + 1) % OFFSET_WINDOW
+        self.clock_offset_ns = int(self._offsets.max())

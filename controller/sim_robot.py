@@ -86,6 +86,7 @@ class DriverStats:
             "latency_ms_p99": p99,
             "expired": client.counters.expired,
             "reconnects": client.counters.reconnects,
+            "received": client.counters.actions + client.counters.holds,
             "lost": client.counters.lost,
             "duplicated": client.counters.duplicated,
             "errors": client.counters.errors,

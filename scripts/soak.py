@@ -1,0 +1,116 @@
+"""Soak: the daemon and a simulated robot at 200 Hz for a long time under background CPU load.
+
+Reports missed ticks, tick lateness p99/max, guard interventions, and lost or duplicated
+commands (the daemon numbers each session's actions and holds 1, 2, 3, ...; the driver counts
+gaps and repeats). Exits non-zero if any tick was missed or any command lost or duplicated.
+
+    python scripts/soak.py [--seconds 600] [--rate 200] [--load 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from controller.status_server import request_status
+
+
+def burn(stop: mp.Event) -> None:
+    x = 0
+    while not stop.is_set():
+        for _ in range(100_000):
+            x = (x * 31 + 7) % 1_000_003
+
+
+def soak(seconds: float, rate: float, load: int, policy_args: list[str]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="tempo-soak-") as tmp:
+        sets = [f"server.bind=ipc://{tmp}/tempo.sock", f"server.status_bind=ipc://{tmp}/status.sock",
+                f"control.rate_hz={rate}", *policy_args]
+        config_args = sum((["--set", s] for s in sets), [])
+        cli = [sys.executable, "-m", "controller.cli"]
+        daemon = subprocess.Popen([*cli, "serve", *config_args, "--log-level", "WARNING"])
+        status_endpoint = f"ipc://{tmp}/status.sock"
+        deadline = time.monotonic() + 120
+        while request_status(status_endpoint, 0.5) is None:
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("soak: the daemon did not start")
+        stop_load = mp.Event()
+        burners = [mp.Process(target=burn, args=(stop_load,), daemon=True) for _ in range(load)]
+        for process in burners:
+            process.start()
+        robot = subprocess.Popen(
+            [*cli, "sim-robot", *config_args, "--seconds", str(seconds), "--camera-hz", "30",
+             "--json-lines"],
+            stdout=subprocess.PIPE, text=True,
+        )
+        driver: dict[str, Any] = {}
+
+        def read() -> None:
+            for line in robot.stdout:  # type: ignore[union-attr]
+                driver.update(json.loads(line))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        before = request_status(status_endpoint) or {}
+        last_with_robot: dict[str, Any] = {}
+        while robot.poll() is None:
+            time.sleep(1.0)
+            snapshot = request_status(status_endpoint, 1.0)
+            if snapshot and snapshot["robots"]:
+                last_with_robot = snapshot
+        reader.join(5)
+        after = request_status(status_endpoint) or last_with_robot
+        stop_load.set()
+        for process in burners:
+            process.join(2)
+        daemon.terminate()
+        daemon.wait(5)
+    robot_status = last_with_robot["robots"][0] if last_with_robot.get("robots") else {}
+    return {
+        "seconds": seconds,
+        "rate_hz": rate,
+        "load_processes": load,
+        "ticks": after["ticks"] - before.get("ticks", 0),
+        "missed_ticks": after["missed_ticks"] - before.get("missed_ticks", 0),
+        "tick_lateness_us_p99": after["tick_lateness_us_p99"],
+        "tick_lateness_us_max": after["tick_lateness_us_max"],
+        "guard_interventions": robot_status.get("guards", {}),
+        "daemon_sent_last_seen": robot_status.get("sent"),
+        "driver_received": driver.get("received"),
+        "lost": driver.get("lost"),
+        "duplicated": driver.get("duplicated"),
+        "expired_at_driver": driver.get("expired"),
+        "latency_ms_p50": driver.get("latency_ms_p50"),
+        "latency_ms_p99": driver.get("latency_ms_p99"),
+        "reconnects": driver.get("reconnects"),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--load", type=int, default=1, help="background busy processes")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="extra daemon config overrides (e.g. a policy)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = soak(args.seconds, args.rate, args.load, args.overrides)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:24s} {value}")
+    healthy = result["missed_ticks"] == 0 and result["lost"] == 0 and result["duplicated"] == 0
+    return 0 if healthy else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
