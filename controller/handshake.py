@@ -16,12 +16,16 @@ def parse_driver_spec(
     raw: dict[str, Any],
 ) -> tuple[tuple[str, ...], dict[str, tuple[int, int]], int]:
     """hello's `spec` map -> (joints, {camera: (height, width)}, state_size), or ProtocolError."""
+    if not isinstance(raw, dict):
+        raise ProtocolError(ErrorCode.MALFORMED, "hello spec must be a map")
     joints = raw.get("joints")
     cameras = raw.get("cameras")
     state_size = raw.get("state_size")
     unknown = set(raw) - {"joints", "cameras", "state_size", "camera_hz"}
     if unknown:
-        raise ProtocolError(ErrorCode.MALFORMED, f"unknown fields in hello spec: {sorted(unknown)}")
+        raise ProtocolError(
+            ErrorCode.MALFORMED, f"unknown fields in hello spec: {sorted(unknown, key=str)}"
+        )
     if not isinstance(joints, list) or not all(isinstance(j, str) for j in joints):
         raise ProtocolError(ErrorCode.MALFORMED, "hello spec.joints must be a list of joint names")
     if not isinstance(state_size, int) or isinstance(state_size, bool) or state_size < 0:
@@ -30,20 +34,39 @@ def parse_driver_spec(
         raise ProtocolError(
             ErrorCode.MALFORMED, "hello spec.cameras must be a list of {name, height, width} maps"
         )
+    camera_hz = raw.get("camera_hz")
+    if camera_hz is not None and not (
+        isinstance(camera_hz, (int, float))
+        and not isinstance(camera_hz, bool)
+        and 0 < camera_hz < float("inf")
+    ):
+        raise ProtocolError(
+            ErrorCode.MALFORMED, "hello spec.camera_hz, when sent, must be a positive number"
+        )
     parsed: dict[str, tuple[int, int]] = {}
     for camera in cameras:
         if (
             not isinstance(camera, dict)
             or set(camera) != {"name", "height", "width"}
             or not isinstance(camera["name"], str)
-            or not all(isinstance(camera[k], int) and camera[k] > 0 for k in ("height", "width"))
+            or not all(_positive_int(camera[k]) for k in ("height", "width"))
         ):
             raise ProtocolError(
                 ErrorCode.MALFORMED,
-                "each hello spec.cameras entry must be {name: str, height: int > 0, width: int > 0}",
+                "each hello spec.cameras entry must be "
+                "{name: str, height: int > 0, width: int > 0}",
+            )
+        if camera["name"] in parsed:
+            # A dict would keep only the last of the two; refuse instead of guessing.
+            raise ProtocolError(
+                ErrorCode.MALFORMED, f"hello spec.cameras names {camera['name']!r} more than once"
             )
         parsed[camera["name"]] = (camera["height"], camera["width"])
     return tuple(joints), parsed, state_size
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def check_driver_spec(raw: dict[str, Any], policy: PolicySpec) -> None:
@@ -51,8 +74,8 @@ def check_driver_spec(raw: dict[str, Any], policy: PolicySpec) -> None:
     joints, cameras, state_size = parse_driver_spec(raw)
     if joints != policy.joint_names:
         raise SpecMismatchError(
-            f"the driver's joints {list(joints)} differ from the policy's {list(policy.joint_names)}; "
-            "send the policy's joint names in this order"
+            f"the driver's joints {list(joints)} differ from the policy's "
+            f"{list(policy.joint_names)}; send the policy's joint names in this order"
         )
     if state_size != policy.state_size:
         raise SpecMismatchError(

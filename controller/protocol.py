@@ -17,6 +17,7 @@ use it without torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,7 +98,9 @@ class Message:
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:
-    raise ProtocolError(ErrorCode.NOT_ALLOWED, f"msgpack ext type {code} is not allowed")
+    raise ProtocolError(
+        ErrorCode.NOT_ALLOWED, f"msgpack ext data (type {code}) is not allowed in a header"
+    )
 
 
 def _unpack_header(raw: Any, limits: Limits) -> dict[str, Any]:
@@ -114,13 +117,19 @@ def _unpack_header(raw: Any, limits: Limits) -> dict[str, Any]:
             strict_map_key=True,
             ext_hook=_refuse_ext,
             max_str_len=limits.max_str_len,
-            max_bin_len=0,
+            # bin and ext are parsed (bounded by the header size) so that they can be refused
+            # below with one clear sentence, whatever their length.
+            max_bin_len=limits.max_header_bytes,
             max_array_len=limits.max_container_len,
             max_map_len=limits.max_container_len,
-            max_ext_len=0,
+            max_ext_len=limits.max_header_bytes,
         )
     except ProtocolError:
         raise
+    except msgpack.StackError:  # its own message is empty
+        raise ProtocolError(
+            ErrorCode.MALFORMED, "header frame nests lists or maps too deeply to decode"
+        ) from None
     except Exception as exc:  # msgpack raises several types for bad input; all mean the same
         raise ProtocolError(
             ErrorCode.MALFORMED,
@@ -128,7 +137,32 @@ def _unpack_header(raw: Any, limits: Limits) -> dict[str, Any]:
         ) from None
     if not isinstance(header, dict):
         raise ProtocolError(ErrorCode.MALFORMED, "header frame must be a msgpack map")
+    _refuse_foreign_types(header)
     return header
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _refuse_foreign_types(header: dict[str, Any]) -> None:
+    """A header holds maps, lists, strings, numbers, booleans and nil only: no bin (even empty,
+    which no msgpack length limit can refuse), no ext (timestamps bypass ext_hook). Iterative,
+    so nesting as deep as msgpack allows cannot exhaust the Python stack."""
+    pending: list[Any] = [header]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            pending.extend(node.keys())
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+        elif not isinstance(node, _PLAIN):
+            kind = "bin" if isinstance(node, bytes) else "ext"
+            raise ProtocolError(
+                ErrorCode.NOT_ALLOWED,
+                f"msgpack {kind} data is not allowed in a header; send text as str and "
+                "binary data as an array frame",
+            )
 
 
 def _check_fields(header: dict[str, Any]) -> str:
@@ -151,18 +185,18 @@ def _check_fields(header: dict[str, Any]) -> str:
             ErrorCode.NOT_ALLOWED, f"unknown message kind {kind!r}; expected one of {KINDS}"
         )
     required, optional = _REQUIRED[kind], _OPTIONAL.get(kind, {})
-    for name, expected in required.items():
+    for name in required:
         if name not in header:
             raise ProtocolError(ErrorCode.MALFORMED, f"a {kind!r} message needs the field {name!r}")
     for name, value in header.items():
-        expected = _COMMON.get(name) or required.get(name) or optional.get(name)
-        if expected is None:
+        allowed = _COMMON.get(name) or required.get(name) or optional.get(name)
+        if allowed is None:
             raise ProtocolError(
                 ErrorCode.MALFORMED, f"unknown header field {name!r} in a {kind!r} message"
             )
-        if not _is_type(value, expected):
+        if not _is_type(value, allowed):
             raise ProtocolError(
-                ErrorCode.MALFORMED, f"header field {name!r} must be {_type_name(expected)}"
+                ErrorCode.MALFORMED, f"header field {name!r} must be {_type_name(allowed)}"
             )
     if header["seq"] < 0:
         raise ProtocolError(ErrorCode.MALFORMED, "header field 'seq' must not be negative")
@@ -178,8 +212,14 @@ def _is_type(value: Any, expected: type | tuple[type, ...]) -> bool:
 
 
 def _type_name(expected: type | tuple[type, ...]) -> str:
-    names = {int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a map",
-             bool: "true or false"}
+    names = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a map",
+        bool: "true or false",
+    }
     if isinstance(expected, tuple):
         return " or ".join(names.get(t, t.__name__) for t in expected)
     return names.get(expected, expected.__name__)
@@ -189,7 +229,8 @@ def _array_descriptors(header: dict[str, Any], limits: Limits) -> list[tuple[str
     entries = header["arrays"]
     if len(entries) > limits.max_arrays:
         raise ProtocolError(
-            ErrorCode.NOT_ALLOWED, f"{len(entries)} arrays declared; the limit is {limits.max_arrays}"
+            ErrorCode.NOT_ALLOWED,
+            f"{len(entries)} arrays declared; the limit is {limits.max_arrays}",
         )
     seen: set[str] = set()
     out = []
@@ -242,13 +283,23 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
             f"header declares {len(descriptors)} arrays but {len(buffers) - 1} array frames came",
         )
     arrays: dict[str, np.ndarray] = {}
-    for (name, dtype, shape), buf in zip(descriptors, buffers[1:]):
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    for (name, dtype, shape), buf in zip(descriptors, buffers[1:], strict=True):
+        # Python integers: an int64 product of four large dimensions wraps (even to 0).
+        count = math.prod(shape)
         expected = count * dtype.itemsize
         if expected > limits.max_array_bytes:
             raise ProtocolError(
                 ErrorCode.NOT_ALLOWED,
                 f"array {name!r} declares {expected} bytes; the limit is {limits.max_array_bytes}",
+            )
+        # A zero dimension makes the array empty, but numpy still refuses shapes whose other
+        # dimensions multiply past its index range: bound those as well.
+        extent = math.prod(max(d, 1) for d in shape) * dtype.itemsize
+        if extent > limits.max_array_bytes:
+            raise ProtocolError(
+                ErrorCode.NOT_ALLOWED,
+                f"array {name!r}: shape {list(shape)} is too large (its non-zero dimensions "
+                f"span {extent} bytes; the limit is {limits.max_array_bytes})",
             )
         if len(buf) != expected:
             raise ProtocolError(
@@ -281,10 +332,15 @@ def encode(
         array = np.asarray(array)
         wire_dtype = array.dtype.newbyteorder("<")
         if wire_dtype not in _DTYPE_NAMES:
-            raise ValueError(f"array {name!r}: dtype {array.dtype} cannot be sent; use {sorted(DTYPES)}")
+            raise ValueError(
+                f"array {name!r}: dtype {array.dtype} cannot be sent; use {sorted(DTYPES)}"
+            )
         if array.dtype != wire_dtype or not array.flags.c_contiguous:
-            array = np.ascontiguousarray(array, dtype=wire_dtype)
-        descriptors.append({"name": name, "dtype": _DTYPE_NAMES[wire_dtype], "shape": list(array.shape)})
+            # astype, not ascontiguousarray: that one turns a 0-d array into shape (1,).
+            array = array.astype(wire_dtype, order="C")
+        descriptors.append(
+            {"name": name, "dtype": _DTYPE_NAMES[wire_dtype], "shape": list(array.shape)}
+        )
         payload.append(array)
     header = {
         "version": PROTOCOL_VERSION,
