@@ -77,6 +77,7 @@ class TempoClient:
         cameras: Mapping[str, tuple[int, int]],
         state_size: int,
         *,
+        limits: Mapping[str, tuple[float, float]] | None = None,
         stale_after_s: float = 0.1,
         silence_reconnect_s: float = 1.0,
         handshake_timeout_s: float = 2.0,
@@ -91,6 +92,10 @@ class TempoClient:
             ],
             "state_size": int(state_size),
         }
+        if limits:
+            # The robot's own joint limits; the daemon's guards keep the tighter of these and
+            # its configured ones.
+            self.spec["limits"] = {j: [float(lo), float(hi)] for j, (lo, hi) in limits.items()}
         self.stale_after_ns = int(stale_after_s * 1e9)
         self.silence_reconnect_ns = int(silence_reconnect_s * 1e9)
         self.handshake_timeout_ns = int(handshake_timeout_s * 1e9)
@@ -188,10 +193,15 @@ class TempoClient:
         images: Mapping[str, np.ndarray],
         state: np.ndarray,
         teleop: np.ndarray | None = None,
+        resume: bool = False,
     ) -> int | None:
         """Send camera frames (uint8, height x width x 3) and the joint state; `teleop` carries
-        the operator's values for the joints teleop owns. Returns the sequence number, or None
-        if not connected (the observation is dropped and counted)."""
+        the operator's values for the joints teleop owns; `resume` releases the daemon's stop
+        state when it is configured to need an explicit resume. Returns the sequence number, or
+        None if not connected (the observation is dropped and counted).
+
+        The arrays are sent without copying: do not write into them until the next call (hand
+        over a fresh array per frame, as camera drivers usually do)."""
         self._check_connection()
         if self.welcome is None:
             self.counters.dropped_observations += 1
@@ -200,7 +210,10 @@ class TempoClient:
         arrays["state"] = np.asarray(state, dtype=np.float32)
         if teleop is not None:
             arrays["teleop"] = np.asarray(teleop, dtype=np.float32)
-        return self._send("obs", {"session": self.welcome.session}, arrays)
+        fields: dict[str, Any] = {"session": self.welcome.session}
+        if resume:
+            fields["resume"] = True
+        return self._send("obs", fields, arrays)
 
     def set_teleop(self, joints: Sequence[str]) -> None:
         """Hand these joints to the operator (all others to the policy)."""

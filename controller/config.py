@@ -218,7 +218,8 @@ def load_config(path: Path | None = None, overrides: Iterable[str] = ()) -> Temp
             loaded = {}
         if not isinstance(loaded, Mapping):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
-        tree = dict(loaded)
+        # `control:` with nothing under it is an empty section, not an error.
+        tree = {key: ({} if value is None else value) for key, value in loaded.items()}
     override_list = list(overrides)
     for text in override_list:
         key, value = parse_override(text)

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 # Python hands the GIL between threads every 5 ms by default; a tick that wakes while the worker
 # thread holds it would wait that long. 100 us bounds that wait (measured in bench_loop.py).
 GIL_SWITCH_INTERVAL_S = 1e-4
+FINAL_HOLD_LINGER_MS = 100
 
 
 def limits_for(spec: PolicySpec) -> Limits:
@@ -130,7 +131,8 @@ class Daemon:
         step = self.pacer.step
         for session in list(self.dispatcher.sessions.values()):
             self.loop.send_hold(session, step, "daemon_stopping")
-        self.transport.close()
+        # Linger just long enough to deliver those holds, bounded so exit stays well under 1 s.
+        self.transport.close(linger_ms=FINAL_HOLD_LINGER_MS)
 
     def stop(self, timeout: float = 1.0) -> None:
         self._stop.set()

@@ -18,7 +18,7 @@ from controller.config import TempoConfig
 from controller.ensembler import ChunkEnsembler
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
 from controller.guards import GuardChain
-from controller.handshake import check_driver_spec, spec_to_wire
+from controller.handshake import check_driver_spec, parse_driver_limits, spec_to_wire
 from controller.inference import InferenceWorker
 from controller.protocol import DEFAULT_LIMITS, Limits, Message, decode
 from controller.session import InferenceRequest, Session, StateHistory
@@ -26,6 +26,8 @@ from controller.teleop import TeleopMixer
 from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
+
+MAX_ERROR_TEXT = 1000  # characters; well under the decoders' string limit
 
 Sender = Callable[..., bool]  # (identity, kind, *, seq, fields, arrays=None) -> sent?
 
@@ -81,6 +83,8 @@ class Dispatcher:
         self, identity: bytes, code: ErrorCode, text: str, message: Message | None
     ) -> None:
         self.errors[code.value] += 1
+        if len(text) > MAX_ERROR_TEXT:  # a driver's decoder caps strings; keep the sentence
+            text = text[: MAX_ERROR_TEXT - 3] + "..."
         fields: dict[str, Any] = {"code": code.value, "message": text}
         if message is not None:
             fields["ref_seq"] = message.seq
@@ -103,7 +107,11 @@ class Dispatcher:
                 f"(server.max_robots); disconnect one or raise the limit",
             )
         robot = message.header["robot"]
-        session = self._new_session(identity, robot, now_ns)
+        driver_limits = parse_driver_limits(message.header["spec"])
+        try:
+            session = self._new_session(identity, robot, now_ns, driver_limits)
+        except ValueError as exc:  # limits naming unknown joints, or with lower > upper
+            raise ProtocolError(ErrorCode.NOT_ALLOWED, f"hello spec.limits: {exc}") from None
         self.sessions[session.id] = session
         self.by_identity[identity] = session.id
         log.info("robot %s connected (session %s)", robot, session.id)
@@ -119,7 +127,13 @@ class Dispatcher:
             },
         )
 
-    def _new_session(self, identity: bytes, robot: str, now_ns: int) -> Session:
+    def _new_session(
+        self,
+        identity: bytes,
+        robot: str,
+        now_ns: int,
+        driver_limits: dict[str, tuple[float, float]],
+    ) -> Session:
         rate = self.config.control.rate_hz
         joints = self.spec.joint_names
         return Session(
@@ -135,7 +149,7 @@ class Dispatcher:
                 mode=self.config.inference.ensemble,
                 k=self.config.inference.temporal_k,
             ),
-            guards=GuardChain(joints, self.config.guards, rate),
+            guards=GuardChain(joints, self.config.guards, rate, handshake_limits=driver_limits),
             teleop=TeleopMixer(joints, self.config.teleop, rate),
             history=StateHistory(self.spec.state_history, self.spec.state_size),
         )
@@ -168,6 +182,8 @@ class Dispatcher:
             # Rate limits start from where the robot is, not from zero.
             session.guards.seed(state)
         session.guards.on_fresh_observation()
+        if message.header.get("resume"):
+            session.guards.resume()  # leaves the stop state when guards.resume is 'explicit'
         step = self.current_step()
         request = InferenceRequest(
             step=step,

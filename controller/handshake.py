@@ -21,7 +21,7 @@ def parse_driver_spec(
     joints = raw.get("joints")
     cameras = raw.get("cameras")
     state_size = raw.get("state_size")
-    unknown = set(raw) - {"joints", "cameras", "state_size", "camera_hz"}
+    unknown = set(raw) - {"joints", "cameras", "state_size", "camera_hz", "limits"}
     if unknown:
         raise ProtocolError(
             ErrorCode.MALFORMED, f"unknown fields in hello spec: {sorted(unknown, key=str)}"
@@ -67,6 +67,26 @@ def parse_driver_spec(
 
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def parse_driver_limits(raw: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """hello's optional `spec.limits`: joint name -> [lower, upper] position limits of the robot.
+    The guards intersect them with the configured ones (the tighter bound wins)."""
+    limits = raw.get("limits", {})
+    if not isinstance(limits, dict):
+        raise ProtocolError(ErrorCode.MALFORMED, "hello spec.limits must be a map of joint -> [lower, upper]")
+    parsed: dict[str, tuple[float, float]] = {}
+    for joint, bounds in limits.items():
+        if (
+            not isinstance(bounds, list)
+            or len(bounds) != 2
+            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
+        ):
+            raise ProtocolError(
+                ErrorCode.MALFORMED, f"hello spec.limits[{joint!r}] must be [lower, upper] numbers"
+            )
+        parsed[joint] = (float(bounds[0]), float(bounds[1]))
+    return parsed
 
 
 def check_driver_spec(raw: dict[str, Any], policy: PolicySpec) -> None:

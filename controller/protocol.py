@@ -55,7 +55,7 @@ _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "error": {"code": str, "message": str},
 }
 _OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "hello": {"resume": bool},
+    "obs": {"resume": bool},
     "welcome": {"limits": dict},
     "error": {"session": str, "ref_seq": int},
 }

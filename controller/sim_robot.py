@@ -37,9 +37,6 @@ class SimulatedArm:
         rng = np.random.default_rng(seed)
         self.position = rng.uniform(-0.3, 0.3, len(self.joints)).astype(np.float32)
         self.target = self.position.copy()
-        self._frames = {
-            name: np.zeros((h, w, 3), dtype=np.uint8) for name, (h, w) in cameras.items()
-        }
         # Each camera tints the scene differently, so cameras are distinguishable.
         self._tints = {name: rng.integers(60, 255, 3, dtype=np.uint8) for name in cameras}
 
@@ -51,17 +48,19 @@ class SimulatedArm:
         self.position += (self.target - self.position) * np.float32(alpha)
 
     def render(self) -> dict[str, np.ndarray]:
-        """One frame per camera; bars grow with joint angle (angles clipped to +-pi)."""
+        """One fresh frame per camera (the client sends without copying, so a frame is never
+        reused); bars grow with joint angle (angles clipped to +-pi)."""
         n = len(self.joints)
-        for name, frame in self._frames.items():
-            height, width, _ = frame.shape
-            frame[:] = 16
-            fraction = (np.clip(self.position, -np.pi, np.pi) + np.pi) / (2 * np.pi)
+        fraction = (np.clip(self.position, -np.pi, np.pi) + np.pi) / (2 * np.pi)
+        frames = {}
+        for name, (height, width) in self.cameras.items():
+            frame = np.full((height, width, 3), 16, dtype=np.uint8)
             tops = (height * (1.0 - fraction)).astype(int)
             bar = max(width // max(n, 1), 1)
             for i in range(n):
                 frame[tops[i] :, i * bar : (i + 1) * bar - 1] = self._tints[name]
-        return self._frames
+            frames[name] = frame
+        return frames
 
 
 @dataclass

@@ -108,5 +108,5 @@ class RouterTransport:
         self.sent += 1
         return True
 
-    def close(self) -> None:
-        self.socket.close(linger=0)
+    def close(self, linger_ms: int = 0) -> None:
+        self.socket.close(linger=linger_ms)

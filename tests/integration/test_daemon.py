@@ -146,3 +146,44 @@ def test_bad_message_gets_error_and_others_keep_streaming(tmp_path):
         commands = stream(good, np.zeros(6, np.float32), 0.5)
         assert sum(c.kind == "action" for c in commands) > 20
         assert daemon.dispatcher.errors["malformed"] == 1
+
+
+def test_driver_limits_from_hello_clamp_actions(tmp_path):
+    # The reach target is 1.0 for every joint; the robot says joint_0 stops at 0.2.
+    config = ipc_config(tmp_path, "control.rate_hz=100", "policy.target=[1, 1, 1, 1, 1, 1]")
+    with running_daemon(config):
+        with make_client(config, limits={"joint_0": (-0.2, 0.2)}) as client:
+            assert client.welcome.limits["joint_0"] == [-0.2, 0.2]
+            state = np.full(6, 0.2, np.float32)
+            for _ in range(30):
+                client.send_observation(frame(), state)
+                client.receive(0.01)
+            action = wait_for(lambda: (c := client.receive(0.01)).kind == "action" and c).action
+            assert action[0] == pytest.approx(0.2)
+            assert action[1] > 0.2
+
+
+def test_driver_limits_naming_unknown_joint_are_refused(tmp_path):
+    config = ipc_config(tmp_path)
+    with running_daemon(config):
+        client = make_client(config, limits={"elbow": (-1.0, 1.0)})
+        with pytest.raises(HandshakeRefused) as refused:
+            client.connect()
+        assert refused.value.code == "not_allowed" and "elbow" in str(refused.value)
+        client.close()
+
+
+def test_explicit_resume_releases_the_stop_state(tmp_path):
+    config = ipc_config(tmp_path, "control.rate_hz=100", "guards.hold_after_ms=50",
+                        "guards.stop_after_ms=100", "guards.resume=explicit")
+    with running_daemon(config), make_client(config) as client:
+        state = np.zeros(6, np.float32)
+        wait_for(lambda: (client.send_observation(frame(), state),
+                          client.receive(0.01))[1].kind == "action")
+        wait_for(lambda: client.receive(0.01).reason == "stopped", timeout=3)
+        # Fresh observations alone do not resume: still stopped.
+        for _ in range(20):
+            client.send_observation(frame(), state)
+            assert client.receive(0.01).kind == "hold"
+        wait_for(lambda: (client.send_observation(frame(), state, resume=True),
+                          client.receive(0.01))[1].kind == "action")

@@ -145,7 +145,7 @@ def test_a_camera_of_another_shape_is_refused_with_both_shapes(height, width):
     ("spec", "says"),
     [
         ([], "must be a map"),
-        (driver_spec(limits={"j0": [-1, 1]}), "unknown fields in hello spec: ['limits']"),
+        (driver_spec(colour="red"), "unknown fields in hello spec: ['colour']"),
         ({k: v for k, v in driver_spec().items() if k != "joints"}, "spec.joints"),
         (driver_spec(joints="j0,j1"), "spec.joints"),
         (driver_spec(joints=["j0", 1]), "spec.joints"),
@@ -191,3 +191,15 @@ def test_malformed_specs_are_refused_as_protocol_errors(spec, says):
             check(spec)
         assert info.value.code is ErrorCode.MALFORMED
         assert says in str(info.value)
+
+
+def test_driver_limits_are_parsed_and_checked():
+    from controller.handshake import parse_driver_limits
+
+    assert parse_driver_limits({}) == {}
+    assert parse_driver_limits({"limits": {"j0": [-1, 2.5]}}) == {"j0": (-1.0, 2.5)}
+    for bad in ({"limits": [1, 2]}, {"limits": {"j0": [1]}}, {"limits": {"j0": [True, 2]}}):
+        with pytest.raises(ProtocolError) as refused:
+            parse_driver_limits(bad)
+        assert refused.value.code is ErrorCode.MALFORMED
+        assert "limits" in str(refused.value)

@@ -40,7 +40,7 @@ SPEC = {
 
 # kind -> (fields, arrays) of a valid message of that kind.
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, np.ndarray]]] = {
-    "hello": ({"spec": SPEC, "resume": False}, {}),
+    "hello": ({"spec": dict(SPEC, limits={"j0": [-1.0, 1.0]})}, {}),
     "welcome": (
         {
             "session": "3f2a",
@@ -51,7 +51,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, np.ndarray]]] = {
         {},
     ),
     "obs": (
-        {"session": "3f2a"},
+        {"session": "3f2a", "resume": False},
         {
             "front": np.arange(18, dtype=np.uint8).reshape(2, 3, 3),
             "state": np.array([0.1, 0.2, 0.3], dtype=np.float32),
@@ -397,7 +397,7 @@ def test_accepts_an_integer_where_a_number_is_expected():
 
 
 def test_refuses_an_integer_where_a_bool_is_expected():
-    refused([pack(header("hello", resume=1))], ErrorCode.MALFORMED, "'resume'", "true or false")
+    refused([pack(header("obs", resume=1))], ErrorCode.MALFORMED, "'resume'", "true or false")
 
 
 def test_refuses_a_negative_sequence_number():
