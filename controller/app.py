@@ -17,6 +17,7 @@ import numpy as np
 from controller.config import TempoConfig
 from controller.daemon import Daemon
 from controller.errors import ConfigError, PolicyError
+from controller.security import check_bind_allowed, check_local_only
 from controller.status_server import StatusServer
 from controller.systemd import notify
 from policies.base import CameraSpec, Policy
@@ -99,6 +100,9 @@ def serve(
 ) -> int:
     """Run the daemon until SIGTERM/SIGINT (or `stop`); returns the exit code."""
     stop = stop or threading.Event()
+    # Refuse an exposed bind before the (possibly slow) policy load, not after.
+    check_bind_allowed(config.server.bind, config.security)
+    check_local_only(config.server.status_bind, "server.status_bind")
     policy = build_policy(config)
     daemon = Daemon(config, policy)
     status = StatusServer(daemon.context, config.server.status_bind, daemon.status)

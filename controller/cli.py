@@ -119,6 +119,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys_generate(args: argparse.Namespace) -> int:
+    from controller.security import cmd_keys_generate as generate
+
+    print(generate(args.directory, args.name))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tempo", description="Real-time robot policy controller.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -153,6 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     status.add_argument("--timeout", type=float, default=2.0)
     status.set_defaults(func=cmd_status)
+
+    keys = sub.add_parser("keys", help="CurveZMQ keys for binding beyond localhost")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    generate = keys_sub.add_parser("generate", help="write NAME.key and NAME.key_secret")
+    generate.add_argument("--dir", type=Path, required=True, dest="directory")
+    generate.add_argument("--name", required=True)
+    generate.set_defaults(func=cmd_keys_generate)
     return parser
 
 

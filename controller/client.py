@@ -22,13 +22,21 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zmq
 
-from controller.errors import DaemonUnavailable, ErrorCode, HandshakeRefused, ProtocolError
+from controller.errors import (
+    DaemonUnavailable,
+    ErrorCode,
+    HandshakeRefused,
+    ProtocolError,
+    SecurityError,
+)
 from controller.protocol import DEFAULT_LIMITS, Message, decode, encode
+from controller.security import ClientKeys, is_local_endpoint, load_client_keys
 from controller.transport import configure_common
 
 log = logging.getLogger(__name__)
@@ -82,6 +90,8 @@ class TempoClient:
         silence_reconnect_s: float = 1.0,
         handshake_timeout_s: float = 2.0,
         context: zmq.Context | None = None,
+        client_secret_key: str | Path | None = None,
+        server_public_key: str | Path | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.robot = robot
@@ -100,6 +110,16 @@ class TempoClient:
         self.silence_reconnect_ns = int(silence_reconnect_s * 1e9)
         self.handshake_timeout_ns = int(handshake_timeout_s * 1e9)
         self.context = context or zmq.Context.instance()
+        if (client_secret_key is None) != (server_public_key is None):
+            raise SecurityError(
+                "client_secret_key and server_public_key go together; pass both or neither"
+            )
+        # Loaded once: every reconnect makes a fresh socket and must not re-read files.
+        self._keys: ClientKeys | None = (
+            load_client_keys(Path(client_secret_key), Path(server_public_key))
+            if client_secret_key is not None and server_public_key is not None
+            else None
+        )
         self.counters = ClientCounters()
         self.welcome: Welcome | None = None
         self._socket: zmq.Socket | None = None
@@ -120,9 +140,14 @@ class TempoClient:
         while self.welcome is None:
             remaining_ms = (deadline - time.monotonic_ns()) // 1_000_000
             if remaining_ms <= 0:
+                hint = ""
+                if self._keys is None and not is_local_endpoint(self.endpoint):
+                    hint = (" A daemon bound beyond localhost needs CurveZMQ keys: pass "
+                            "client_secret_key and server_public_key.")
                 raise DaemonUnavailable(
                     f"no answer from a Tempo daemon at {self.endpoint} within "
                     f"{self.handshake_timeout_ns / 1e9:.1f} s; is `tempo serve` running there?"
+                    + hint
                 )
             self._pump(remaining_ms, raise_refusal=True)
         return self.welcome
@@ -137,6 +162,8 @@ class TempoClient:
             self._socket.close(linger=0)
         self._socket = self.context.socket(zmq.DEALER)
         configure_common(self._socket, DEFAULT_LIMITS)
+        if self._keys is not None:
+            self._keys.apply(self._socket)
         self._socket.connect(self.endpoint)
         self.welcome = None
         self._latest = None

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from controller.errors import ConfigError
 from controller.guards import GuardsConfig
+from controller.security import SecurityConfig
 from controller.teleop import TeleopConfig
 
 
@@ -163,6 +164,7 @@ class TempoConfig(_Section):
     inference: InferenceConfig = InferenceConfig()
     guards: GuardsConfig = GuardsConfig()
     teleop: TeleopConfig = TeleopConfig()
+    security: SecurityConfig = SecurityConfig()
     logging: LoggingConfig = LoggingConfig()
 
 

@@ -20,6 +20,7 @@ from controller.clock import Pacer
 from controller.config import TempoConfig
 from controller.dispatch import Dispatcher
 from controller.errors import SecurityError
+from controller.security import CurveServer, check_bind_allowed
 from controller.inference import InferenceWorker
 from controller.loop import ControlLoop
 from controller.stats import SampleWindow
@@ -51,7 +52,10 @@ class Daemon:
         self.context = context or zmq.Context.instance()
         self.period_ns = int(round(1e9 / config.control.rate_hz))
         self.limits = limits_for(policy.spec)
-        self.transport = RouterTransport(self.context, config.server.bind, self.limits)
+        self.curve = CurveServer(self.context, config.security) if config.security.enabled else None
+        self.transport = RouterTransport(
+            self.context, config.server.bind, self.limits, curve=self.curve
+        )
         self.worker = InferenceWorker(policy)
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
         self.dispatcher = Dispatcher(
@@ -78,7 +82,16 @@ class Daemon:
 
     def start(self) -> str:
         """Bind and start serving; returns the bound endpoint."""
-        self.endpoint = self.transport.open()
+        # Beyond localhost only with CurveZMQ keys; refused here before anything listens.
+        check_bind_allowed(self.config.server.bind, self.config.security)
+        if self.curve is not None:
+            self.curve.start()
+        try:
+            self.endpoint = self.transport.open()
+        except Exception:
+            if self.curve is not None:
+                self.curve.stop()
+            raise
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.worker.start()
         gc.collect()
@@ -138,6 +151,8 @@ class Daemon:
         self._stop.set()
         self._stopped.wait(timeout)
         self.worker.stop(timeout=0.2)
+        if self.curve is not None:
+            self.curve.stop()
 
     @property
     def running(self) -> bool:

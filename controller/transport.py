@@ -14,6 +14,7 @@ from typing import Any
 import zmq
 
 from controller.protocol import DEFAULT_LIMITS, Limits, encode
+from controller.security import CurveServer
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,13 @@ def configure_common(socket: zmq.Socket, limits: Limits = DEFAULT_LIMITS) -> Non
 class RouterTransport:
     """Receives (identity, frames) and sends messages to identities without ever blocking."""
 
-    def __init__(self, context: zmq.Context, bind: str, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self,
+        context: zmq.Context,
+        bind: str,
+        limits: Limits = DEFAULT_LIMITS,
+        curve: CurveServer | None = None,
+    ) -> None:
         self.bind = bind
         self.limits = limits
         self.socket = context.socket(zmq.ROUTER)
@@ -49,8 +56,11 @@ class RouterTransport:
         self.sent = 0
         self.send_dropped = 0
         self.on_peer_gone: Callable[[bytes], None] | None = None
+        self.curve = curve
 
     def open(self) -> str:
+        if self.curve is not None:
+            self.curve.secure(self.socket)  # CURVE server + ZAP_ENFORCE_DOMAIN, before bind
         self.socket.bind(self.bind)
         self._poller.register(self.socket, zmq.POLLIN)
         endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
