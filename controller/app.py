@@ -12,16 +12,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from controller.config import TempoConfig
 from controller.daemon import Daemon
-from controller.errors import ConfigError, PolicyError
+from controller.errors import ConfigError
+from controller.runner import Runner
 from controller.security import check_bind_allowed, check_local_only
 from controller.status_server import StatusServer
 from controller.systemd import notify
-from policies.base import CameraSpec, Policy
-from policies.tensor_policy import EagerPolicy, TensorPolicy
+from policies.base import CameraSpec
+from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
 
@@ -67,28 +66,14 @@ def build_tensor_policy(config: TempoConfig, device: str) -> TensorPolicy:
     return load_checkpoint(config.policy.path, device=device)
 
 
-def build_policy(config: TempoConfig, progress: Callable[[str], None] | None = None) -> Policy:
-    """Load the policy and make it ready to serve (warm-up included)."""
+def build_policy(config: TempoConfig, progress: Callable[[str], None] | None = None) -> Runner:
+    """Load the policy and make it ready to serve: every tier built, warmed up and checked
+    against the FP32 reference (see controller.runner)."""
     device = resolve_device(config.policy.device)
     tensor_policy = build_tensor_policy(config, device)
-    policy: Policy = EagerPolicy(tensor_policy, device)
-    warm_up(policy)
-    return policy
-
-
-def warm_up(policy: Policy, iterations: int = 3) -> None:
-    """Run the policy on synthetic observations; refuse to serve one that fails or returns junk."""
-    spec = policy.spec
-    rng = np.random.default_rng(0)
-    for _ in range(iterations):
-        images = {c.name: rng.integers(0, 256, c.shape, dtype=np.uint8) for c in spec.cameras}
-        state = rng.standard_normal((spec.state_history, spec.state_size)).astype(np.float32)
-        chunk = policy.predict_chunk(images, state)
-        if chunk.shape != (spec.chunk_size, spec.action_dim) or not np.isfinite(chunk).all():
-            raise PolicyError(
-                f"the policy's warm-up output is unusable (shape {chunk.shape}, expected "
-                f"{(spec.chunk_size, spec.action_dim)}, finite: {bool(np.isfinite(chunk).all())})"
-            )
+    runner = Runner(tensor_policy, config.runner, device=device)
+    runner.start(progress=progress or (lambda message: log.info("%s", message)))
+    return runner
 
 
 def serve(

@@ -79,8 +79,9 @@ def cmd_sim_robot(args: argparse.Namespace) -> int:
 
     joints, cameras, state_size = _robot_description(config)
     endpoint = args.connect or config.server.bind
-    return main_sim_robot(endpoint, joints, cameras, state_size, args.seconds, args.camera_hz,
-                          args.json_lines)
+    return main_sim_robot(
+        endpoint, joints, cameras, state_size, args.seconds, args.camera_hz, args.json_lines
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -97,25 +98,39 @@ def cmd_status(args: argparse.Namespace) -> int:
     endpoint = args.connect or config.server.status_bind
     status = request_status(endpoint, timeout_s=args.timeout)
     if status is None:
-        print(f"tempo status: no daemon answered on {endpoint} within {args.timeout} s",
-              file=sys.stderr)
+        print(
+            f"tempo status: no daemon answered on {endpoint} within {args.timeout} s",
+            file=sys.stderr,
+        )
         return 1
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
-    print(f"uptime {status['uptime_s']:.1f} s, rate {status['achieved_hz']:.1f}/"
-          f"{status['control_hz']:.0f} Hz, ticks {status['ticks']}, missed {status['missed_ticks']}")
-    print(f"tick lateness p50 {status['tick_lateness_us_p50']:.1f} us, "
-          f"p99 {status['tick_lateness_us_p99']:.1f} us, max {status['tick_lateness_us_max']:.1f} us")
-    print(f"inference p50 {status['inference_ms_p50']:.2f} ms, p99 {status['inference_ms_p99']:.2f} ms"
-          f" ({status['inferences']} runs, {status['inference_failures']} failed)")
-    print(f"obs->action p50 {status['obs_to_action_ms_p50']:.2f} ms, "
-          f"p99 {status['obs_to_action_ms_p99']:.2f} ms")
+    print(
+        f"uptime {status['uptime_s']:.1f} s, rate {status['achieved_hz']:.1f}/"
+        f"{status['control_hz']:.0f} Hz, ticks {status['ticks']}, missed {status['missed_ticks']}"
+    )
+    print(
+        f"tick lateness p50 {status['tick_lateness_us_p50']:.1f} us, "
+        f"p99 {status['tick_lateness_us_p99']:.1f} us, max {status['tick_lateness_us_max']:.1f} us"
+    )
+    print(
+        f"inference p50 {status['inference_ms_p50']:.2f} ms, "
+        f"p99 {status['inference_ms_p99']:.2f} ms"
+        f" ({status['inferences']} runs, {status['inference_failures']} failed)"
+    )
+    print(
+        f"obs->action p50 {status['obs_to_action_ms_p50']:.2f} ms, "
+        f"p99 {status['obs_to_action_ms_p99']:.2f} ms"
+    )
     print(f"protocol errors {status['protocol_errors'] or 'none'}")
     for robot in status["robots"]:
         age = robot["last_observation_age_ms"]
-        print(f"  robot {robot['robot']}: last observation {age if age is None else round(age, 1)} ms "
-              f"ago, guards {robot['guard_state']} {robot['guards']}, teleop {robot['teleop_joints']}")
+        print(
+            f"  robot {robot['robot']}: last observation "
+            f"{age if age is None else round(age, 1)} ms "
+            f"ago, guards {robot['guard_state']} {robot['guards']}, teleop {robot['teleop_joints']}"
+        )
     return 0
 
 

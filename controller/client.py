@@ -142,8 +142,10 @@ class TempoClient:
             if remaining_ms <= 0:
                 hint = ""
                 if self._keys is None and not is_local_endpoint(self.endpoint):
-                    hint = (" A daemon bound beyond localhost needs CurveZMQ keys: pass "
-                            "client_secret_key and server_public_key.")
+                    hint = (
+                        " A daemon bound beyond localhost needs CurveZMQ keys: pass "
+                        "client_secret_key and server_public_key."
+                    )
                 raise DaemonUnavailable(
                     f"no answer from a Tempo daemon at {self.endpoint} within "
                     f"{self.handshake_timeout_ns / 1e9:.1f} s; is `tempo serve` running there?"

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from controller.errors import ConfigError
 from controller.guards import GuardsConfig
+from controller.runner_config import RunnerConfig
 from controller.security import SecurityConfig
 from controller.teleop import TeleopConfig
 
@@ -162,6 +163,7 @@ class TempoConfig(_Section):
     robot: RobotConfig = RobotConfig()
     policy: PolicyConfig = PolicyConfig()
     inference: InferenceConfig = InferenceConfig()
+    runner: RunnerConfig = RunnerConfig()
     guards: GuardsConfig = GuardsConfig()
     teleop: TeleopConfig = TeleopConfig()
     security: SecurityConfig = SecurityConfig()

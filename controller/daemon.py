@@ -20,12 +20,12 @@ from controller.clock import Pacer
 from controller.config import TempoConfig
 from controller.dispatch import Dispatcher
 from controller.errors import SecurityError
-from controller.security import CurveServer, check_bind_allowed
 from controller.inference import InferenceWorker
 from controller.loop import ControlLoop
+from controller.protocol import Limits
+from controller.security import CurveServer, check_bind_allowed
 from controller.stats import SampleWindow
 from controller.transport import RouterTransport
-from controller.protocol import Limits
 from policies.base import Policy, PolicySpec
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,9 @@ def limits_for(spec: PolicySpec) -> Limits:
     camera image (or the state as float64), and an observation has one frame per camera plus
     state and teleop. ZeroMQ's MAXMSGSIZE is set from these, so an oversize frame is refused
     before it reaches Python."""
-    largest = max([c.height * c.width * 3 for c in spec.cameras] + [8 * spec.state_size, 8 * spec.action_dim])
+    largest = max(
+        [c.height * c.width * 3 for c in spec.cameras] + [8 * spec.state_size, 8 * spec.action_dim]
+    )
     return Limits(max_arrays=len(spec.cameras) + 2, max_array_bytes=largest)
 
 

@@ -73,7 +73,9 @@ def run_demo(seconds: float, config_args: Sequence[str], as_json: bool, log_leve
                 stderr=subprocess.STDOUT,
             )
             try:
-                return _drive(daemon, seconds, config_args, endpoints, status_bind, as_json, log_path)
+                return _drive(
+                    daemon, seconds, config_args, endpoints, status_bind, as_json, log_path
+                )
             finally:
                 if daemon.poll() is None:
                     daemon.send_signal(signal.SIGTERM)
@@ -97,13 +99,20 @@ def _drive(
     started = time.monotonic()
     while request_status(status_bind, timeout_s=0.5) is None:
         if daemon.poll() is not None or time.monotonic() - started > READY_TIMEOUT_S:
-            print("tempo demo: the daemon did not start; its log:\n" + log_path.read_text(),
-                  file=sys.stderr)
+            print(
+                "tempo demo: the daemon did not start; its log:\n" + log_path.read_text(),
+                file=sys.stderr,
+            )
             return 1
-    say(f"tempo demo: daemon ready in {time.monotonic() - started:.1f} s; starting the simulated robot")
+    say(
+        f"tempo demo: daemon ready in {time.monotonic() - started:.1f} s; "
+        "starting the simulated robot"
+    )
     baseline = request_status(status_bind) or {}
     robot = subprocess.Popen(
-        _tempo_command("sim-robot", *config_args, *endpoints, "--seconds", str(seconds), "--json-lines"),
+        _tempo_command(
+            "sim-robot", *config_args, *endpoints, "--seconds", str(seconds), "--json-lines"
+        ),
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -134,7 +143,9 @@ def _drive(
     return 0
 
 
-def _summary(before: dict[str, Any], after: dict[str, Any], driver: dict[str, Any]) -> dict[str, Any]:
+def _summary(
+    before: dict[str, Any], after: dict[str, Any], driver: dict[str, Any]
+) -> dict[str, Any]:
     ticks = after["ticks"] - before.get("ticks", 0)
     elapsed = after["uptime_s"] - before.get("uptime_s", 0.0)
     return {

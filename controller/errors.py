@@ -1,7 +1,7 @@
 """Every error a Tempo user can meet, in one place.
 
     TempoError                      base; its message is one sentence: what is wrong, what to do
-    ├── ConfigError                 a config file or --set override is invalid (names file and field)
+    ├── ConfigError                 a config file or --set override is invalid (names both)
     ├── CheckpointError             a checkpoint directory is missing, corrupt or unsupported
     ├── SpecMismatchError           the driver's spec disagrees with the policy's (handshake)
     ├── ProtocolError               a message broke the wire protocol; carries a wire `code`

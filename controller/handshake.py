@@ -74,7 +74,9 @@ def parse_driver_limits(raw: dict[str, Any]) -> dict[str, tuple[float, float]]:
     The guards intersect them with the configured ones (the tighter bound wins)."""
     limits = raw.get("limits", {})
     if not isinstance(limits, dict):
-        raise ProtocolError(ErrorCode.MALFORMED, "hello spec.limits must be a map of joint -> [lower, upper]")
+        raise ProtocolError(
+            ErrorCode.MALFORMED, "hello spec.limits must be a map of joint -> [lower, upper]"
+        )
     parsed: dict[str, tuple[float, float]] = {}
     for joint, bounds in limits.items():
         if (

@@ -17,7 +17,6 @@ from controller.mailbox import Mailbox
 from controller.teleop import TeleopMixer
 from policies.base import PolicySpec
 
-
 OFFSET_WINDOW = 32  # observations the clock-offset estimate looks back over
 
 

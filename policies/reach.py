@@ -19,7 +19,9 @@ from policies.tensor_policy import TensorPolicy
 
 
 class ReachModule(nn.Module):
-    def __init__(self, target: Sequence[float], chunk_size: int, time_constant_steps: float) -> None:
+    def __init__(
+        self, target: Sequence[float], chunk_size: int, time_constant_steps: float
+    ) -> None:
         super().__init__()
         steps = torch.arange(1, chunk_size + 1, dtype=torch.float32)
         self.register_buffer("target", torch.tensor(list(target), dtype=torch.float32))

@@ -78,7 +78,9 @@ class EagerPolicy:
             stacked = np.zeros((0, 1, 1, 3), dtype=np.uint8)
         image_t = torch.from_numpy(stacked).unsqueeze(0).to(self._device)
         state_t = torch.from_numpy(np.ascontiguousarray(state, dtype=np.float32))
-        state_t = state_t.reshape(1, self._spec.state_history, self._spec.state_size).to(self._device)
+        state_t = state_t.reshape(1, self._spec.state_history, self._spec.state_size).to(
+            self._device
+        )
         actions = self._module(image_t, state_t)[0]
         return actions.float().cpu().numpy()
 

@@ -55,15 +55,29 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
         daemon = Daemon(config, BusyPolicy(build_policy(config), busy_ms))
         daemon.start()
         robot = subprocess.Popen(
-            [sys.executable, "-m", "controller.cli", "sim-robot", *sum((["--set", o] for o in overrides), []),
-             "--seconds", str(seconds + 2), "--camera-hz", str(rate), "--json-lines"],
+            [
+                sys.executable,
+                "-m",
+                "controller.cli",
+                "sim-robot",
+                *sum((["--set", o] for o in overrides), []),
+                "--seconds",
+                str(seconds + 2),
+                "--camera-hz",
+                str(rate),
+                "--json-lines",
+            ],
             stdout=subprocess.DEVNULL,
         )
         time.sleep(2.0)  # connect and settle; then measure from a clean window
-        ticks0, missed0, inferences0 = daemon.pacer.step, daemon.pacer.missed_ticks, daemon.worker.inferences
+        ticks0, missed0, inferences0 = (
+            daemon.pacer.step,
+            daemon.pacer.missed_ticks,
+            daemon.worker.inferences,
+        )
         count0 = daemon.tick_lateness_us.count
         time.sleep(seconds)
-        lateness = daemon.tick_lateness_us.values()[-(daemon.tick_lateness_us.count - count0):]
+        lateness = daemon.tick_lateness_us.values()[-(daemon.tick_lateness_us.count - count0) :]
         result = {
             "mode": mode,
             "ticks": daemon.pacer.step - ticks0,
@@ -86,14 +100,24 @@ def main() -> None:
     parser.add_argument("--policy-ms", type=float, default=4.0)
     args = parser.parse_args()
     rows = [run(mode, args.seconds, args.rate, args.policy_ms) for mode in ("sleep", "sleep+spin")]
-    print(f"tick lateness at {args.rate:.0f} Hz for {args.seconds:.0f} s, inference thread busy "
-          f"({args.policy_ms} ms CPU per inference), 1 simulated robot")
-    print(f"{'pacing':12s} {'ticks':>6s} {'missed':>6s} {'infer':>6s} {'p50 us':>8s} {'p99 us':>8s} {'max us':>8s}")
+    print(
+        f"tick lateness at {args.rate:.0f} Hz for {args.seconds:.0f} s, inference thread busy "
+        f"({args.policy_ms} ms CPU per inference), 1 simulated robot"
+    )
+    print(
+        f"{'pacing':12s} {'ticks':>6s} {'missed':>6s} {'infer':>6s} "
+        f"{'p50 us':>8s} {'p99 us':>8s} {'max us':>8s}"
+    )
     for r in rows:
-        print(f"{r['mode']:12s} {r['ticks']:6d} {r['missed']:6d} {r['inferences']:6d} "
-              f"{r['p50']:8.1f} {r['p99']:8.1f} {r['max']:8.1f}")
+        print(
+            f"{r['mode']:12s} {r['ticks']:6d} {r['missed']:6d} {r['inferences']:6d} "
+            f"{r['p50']:8.1f} {r['p99']:8.1f} {r['max']:8.1f}"
+        )
     base, tempo = rows
-    print(f"p99 lateness: sleep+spin is {base['p99'] / max(tempo['p99'], 1e-9):.1f}x lower than plain sleep")
+    print(
+        f"p99 lateness: sleep+spin is {base['p99'] / max(tempo['p99'], 1e-9):.1f}x lower "
+        "than plain sleep"
+    )
 
 
 if __name__ == "__main__":

@@ -46,9 +46,14 @@ def serve(endpoint: str, form: str, ready: mp.Event) -> None:
             if message.kind == "bye":
                 return
             action[:] = message.arrays["state"]
-            reply = encode("action", robot="bench", seq=seq, time_ns=time.monotonic_ns(),
-                           fields={"session": "s", "step": seq, "obs_seq": message.seq,
-                                   "deadline_ns": 0}, arrays={"action": action})
+            reply = encode(
+                "action",
+                robot="bench",
+                seq=seq,
+                time_ns=time.monotonic_ns(),
+                fields={"session": "s", "step": seq, "obs_seq": message.seq, "deadline_ns": 0},
+                arrays={"action": action},
+            )
             socket.send_multipart([identity, *reply], copy=False)
         else:
             message = msgpack.unpackb(body[0].bytes, raw=False)
@@ -68,21 +73,35 @@ def run_client(endpoint: str, form: str, iterations: int) -> np.ndarray:
     for i in range(-20, iterations):  # the first 20 warm the connection up
         started = time.perf_counter_ns()
         if form == "tempo":
-            frames = encode("obs", robot="bench", seq=i + 100, time_ns=time.monotonic_ns(),
-                            fields={"session": "s"}, arrays={**images, "state": state})
+            frames = encode(
+                "obs",
+                robot="bench",
+                seq=i + 100,
+                time_ns=time.monotonic_ns(),
+                fields={"session": "s"},
+                arrays={**images, "state": state},
+            )
             socket.send_multipart(frames, copy=False)
             reply = decode(socket.recv_multipart(copy=False))
             assert reply.arrays["action"][0] == state[0]  # noqa: S101 - benchmark self-check
         else:
-            packed = msgpack.packb({"kind": "obs", "seq": i, **{k: v.tobytes() for k, v in images.items()},
-                                    "state": state.tobytes()})
+            packed = msgpack.packb(
+                {
+                    "kind": "obs",
+                    "seq": i,
+                    **{k: v.tobytes() for k, v in images.items()},
+                    "state": state.tobytes(),
+                }
+            )
             socket.send(packed)
             reply = msgpack.unpackb(socket.recv(), raw=False)
             np.frombuffer(reply["action"], dtype=np.float32)
         if i >= 0:
             times[i] = (time.perf_counter_ns() - started) / 1e6
     if form == "tempo":
-        socket.send_multipart(encode("bye", robot="bench", seq=10**9, time_ns=0, fields={"session": "s"}))
+        socket.send_multipart(
+            encode("bye", robot="bench", seq=10**9, time_ns=0, fields={"session": "s"})
+        )
     else:
         socket.send(msgpack.packb({"kind": "bye"}))
     socket.close()
@@ -124,7 +143,9 @@ def main() -> None:
                 t = results[form]
                 speedup = np.median(results["packed"]) / np.median(t)
                 rows.append((transport, form, np.median(t), np.percentile(t, 99), speedup))
-    print(f"round trip, 3 x 480x640x3 uint8 + 14 float32 -> 14 float32, {args.iterations} iterations")
+    print(
+        f"round trip, 3 x 480x640x3 uint8 + 14 float32 -> 14 float32, {args.iterations} iterations"
+    )
     print(f"{'transport':9s} {'form':28s} {'median ms':>10s} {'p99 ms':>8s} {'vs packed':>10s}")
     names = {"packed": "packed in one msgpack frame", "tempo": "tempo zero-copy frames"}
     for transport, form, median, p99, speedup in rows:

@@ -31,8 +31,12 @@ def burn(stop: mp.Event) -> None:
 
 def soak(seconds: float, rate: float, load: int, policy_args: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tempo-soak-") as tmp:
-        sets = [f"server.bind=ipc://{tmp}/tempo.sock", f"server.status_bind=ipc://{tmp}/status.sock",
-                f"control.rate_hz={rate}", *policy_args]
+        sets = [
+            f"server.bind=ipc://{tmp}/tempo.sock",
+            f"server.status_bind=ipc://{tmp}/status.sock",
+            f"control.rate_hz={rate}",
+            *policy_args,
+        ]
         config_args = sum((["--set", s] for s in sets), [])
         cli = [sys.executable, "-m", "controller.cli"]
         daemon = subprocess.Popen([*cli, "serve", *config_args, "--log-level", "WARNING"])
@@ -46,9 +50,18 @@ def soak(seconds: float, rate: float, load: int, policy_args: list[str]) -> dict
         for process in burners:
             process.start()
         robot = subprocess.Popen(
-            [*cli, "sim-robot", *config_args, "--seconds", str(seconds), "--camera-hz", "30",
-             "--json-lines"],
-            stdout=subprocess.PIPE, text=True,
+            [
+                *cli,
+                "sim-robot",
+                *config_args,
+                "--seconds",
+                str(seconds),
+                "--camera-hz",
+                "30",
+                "--json-lines",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         driver: dict[str, Any] = {}
 
@@ -98,8 +111,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--load", type=int, default=1, help="background busy processes")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        help="extra daemon config overrides (e.g. a policy)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        help="extra daemon config overrides (e.g. a policy)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = soak(args.seconds, args.rate, args.load, args.overrides)

@@ -122,8 +122,12 @@ def test_hold_before_first_chunk_and_when_observations_stop(tmp_path):
         assert first.kind == "hold" and first.reason == "no_observation"
         stream(client, np.zeros(6, np.float32), 0.3)
         # No more observations: the watchdog turns actions into holds.
-        stale = wait_for(lambda: (c := client.receive(0.01)).kind == "hold"
-                         and c.reason == "stale_observation" and c, timeout=3)
+        stale = wait_for(
+            lambda: (
+                (c := client.receive(0.01)).kind == "hold" and c.reason == "stale_observation" and c
+            ),
+            timeout=3,
+        )
         assert stale.step > first.step
 
 
@@ -174,16 +178,28 @@ def test_driver_limits_naming_unknown_joint_are_refused(tmp_path):
 
 
 def test_explicit_resume_releases_the_stop_state(tmp_path):
-    config = ipc_config(tmp_path, "control.rate_hz=100", "guards.hold_after_ms=50",
-                        "guards.stop_after_ms=100", "guards.resume=explicit")
+    config = ipc_config(
+        tmp_path,
+        "control.rate_hz=100",
+        "guards.hold_after_ms=50",
+        "guards.stop_after_ms=100",
+        "guards.resume=explicit",
+    )
     with running_daemon(config), make_client(config) as client:
         state = np.zeros(6, np.float32)
-        wait_for(lambda: (client.send_observation(frame(), state),
-                          client.receive(0.01))[1].kind == "action")
+        wait_for(
+            lambda: (
+                (client.send_observation(frame(), state), client.receive(0.01))[1].kind == "action"
+            )
+        )
         wait_for(lambda: client.receive(0.01).reason == "stopped", timeout=3)
         # Fresh observations alone do not resume: still stopped.
         for _ in range(20):
             client.send_observation(frame(), state)
             assert client.receive(0.01).kind == "hold"
-        wait_for(lambda: (client.send_observation(frame(), state, resume=True),
-                          client.receive(0.01))[1].kind == "action")
+        wait_for(
+            lambda: (
+                (client.send_observation(frame(), state, resume=True), client.receive(0.01))[1].kind
+                == "action"
+            )
+        )

@@ -13,15 +13,24 @@ from controller.client import TempoClient
 from controller.config import load_config
 from controller.errors import DaemonUnavailable
 from controller.security import generate_keys
-from tests.conftest import running_daemon, wait_for
+from tests.conftest import wait_for
 
 JOINTS = [f"joint_{i}" for i in range(6)]
 
 
 def test_serve_refuses_a_public_bind_without_keys():
     result = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "serve", "--set", "server.bind=tcp://0.0.0.0:5599"],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            "serve",
+            "--set",
+            "server.bind=tcp://0.0.0.0:5599",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert "tcp://0.0.0.0:5599" in result.stderr
@@ -31,8 +40,20 @@ def test_serve_refuses_a_public_bind_without_keys():
 
 def test_keys_generate_command(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "keys", "generate", "--dir", str(tmp_path),
-         "--name", "daemon"], capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            "keys",
+            "generate",
+            "--dir",
+            str(tmp_path),
+            "--name",
+            "daemon",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "daemon.key").exists() and (tmp_path / "daemon.key_secret").exists()
@@ -46,13 +67,16 @@ def curve_daemon(tmp_path):
     allowed.mkdir()
     client_public, client_secret = generate_keys(tmp_path / "driver", "driver")
     (allowed / "driver.key").write_bytes(client_public.read_bytes())
-    config = load_config(None, [
-        "server.bind=tcp://127.0.0.1:*",
-        f"server.status_bind=ipc://{tmp_path}/status.sock",
-        f"security.server_secret_key={server_secret}",
-        f"security.authorized_keys={allowed}",
-        "control.rate_hz=100",
-    ])
+    config = load_config(
+        None,
+        [
+            "server.bind=tcp://127.0.0.1:*",
+            f"server.status_bind=ipc://{tmp_path}/status.sock",
+            f"security.server_secret_key={server_secret}",
+            f"security.authorized_keys={allowed}",
+            "control.rate_hz=100",
+        ],
+    )
     context = zmq.Context()  # one authenticator per context: keep it away from other tests
     from controller.app import build_policy
     from controller.daemon import Daemon
@@ -68,19 +92,41 @@ def curve_daemon(tmp_path):
 
 def test_curve_daemon_serves_an_allowlisted_driver(curve_daemon):
     daemon, client_secret, server_public, context = curve_daemon
-    client = TempoClient(daemon.endpoint, "arm0", JOINTS, {"front": (96, 128)}, 6, context=context,
-                         client_secret_key=client_secret, server_public_key=server_public)
+    client = TempoClient(
+        daemon.endpoint,
+        "arm0",
+        JOINTS,
+        {"front": (96, 128)},
+        6,
+        context=context,
+        client_secret_key=client_secret,
+        server_public_key=server_public,
+    )
     client.connect()
     state = np.zeros(6, np.float32)
-    wait_for(lambda: (client.send_observation({"front": np.zeros((96, 128, 3), np.uint8)}, state),
-                      client.receive(0.01))[1].kind == "action")
+    wait_for(
+        lambda: (
+            (
+                client.send_observation({"front": np.zeros((96, 128, 3), np.uint8)}, state),
+                client.receive(0.01),
+            )[1].kind
+            == "action"
+        )
+    )
     client.close()
 
 
 def test_curve_daemon_ignores_a_driver_without_keys(curve_daemon):
     daemon, _, _, context = curve_daemon
-    client = TempoClient(daemon.endpoint, "arm0", JOINTS, {"front": (96, 128)}, 6, context=context,
-                         handshake_timeout_s=0.5)
+    client = TempoClient(
+        daemon.endpoint,
+        "arm0",
+        JOINTS,
+        {"front": (96, 128)},
+        6,
+        context=context,
+        handshake_timeout_s=0.5,
+    )
     with pytest.raises(DaemonUnavailable):
         client.connect()
     client.close()

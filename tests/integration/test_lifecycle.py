@@ -17,8 +17,9 @@ JOINTS = [f"joint_{i}" for i in range(6)]
 
 
 def client_for(tmp_path, **kwargs) -> TempoClient:
-    return TempoClient(f"ipc://{tmp_path}/tempo.sock", "arm0", JOINTS, {"front": (96, 128)}, 6,
-                       **kwargs)
+    return TempoClient(
+        f"ipc://{tmp_path}/tempo.sock", "arm0", JOINTS, {"front": (96, 128)}, 6, **kwargs
+    )
 
 
 def observe(client: TempoClient) -> None:
@@ -47,11 +48,16 @@ def test_daemon_restart_client_reconnects_without_old_actions(tmp_path):
         wait_for(lambda: (observe(client), client.receive(0.01))[1].kind == "action")
     # The daemon was killed (SIGKILL, no goodbye). Start a new one on the same endpoint.
     with daemon_process(tmp_path):
+
         def reconnected_action():
             observe(client)
             command = client.receive(0.01)
-            return client.welcome is not None and client.welcome.session != first_session \
-                and command.kind == "action" and command
+            return (
+                client.welcome is not None
+                and client.welcome.session != first_session
+                and command.kind == "action"
+                and command
+            )
 
         action = wait_for(reconnected_action, timeout=10)
         assert client.counters.reconnects >= 1
@@ -63,12 +69,20 @@ def test_daemon_restart_client_reconnects_without_old_actions(tmp_path):
 def test_demo_json_smoke():
     result = subprocess.run(
         [sys.executable, "-m", "controller.cli", "demo", "--seconds", "3", "--json"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
-    for key in ("ticks", "achieved_hz", "missed_ticks", "latency_ms_p50", "latency_ms_p99",
-                "tick_lateness_us_p99"):
+    for key in (
+        "ticks",
+        "achieved_hz",
+        "missed_ticks",
+        "latency_ms_p50",
+        "latency_ms_p99",
+        "tick_lateness_us_p99",
+    ):
         assert key in summary
     assert summary["ticks"] > 100
     assert abs(summary["achieved_hz"] - 50) < 5

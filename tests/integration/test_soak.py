@@ -13,7 +13,9 @@ SOAK = Path(__file__).resolve().parents[2] / "scripts" / "soak.py"
 def test_short_soak_loses_and_duplicates_nothing():
     result = subprocess.run(
         [sys.executable, str(SOAK), "--seconds", "5", "--rate", "200", "--load", "1", "--json"],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["driver_received"] > 500  # ~1000 commands in 5 s at 200 Hz
