@@ -1,0 +1,103 @@
+"""A small ACT checkpoint with random weights, for demos, CPU runs and tests.
+
+It is a real ACT (ResNet18 backbone, transformer encoder-decoder, normalization buffers) at a
+width small enough to run on a laptop CPU, with statistics chosen for a simulated 6-joint arm:
+the action head is scaled so that every action stays within `ACTION_REACH` of a home pose, which
+keeps all outputs inside about +-1.4 rad whatever the inputs. It has learned nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from policies.act.config import ACTConfig
+from policies.act.model import ACT
+from policies.base import CameraSpec, PolicySpec
+from policies.checkpoint import save_checkpoint
+from policies.tensor_policy import TensorPolicy
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+HOME_POSE = (0.0, -0.6, 0.9, 0.0, 0.5, 0.0)  # rad, repeated/truncated to the joint count
+ACTION_STD = 0.25  # rad per unit of normalized action
+ACTION_REACH = 0.75  # rad: largest distance of any action from the home pose
+DEFAULT_JOINTS = ("joint_0", "joint_1", "joint_2", "joint_3", "joint_4", "joint_5")
+
+
+def make_demo_policy(
+    *,
+    cameras: Sequence[tuple[str, int, int]] = (("front", 96, 128),),
+    joint_names: Sequence[str] = DEFAULT_JOINTS,
+    state_size: int = 6,
+    chunk_size: int = 20,
+    seed: int = 0,
+) -> TensorPolicy:
+    """The demo ACT policy in memory (FP32, eval mode, CPU)."""
+    shapes = {(height, width) for _, height, width in cameras}
+    if len(shapes) != 1:
+        raise ValueError(f"the demo needs cameras of one frame shape, got {sorted(shapes)}")
+    height, width = shapes.pop()
+    n_joints = len(joint_names)
+    config = ACTConfig(
+        n_cameras=len(cameras),
+        image_height=height,
+        image_width=width,
+        state_dim=state_size,
+        action_dim=n_joints,
+        chunk_size=chunk_size,
+        vision_backbone="resnet18",
+        dim_model=64,
+        n_heads=4,
+        dim_feedforward=256,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        latent_dim=16,
+        use_vae=False,
+    )
+    spec = PolicySpec(
+        cameras=tuple(CameraSpec(name=n, height=h, width=w) for n, h, w in cameras),
+        state_size=config.state_size,
+        joint_names=tuple(joint_names),
+        chunk_size=chunk_size,
+    )
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        module = ACT(config)
+        home = torch.tensor([HOME_POSE[i % len(HOME_POSE)] for i in range(n_joints)])
+        module.image_norm.mean.copy_(torch.tensor(IMAGENET_MEAN).expand(len(cameras), 3))
+        module.image_norm.std.copy_(torch.tensor(IMAGENET_STD).expand(len(cameras), 3))
+        state_home = torch.tensor([HOME_POSE[i % len(HOME_POSE)] for i in range(state_size)])
+        module.state_norm.mean.copy_(state_home)
+        module.state_norm.std.fill_(0.5)
+        module.action_norm.mean.copy_(home)
+        module.action_norm.std.fill_(ACTION_STD)
+        # The decoder ends in a LayerNorm (unit weight, zero bias), so its outputs have norm
+        # sqrt(dim_model); rows of this norm keep |normalized action| <= REACH / STD.
+        head = module.action_head
+        row_norm = ACTION_REACH / ACTION_STD / config.dim_model**0.5
+        head.weight.mul_(row_norm / head.weight.norm(dim=1, keepdim=True))
+        head.bias.zero_()
+    return TensorPolicy(spec=spec, module=module.eval())
+
+
+def make_demo_checkpoint(
+    directory: str | Path,
+    *,
+    cameras: Sequence[tuple[str, int, int]] = (("front", 96, 128),),
+    joint_names: Sequence[str] = DEFAULT_JOINTS,
+    state_size: int = 6,
+    chunk_size: int = 20,
+    seed: int = 0,
+) -> Path:
+    """Write the demo ACT policy as a Tempo checkpoint into `directory`; returns it."""
+    policy = make_demo_policy(
+        cameras=cameras,
+        joint_names=joint_names,
+        state_size=state_size,
+        chunk_size=chunk_size,
+        seed=seed,
+    )
+    return save_checkpoint(directory, policy)

@@ -1,0 +1,283 @@
+"""Read a LeRobot ACT policy directory (as `ACTPolicy.save_pretrained` writes it) into Tempo.
+
+What LeRobot writes, and where Tempo takes each part from:
+
+    config.json          `"type": "act"`, the architecture options (same names as Tempo's
+                         ACTConfig), `input_features` / `output_features` with shapes, and
+                         `normalization_mapping` (feature type -> MEAN_STD, MIN_MAX, ...).
+    model.safetensors    the network under `model.` (`model.backbone.conv1.weight`,
+                         `model.encoder.layers.0.self_attn.in_proj_weight`, ...). Tempo's ACT
+                         uses the same names without the prefix.
+
+Normalization statistics come in one of two layouts, detected from the files present:
+
+    processor files      (LeRobot >= 0.4) `policy_preprocessor.json` and
+                         `policy_postprocessor.json` list the pipeline steps; the
+                         `normalizer_processor` step of the first and the
+                         `unnormalizer_processor` step of the second name their state files
+                         (`policy_preprocessor_step_3_normalizer_processor.safetensors`,
+                         `policy_postprocessor_step_0_unnormalizer_processor.safetensors`),
+                         whose keys are `<feature>.<stat>`: `observation.images.top.mean` (3, 1, 1),
+                         `observation.state.std`, `action.mean`, ... Modes come from the step's
+                         `norm_map` (else config.json's `normalization_mapping`), eps from its
+                         `eps`.
+    buffers in weights   (LeRobot < 0.4) model.safetensors also holds
+                         `normalize_inputs.buffer_<feature with . -> _>.<stat>` (e.g.
+                         `normalize_inputs.buffer_observation_images_top.mean`),
+                         `unnormalize_outputs.buffer_action.<stat>`, and the training-only
+                         `normalize_targets.buffer_action.<stat>` (dropped); eps is 1e-8.
+
+Renaming table (LeRobot -> Tempo):
+
+    model.<name>                                    -> <name>
+    <camera i>.<stat> (stats of image feature i)    -> image_norm.<stat>[i]   (3 values)
+    observation.state.<stat>                        -> state_norm.<stat>
+    observation.environment_state.<stat>            -> env_state_norm.<stat>
+    action.<stat> (postprocessor / unnormalize_outputs) -> action_norm.<stat>
+
+Modes: MEAN_STD -> mean_std (mean, std); MIN_MAX -> min_max (min, max); QUANTILES -> min_max
+(q01, q99); QUANTILE10 -> min_max (q10, q90); IDENTITY -> identity. The formulas are LeRobot's
+current ones; the old layout's MIN_MAX added 1e-8 to the range, a relative difference of
+1e-8 / (max - min), below FP32 noise for any real joint range.
+
+Names: camera `observation.images.top` is named `top` (`observation.image` -> `image`). LeRobot
+configs carry no joint names: pass `joint_names` (e.g. from the dataset's
+`meta/info.json` -> features.action.names), or get `joint_0`, `joint_1`, ...
+
+Refused, each with a sentence naming it: other policy types, n_obs_steps != 1, backbones other
+than resnet18/34/50/101/152, the `glu` activation, dilation on a BasicBlock ResNet, cameras of
+different shapes, input features other than cameras / `observation.state` /
+`observation.environment_state`, processor steps that change values (other than
+rename / batch / device / (un)normalizer), unknown normalization modes, and config options
+Tempo does not know (unless `allow_unknown_options`).
+
+The file formats are parsed in `policies.act.lerobot_format`; this module checks the options,
+builds the Tempo config and spec, and loads or converts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from controller.errors import CheckpointError
+from policies.act.config import ACTConfig
+from policies.act.lerobot_format import (
+    POSTPROCESSOR_FILE,
+    PREPROCESSOR_FILE,
+    Features,
+    Normalization,
+    stats_from_buffers,
+    stats_from_processors,
+)
+from policies.base import CameraSpec, PolicySpec
+from policies.checkpoint import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    build_module,
+    describe_validation_error,
+    detect_format,
+    read_tensors,
+    save_checkpoint,
+)
+from policies.tensor_policy import TensorPolicy
+
+logger = logging.getLogger(__name__)
+
+# LeRobot ACTConfig defaults, used only where a config.json leaves a field out.
+_DEFAULTS: dict[str, Any] = {
+    "n_obs_steps": 1,
+    "chunk_size": 100,
+    "n_action_steps": 100,
+    "normalization_mapping": {"VISUAL": "MEAN_STD", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"},
+    "vision_backbone": "resnet18",
+    "replace_final_stride_with_dilation": False,
+    "pre_norm": False,
+    "dim_model": 512,
+    "n_heads": 8,
+    "dim_feedforward": 3200,
+    "feedforward_activation": "relu",
+    "n_encoder_layers": 4,
+    "n_decoder_layers": 1,
+    "use_vae": True,
+    "latent_dim": 32,
+    "n_vae_encoder_layers": 4,
+    "temporal_ensemble_coeff": None,
+}
+# Options that only concern training, the Hub or LeRobot's runtime: read past.
+_IGNORED = {
+    "type", "input_features", "output_features", "device", "use_amp", "use_peft",
+    "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path",
+    "pretrained_revision", "pretrained_backbone_weights", "dropout", "kl_weight",
+    "optimizer_lr", "optimizer_weight_decay", "optimizer_lr_backbone",
+}  # fmt: skip
+
+
+@dataclass
+class LeRobotACT:
+    """A LeRobot ACT directory read into Tempo's terms."""
+
+    policy: TensorPolicy
+    layout: str
+    notes: list[str] = field(default_factory=list)
+
+
+def import_lerobot(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    joint_names: Sequence[str] | None = None,
+    allow_unknown_options: bool = False,
+) -> Path:
+    """Convert the LeRobot ACT directory `src` into a Tempo checkpoint at `dst`."""
+    if Path(dst).resolve() == Path(src).resolve():
+        raise CheckpointError(
+            f"{dst} is the LeRobot directory itself; write the Tempo checkpoint somewhere else"
+        )
+    imported = read_lerobot_act(
+        src, joint_names=joint_names, allow_unknown_options=allow_unknown_options
+    )
+    for note in imported.notes:
+        logger.info("import %s: %s", src, note)
+    return save_checkpoint(dst, imported.policy)
+
+
+def read_lerobot_act(
+    src: str | Path,
+    *,
+    joint_names: Sequence[str] | None = None,
+    allow_unknown_options: bool = False,
+) -> LeRobotACT:
+    """Read a LeRobot ACT directory into an FP32 TensorPolicy in eval mode (on the CPU)."""
+    src = Path(src)
+    kind, raw = detect_format(src)
+    if kind != "lerobot":
+        raise CheckpointError(f"{src} is a Tempo checkpoint, not a LeRobot one; load it directly")
+    config_path = src / CONFIG_FILE
+    options = _read_options(raw, config_path, allow_unknown_options)
+    features = Features.parse(raw, config_path)
+    tensors = read_tensors(src / WEIGHTS_FILE)
+
+    mapping = options["normalization_mapping"]
+    if (src / PREPROCESSOR_FILE).exists() or (src / POSTPROCESSOR_FILE).exists():
+        layout = f"processor files {PREPROCESSOR_FILE}, {POSTPROCESSOR_FILE}"
+        norm = stats_from_processors(src, mapping, features)
+        leftover = [k for k in tensors if not k.startswith("model.")]
+        if leftover:
+            raise CheckpointError(
+                f"{src / WEIGHTS_FILE} holds normalization buffers ({leftover[0]}, ...) and the "
+                "directory also has processor files; keep one layout (LeRobot's "
+                "migrate_policy_normalization does this)"
+            )
+    else:
+        layout = "normalization buffers inside model.safetensors"
+        norm = stats_from_buffers(tensors, mapping, features)
+    notes = list(norm.notes)
+
+    weights = {}
+    for key, tensor in tensors.items():
+        if not key.startswith("model."):
+            raise CheckpointError(
+                f"{src / WEIGHTS_FILE} has tensor '{key}', which is neither a model weight "
+                "(model.*) nor a normalization buffer Tempo knows; this is not a LeRobot ACT "
+                "checkpoint it can read"
+            )
+        weights[key.removeprefix("model.")] = tensor
+    weights.update(norm.tensors)
+
+    config = _act_config(options, features, norm, config_path)
+    if joint_names is None:
+        joint_names = [f"joint_{i}" for i in range(features.action_dim)]
+        notes.append("LeRobot configs carry no joint names; generated joint_0..")
+    elif len(joint_names) != features.action_dim:
+        raise CheckpointError(
+            f"{len(joint_names)} joint names were given but the LeRobot policy outputs "
+            f"{features.action_dim} actions; give one name per action entry"
+        )
+    try:
+        spec = PolicySpec(
+            cameras=tuple(
+                CameraSpec(name=name, height=features.height, width=features.width)
+                for name in features.camera_names
+            ),
+            state_size=config.state_size,
+            joint_names=tuple(joint_names),
+            chunk_size=config.chunk_size,
+            state_history=1,
+        )
+    except ValidationError as exc:
+        raise CheckpointError(f"{config_path}: spec {describe_validation_error(exc)}") from None
+    module = build_module(config, weights, src / WEIGHTS_FILE)
+    return LeRobotACT(policy=TensorPolicy(spec=spec, module=module), layout=layout, notes=notes)
+
+
+def _read_options(raw: dict[str, Any], path: Path, allow_unknown: bool) -> dict[str, Any]:
+    policy_type = raw.get("type")
+    if policy_type != "act":
+        raise CheckpointError(
+            f"{path} describes a LeRobot '{policy_type}' policy; Tempo imports LeRobot ACT only"
+        )
+    if "input_shapes" in raw:
+        raise CheckpointError(
+            f"{path} uses LeRobot's pre-2025 config layout (input_shapes); load and re-save it "
+            "with a current LeRobot first"
+        )
+    unknown = sorted(set(raw) - set(_DEFAULTS) - _IGNORED)
+    if unknown and not allow_unknown:
+        raise CheckpointError(
+            f"{path} has option(s) Tempo does not know: {', '.join(unknown)}; if they only "
+            "affect training, import with allow_unknown_options, else this variant is unsupported"
+        )
+    options = {name: raw.get(name, default) for name, default in _DEFAULTS.items()}
+    if options["n_obs_steps"] != 1:
+        raise CheckpointError(
+            f"{path}: n_obs_steps is {options['n_obs_steps']}; LeRobot's ACT reads one "
+            "observation step and so does Tempo's import (set it to 1)"
+        )
+    if options["feedforward_activation"] not in ("relu", "gelu"):
+        raise CheckpointError(
+            f"{path}: feedforward_activation '{options['feedforward_activation']}' is not "
+            "supported (relu or gelu)"
+        )
+    if not isinstance(options["normalization_mapping"], dict):
+        raise CheckpointError(f"{path}: normalization_mapping must be an object")
+    return options
+
+
+def _act_config(
+    options: dict[str, Any], features: Features, norm: Normalization, path: Path
+) -> ACTConfig:
+    values = {
+        name: options[name]
+        for name in (
+            "chunk_size", "n_action_steps", "vision_backbone", "replace_final_stride_with_dilation",
+            "pre_norm", "dim_model", "n_heads", "dim_feedforward", "feedforward_activation",
+            "n_encoder_layers", "n_decoder_layers", "use_vae", "latent_dim",
+            "n_vae_encoder_layers", "temporal_ensemble_coeff",
+        )
+    }  # fmt: skip
+    values.update(norm.modes)
+    values.update(
+        n_cameras=len(features.camera_keys),
+        image_height=features.height,
+        image_width=features.width,
+        state_dim=features.state_dim,
+        env_state_dim=features.env_state_dim,
+        action_dim=features.action_dim,
+        norm_eps=norm.eps,
+    )
+    try:
+        return ACTConfig.model_validate(values)
+    except ValidationError as exc:
+        problem = describe_validation_error(exc)
+        if "vision_backbone" in problem:
+            problem = (
+                f"vision_backbone '{options['vision_backbone']}' is not supported (resnet18, "
+                "resnet34, resnet50, resnet101, resnet152)"
+            )
+        raise CheckpointError(f"{path}: {problem}") from None
