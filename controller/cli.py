@@ -41,7 +41,11 @@ def _config_args(args: argparse.Namespace) -> list[str]:
 
 
 def _load(args: argparse.Namespace) -> TempoConfig:
-    return load_config(args.config, args.overrides)
+    overrides = list(args.overrides)
+    policy_path = getattr(args, "policy_path", None)
+    if policy_path is not None:
+        overrides = ["policy.kind=checkpoint", f"policy.path={policy_path}", *overrides]
+    return load_config(args.config, overrides)
 
 
 def _setup_logging(level: str) -> None:
@@ -85,10 +89,34 @@ def cmd_sim_robot(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    _load(args)  # refuse a bad config here, before starting any process
-    from controller.demo import run_demo
+    from controller.demo import demo_policy_args, run_demo
 
-    return run_demo(args.seconds, _config_args(args), args.json, args.log_level or "WARNING")
+    policy_args = demo_policy_args(args.policy)  # first, so the user's --set wins
+    load_config(args.config, [*policy_args[1::2], *args.overrides])  # refuse a bad config now
+    config_args = [*policy_args, *_config_args(args)]
+    return run_demo(args.seconds, config_args, args.json, args.log_level or "WARNING")
+
+
+def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
+    from policies.checkpoint import describe_checkpoint
+
+    print(describe_checkpoint(args.directory))
+    return 0
+
+
+def cmd_checkpoint_import(args: argparse.Namespace) -> int:
+    from policies.lerobot_import import import_lerobot
+
+    joint_names = args.joint_names.split(",") if args.joint_names else None
+    written = import_lerobot(
+        args.source,
+        args.destination,
+        joint_names=joint_names,
+        allow_unknown_options=args.allow_unknown_options,
+    )
+    print(f"wrote a Tempo checkpoint to {written}; serve it with "
+          f"`tempo serve --set policy.kind=checkpoint --set policy.path={written}`")
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -147,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the daemon")
     _add_config_args(serve)
+    serve.add_argument(
+        "--policy.path",
+        dest="policy_path",
+        type=Path,
+        help="serve this checkpoint (Tempo's or a LeRobot ACT directory); short for "
+        "--set policy.kind=checkpoint --set policy.path=DIR",
+    )
     serve.set_defaults(func=cmd_serve)
 
     config = sub.add_parser("config", help="configuration tools")
@@ -167,6 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(demo)
     demo.add_argument("--seconds", type=float, default=10.0)
     demo.add_argument("--json", action="store_true", help="print one JSON summary at the end")
+    demo.add_argument(
+        "--policy",
+        choices=["act", "reach"],
+        default="act",
+        help="act: a small ACT with random weights, made on first run (default); "
+        "reach: the built-in scripted policy",
+    )
     demo.set_defaults(func=cmd_demo)
 
     status = sub.add_parser("status", help="ask a running daemon how it is doing")
@@ -175,6 +217,27 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     status.add_argument("--timeout", type=float, default=2.0)
     status.set_defaults(func=cmd_status)
+
+    checkpoint = sub.add_parser("checkpoint", help="inspect and import policy checkpoints")
+    checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", required=True)
+    inspect = checkpoint_sub.add_parser("inspect", help="print a checkpoint's spec and size")
+    inspect.add_argument("directory", type=Path)
+    inspect.set_defaults(func=cmd_checkpoint_inspect)
+    convert = checkpoint_sub.add_parser(
+        "import-lerobot", help="convert a LeRobot ACT directory to Tempo's format"
+    )
+    convert.add_argument("source", type=Path)
+    convert.add_argument("destination", type=Path)
+    convert.add_argument(
+        "--joint-names",
+        help="comma-separated joint names (LeRobot configs carry none; default joint_0, ...)",
+    )
+    convert.add_argument(
+        "--allow-unknown-options",
+        action="store_true",
+        help="accept LeRobot config options Tempo does not know (they are listed)",
+    )
+    convert.set_defaults(func=cmd_checkpoint_import)
 
     keys = sub.add_parser("keys", help="CurveZMQ keys for binding beyond localhost")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

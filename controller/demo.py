@@ -7,6 +7,7 @@ directory, so the demo never collides with a daemon already running on the defau
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -20,6 +21,26 @@ from typing import IO, Any
 from controller.status_server import request_status
 
 READY_TIMEOUT_S = 600.0  # a first compile of a large model can take minutes
+
+
+def demo_checkpoint_dir() -> Path:
+    """Where the demo's ACT checkpoint lives (made on first run)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "tempo" / "demo-act"
+
+
+def demo_policy_args(policy: str) -> list[str]:
+    """`--set` options that make the daemon serve the demo policy; creates the ACT checkpoint
+    the first time. It is shaped for the simulated robot (6 joints, one 96x128 camera), with
+    random weights and a fixed seed: the model path is real, the behaviour is not trained."""
+    if policy == "reach":
+        return ["--set", "policy.kind=reach"]
+    directory = demo_checkpoint_dir()
+    if not (directory / "config.json").exists():
+        from policies.act.demo import make_demo_checkpoint
+
+        make_demo_checkpoint(directory)
+    return ["--set", "policy.kind=checkpoint", "--set", f"policy.path={directory}"]
 
 
 def _tempo_command(*args: str) -> list[str]:

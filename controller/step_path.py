@@ -32,8 +32,12 @@ class StepPath:
             config.channels_last == "auto" and device.type == "cuda" and has_conv
         )
         if self.channels_last:
-            # 4-D weights only; the stubs of Module.to lack memory_format, the method takes it.
-            module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            if hasattr(module, "use_channels_last"):
+                # The policy knows its own layout (ACT also feeds the frames channels-last).
+                module = module.use_channels_last()
+            else:
+                # 4-D weights only; the stubs of Module.to lack memory_format; the method takes it.
+                module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self.module = module
         self.device = device
         self.stream: torch.cuda.Stream | None = None

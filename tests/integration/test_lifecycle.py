@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -66,12 +67,15 @@ def test_daemon_restart_client_reconnects_without_old_actions(tmp_path):
     client.close()
 
 
-def test_demo_json_smoke():
+def test_demo_json_smoke(tmp_path):
+    # The demo makes its ACT checkpoint on first run, under the cache directory.
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
     result = subprocess.run(
         [sys.executable, "-m", "controller.cli", "demo", "--seconds", "3", "--json"],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
@@ -87,3 +91,5 @@ def test_demo_json_smoke():
     assert summary["ticks"] > 100
     assert abs(summary["achieved_hz"] - 50) < 5
     assert summary["actions_applied"] > 0
+    assert summary["policy_tier"] == "eager_fp32"  # the CPU default (runner.top_tier auto)
+    assert (tmp_path / "tempo" / "demo-act" / "model.safetensors").exists()
