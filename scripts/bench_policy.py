@@ -90,42 +90,9 @@ def build_policy(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def act_aloha_policy():  # type: ignore[no-untyped-def]
-    """LeRobot's default ACT for ALOHA: resnet18, 3 cameras 480x640, 14 joints, chunk 100,
-    dim_model 512, 8 heads, feedforward 3200, 4 encoder / 1 decoder layers, VAE kept."""
-    import torch
+    from policies.act.demo import make_aloha_policy
 
-    from policies.act import ACT, ACTConfig
-    from policies.base import CameraSpec, PolicySpec
-    from policies.checkpoint import check_spec_matches
-    from policies.tensor_policy import TensorPolicy
-
-    config = ACTConfig(
-        n_cameras=3,
-        image_height=480,
-        image_width=640,
-        state_dim=14,
-        action_dim=14,
-        chunk_size=100,
-        vision_backbone="resnet18",
-        dim_model=512,
-        n_heads=8,
-        dim_feedforward=3200,
-        n_encoder_layers=4,
-        n_decoder_layers=1,
-        latent_dim=32,
-        use_vae=True,
-    )
-    arms = [f"{side}_{j}" for side in ("left", "right") for j in range(7)]
-    cameras = ("cam_high", "cam_left_wrist", "cam_right_wrist")
-    spec = PolicySpec(
-        cameras=tuple(CameraSpec(name=c, height=480, width=640) for c in cameras),
-        state_size=14,
-        joint_names=tuple(arms),
-        chunk_size=100,
-    )
-    check_spec_matches(spec, config, "the ALOHA benchmark policy")
-    torch.manual_seed(0)
-    return TensorPolicy(spec=spec, module=ACT(config).eval())
+    return make_aloha_policy()
 
 
 def runner_config(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]

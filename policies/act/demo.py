@@ -101,3 +101,36 @@ def make_demo_checkpoint(
         seed=seed,
     )
     return save_checkpoint(directory, policy)
+
+
+def make_aloha_policy(seed: int = 0) -> TensorPolicy:
+    """LeRobot's default ACT for ALOHA with random weights: resnet18, 3 cameras 480x640,
+    14 joints, chunk 100, dim_model 512, 8 heads, feedforward 3200, 4 encoder / 1 decoder layers
+    (51.6 M parameters with the VAE encoder). For benchmarks and GPU checks; it has learned
+    nothing."""
+    config = ACTConfig(
+        n_cameras=3,
+        image_height=480,
+        image_width=640,
+        state_dim=14,
+        action_dim=14,
+        chunk_size=100,
+        vision_backbone="resnet18",
+        dim_model=512,
+        n_heads=8,
+        dim_feedforward=3200,
+        n_encoder_layers=4,
+        n_decoder_layers=1,
+        latent_dim=32,
+        use_vae=True,
+    )
+    joints = tuple(f"{side}_{j}" for side in ("left", "right") for j in range(7))
+    cameras = ("cam_high", "cam_left_wrist", "cam_right_wrist")
+    spec = PolicySpec(
+        cameras=tuple(CameraSpec(name=c, height=480, width=640) for c in cameras),
+        state_size=14,
+        joint_names=joints,
+        chunk_size=100,
+    )
+    torch.manual_seed(seed)
+    return TensorPolicy(spec=spec, module=ACT(config).eval())

@@ -11,12 +11,21 @@ import numpy as np
 from controller.client import TempoClient
 from controller.status_server import request_status
 from tests.conftest import wait_for
-from tests.unit.test_lerobot_import import MEAN_STD, MEAN_STD_NAMES, tempo_model, write_processor_layout
+from tests.unit.test_lerobot_import import (
+    MEAN_STD,
+    MEAN_STD_NAMES,
+    tempo_model,
+    write_processor_layout,
+)
 
 
 def tempo(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "controller.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_inspect_and_import_lerobot(tmp_path):
@@ -25,8 +34,14 @@ def test_inspect_and_import_lerobot(tmp_path):
     assert inspected.returncode == 0, inspected.stderr
     assert "front" in inspected.stdout and "wrist" in inspected.stdout
 
-    imported = tempo("checkpoint", "import-lerobot", str(source), str(tmp_path / "tempo"),
-                     "--joint-names", "a,b,c")
+    imported = tempo(
+        "checkpoint",
+        "import-lerobot",
+        str(source),
+        str(tmp_path / "tempo"),
+        "--joint-names",
+        "a,b,c",
+    )
     assert imported.returncode == 0, imported.stderr
     described = tempo("checkpoint", "inspect", str(tmp_path / "tempo"))
     assert described.returncode == 0 and "a" in described.stdout and "tempo" in described.stdout
@@ -43,10 +58,21 @@ def test_inspect_refuses_a_corrupt_checkpoint_with_a_sentence(tmp_path):
 def test_serve_a_lerobot_directory_directly(tmp_path):
     source = write_processor_layout(tmp_path / "lerobot", tempo_model(), MEAN_STD, MEAN_STD_NAMES)
     process = subprocess.Popen(
-        [sys.executable, "-m", "controller.cli", "serve", "--policy.path", str(source),
-         "--set", f"server.bind=ipc://{tmp_path}/tempo.sock",
-         "--set", f"server.status_bind=ipc://{tmp_path}/status.sock"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            "serve",
+            "--policy.path",
+            str(source),
+            "--set",
+            f"server.bind=ipc://{tmp_path}/tempo.sock",
+            "--set",
+            f"server.status_bind=ipc://{tmp_path}/status.sock",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         wait_for(lambda: request_status(f"ipc://{tmp_path}/status.sock", 0.2), timeout=60)
@@ -55,8 +81,14 @@ def test_serve_a_lerobot_directory_directly(tmp_path):
         with TempoClient(f"ipc://{tmp_path}/tempo.sock", "arm", joints, cameras, 3) as client:
             frames = {name: np.zeros((32, 32, 3), np.uint8) for name in cameras}
             command = wait_for(
-                lambda: (client.send_observation(frames, np.zeros(3, np.float32)),
-                         client.receive(0.01))[1].kind == "action" and client.receive()
+                lambda: (
+                    (
+                        client.send_observation(frames, np.zeros(3, np.float32)),
+                        client.receive(0.01),
+                    )[1].kind
+                    == "action"
+                    and client.receive()
+                )
             )
             assert command.action.shape == (3,) and np.isfinite(command.action).all()
     finally:

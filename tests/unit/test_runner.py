@@ -43,6 +43,8 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unty
 def make_runner(cache_dir, faults=None, seed=0, **settings) -> Runner:  # type: ignore[no-untyped-def]
     # No step budget unless a test is about the budget: a loaded CI machine must not demote.
     settings.setdefault("step_budget_ms", None)
+    # The whole ladder: `auto` would start a CPU at eager_fp32.
+    settings.setdefault("top_tier", "graph")
     config = RunnerConfig(cache_dir=cache_dir, parity_observations=3, **settings)
     return Runner(build_tiny_policy(seed=seed), config, device="cpu", faults=faults)
 
@@ -55,6 +57,11 @@ def started(cache_dir, faults=None, **settings) -> Runner:  # type: ignore[no-un
 
 def reference_chunk(seed: int, observation) -> np.ndarray:  # type: ignore[no-untyped-def]
     return EagerPolicy(build_tiny_policy(seed=seed)).predict_chunk(*observation)
+
+
+def test_auto_top_tier_serves_eager_fp32_on_a_cpu(cache_dir) -> None:
+    runner = started(cache_dir, top_tier="auto")
+    assert runner.tier == "eager_fp32" and runner.ready_tiers == ["eager_fp32"]
 
 
 def test_cpu_ladder_starts_at_compiled_and_matches_the_reference(cache_dir) -> None:
@@ -163,7 +170,9 @@ class FakeClock:
 def test_k_overruns_in_n_steps_demote(cache_dir) -> None:
     clock = FakeClock()
     plan = FaultPlan(slow_on={1, 4}, slow_s=0.06, sleep=clock.advance)
-    config = RunnerConfig(cache_dir=cache_dir, step_budget_ms=40, overrun_k=2, overrun_n=5)
+    config = RunnerConfig(
+        cache_dir=cache_dir, top_tier="compiled", step_budget_ms=40, overrun_k=2, overrun_n=5
+    )
     runner = Runner(
         build_tiny_policy(), config, device="cpu", faults={"compiled": plan}, clock=clock
     )
@@ -182,7 +191,9 @@ def test_k_overruns_in_n_steps_demote(cache_dir) -> None:
 def test_overruns_spread_wider_than_n_steps_do_not_demote(cache_dir) -> None:
     clock = FakeClock()
     plan = FaultPlan(slow_on={0, 5, 10}, slow_s=0.06, sleep=clock.advance)
-    config = RunnerConfig(cache_dir=cache_dir, step_budget_ms=40, overrun_k=2, overrun_n=5)
+    config = RunnerConfig(
+        cache_dir=cache_dir, top_tier="compiled", step_budget_ms=40, overrun_k=2, overrun_n=5
+    )
     runner = Runner(
         build_tiny_policy(), config, device="cpu", faults={"compiled": plan}, clock=clock
     )
