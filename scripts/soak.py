@@ -41,7 +41,7 @@ def soak(seconds: float, rate: float, load: int, policy_args: list[str]) -> dict
         cli = [sys.executable, "-m", "controller.cli"]
         daemon = subprocess.Popen([*cli, "serve", *config_args, "--log-level", "WARNING"])
         status_endpoint = f"ipc://{tmp}/status.sock"
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # a cold compile of a big model
         while request_status(status_endpoint, 0.5) is None:
             if daemon.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("soak: the daemon did not start")

@@ -1,0 +1,60 @@
+"""Where one serving step's time goes on the GPU: host staging, upload, replay, download.
+
+Builds ACT at ALOHA size through the runner (graph tier; the compile cache makes a restart fast),
+then times each phase of `predict_chunk` with a synchronize after it, so phases do not overlap
+here as they do when serving (the sum is an upper bound of the real step).
+
+    python scripts/profile_step.py [--cache-dir DIR] [--iters 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from controller.ladder import random_observation
+from controller.runner import Runner
+from controller.runner_config import RunnerConfig
+from policies.act.demo import make_aloha_policy
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--iters", type=int, default=300)
+    args = parser.parse_args()
+    runner = Runner(make_aloha_policy(), RunnerConfig(cache_dir=args.cache_dir), device="cuda")
+    runner.start()
+    path, tier = runner._path, runner._tiers[runner.tier]  # noqa: SLF001 - a profiling tool
+    observations = [random_observation(runner.spec, seed) for seed in range(8)]
+    phases: dict[str, list[float]] = {"upload (host+DMA)": [], "replay": [], "download": [],
+                                      "predict_chunk": []}
+    sync = torch.cuda.synchronize
+    for i in range(args.iters + 20):
+        images, state = observations[i % len(observations)]
+        t0 = time.perf_counter()
+        path.upload(images, state)
+        sync()
+        t1 = time.perf_counter()
+        with torch.no_grad(), path.on_stream():
+            out = tier.run()
+            path.staging.mark_consumed()
+            sync()
+            t2 = time.perf_counter()
+            path._download.fetch(out)  # noqa: SLF001
+        t3 = time.perf_counter()
+        runner.predict_chunk(images, state)
+        t4 = time.perf_counter()
+        if i >= 20:
+            for key, value in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                phases[key].append(value * 1e3)
+    print(f"serving tier {runner.tier}; per-phase time with a synchronize after each (ms)")
+    for key, values in phases.items():
+        print(f"  {key:20s} p50 {np.median(values):6.3f}   p99 {np.percentile(values, 99):6.3f}")
+
+
+if __name__ == "__main__":
+    main()
