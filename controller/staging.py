@@ -28,7 +28,6 @@ already returned must never change.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -36,14 +35,6 @@ import torch
 
 from policies.base import PolicySpec
 from policies.tensor_policy import check_stackable
-
-
-def _read_only_tensor(array: np.ndarray) -> torch.Tensor:
-    """A tensor view of an array we only read (zmq frames are read-only buffers; torch warns
-    about writing through such views, which this code never does)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(array)
 
 
 class _Slot:
@@ -138,9 +129,10 @@ class InputStaging:
         with torch.cuda.stream(self._copy_stream):
             # Camera by camera, so each frame's DMA overlaps the host copy of the next one.
             for i, name in enumerate(self._names):
-                # torch's CPU copy is multi-threaded (np.copyto is not): ~1 MB frames land in
-                # pinned memory several times faster on a many-core robot PC.
-                slot.images[0, i].copy_(_read_only_tensor(images[name]))
+                # np.copyto, single-threaded on purpose: torch's multi-threaded CPU copy was
+                # faster when the machine was idle but took 24 ms a step on an H200 host while
+                # other processes kept its cores busy (its worker threads wait on each other).
+                np.copyto(slot.images_np[0, i], images[name])
                 self.images[0, i].copy_(slot.images[0, i], non_blocking=True)
             np.copyto(slot.state_np[0], state)
             self.state.copy_(slot.state, non_blocking=True)
