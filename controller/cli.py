@@ -152,6 +152,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"p99 {status['obs_to_action_ms_p99']:.2f} ms"
     )
     print(f"protocol errors {status['protocol_errors'] or 'none'}")
+    print(f"guard interventions {status.get('guard_interventions') or 'none'}")
     for robot in status["robots"]:
         age = robot["last_observation_age_ms"]
         print(

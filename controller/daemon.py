@@ -6,6 +6,7 @@ Built by `controller.app` from a config and a ready policy; constructing it does
 
 from __future__ import annotations
 
+import collections
 import gc
 import logging
 import os
@@ -185,6 +186,9 @@ class Daemon:
                     "sent": session.send_seq,
                 }
             )
+        guard_totals = collections.Counter(self.dispatcher.closed_guard_counts)
+        for session in list(self.dispatcher.sessions.values()):
+            guard_totals.update(session.guards.counters)
         policy_status = getattr(self.policy, "status", None)
         return {
             "uptime_s": uptime,
@@ -207,6 +211,7 @@ class Daemon:
             "messages": self.dispatcher.messages,
             "protocol_errors": dict(self.dispatcher.errors),
             "send_dropped": self.transport.send_dropped,
+            "guard_interventions": dict(guard_totals),
             "robots": robots,
             "policy": policy_status() if callable(policy_status) else {},
         }

@@ -77,8 +77,14 @@ def _status_line(status: dict[str, Any], driver: dict[str, Any]) -> str:
         f"obs->action p50 {driver.get('latency_ms_p50', float('nan')):5.1f} "
         f"p99 {driver.get('latency_ms_p99', float('nan')):5.1f} ms | "
         f"missed {status['missed_ticks']} | robots {len(status['robots'])} | "
-        f"tier {tier} | holds {status['holds_sent']}"
+        f"tier {tier} | holds {status['holds_sent']} | guards {_interventions(status)}"
     )
+
+
+def _interventions(status: dict[str, Any]) -> int:
+    """Guard interventions so far (held ticks are not interventions: nothing was changed)."""
+    counts = status.get("guard_interventions", {})
+    return sum(v for k, v in counts.items() if k != "held_ticks")
 
 
 def run_demo(seconds: float, config_args: Sequence[str], as_json: bool, log_level: str) -> int:
@@ -183,4 +189,5 @@ def _summary(
         "observations": driver["observations"],
         "inference_ms_p50": after["inference_ms_p50"],
         "policy_tier": after.get("policy", {}).get("tier", "eager_fp32"),
+        "guard_interventions": after.get("guard_interventions", {}),
     }

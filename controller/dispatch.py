@@ -51,6 +51,8 @@ class Dispatcher:
         self.sessions: dict[str, Session] = {}
         self.by_identity: dict[bytes, str] = {}
         self.errors: collections.Counter[str] = collections.Counter()
+        # Guard interventions of sessions that have ended, so totals survive a disconnect.
+        self.closed_guard_counts: collections.Counter[str] = collections.Counter()
         self.messages = 0
         self._error_seq = 0
 
@@ -281,6 +283,7 @@ class Dispatcher:
         if session is None:
             return
         session.closed = True
+        self.closed_guard_counts.update(session.guards.counters)
         if self.by_identity.get(session.identity) == session_id:
             del self.by_identity[session.identity]
         log.info("robot %s disconnected (%s)", session.robot, reason)

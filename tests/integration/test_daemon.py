@@ -203,3 +203,15 @@ def test_explicit_resume_releases_the_stop_state(tmp_path):
                 == "action"
             )
         )
+
+
+def test_guard_interventions_are_counted_in_status_and_survive_disconnect(tmp_path):
+    config = ipc_config(tmp_path, "control.rate_hz=100", "policy.target=[1, 1, 1, 1, 1, 1]",
+                        "guards.position_limits={joint_0: [-0.1, 0.1]}")
+    with running_daemon(config) as daemon:
+        with make_client(config) as client:
+            stream(client, np.zeros(6, np.float32), 0.5)
+            live = daemon.status()["robots"][0]["guards"]["position_clamped"]
+            assert live > 10
+        wait_for(lambda: not daemon.dispatcher.sessions)
+        assert daemon.status()["guard_interventions"]["position_clamped"] >= live
