@@ -82,13 +82,16 @@ def serve(
     stop: threading.Event | None = None,
     on_ready: Callable[[Daemon], Any] | None = None,
     install_signals: bool = True,
+    policy: Policy | None = None,
 ) -> int:
-    """Run the daemon until SIGTERM/SIGINT (or `stop`); returns the exit code."""
+    """Run the daemon until SIGTERM/SIGINT (or `stop`); returns the exit code. `policy`, when
+    given, is served instead of the configured one (tests and embedding)."""
     stop = stop or threading.Event()
     # Refuse an exposed bind before the (possibly slow) policy load, not after.
     check_bind_allowed(config.server.bind, config.security)
     check_local_only(config.server.status_bind, "server.status_bind")
-    policy = build_policy(config)
+    if policy is None:
+        policy = build_policy(config)
     daemon = Daemon(config, policy)
     status = StatusServer(daemon.context, config.server.status_bind, daemon.status)
     if install_signals:

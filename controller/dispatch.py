@@ -242,11 +242,16 @@ class Dispatcher:
                 f"{name!r} must be float32 or float64 of shape [{size}], got {array.dtype} "
                 f"{list(array.shape)}",
             )
-        if not np.isfinite(array).all():
+        # Cast first: a float64 beyond float32's range would become Inf after the check.
+        with np.errstate(over="ignore", invalid="ignore"):
+            vector = array.astype(np.float32, copy=False)
+        if not np.isfinite(vector).all():
             raise ProtocolError(
-                ErrorCode.NON_FINITE, f"{name!r} contains NaN or Inf; the observation was refused"
+                ErrorCode.NON_FINITE,
+                f"{name!r} contains NaN, Inf or values beyond float32's range; the observation "
+                "was refused",
             )
-        return array.astype(np.float32, copy=False)
+        return vector
 
     def _teleop(self, identity: bytes, message: Message, now_ns: int) -> None:
         session = self._session_of(identity, message)

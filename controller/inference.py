@@ -69,13 +69,17 @@ class InferenceWorker:
             request = session.requests.take()
             if request is None or session.closed:
                 continue  # already served by an earlier wake-up, or the robot left
-            self._infer(session, request)
+            try:
+                self._infer(session, request)
+            except Exception:  # a bug of ours: this thread must outlive it, or every robot holds
+                self.failures += 1
+                log.exception("the inference worker failed on robot %s; continuing", session.robot)
 
     def _infer(self, session: Session, request: InferenceRequest) -> None:
         self.busy = True
         started = time.monotonic_ns()
         try:
-            actions = self.policy.predict_chunk(request.images, request.state)
+            raw = self.policy.predict_chunk(request.images, request.state)
         except Exception as exc:  # noqa: BLE001 - any failure: keep serving from existing chunks
             self.failures += 1
             session.counters["inference_failures"] += 1
@@ -86,23 +90,28 @@ class InferenceWorker:
         elapsed = time.monotonic_ns() - started
         self.step_ms.record(elapsed / 1e6)
         self.inferences += 1
-        expected = (session.spec.chunk_size, session.spec.action_dim)
-        if actions.shape != expected or not np.isfinite(actions).all():
+        actions = self._usable_chunk(raw, (session.spec.chunk_size, session.spec.action_dim))
+        if actions is None:
             self.non_finite += 1
             session.counters["chunks_rejected"] += 1
-            log.warning(
-                "policy returned an unusable chunk for robot %s (shape %s, finite %s); dropped",
-                session.robot,
-                actions.shape,
-                bool(np.isfinite(actions).all()),
-            )
+            log.warning("policy returned an unusable chunk for robot %s; dropped", session.robot)
             return
         session.chunks.append(
             Chunk(
                 start_step=request.step,
-                actions=np.asarray(actions, dtype=np.float32),
+                actions=actions,
                 obs_seq=request.obs_seq,
                 obs_received_ns=request.received_ns,
                 inference_ns=elapsed,
             )
         )
+
+    @staticmethod
+    def _usable_chunk(raw: object, shape: tuple[int, int]) -> np.ndarray | None:
+        """The chunk as float32 of the expected shape with every value finite, else None.
+        Cast before the finite check: float64 beyond float32's range becomes Inf."""
+        if not isinstance(raw, np.ndarray) or raw.dtype.kind not in "fiu" or raw.shape != shape:
+            return None
+        with np.errstate(over="ignore", invalid="ignore"):
+            actions = raw.astype(np.float32)
+        return actions if np.isfinite(actions).all() else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from controller.dispatch import Dispatcher
+from controller.errors import ErrorCode
 from controller.guards import Verdict
 from controller.session import Session
 from controller.stats import SampleWindow
@@ -28,13 +29,30 @@ class ControlLoop:
         self.actions_sent = 0
         self.holds_sent = 0
         self.late_actions_dropped = 0
+        self.internal_errors = 0
 
     def tick(self, step: int, deadline_ns: int, now_ns: int) -> None:
         for session in list(self.dispatcher.sessions.values()):
             if now_ns - session.last_seen_ns > self.session_timeout_ns:
                 self.dispatcher.close(session.id, "no message within server.session_timeout_s")
                 continue
-            self._tick_session(session, step, deadline_ns, now_ns)
+            try:
+                self._tick_session(session, step, deadline_ns, now_ns)
+            except Exception:
+                # A bug of ours on one robot's tick must not stop the others: hold that robot,
+                # end its session (its driver reconnects to a fresh one), keep ticking.
+                self.internal_errors += 1
+                log.exception("tick failed for robot %s; holding it and ending its session",
+                              session.robot)
+                self.send_hold(session, step, "internal_error")
+                self.dispatcher.reply_error(
+                    session.identity,
+                    ErrorCode.INTERNAL,
+                    "the daemon failed on this robot's control tick (see its log); the session "
+                    "was ended: say hello again",
+                    None,
+                )
+                self.dispatcher.close(session.id, "internal error on its tick")
 
     def _tick_session(self, session: Session, step: int, deadline_ns: int, now_ns: int) -> None:
         new_chunk = None

@@ -63,9 +63,15 @@ _OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
 
 @dataclass(frozen=True)
 class Limits:
-    """Upper bounds applied before any parsing. The daemon narrows them per session."""
+    """Upper bounds applied before any parsing. The daemon narrows the array limits to its
+    policy's spec (controller.daemon.limits_for).
 
-    max_header_bytes: int = 64 * 1024
+    A real header is well under 2 KiB; 16 KiB leaves room for a hello of a few hundred joints
+    with limits. Header size and value count are bounded because checking a header is Python
+    work on the control loop's thread: 64 KiB of empty maps took 13-19 ms there."""
+
+    max_header_bytes: int = 16 * 1024
+    max_header_values: int = 4096
     max_arrays: int = 32
     max_array_bytes: int = 64 * 1024 * 1024
     max_str_len: int = 4096
@@ -137,20 +143,29 @@ def _unpack_header(raw: Any, limits: Limits) -> dict[str, Any]:
         ) from None
     if not isinstance(header, dict):
         raise ProtocolError(ErrorCode.MALFORMED, "header frame must be a msgpack map")
-    _refuse_foreign_types(header)
+    _refuse_foreign_types(header, limits.max_header_values)
     return header
 
 
 _PLAIN = (str, int, float, bool, type(None))
 
 
-def _refuse_foreign_types(header: dict[str, Any]) -> None:
+def _refuse_foreign_types(header: dict[str, Any], max_values: int) -> None:
     """A header holds maps, lists, strings, numbers, booleans and nil only: no bin (even empty,
     which no msgpack length limit can refuse), no ext (timestamps bypass ext_hook). Iterative,
-    so nesting as deep as msgpack allows cannot exhaust the Python stack."""
+    so nesting as deep as msgpack allows cannot exhaust the Python stack, and bounded, so a
+    header packed with tiny values cannot hold the loop thread for long."""
     pending: list[Any] = [header]
+    seen = 0
     while pending:
         node = pending.pop()
+        seen += 1
+        if seen > max_values:
+            raise ProtocolError(
+                ErrorCode.NOT_ALLOWED,
+                f"the header holds more than {max_values} values; a real header holds a few "
+                "hundred",
+            )
         if isinstance(node, dict):
             pending.extend(node.keys())
             pending.extend(node.values())
@@ -198,8 +213,13 @@ def _check_fields(header: dict[str, Any]) -> str:
             raise ProtocolError(
                 ErrorCode.MALFORMED, f"header field {name!r} must be {_type_name(allowed)}"
             )
-    if header["seq"] < 0:
-        raise ProtocolError(ErrorCode.MALFORMED, "header field 'seq' must not be negative")
+    if not 0 <= header["seq"] < 2**63:
+        raise ProtocolError(ErrorCode.MALFORMED, "header field 'seq' must be in [0, 2^63)")
+    if not 0 <= header["time_ns"] < 2**63:
+        raise ProtocolError(
+            ErrorCode.MALFORMED,
+            "header field 'time_ns' must be the sender's monotonic clock in ns, in [0, 2^63)",
+        )
     return kind
 
 

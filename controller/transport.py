@@ -56,6 +56,8 @@ class RouterTransport:
         self.sent = 0
         self.send_dropped = 0
         self.on_peer_gone: Callable[[bytes], None] | None = None
+        self._discarding = False  # inside a message with too many parts: drop its remaining parts
+        self.parts_discarded = 0
         self.curve = curve
 
     def open(self) -> str:
@@ -83,12 +85,45 @@ class RouterTransport:
                 continue
             # Drain what is queued, checking the clock so a flood cannot delay the tick.
             while time.monotonic_ns() < until_ns:
+                if self._discarding:
+                    self._discard_parts(until_ns)
+                    continue
                 try:
-                    frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                    identity, frames = self._receive_message()
                 except zmq.Again:
                     break
-                identity = frames[0].bytes
-                handle(identity, frames[1:], time.monotonic_ns())
+                handle(identity, frames, time.monotonic_ns())
+
+    def _receive_message(self) -> tuple[bytes, list[Any]]:
+        """One message, part by part: ZeroMQ bounds the size of a part but not their number,
+        and recv_multipart would take all of a 100,000-part message in one go (half a second).
+        Past the frame limit the parts are left queued and dropped in later idle slices
+        (`_discard_parts`); the frames handed on are over the limit, so decoding refuses them
+        and the sender gets an error."""
+        identity = self.socket.recv(zmq.NOBLOCK, copy=False)
+        frames: list[Any] = []
+        more = identity.more
+        while more:
+            if len(frames) > self.limits.max_frames:
+                self._discarding = True
+                self.parts_discarded += 1
+                break
+            frame = self.socket.recv(copy=False)  # parts of one message arrive together
+            frames.append(frame)
+            more = frame.more
+        return identity.bytes, frames
+
+    def _discard_parts(self, until_ns: int) -> None:
+        """Drop the rest of an over-long message, a slice at a time, until `until_ns`."""
+        while self._discarding:
+            for _ in range(256):
+                frame = self.socket.recv(copy=False)
+                self.parts_discarded += 1
+                if not frame.more:
+                    self._discarding = False
+                    return
+            if time.monotonic_ns() >= until_ns:
+                return
 
     def send(
         self,

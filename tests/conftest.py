@@ -37,7 +37,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float
         if value:
             return value
         time.sleep(interval)
-    pytest.fail(f"condition not met within {timeout} s: {getattr(predicate, '__name__', predicate)}")
+    name = getattr(predicate, "__name__", predicate)
+    pytest.fail(f"condition not met within {timeout} s: {name}")
 
 
 @contextmanager
@@ -79,3 +80,122 @@ def daemon_process(tmp_path: Path, *overrides: str) -> Iterator[subprocess.Popen
             os.kill(process.pid, signal.SIGKILL)
             process.wait(5)
         log.close()
+
+
+
+# -- a driver that records every command (tests/integration/test_hostile.py, test_faults.py) ----
+
+
+class Record:
+    """One action or hold as it reached a driver (before `receive` picks the newest)."""
+
+    __slots__ = ("received_ns", "kind", "step", "reason", "session", "finite")
+
+    def __init__(
+        self, received_ns: int, kind: str, step: int, reason: str, session: Any, finite: bool
+    ) -> None:
+        self.received_ns = received_ns
+        self.kind = kind
+        self.step = step
+        self.reason = reason
+        self.session = session
+        self.finite = finite
+
+    def __repr__(self) -> str:
+        return f"{self.kind}@{self.step}{'/' + self.reason if self.reason else ''}"
+
+
+def recording_client(endpoint: str, robot: str = "good", **kwargs: Any) -> Any:
+    """A TempoClient for the default reach robot (6 joints, camera `front` 96x128) that appends
+    a `Record` to `.records` for every action and hold of its current session, in arrival
+    order, with the session id of the message it came from."""
+    import numpy as np
+
+    from controller.client import TempoClient
+
+    class RecordingClient(TempoClient):
+        def __init__(self) -> None:
+            super().__init__(
+                endpoint, robot, [f"joint_{i}" for i in range(6)], {"front": (96, 128)}, 6, **kwargs
+            )
+            self.records: list[Record] = []
+            self.origin: dict[int, Any] = {}  # id(Command) -> session of its message
+            self._kept: list[Any] = []  # keeps those ids valid
+            self._origin: Any = None
+
+        def _on_message(self, message: Any, raise_refusal: bool) -> None:
+            self._origin = message.session
+            super()._on_message(message, raise_refusal)
+
+        def _store(self, command: Any) -> None:
+            finite = command.action is None or bool(np.isfinite(command.action).all())
+            self.records.append(
+                Record(
+                    time.monotonic_ns(),
+                    command.kind,
+                    command.step,
+                    command.reason,
+                    self._origin,
+                    finite,
+                )
+            )
+            self.origin[id(command)] = self._origin
+            self._kept.append(command)
+            super()._store(command)
+
+    return RecordingClient()
+
+
+class StreamingDriver:
+    """A good driver on its own thread: observations every `obs_period_s`, every command
+    recorded (`client.records`). `returned` lists what `receive()` handed to the robot, as
+    (monotonic_ns, Command, welcome session then), each distinct command once."""
+
+    def __init__(
+        self, endpoint: str, obs_period_s: float = 0.015, robot: str = "good", **kwargs: Any
+    ) -> None:
+        import threading
+
+        import numpy as np
+
+        self.client = recording_client(endpoint, robot, **kwargs)
+        self.obs_period_s = obs_period_s
+        self.images = {"front": np.zeros((96, 128, 3), np.uint8)}
+        self.state = np.zeros(6, np.float32)
+        self.returned: list[Any] = []
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="good-driver", daemon=True)
+
+    @property
+    def records(self) -> list[Record]:
+        return self.client.records
+
+    def start(self) -> StreamingDriver:
+        self.client.connect()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            next_obs = time.monotonic()
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now >= next_obs:
+                    self.client.send_observation(self.images, self.state)
+                    next_obs = max(next_obs + self.obs_period_s, now)
+                command = self.client.receive(timeout_s=0.005)
+                if not self.returned or self.returned[-1][1] is not command:
+                    welcome = self.client.welcome
+                    self.returned.append(
+                        (time.monotonic_ns(), command, welcome.session if welcome else None)
+                    )
+        except BaseException as exc:  # surfaced by stop()
+            self.error = exc
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.client.close()
+        if self.error is not None:
+            raise self.error

@@ -271,8 +271,8 @@ def test_refuses_an_oversize_header_before_parsing_it():
         f"limit is {len(big) - 1}",
         limits=limits,
     )
-    # The default limit: 64 KiB; one byte over is refused even though it is garbage.
-    refused([b"\xc1" * (64 * 1024 + 1)], ErrorCode.NOT_ALLOWED, "65537 bytes", "65536")
+    # The default limit: 16 KiB; one byte over is refused even though it is garbage.
+    refused([b"\xc1" * (16 * 1024 + 1)], ErrorCode.NOT_ALLOWED, "16385 bytes", "16384")
 
 
 def test_refuses_bytes_that_are_not_msgpack():
@@ -401,7 +401,14 @@ def test_refuses_an_integer_where_a_bool_is_expected():
 
 
 def test_refuses_a_negative_sequence_number():
-    refused([pack(header(seq=-1))], ErrorCode.MALFORMED, "'seq' must not be negative")
+    refused([pack(header(seq=-1))], ErrorCode.MALFORMED, "'seq' must be in [0, 2^63)")
+    refused([pack(header(time_ns=-5))], ErrorCode.MALFORMED, "'time_ns'")
+    refused([pack(header(time_ns=2**64 - 1))], ErrorCode.MALFORMED, "'time_ns'")
+
+
+def test_refuses_a_header_with_too_many_values():
+    many = header("hello", spec=dict(SPEC, padding=[[0, 0, 0, 0] for _ in range(1000)]))
+    refused([pack(many)], ErrorCode.NOT_ALLOWED, "more than 4096 values")
 
 
 @pytest.mark.parametrize("version", [0, PROTOCOL_VERSION + 1, 2**40])
