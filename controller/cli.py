@@ -114,8 +114,10 @@ def cmd_checkpoint_import(args: argparse.Namespace) -> int:
         joint_names=joint_names,
         allow_unknown_options=args.allow_unknown_options,
     )
-    print(f"wrote a Tempo checkpoint to {written}; serve it with "
-          f"`tempo serve --set policy.kind=checkpoint --set policy.path={written}`")
+    print(
+        f"wrote a Tempo checkpoint to {written}; serve it with "
+        f"`tempo serve --set policy.kind=checkpoint --set policy.path={written}`"
+    )
     return 0
 
 

@@ -42,8 +42,9 @@ class ControlLoop:
                 # A bug of ours on one robot's tick must not stop the others: hold that robot,
                 # end its session (its driver reconnects to a fresh one), keep ticking.
                 self.internal_errors += 1
-                log.exception("tick failed for robot %s; holding it and ending its session",
-                              session.robot)
+                log.exception(
+                    "tick failed for robot %s; holding it and ending its session", session.robot
+                )
                 self.send_hold(session, step, "internal_error")
                 self.dispatcher.reply_error(
                     session.identity,

@@ -30,8 +30,12 @@ def main() -> None:
     runner.start()
     path, tier = runner._path, runner._tiers[runner.tier]  # noqa: SLF001 - a profiling tool
     observations = [random_observation(runner.spec, seed) for seed in range(8)]
-    phases: dict[str, list[float]] = {"upload (host+DMA)": [], "replay": [], "download": [],
-                                      "predict_chunk": []}
+    phases: dict[str, list[float]] = {
+        "upload (host+DMA)": [],
+        "replay": [],
+        "download": [],
+        "predict_chunk": [],
+    }
     sync = torch.cuda.synchronize
     for i in range(args.iters + 20):
         images, state = observations[i % len(observations)]

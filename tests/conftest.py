@@ -61,17 +61,28 @@ def daemon_process(tmp_path: Path, *overrides: str) -> Iterator[subprocess.Popen
     from controller.status_server import request_status
 
     args = [
-        sys.executable, "-m", "controller.cli", "serve", "--log-level", "INFO",
-        "--set", f"server.bind=ipc://{tmp_path}/tempo.sock",
-        "--set", f"server.status_bind=ipc://{tmp_path}/status.sock",
+        sys.executable,
+        "-m",
+        "controller.cli",
+        "serve",
+        "--log-level",
+        "INFO",
+        "--set",
+        f"server.bind=ipc://{tmp_path}/tempo.sock",
+        "--set",
+        f"server.status_bind=ipc://{tmp_path}/status.sock",
     ]
     for override in overrides:
         args += ["--set", override]
     log = open(tmp_path / f"daemon-{time.monotonic_ns()}.log", "w")
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: process.poll() is not None
-                 or request_status(f"ipc://{tmp_path}/status.sock", 0.2), timeout=60)
+        wait_for(
+            lambda: (
+                process.poll() is not None or request_status(f"ipc://{tmp_path}/status.sock", 0.2)
+            ),
+            timeout=60,
+        )
         if process.poll() is not None:
             pytest.fail(f"daemon exited at start: {Path(log.name).read_text()}")
         yield process
@@ -80,7 +91,6 @@ def daemon_process(tmp_path: Path, *overrides: str) -> Iterator[subprocess.Popen
             os.kill(process.pid, signal.SIGKILL)
             process.wait(5)
         log.close()
-
 
 
 # -- a driver that records every command (tests/integration/test_hostile.py, test_faults.py) ----

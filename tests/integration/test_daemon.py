@@ -206,8 +206,12 @@ def test_explicit_resume_releases_the_stop_state(tmp_path):
 
 
 def test_guard_interventions_are_counted_in_status_and_survive_disconnect(tmp_path):
-    config = ipc_config(tmp_path, "control.rate_hz=100", "policy.target=[1, 1, 1, 1, 1, 1]",
-                        "guards.position_limits={joint_0: [-0.1, 0.1]}")
+    config = ipc_config(
+        tmp_path,
+        "control.rate_hz=100",
+        "policy.target=[1, 1, 1, 1, 1, 1]",
+        "guards.position_limits={joint_0: [-0.1, 0.1]}",
+    )
     with running_daemon(config) as daemon:
         with make_client(config) as client:
             stream(client, np.zeros(6, np.float32), 0.5)
