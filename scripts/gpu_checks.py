@@ -25,6 +25,20 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
+def time_steps(module, images, state, iterations: int, warmup: int = 20) -> list[float]:  # type: ignore[no-untyped-def]
+    """Milliseconds per forward, timed with CUDA events after `warmup` untimed calls."""
+    times = []
+    for i in range(iterations + warmup):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        module(images, state)
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            times.append(start.elapsed_time(end))
+    return times
+
+
 @torch.inference_mode()
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -45,25 +59,9 @@ def main() -> None:
         on_gpu = gpu_module(images.cuda(), state.cuda()).cpu()
         errors.append(relative_error(on_gpu, reference))
     images, state = example_inputs(policy.spec, device="cuda", seed=7)
-    times = []
-    for i in range(args.iters + 20):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        gpu_module(images, state)
-        end.record()
-        end.synchronize()
-        if i >= 20:
-            times.append(start.elapsed_time(end))
+    times = time_steps(gpu_module, images, state, args.iters)
     torch.backends.cudnn.allow_tf32 = True  # the default a user runs with
-    tf32 = []
-    for i in range(args.iters + 20):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        gpu_module(images, state)
-        end.record()
-        end.synchronize()
-        if i >= 20:
-            tf32.append(start.elapsed_time(end))
+    tf32 = time_steps(gpu_module, images, state, args.iters)
     result = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
