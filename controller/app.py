@@ -15,11 +15,13 @@ from typing import Any
 from controller.config import TempoConfig
 from controller.daemon import Daemon
 from controller.errors import ConfigError
+from controller.metrics_http import MetricsServer, check_available
 from controller.runner import Runner
 from controller.security import check_bind_allowed, check_local_only
 from controller.status_server import StatusServer
 from controller.systemd import notify
-from policies.base import CameraSpec
+from controller.telemetry import Telemetry
+from policies.base import CameraSpec, Policy
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -90,10 +92,16 @@ def serve(
     # Refuse an exposed bind before the (possibly slow) policy load, not after.
     check_bind_allowed(config.server.bind, config.security)
     check_local_only(config.server.status_bind, "server.status_bind")
+    check_available(config.metrics)  # prometheus-client missing: say so before the slow load
     if policy is None:
         policy = build_policy(config)
-    daemon = Daemon(config, policy)
+    telemetry = Telemetry.from_config(config.telemetry)
+    attach = getattr(policy, "attach_telemetry", None)  # the Runner: upload, model, postprocess
+    if callable(attach):
+        attach(telemetry)
+    daemon = Daemon(config, policy, telemetry=telemetry)
     status = StatusServer(daemon.context, config.server.status_bind, daemon.status)
+    metrics = MetricsServer(lambda: telemetry.snapshot(buckets=True), daemon.status, config.metrics)
     if install_signals:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
@@ -105,8 +113,18 @@ def serve(
         raise ConfigError(
             f"cannot bind the status socket {config.server.status_bind}: {exc}"
         ) from None
+    try:
+        metrics_url = metrics.start()  # None unless metrics.enabled
+    except Exception:
+        daemon.stop()
+        status.stop()
+        raise
     log.info(
-        "ready: serving %s on %s (status on %s)", config.policy.kind, endpoint, status_endpoint
+        "ready: serving %s on %s (status on %s%s)",
+        config.policy.kind,
+        endpoint,
+        status_endpoint,
+        f", metrics on {metrics_url}" if metrics_url else "",
     )
     notify("READY=1")
     if on_ready is not None:
@@ -120,4 +138,5 @@ def serve(
     log.info("stopping: holding every robot")
     daemon.stop()
     status.stop()
+    metrics.stop()
     return 1 if failed else 0

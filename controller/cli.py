@@ -136,32 +136,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
-    print(
-        f"uptime {status['uptime_s']:.1f} s, rate {status['achieved_hz']:.1f}/"
-        f"{status['control_hz']:.0f} Hz, ticks {status['ticks']}, missed {status['missed_ticks']}"
-    )
-    print(
-        f"tick lateness p50 {status['tick_lateness_us_p50']:.1f} us, "
-        f"p99 {status['tick_lateness_us_p99']:.1f} us, max {status['tick_lateness_us_max']:.1f} us"
-    )
-    print(
-        f"inference p50 {status['inference_ms_p50']:.2f} ms, "
-        f"p99 {status['inference_ms_p99']:.2f} ms"
-        f" ({status['inferences']} runs, {status['inference_failures']} failed)"
-    )
-    print(
-        f"obs->action p50 {status['obs_to_action_ms_p50']:.2f} ms, "
-        f"p99 {status['obs_to_action_ms_p99']:.2f} ms"
-    )
-    print(f"protocol errors {status['protocol_errors'] or 'none'}")
-    print(f"guard interventions {status.get('guard_interventions') or 'none'}")
-    for robot in status["robots"]:
-        age = robot["last_observation_age_ms"]
-        print(
-            f"  robot {robot['robot']}: last observation "
-            f"{age if age is None else round(age, 1)} ms "
-            f"ago, guards {robot['guard_state']} {robot['guards']}, teleop {robot['teleop_joints']}"
-        )
+    from controller.status_view import render_status
+
+    print(render_status(status))
     return 0
 
 
@@ -241,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept LeRobot config options Tempo does not know (they are listed)",
     )
     convert.set_defaults(func=cmd_checkpoint_import)
+
+    from controller.profile_cli import add_profile_parser
+
+    add_profile_parser(sub, _add_config_args)
 
     keys = sub.add_parser("keys", help="CurveZMQ keys for binding beyond localhost")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

@@ -16,8 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from controller.errors import ConfigError
 from controller.guards import GuardsConfig
+from controller.metrics_http import MetricsConfig
 from controller.runner_config import RunnerConfig
 from controller.security import SecurityConfig
+from controller.telemetry import TelemetryConfig
 from controller.teleop import TeleopConfig
 
 
@@ -167,6 +169,8 @@ class TempoConfig(_Section):
     guards: GuardsConfig = GuardsConfig()
     teleop: TeleopConfig = TeleopConfig()
     security: SecurityConfig = SecurityConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    metrics: MetricsConfig = MetricsConfig()
     logging: LoggingConfig = LoggingConfig()
 
 

@@ -26,6 +26,7 @@ from controller.loop import ControlLoop
 from controller.protocol import Limits
 from controller.security import CurveServer, check_bind_allowed
 from controller.stats import SampleWindow
+from controller.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry
 from controller.transport import RouterTransport
 from policies.base import Policy, PolicySpec
 
@@ -49,8 +50,16 @@ def limits_for(spec: PolicySpec) -> Limits:
 
 
 class Daemon:
-    def __init__(self, config: TempoConfig, policy: Policy, context: zmq.Context | None = None):
+    def __init__(
+        self,
+        config: TempoConfig,
+        policy: Policy,
+        context: zmq.Context | None = None,
+        telemetry: Telemetry | None = None,
+    ):
         self.config = config
+        # One registry for the whole path; app.serve passes the one the runner records into.
+        self.telemetry = telemetry or Telemetry.from_config(config.telemetry)
         self.policy = policy
         self.context = context or zmq.Context.instance()
         self.period_ns = int(round(1e9 / config.control.rate_hz))
@@ -59,7 +68,7 @@ class Daemon:
         self.transport = RouterTransport(
             self.context, config.server.bind, self.limits, curve=self.curve
         )
-        self.worker = InferenceWorker(policy)
+        self.worker = InferenceWorker(policy, self.telemetry)
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
         self.dispatcher = Dispatcher(
             config,
@@ -68,9 +77,20 @@ class Daemon:
             self.transport.send,
             lambda: self.pacer.step,
             self.limits,
+            telemetry=self.telemetry,
         )
         self.transport.on_peer_gone = self.dispatcher.peer_gone
-        self.loop = ControlLoop(self.dispatcher, self.period_ns, config.control.action_valid_ticks)
+        self.loop = ControlLoop(
+            self.dispatcher,
+            self.period_ns,
+            config.control.action_valid_ticks,
+            telemetry=self.telemetry,
+        )
+        # Receive/decode: the handler wrapped once (the bound method itself when telemetry is off).
+        self._handle = self.telemetry.section(RECEIVE)(self.dispatcher.handle)
+        self._timed = self.telemetry.enabled
+        self._t_lateness = self.telemetry.section(TICK_LATENESS)
+        self._t_tick = self.telemetry.section(TICK)
         self.tick_lateness_us = SampleWindow()
         self.endpoint = ""
         self.started_ns = 0
@@ -81,7 +101,7 @@ class Daemon:
         self._start_error: Exception | None = None
 
     def _receive_until(self, until_ns: int) -> None:
-        self.transport.receive_until(until_ns, self.dispatcher.handle)
+        self.transport.receive_until(until_ns, self._handle)
 
     def start(self) -> str:
         """Bind and start serving; returns the bound endpoint."""
@@ -136,7 +156,12 @@ class Daemon:
             while not self._stop.is_set():
                 step = self.pacer.wait()
                 self.tick_lateness_us.record(self.pacer.last_lateness_ns / 1e3)
+                if self._timed:
+                    self._t_lateness.record_ns(self.pacer.last_lateness_ns)
+                    started = self._t_tick.start()
                 self.loop.tick(step, self.pacer.deadline_of(step), time.monotonic_ns())
+                if self._timed:
+                    self._t_tick.stop(started)
         except Exception:
             log.exception("the control loop failed; holding every robot and stopping")
         finally:
@@ -214,4 +239,5 @@ class Daemon:
             "guard_interventions": dict(guard_totals),
             "robots": robots,
             "policy": policy_status() if callable(policy_status) else {},
+            "telemetry": self.telemetry.snapshot(),
         }

@@ -22,6 +22,7 @@ from controller.handshake import check_driver_spec, parse_driver_limits, spec_to
 from controller.inference import InferenceWorker
 from controller.protocol import DEFAULT_LIMITS, Limits, Message, decode
 from controller.session import InferenceRequest, Session, StateHistory
+from controller.telemetry import PREPROCESS, Telemetry
 from controller.teleop import TeleopMixer
 from policies.base import PolicySpec
 
@@ -41,6 +42,7 @@ class Dispatcher:
         send: Sender,
         current_step: Callable[[], int],
         limits: Limits = DEFAULT_LIMITS,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.config = config
         self.spec = spec
@@ -55,6 +57,12 @@ class Dispatcher:
         self.closed_guard_counts: collections.Counter[str] = collections.Counter()
         self.messages = 0
         self._error_seq = 0
+        # Observation checks, timed as `preprocess` (the method itself when telemetry is off).
+        self._check = (
+            self._check_observation
+            if telemetry is None
+            else telemetry.section(PREPROCESS)(self._check_observation)
+        )
 
     # -- entry point -----------------------------------------------------------------------
 
@@ -174,7 +182,7 @@ class Dispatcher:
                 ErrorCode.STALE,
                 f"observation seq {message.seq} is not newer than {session.last_obs_seq}; dropped",
             )
-        images, state, teleop = self._check_observation(message)
+        images, state, teleop = self._check(message)
         session.last_obs_seq = message.seq
         session.last_obs_received_ns = now_ns
         session.record_clock_offset(message.header["time_ns"], now_ns)

@@ -17,14 +17,19 @@ import numpy as np
 
 from controller.session import Chunk, InferenceRequest, Session
 from controller.stats import SampleWindow
+from controller.telemetry import INFERENCE, MAILBOX_WAIT, Telemetry
 from policies.base import Policy
 
 log = logging.getLogger(__name__)
 
 
 class InferenceWorker:
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, telemetry: Telemetry | None = None) -> None:
         self.policy = policy
+        telemetry = telemetry or Telemetry(enabled=False)
+        self._timed = telemetry.enabled
+        self._t_mailbox = telemetry.section(MAILBOX_WAIT)
+        self._t_inference = telemetry.section(INFERENCE)
         self._ready: collections.deque[Session] = collections.deque()
         self._wake = threading.Condition()
         self._stop = False
@@ -78,6 +83,8 @@ class InferenceWorker:
     def _infer(self, session: Session, request: InferenceRequest) -> None:
         self.busy = True
         started = time.monotonic_ns()
+        if self._timed:  # received_ns is the dispatcher's time.monotonic_ns() too
+            self._t_mailbox.record_ns(started - request.received_ns)
         try:
             raw = self.policy.predict_chunk(request.images, request.state)
         except Exception as exc:  # noqa: BLE001 - any failure: keep serving from existing chunks
@@ -89,6 +96,8 @@ class InferenceWorker:
             self.busy = False
         elapsed = time.monotonic_ns() - started
         self.step_ms.record(elapsed / 1e6)
+        if self._timed:
+            self._t_inference.record_ns(elapsed)
         self.inferences += 1
         actions = self._usable_chunk(raw, (session.spec.chunk_size, session.spec.action_dim))
         if actions is None:

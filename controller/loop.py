@@ -15,13 +15,28 @@ from controller.errors import ErrorCode
 from controller.guards import Verdict
 from controller.session import Session
 from controller.stats import SampleWindow
+from controller.telemetry import ENSEMBLER, GUARDS, OBS_TO_ACTION, SEND, Telemetry
 
 log = logging.getLogger(__name__)
 
 
 class ControlLoop:
-    def __init__(self, dispatcher: Dispatcher, period_ns: int, valid_ticks: float) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        period_ns: int,
+        valid_ticks: float,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self.dispatcher = dispatcher
+        telemetry = telemetry or Telemetry(enabled=False)
+        # Checked once here: with telemetry off the tick pays one bool test per section.
+        self._timed = telemetry.enabled
+        self._clock = telemetry.clock
+        self._t_ensembler = telemetry.section(ENSEMBLER)
+        self._t_guards = telemetry.section(GUARDS)
+        self._t_send = telemetry.section(SEND)
+        self._t_obs_to_action = telemetry.section(OBS_TO_ACTION)
         self.period_ns = period_ns
         self.valid_ns = int(valid_ticks * period_ns)
         self.session_timeout_ns = int(dispatcher.config.server.session_timeout_s * 1e9)
@@ -38,6 +53,9 @@ class ControlLoop:
                 continue
             try:
                 self._tick_session(session, step, deadline_ns, now_ns)
+                # After the send: waking the worker hands it the GIL, which must not delay
+                # this tick's actions.
+                self.dispatcher.submit_if_due(session, step)
             except Exception:
                 # A bug of ours on one robot's tick must not stop the others: hold that robot,
                 # end its session (its driver reconnects to a fresh one), keep ticking.
@@ -56,6 +74,9 @@ class ControlLoop:
                 self.dispatcher.close(session.id, "internal error on its tick")
 
     def _tick_session(self, session: Session, step: int, deadline_ns: int, now_ns: int) -> None:
+        timed = self._timed
+        if timed:
+            t = self._clock()
         new_chunk = None
         while session.chunks:
             chunk = session.chunks.popleft()
@@ -64,12 +85,13 @@ class ControlLoop:
             if late < len(chunk.actions):
                 new_chunk = chunk
                 session.newest_chunk_obs_seq = max(session.newest_chunk_obs_seq, chunk.obs_seq)
-        self.dispatcher.submit_if_due(session, step)
         if session.last_obs_received_ns == 0:
             self.send_hold(session, step, "no_observation")  # nothing to act on yet
             return
 
         has_policy_action = session.ensembler.action_at(step, session.proposed)
+        if timed:
+            t = self._t_ensembler.lap(t)
         observation_age = now_ns - session.last_obs_received_ns
         mixed = session.teleop.mix(
             session.proposed if has_policy_action else None,
@@ -80,6 +102,8 @@ class ControlLoop:
         verdict = session.guards.check(
             session.mixed if mixed else None, observation_age, session.command
         )
+        if timed:
+            t = self._t_guards.lap(t)
 
         valid_until = deadline_ns + self.valid_ns
         if verdict is Verdict.ACTION and now_ns < valid_until:
@@ -98,6 +122,8 @@ class ControlLoop:
                 },
                 arrays={"action": session.command},
             )
+            if timed:
+                self._t_send.lap(t)
             if session.last_command is None:
                 session.last_command = session.command.copy()
             else:
@@ -105,6 +131,8 @@ class ControlLoop:
             self.actions_sent += 1
             if new_chunk is not None:
                 self.latency_ms.record((now_ns - new_chunk.obs_received_ns) / 1e6)
+                if timed:
+                    self._t_obs_to_action.record_ns(now_ns - new_chunk.obs_received_ns)
             return
         if verdict is Verdict.ACTION:
             self.late_actions_dropped += 1

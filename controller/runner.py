@@ -49,6 +49,7 @@ from controller.ladder import (
 )
 from controller.runner_config import TIER_ORDER, RunnerConfig, TierName
 from controller.step_path import StepPath
+from controller.telemetry import Telemetry
 from controller.tiers import EagerTier, Tier, build_tiers
 from policies.base import PolicySpec
 from policies.tensor_policy import TensorPolicy
@@ -69,6 +70,7 @@ class Runner:
     ) -> None:
         """device: default cuda when available, else cpu. faults: tier name -> FaultPlan, and
         clock: what step times are measured with (seconds); both for tests."""
+        self._telemetry: Telemetry | None = None
         self._policy = policy
         self._config = config or RunnerConfig()
         if device is None:
@@ -225,6 +227,8 @@ class Runner:
                 raise PolicyError(f"no inference tier passed its start-up checks ({reasons})")
             for tier in self._tiers.values():
                 tier.begin_serving()
+            if self._telemetry is not None:
+                path.enable_telemetry(self._telemetry)
             self.reset()
             self._ladder, self._current = ready, 0
             self._start_s = time.perf_counter() - started
@@ -417,6 +421,15 @@ class Runner:
             "promotions": [p.as_dict() for p in list(self._promotions)],
             "compile_cache": self._cache.as_dict() if self._cache else None,
         }
+
+    def attach_telemetry(self, telemetry: Telemetry) -> None:
+        """Record every serving step's upload, model (per tier) and postprocess into
+        `telemetry` (start-up steps are never recorded). Before or after `start`; call it
+        before the inference worker runs, which is then the sections' one writer."""
+        with self._lock:
+            self._telemetry = telemetry
+            if self._path is not None and self._current is not None:
+                self._path.enable_telemetry(telemetry)
 
     def use_tier(self, name: str) -> None:
         """Serve from `name` (a tier that passed start-up) without recording a demotion: for

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from controller.runner_config import RunnerConfig
+from controller.runner_config import TIER_ORDER, RunnerConfig
 from controller.staging import InputStaging, OutputDownload
+from controller.telemetry import MODEL, MODEL_GPU, NOOP_GPU_TIMER, POSTPROCESS, UPLOAD, Telemetry
 from controller.tiers import Tier
 from policies.base import PolicySpec
 
@@ -47,6 +48,23 @@ class StepPath:
             self.stream = torch.cuda.Stream(device)
         self.staging = InputStaging(spec, device, compute_stream=self.stream)
         self._download = OutputDownload((spec.chunk_size, spec.action_dim), device)
+        self._timed = False  # start-up steps (warm-up, parity) are not recorded
+
+    def enable_telemetry(self, telemetry: Telemetry) -> None:
+        """Time every step from now on: upload, model (per tier; on CUDA also with CUDA events,
+        resolved without synchronizing) and postprocess. Call from the serving thread's owner
+        once start-up is over."""
+        self._clock = telemetry.clock
+        self._t_upload = telemetry.section(UPLOAD)
+        self._t_post = telemetry.section(POSTPROCESS)
+        self._t_model = {name: telemetry.section(MODEL, tier=name) for name in TIER_ORDER}
+        self._gpu_model = {
+            name: telemetry.gpu_timer(MODEL_GPU, tier=name)
+            if self.stream is not None
+            else NOOP_GPU_TIMER
+            for name in TIER_ORDER
+        }
+        self._timed = telemetry.enabled
 
     def on_stream(self) -> contextlib.AbstractContextManager[object]:
         if self.stream is None:
@@ -54,8 +72,12 @@ class StepPath:
         return torch.cuda.stream(self.stream)
 
     def upload(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> None:
+        if self._timed:
+            started = self._clock()
         with self.on_stream():
             self.staging.upload(images, state)
+        if self._timed:
+            self._t_upload.stop(started)
 
     def execute(
         self,
@@ -67,9 +89,20 @@ class StepPath:
         with torch.no_grad(), self.on_stream():
             if images is not None and state is not None:
                 self.staging.upload(images, state)
+            if not self._timed:
+                out = tier.run()
+                self.staging.mark_consumed()
+                return self._download.fetch(out)
+            t = self._clock()
+            gpu = self._gpu_model[tier.name]
+            gpu.begin(self.stream)
             out = tier.run()
+            gpu.end(self.stream)
+            t = self._t_model[tier.name].lap(t)
             self.staging.mark_consumed()
-            return self._download.fetch(out)
+            chunk = self._download.fetch(out)
+            self._t_post.lap(t)
+            return chunk
 
     def build(self, tier: Tier) -> None:
         with torch.no_grad(), self.on_stream():
