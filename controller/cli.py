@@ -143,7 +143,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_generate(args: argparse.Namespace) -> int:
-    from controller.security import cmd_keys_generate as generate
+    from controller.keys import cmd_keys_generate as generate
 
     print(generate(args.directory, args.name))
     return 0

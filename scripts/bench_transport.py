@@ -30,11 +30,18 @@ def observation() -> tuple[dict[str, np.ndarray], np.ndarray]:
     return images, rng.standard_normal(14).astype(np.float32)
 
 
-def serve(endpoint: str, form: str, ready: mp.Event) -> None:
-    socket = zmq.Context().socket(zmq.ROUTER)
+def tune(socket: zmq.Socket, sockbuf: int) -> None:
     socket.setsockopt(zmq.LINGER, 0)
-    socket.bind(endpoint)
-    ready.set()
+    if sockbuf:
+        socket.setsockopt(zmq.SNDBUF, sockbuf)
+        socket.setsockopt(zmq.RCVBUF, sockbuf)
+
+
+def serve(endpoint: str, form: str, bound: mp.Queue, sockbuf: int) -> None:
+    socket = zmq.Context().socket(zmq.ROUTER)
+    tune(socket, sockbuf)
+    socket.bind(endpoint)  # tcp://127.0.0.1:* picks a free port: no probe-then-bind race
+    bound.put(socket.getsockopt_string(zmq.LAST_ENDPOINT))
     action = np.zeros(14, dtype=np.float32)
     seq = 0
     while True:
@@ -64,9 +71,9 @@ def serve(endpoint: str, form: str, ready: mp.Event) -> None:
             socket.send_multipart([identity, packed])
 
 
-def run_client(endpoint: str, form: str, iterations: int) -> np.ndarray:
+def run_client(endpoint: str, form: str, iterations: int, sockbuf: int) -> np.ndarray:
     socket = zmq.Context.instance().socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, 0)
+    tune(socket, sockbuf)
     socket.connect(endpoint)
     images, state = observation()
     times = np.zeros(iterations)
@@ -108,37 +115,32 @@ def run_client(endpoint: str, form: str, iterations: int) -> np.ndarray:
     return times
 
 
-def measure(endpoint: str, form: str, iterations: int) -> np.ndarray:
-    ready = mp.Event()
-    server = mp.Process(target=serve, args=(endpoint, form, ready), daemon=True)
+def measure(endpoint: str, form: str, iterations: int, sockbuf: int) -> np.ndarray:
+    bound: mp.Queue = mp.Queue()
+    server = mp.Process(target=serve, args=(endpoint, form, bound, sockbuf), daemon=True)
     server.start()
-    ready.wait(10)
     try:
-        return run_client(endpoint, form, iterations)
+        return run_client(bound.get(timeout=30), form, iterations, sockbuf)
     finally:
         server.join(5)
         if server.is_alive():
             server.terminate()
 
 
-def free_tcp_endpoint() -> str:
-    probe = zmq.Context.instance().socket(zmq.ROUTER)
-    port = probe.bind_to_random_port("tcp://127.0.0.1")
-    probe.close()
-    return f"tcp://127.0.0.1:{port}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=500)
+    parser.add_argument(
+        "--sockbuf", type=int, default=0, help="SNDBUF/RCVBUF bytes on both ends (0: OS default)"
+    )
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for transport in ("ipc", "tcp"):
             results = {}
             for form in ("packed", "tempo"):
-                endpoint = f"ipc://{tmp}/{form}.sock" if transport == "ipc" else free_tcp_endpoint()
-                results[form] = measure(endpoint, form, args.iterations)
+                endpoint = f"ipc://{tmp}/{form}.sock" if transport == "ipc" else "tcp://127.0.0.1:*"
+                results[form] = measure(endpoint, form, args.iterations, args.sockbuf)
             for form in ("packed", "tempo"):
                 t = results[form]
                 speedup = np.median(results["packed"]) / np.median(t)

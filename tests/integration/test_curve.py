@@ -17,7 +17,8 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from controller.errors import SecurityError
-from controller.security import CurveServer, SecurityConfig, generate_keys, secure_client
+from controller.keys import generate_keys
+from controller.security import CurveServer, SecurityConfig, secure_client
 from controller.transport import configure_common
 
 RECEIVE_MS = 5000  # generous upper bound for a message that should arrive (usually < 50 ms)

@@ -12,7 +12,7 @@ import zmq
 from controller.client import TempoClient
 from controller.config import load_config
 from controller.errors import DaemonUnavailable
-from controller.security import generate_keys
+from controller.keys import generate_keys
 from tests.conftest import wait_for
 
 JOINTS = [f"joint_{i}" for i in range(6)]

@@ -14,17 +14,19 @@ import zmq.auth
 from pydantic import ValidationError
 
 from controller.errors import SecurityError
+from controller.keys import (
+    cmd_keys_generate,
+    generate_keys,
+    load_authorized_keys,
+    load_public_key,
+    load_secret_key_pair,
+)
 from controller.security import (
     SecurityConfig,
     check_bind_allowed,
     check_local_only,
-    cmd_keys_generate,
-    generate_keys,
     is_local_endpoint,
-    load_authorized_keys,
     load_client_keys,
-    load_public_key,
-    load_secret_key_pair,
     secure_client,
 )
 
