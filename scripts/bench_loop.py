@@ -22,6 +22,7 @@ import torch
 from controller.app import build_policy
 from controller.config import load_config
 from controller.daemon import Daemon
+from controller.stats import SampleWindow
 
 
 class BusyPolicy:
@@ -53,6 +54,8 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
         ]
         config = load_config(None, overrides)
         daemon = Daemon(config, BusyPolicy(build_policy(config), busy_ms))
+        # Keep every tick of the run (the daemon's own window keeps the last 4096).
+        daemon.tick_lateness_us = SampleWindow(int(rate * (seconds + 10)))
         daemon.start()
         robot = subprocess.Popen(
             [
