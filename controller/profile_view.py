@@ -88,9 +88,11 @@ def recommend(result: ProfileResult) -> list[str]:
                 name = "The backbone" + ("" if top.label == "backbone" else f" ({top.label})")
                 advice = [f"{name} takes {_pct(share)} of the eager forward."]
                 if result.n_cameras > 1:
+                    # The module contract hands every camera over as one stacked tensor, so
+                    # a Tempo policy cannot be calling its backbone per camera.
                     advice.append(
-                        f"Run all {result.n_cameras} cameras through it as one batch, not one "
-                        "call per camera."
+                        f"All {result.n_cameras} cameras already go through it as one batch "
+                        "(the module contract stacks them)."
                     )
                 if cuda and not result.channels_last:
                     advice.append(
@@ -98,7 +100,12 @@ def recommend(result: ProfileResult) -> list[str]:
                         "a ResNet18 over 3 cameras went 2.44 ms (3 calls) -> 1.20 ms (one batch) "
                         "-> 0.87 ms (batch + channels_last)."
                     )
-                elif not cuda:
+                elif cuda:
+                    advice.append(
+                        "It already runs channels_last; what is left is the input size (crop "
+                        "or resize on the driver) or a lighter backbone."
+                    )
+                else:
                     advice.append(
                         "On a CPU channels_last rarely helps: a smaller input (resize on the "
                         "driver) or a GPU does."
