@@ -143,6 +143,8 @@ class Section(Histogram):
 
     def __exit__(self, *exc: object) -> None:
         ns = self._clock() - self._start
+        # The ring push is written out here, in stop() and in lap() rather than calling
+        # record_ns: one Python call less per record is ~0.1 us on the tick's path.
         i = self._i
         self._ring[i] = ns
         if i == self._last:
