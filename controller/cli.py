@@ -121,6 +121,17 @@ def cmd_checkpoint_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _json_safe(value: object) -> object:
+    """NaN (an empty window, before the first sample) is not JSON: it becomes null."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from controller.status_server import request_status
 
@@ -134,7 +145,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         return 1
     if args.json:
-        print(json.dumps(status, indent=2))
+        print(json.dumps(_json_safe(status), indent=2))
         return 0
     from controller.status_view import render_status
 
@@ -219,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     convert.set_defaults(func=cmd_checkpoint_import)
 
+    sub.add_parser(
+        "bench",
+        help="time every inference tier of a policy (see `tempo bench --help`)",
+        add_help=False,
+    )
     from controller.profile_cli import add_profile_parser
 
     add_profile_parser(sub, _add_config_args)
@@ -233,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # its own parser: every argument after `bench` is the bench's
+        from controller.bench_policy import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -105,15 +105,16 @@ class Daemon:
 
     def start(self) -> str:
         """Bind and start serving; returns the bound endpoint."""
-        # Beyond localhost only with CurveZMQ keys; refused here before anything listens.
-        check_bind_allowed(self.config.server.bind, self.config.security)
-        if self.curve is not None:
-            self.curve.start()
         try:
+            # Beyond localhost only with CurveZMQ keys; refused here before anything listens.
+            check_bind_allowed(self.config.server.bind, self.config.security)
+            if self.curve is not None:
+                self.curve.start()
             self.endpoint = self.transport.open()
         except Exception:
             if self.curve is not None:
                 self.curve.stop()
+            self.transport.close()
             raise
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.worker.start()
@@ -165,8 +166,10 @@ class Daemon:
         except Exception:
             log.exception("the control loop failed; holding every robot and stopping")
         finally:
-            self._shutdown_socket()
-            self._stopped.set()
+            try:
+                self._shutdown_socket()
+            finally:
+                self._stopped.set()
 
     def _shutdown_socket(self) -> None:
         step = self.pacer.step
@@ -190,7 +193,7 @@ class Daemon:
         """A snapshot for `tempo status` and the demo (read from another thread: plain reads)."""
         now = time.monotonic_ns()
         uptime = (now - self.started_ns) / 1e9 if self.started_ns else 0.0
-        ticks = self.pacer.step
+        ticks = self.pacer.step - self.pacer.missed_ticks  # ticks run, not skipped ones
         p50, p99 = self.tick_lateness_us.percentiles(50, 99)
         lat50, lat99 = self.loop.latency_ms.percentiles(50, 99)
         inf50, inf99 = self.worker.step_ms.percentiles(50, 99)
@@ -236,6 +239,9 @@ class Daemon:
             "messages": self.dispatcher.messages,
             "protocol_errors": dict(self.dispatcher.errors),
             "send_dropped": self.transport.send_dropped,
+            "late_actions_dropped": self.loop.late_actions_dropped,
+            "tick_failures": self.loop.internal_errors,
+            "oversize_message_parts_dropped": self.transport.parts_discarded,
             "guard_interventions": dict(guard_totals),
             "robots": robots,
             "policy": policy_status() if callable(policy_status) else {},

@@ -57,6 +57,7 @@ class Dispatcher:
         self.closed_guard_counts: collections.Counter[str] = collections.Counter()
         self.messages = 0
         self._error_seq = 0
+        self._observation_arrays = frozenset(spec.camera_names) | {"state"}
         # Observation checks, timed as `preprocess` (the method itself when telemetry is off).
         self._check = (
             self._check_observation
@@ -188,6 +189,14 @@ class Dispatcher:
         session.record_clock_offset(message.header["time_ns"], now_ns)
         session.teleop_values = teleop
         session.counters["observations"] += 1
+        if session.guards.state != "ok":
+            # Back from a watchdog hold or stop: the robot may have been moved meanwhile, so
+            # chunks planned before it are stale. Drop them; rate limits restart from here.
+            session.ensembler.reset()
+            session.chunks.clear()
+            session.pending = None
+            session.last_command = None
+            session.counters["plans_dropped_after_watchdog"] += 1
         if session.last_command is None and self.spec.state_size == self.spec.action_dim:
             # Rate limits start from where the robot is, not from zero.
             session.guards.seed(state)
@@ -218,7 +227,7 @@ class Dispatcher:
         self, message: Message
     ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray | None]:
         arrays = message.arrays
-        expected = set(self.spec.camera_names) | {"state"}
+        expected = self._observation_arrays
         names = set(arrays)
         if not expected <= names or names - expected - {"teleop"}:
             raise ProtocolError(

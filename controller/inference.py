@@ -22,6 +22,8 @@ from policies.base import Policy
 
 log = logging.getLogger(__name__)
 
+WARNING_INTERVAL_NS = 1_000_000_000
+
 
 class InferenceWorker:
     def __init__(self, policy: Policy, telemetry: Telemetry | None = None) -> None:
@@ -38,7 +40,8 @@ class InferenceWorker:
         self.inferences = 0
         self.failures = 0
         self.non_finite = 0
-        self.busy = False
+        self._last_warning_ns = -WARNING_INTERVAL_NS
+        self._suppressed = 0
 
     def submit(self, session: Session, request: InferenceRequest) -> None:
         """Called from the loop thread: newest observation wins."""
@@ -81,7 +84,6 @@ class InferenceWorker:
                 log.exception("the inference worker failed on robot %s; continuing", session.robot)
 
     def _infer(self, session: Session, request: InferenceRequest) -> None:
-        self.busy = True
         started = time.monotonic_ns()
         if self._timed:  # received_ns is the dispatcher's time.monotonic_ns() too
             self._t_mailbox.record_ns(started - request.received_ns)
@@ -90,10 +92,8 @@ class InferenceWorker:
         except Exception as exc:  # noqa: BLE001 - any failure: keep serving from existing chunks
             self.failures += 1
             session.counters["inference_failures"] += 1
-            log.warning("inference failed for robot %s: %s", session.robot, exc)
+            self._warn(f"inference failed for robot {session.robot}: {exc}")
             return
-        finally:
-            self.busy = False
         elapsed = time.monotonic_ns() - started
         self.step_ms.record(elapsed / 1e6)
         if self._timed:
@@ -103,7 +103,7 @@ class InferenceWorker:
         if actions is None:
             self.non_finite += 1
             session.counters["chunks_rejected"] += 1
-            log.warning("policy returned an unusable chunk for robot %s; dropped", session.robot)
+            self._warn(f"policy returned an unusable chunk for robot {session.robot}; dropped")
             return
         session.chunks.append(
             Chunk(
@@ -114,6 +114,17 @@ class InferenceWorker:
                 inference_ns=elapsed,
             )
         )
+
+    def _warn(self, message: str) -> None:
+        """At most one warning a second: a failing policy fails on every observation."""
+        now = time.monotonic_ns()
+        if now - self._last_warning_ns < WARNING_INTERVAL_NS:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            message += f" ({self._suppressed} similar messages suppressed)"
+        log.warning("%s", message)
+        self._last_warning_ns, self._suppressed = now, 0
 
     @staticmethod
     def _usable_chunk(raw: object, shape: tuple[int, int]) -> np.ndarray | None:

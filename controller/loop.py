@@ -9,6 +9,7 @@ The tick never waits for the model: it uses whatever chunks have landed.
 from __future__ import annotations
 
 import logging
+import time
 
 from controller.dispatch import Dispatcher
 from controller.errors import ErrorCode
@@ -18,6 +19,9 @@ from controller.stats import SampleWindow
 from controller.telemetry import ENSEMBLER, GUARDS, OBS_TO_ACTION, SEND, Telemetry
 
 log = logging.getLogger(__name__)
+
+# Why a tick sends `hold`, by the guard chain's watchdog state (anything else: no action yet).
+HOLD_REASONS = {"stop": "stopped", "hold": "stale_observation"}
 
 
 class ControlLoop:
@@ -106,9 +110,10 @@ class ControlLoop:
             t = self._t_guards.lap(t)
 
         valid_until = deadline_ns + self.valid_ns
-        if verdict is Verdict.ACTION and now_ns < valid_until:
+        # The clock read now, not at the tick's start: with many robots the last send is later.
+        if verdict is Verdict.ACTION and time.monotonic_ns() < valid_until:
             session.send_seq += 1
-            self.dispatcher.send(
+            sent = self.dispatcher.send(
                 session.identity,
                 "action",
                 seq=session.send_seq,
@@ -124,6 +129,13 @@ class ControlLoop:
             )
             if timed:
                 self._t_send.lap(t)
+            if not sent:
+                # Not delivered (queue full or peer gone): the robot never saw it, so rate
+                # limits must keep counting from the last action it did see.
+                session.counters["actions_not_delivered"] += 1
+                if session.last_command is not None:
+                    session.guards.seed(session.last_command)
+                return
             if session.last_command is None:
                 session.last_command = session.command.copy()
             else:
@@ -136,14 +148,11 @@ class ControlLoop:
             return
         if verdict is Verdict.ACTION:
             self.late_actions_dropped += 1
-        reason = {"stop": "stopped", "hold": "stale_observation"}.get(
-            session.guards.state, "no_action"
-        )
-        self.send_hold(session, step, reason)
+        self.send_hold(session, step, HOLD_REASONS.get(session.guards.state, "no_action"))
 
     def send_hold(self, session: Session, step: int, reason: str) -> None:
         session.send_seq += 1
-        session.counters[f"hold_{reason}"] += 1
+        session.counters["hold_" + reason] += 1
         self.holds_sent += 1
         self.dispatcher.send(
             session.identity,

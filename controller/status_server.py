@@ -57,11 +57,12 @@ class StatusServer:
                     continue
                 socket.recv()  # any request is a status request; its content is not parsed
                 try:
-                    reply = self.snapshot()
-                except Exception:
+                    packed = msgpack.packb(self.snapshot(), use_bin_type=True)
+                except Exception:  # e.g. a policy's status() with numpy scalars: keep serving
                     log.exception("status snapshot failed")
-                    reply = {"error": "the daemon could not build its status; see its log"}
-                socket.send(msgpack.packb(reply, use_bin_type=True))
+                    error = {"error": "the daemon could not build its status; see its log"}
+                    packed = msgpack.packb(error, use_bin_type=True)
+                socket.send(packed)
         finally:
             socket.close(0)
 

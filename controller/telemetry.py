@@ -66,14 +66,14 @@ OBS_TO_ACTION = "obs_to_action"
 
 BUILTIN_SECTIONS: dict[str, str] = {
     RECEIVE: "receive and decode one driver message (Dispatcher.handle), loop thread",
-    PREPROCESS: "check an observation and update the state history, loop thread",
+    PREPROCESS: "check an observation's arrays (names, shapes, finite values), loop thread",
     MAILBOX_WAIT: "observation received -> the inference worker starts on it",
     INFERENCE: "one predict_chunk on the inference worker (upload + model + postprocess)",
     UPLOAD: "staging upload: host copy into (pinned) staging and enqueue the copy, host time",
     MODEL: "serving tier's run (graph replay, compiled or eager call), host time",
     MODEL_GPU: "serving tier's run on the compute stream, CUDA events",
     POSTPROCESS: "download the chunk into a host array (waits for the GPU to finish)",
-    ENSEMBLER: "merge new chunks, submit the observation if due, read this step's action",
+    ENSEMBLER: "merge new chunks and read this step's action, loop thread",
     GUARDS: "teleop blend and guard chain (GuardChain.check), per robot",
     SEND: "encode and send one action",
     TICK: "one whole control tick, all robots",

@@ -1,0 +1,22 @@
+"""`tempo bench` runs the tier benchmark (here on the tiny policy, eager only: seconds)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_tempo_bench_tiny_on_cpu_prints_a_table_and_json(tmp_path):
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "bench", "--tiny", "--device", "cpu",
+         "--top-tier", "eager_fp32", "--iters", "5", "--warmup", "2", "--no-warm-start",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "eager_fp32" in result.stdout and "targets" in result.stdout
+    report = json.loads(out.read_text())
+    assert report["serving_tier"] == "eager_fp32"
+    assert report["tiers"]["eager_fp32"]["step"]["median_ms"] > 0
