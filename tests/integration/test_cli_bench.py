@@ -10,10 +10,27 @@ import sys
 def test_tempo_bench_tiny_on_cpu_prints_a_table_and_json(tmp_path):
     out = tmp_path / "bench.json"
     result = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "bench", "--tiny", "--device", "cpu",
-         "--top-tier", "eager_fp32", "--iters", "5", "--warmup", "2", "--no-warm-start",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            "bench",
+            "--tiny",
+            "--device",
+            "cpu",
+            "--top-tier",
+            "eager_fp32",
+            "--iters",
+            "5",
+            "--warmup",
+            "2",
+            "--no-warm-start",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert "eager_fp32" in result.stdout and "targets" in result.stdout

@@ -224,12 +224,20 @@ def test_guard_interventions_are_counted_in_status_and_survive_disconnect(tmp_pa
 def test_after_a_watchdog_stop_no_action_from_the_old_plan_is_sent(tmp_path):
     # Chunks of 200 steps at 100 Hz outlive the 100 ms stop: the old plan would still cover
     # the step when observations resume. It must be dropped, not replayed.
-    config = ipc_config(tmp_path, "control.rate_hz=100", "policy.chunk_size=200",
-                        "guards.hold_after_ms=50", "guards.stop_after_ms=100")
+    config = ipc_config(
+        tmp_path,
+        "control.rate_hz=100",
+        "policy.chunk_size=200",
+        "guards.hold_after_ms=50",
+        "guards.stop_after_ms=100",
+    )
     with running_daemon(config) as daemon, make_client(config) as client:
         state = np.zeros(6, np.float32)
-        wait_for(lambda: (client.send_observation(frame(), state),
-                          client.receive(0.01))[1].kind == "action")
+        wait_for(
+            lambda: (
+                (client.send_observation(frame(), state), client.receive(0.01))[1].kind == "action"
+            )
+        )
         wait_for(lambda: client.receive(0.01).reason == "stopped", timeout=3)
         resumed_seq = client.send_observation(frame(), np.full(6, 0.3, np.float32))
         first = wait_for(lambda: (c := client.receive(0.01)).kind == "action" and c)

@@ -27,11 +27,13 @@ def free_port() -> int:
 @pytest.fixture
 def served(tmp_path):
     port = free_port()
-    config = ipc_config(tmp_path, "control.rate_hz=100", "metrics.enabled=true",
-                        f"metrics.bind=127.0.0.1:{port}")
+    config = ipc_config(
+        tmp_path, "control.rate_hz=100", "metrics.enabled=true", f"metrics.bind=127.0.0.1:{port}"
+    )
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(
-        target=serve, args=(config,),
+        target=serve,
+        args=(config,),
         kwargs={"stop": stop, "on_ready": lambda _: ready.set(), "install_signals": False},
     )
     thread.start()
@@ -51,14 +53,18 @@ def test_status_command_prints_sections_and_json(served):
     status_endpoint, _ = served
     text = subprocess.run(
         [sys.executable, "-m", "controller.cli", "status", "--connect", status_endpoint],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert text.returncode == 0, text.stderr
     for fragment in ("tier", "missed", "ensembler", "guards", "good"):
         assert fragment in text.stdout
     as_json = subprocess.run(
         [sys.executable, "-m", "controller.cli", "status", "--connect", status_endpoint, "--json"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     status = json.loads(as_json.stdout)
     sections = status["telemetry"]["sections"]
@@ -72,8 +78,9 @@ def test_metrics_endpoint_exports_histograms_counters_and_gauges(served):
     families = {f.name: f for f in prometheus_parser.text_string_to_metric_families(text)}
     durations = families["tempo_section_duration_seconds"]
     assert durations.type == "histogram"
-    counted = {s.labels["section"] for s in durations.samples
-               if s.name.endswith("_count") and s.value > 0}
+    counted = {
+        s.labels["section"] for s in durations.samples if s.name.endswith("_count") and s.value > 0
+    }
     assert {"ensembler", "guards", "send"} <= counted
     assert any(f.type == "counter" for f in families.values())
     assert any(f.type == "gauge" for f in families.values())
