@@ -491,6 +491,19 @@ ALTERNATIVES: dict[str, set[str | None]] = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_hostile_message(arena: Arena, name: str) -> None:
+    try:
+        attack_and_judge(arena, name)
+    except AssertionError as failure:
+        # A stall of the whole test process (the pacer itself skipped a tick: garbage
+        # collection of pytest's objects, or the OS descheduling us on a 2-core CI machine)
+        # is not the message's doing. Such a case is run once more; a message that really
+        # costs a tick costs it again and fails there.
+        if "pacer missed 0 ticks" in str(failure) or "pacer missed" not in str(failure):
+            raise
+        attack_and_judge(arena, name)
+
+
+def attack_and_judge(arena: Arena, name: str) -> None:
     case = CASES[name]
     with attacker_for(arena, case.session) as attacker:
         messages = case.build(attacker, arena)
