@@ -237,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from controller.profile_cli import add_profile_parser
 
-    add_profile_parser(sub, _add_config_args)
+    add_profile_parser(sub, _add_config_args, _setup_logging)
 
     keys = sub.add_parser("keys", help="CurveZMQ keys for binding beyond localhost")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

@@ -32,9 +32,12 @@ def _at_least_two(text: str) -> int:
 
 
 def add_profile_parser(
-    sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]
+    sub: Any,
+    add_config_args: Callable[[argparse.ArgumentParser], None],
+    setup_logging: Callable[[str], None],
 ) -> argparse.ArgumentParser:
-    """Add `profile` to the `tempo` subparsers; add_config_args: cli._add_config_args."""
+    """Add `profile` to the `tempo` subparsers; add_config_args and setup_logging are the
+    CLI's own (cli._add_config_args, cli._setup_logging), so logging is set up one way."""
     profile = sub.add_parser(
         "profile",
         help="where a policy step's time goes (no robot needed); `profile compare A B`",
@@ -83,7 +86,7 @@ def add_profile_parser(
         default=0.02,
         help="compare: smallest ratio change called a difference (default 0.02 = 2%%)",
     )
-    profile.set_defaults(func=cmd_profile)
+    profile.set_defaults(func=cmd_profile, setup_logging=setup_logging)
     return profile
 
 
@@ -95,11 +98,7 @@ def _name(path: Path | None, overrides: list[str], fallback: str) -> str:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level or "WARNING",
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    args.setup_logging(args.log_level or "WARNING")
 
     def progress(message: str) -> None:
         print(f"  {message}", file=sys.stderr, flush=True)
