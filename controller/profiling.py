@@ -119,8 +119,9 @@ class ControlSim:
             k=config.inference.temporal_k,
         )
         self.guards = GuardChain(spec.joint_names, config.guards, config.control.rate_hz)
-        self.proposed = np.zeros(spec.action_dim)
-        self.command = np.zeros(spec.action_dim)
+        # float32, as a session's buffers are: time the path that is served.
+        self.proposed = np.zeros(spec.action_dim, dtype=np.float32)
+        self.command = np.zeros(spec.action_dim, dtype=np.float32)
         self.step = 0
 
     def due(self) -> bool:
