@@ -13,14 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.config import TempoConfig
-from controller.daemon import Daemon
+from controller.daemon.security import check_bind_allowed, check_local_only
+from controller.daemon.service import Daemon
+from controller.daemon.systemd import notify
 from controller.errors import ConfigError
-from controller.metrics_http import MetricsServer, check_available
-from controller.runner import Runner
-from controller.security import check_bind_allowed, check_local_only
-from controller.status_server import StatusServer
-from controller.systemd import notify
-from controller.telemetry import Telemetry
+from controller.inference.runner import Runner
+from controller.observe.metrics_http import MetricsServer, check_available
+from controller.observe.status_server import StatusServer
+from controller.observe.telemetry import Telemetry
 from policies.base import CameraSpec, Policy
 from policies.tensor_policy import TensorPolicy
 
@@ -70,7 +70,7 @@ def build_tensor_policy(config: TempoConfig, device: str) -> TensorPolicy:
 
 def build_policy(config: TempoConfig, progress: Callable[[str], None] | None = None) -> Runner:
     """Load the policy and make it ready to serve: every tier built, warmed up and checked
-    against the FP32 reference (see controller.runner)."""
+    against the FP32 reference (see controller.inference.runner)."""
     device = resolve_device(config.policy.device)
     tensor_policy = build_tensor_policy(config, device)
     runner = Runner(tensor_policy, config.runner, device=device)

@@ -79,7 +79,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 def cmd_sim_robot(args: argparse.Namespace) -> int:
     config = _load(args)
     _setup_logging(args.log_level or "WARNING")
-    from controller.sim_robot import main_sim_robot
+    from controller.sim.sim_robot import main_sim_robot
 
     joints, cameras, state_size = _robot_description(config)
     endpoint = args.connect or config.server.bind
@@ -89,7 +89,7 @@ def cmd_sim_robot(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from controller.demo import demo_policy_args, run_demo
+    from controller.sim.demo import demo_policy_args, run_demo
 
     policy_args = demo_policy_args(args.policy)  # first, so the user's --set wins
     load_config(args.config, [*policy_args[1::2], *args.overrides])  # refuse a bad config now
@@ -133,7 +133,7 @@ def _json_safe(value: object) -> object:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from controller.status_server import request_status
+    from controller.observe.status_server import request_status
 
     config = _load(args)
     endpoint = args.connect or config.server.status_bind
@@ -147,14 +147,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_json_safe(status), indent=2))
         return 0
-    from controller.status_view import render_status
+    from controller.observe.status_view import render_status
 
     print(render_status(status))
     return 0
 
 
 def cmd_keys_generate(args: argparse.Namespace) -> int:
-    from controller.keys import cmd_keys_generate as generate
+    from controller.wire.keys import cmd_keys_generate as generate
 
     print(generate(args.directory, args.name))
     return 0
@@ -235,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="time every inference tier of a policy (see `tempo bench --help`)",
         add_help=False,
     )
-    from controller.profile_cli import add_profile_parser
+    from controller.tools.profile_cli import add_profile_parser
 
     add_profile_parser(sub, _add_config_args, _setup_logging)
 
@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # its own parser: every argument after `bench` is the bench's
-        from controller.bench_policy import main as bench_main
+        from controller.tools.bench_policy import main as bench_main
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)

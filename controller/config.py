@@ -14,13 +14,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from controller.action.guards import GuardsConfig
+from controller.action.teleop import TeleopConfig
+from controller.daemon.security import SecurityConfig
 from controller.errors import ConfigError
-from controller.guards import GuardsConfig
-from controller.metrics_http import MetricsConfig
-from controller.runner_config import RunnerConfig
-from controller.security import SecurityConfig
-from controller.telemetry import TelemetryConfig
-from controller.teleop import TeleopConfig
+from controller.inference.runner_config import RunnerConfig
+from controller.observe.metrics_http import MetricsConfig
+from controller.observe.telemetry import TelemetryConfig
 
 
 class _Section(BaseModel):

@@ -14,7 +14,7 @@
 Only `ProtocolError` and `SpecMismatchError` travel on the wire, as an `error` message with a code
 and the sentence; nothing else (and never a traceback) is sent to a client.
 
-This module imports nothing heavy: drivers import it through `controller.client`.
+This module imports nothing heavy: drivers import it through `controller.wire.client`.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from controller.ensembler import ChunkEnsembler
-from controller.guards import GuardChain, GuardsConfig, Verdict
-from controller.teleop import TeleopConfig, TeleopMixer
+from controller.action.ensembler import ChunkEnsembler
+from controller.action.guards import GuardChain, GuardsConfig, Verdict
+from controller.action.teleop import TeleopConfig, TeleopMixer
 
 RATE_HZ = 200.0
 

@@ -21,8 +21,8 @@ import torch
 
 from controller.app import build_policy
 from controller.config import load_config
-from controller.daemon import Daemon
-from controller.stats import SampleWindow
+from controller.daemon.service import Daemon
+from controller.observe.stats import SampleWindow
 
 
 class BusyPolicy:

@@ -5,7 +5,7 @@ python scripts/bench_policy.py --act-aloha [--json FILE] [--plot FILE]
 
 import sys
 
-from controller.bench_policy import main
+from controller.tools.bench_policy import main
 
 if __name__ == "__main__":
     sys.exit(main())

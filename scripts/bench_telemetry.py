@@ -13,7 +13,7 @@
    wrappers, mailbox_wait, inference, upload, model, postprocess, tick_lateness, ensembler,
    guards, send, tick, obs_to_action: 13 records), on the same objects. Off and on alternate,
    one step each, for --rounds rounds; the overhead is the ratio of means with a paired
-   bootstrap 95% interval (controller.compare.paired_bootstrap). The tick alone (receive,
+   bootstrap 95% interval (controller.tools.compare.paired_bootstrap). The tick alone (receive,
    preprocess, ensembler, guards, send, no model) is measured the same way: it is the smallest
    step telemetry sits in. --act-rounds adds the demo ACT (11 M parameters) as the model.
 
@@ -39,16 +39,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.compare import paired_bootstrap  # noqa: E402
+from controller.action.ensembler import ChunkEnsembler  # noqa: E402
+from controller.action.guards import GuardChain  # noqa: E402
 from controller.config import TempoConfig  # noqa: E402
-from controller.ensembler import ChunkEnsembler  # noqa: E402
-from controller.guards import GuardChain  # noqa: E402
-from controller.ladder import random_observation  # noqa: E402
-from controller.protocol import decode, encode  # noqa: E402
-from controller.runner_config import RunnerConfig  # noqa: E402
-from controller.staging import OutputDownload  # noqa: E402
-from controller.step_path import StepPath  # noqa: E402
-from controller.telemetry import (  # noqa: E402
+from controller.inference.ladder import random_observation  # noqa: E402
+from controller.inference.runner_config import RunnerConfig  # noqa: E402
+from controller.inference.staging import OutputDownload  # noqa: E402
+from controller.inference.step_path import StepPath  # noqa: E402
+from controller.inference.tiers import EagerTier  # noqa: E402
+from controller.observe.telemetry import (  # noqa: E402
     ENSEMBLER,
     GUARDS,
     INFERENCE,
@@ -64,7 +63,8 @@ from controller.telemetry import (  # noqa: E402
     UPLOAD,
     Telemetry,
 )
-from controller.tiers import EagerTier  # noqa: E402
+from controller.tools.compare import paired_bootstrap  # noqa: E402
+from controller.wire.protocol import decode, encode  # noqa: E402
 from policies.tensor_policy import TensorPolicy  # noqa: E402
 from policies.tiny import build_tiny_policy  # noqa: E402
 

@@ -19,7 +19,7 @@ import msgpack
 import numpy as np
 import zmq
 
-from controller.protocol import decode, encode
+from controller.wire.protocol import decode, encode
 
 CAMERAS = ("cam_high", "cam_left_wrist", "cam_right_wrist")
 

@@ -15,9 +15,9 @@ import time
 import numpy as np
 import torch
 
-from controller.ladder import random_observation
-from controller.runner import Runner
-from controller.runner_config import RunnerConfig
+from controller.inference.ladder import random_observation
+from controller.inference.runner import Runner
+from controller.inference.runner_config import RunnerConfig
 from policies.act.demo import make_aloha_policy
 
 

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from controller.status_server import request_status
+from controller.observe.status_server import request_status
 
 
 def burn(stop: mp.Event) -> None:

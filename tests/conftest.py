@@ -45,7 +45,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float
 def running_daemon(config: TempoConfig, policy: Any = None) -> Iterator[Any]:
     """A daemon in this process (threads), stopped on exit."""
     from controller.app import build_policy
-    from controller.daemon import Daemon
+    from controller.daemon.service import Daemon
 
     daemon = Daemon(config, policy or build_policy(config))
     daemon.start()
@@ -58,7 +58,7 @@ def running_daemon(config: TempoConfig, policy: Any = None) -> Iterator[Any]:
 @contextmanager
 def daemon_process(tmp_path: Path, *overrides: str) -> Iterator[subprocess.Popen[str]]:
     """`tempo serve` as a child process, ready (status answers) before yielding."""
-    from controller.status_server import request_status
+    from controller.observe.status_server import request_status
 
     args = [
         sys.executable,
@@ -121,7 +121,7 @@ def recording_client(endpoint: str, robot: str = "good", **kwargs: Any) -> Any:
     order, with the session id of the message it came from."""
     import numpy as np
 
-    from controller.client import TempoClient
+    from controller.wire.client import TempoClient
 
     class RecordingClient(TempoClient):
         def __init__(self) -> None:

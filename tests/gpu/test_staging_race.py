@@ -1,4 +1,4 @@
-"""The pinned-buffer race of `controller.staging`, shown on a real GPU.
+"""The pinned-buffer race of `controller.inference.staging`, shown on a real GPU.
 
 The copy stream is stalled with a long GPU sleep so that every upload's H2D copy is still queued
 when the host prepares the next observation. With one pinned buffer reused without waiting (the
@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from controller.staging import InputStaging  # noqa: E402
+from controller.inference.staging import InputStaging  # noqa: E402
 from policies.tiny import tiny_spec  # noqa: E402
 
 pytestmark = pytest.mark.gpu

@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 
-from controller.client import TempoClient
-from controller.status_server import request_status
+from controller.observe.status_server import request_status
+from controller.wire.client import TempoClient
 from tests.conftest import wait_for
 from tests.unit.test_lerobot_import import (
     MEAN_STD,

@@ -16,10 +16,11 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from controller.daemon.security import CurveServer, SecurityConfig
 from controller.errors import SecurityError
-from controller.keys import generate_keys
-from controller.security import CurveServer, SecurityConfig, secure_client
-from controller.transport import configure_common
+from controller.wire.curve import secure_client
+from controller.wire.keys import generate_keys
+from controller.wire.sockets import configure_common
 
 RECEIVE_MS = 5000  # generous upper bound for a message that should arrive (usually < 50 ms)
 EVENT_MS = 5000  # upper bound for a handshake event to show up on the monitor

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controller.client import TempoClient
 from controller.errors import HandshakeRefused
+from controller.wire.client import TempoClient
 from tests.conftest import ipc_config, running_daemon, wait_for
 
 JOINTS = [f"joint_{i}" for i in range(6)]

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import zmq
 
-from controller.client import TempoClient
 from controller.config import load_config
 from controller.errors import DaemonUnavailable
-from controller.keys import generate_keys
+from controller.wire.client import TempoClient
+from controller.wire.keys import generate_keys
 from tests.conftest import wait_for
 
 JOINTS = [f"joint_{i}" for i in range(6)]
@@ -79,7 +79,7 @@ def curve_daemon(tmp_path):
     )
     context = zmq.Context()  # one authenticator per context: keep it away from other tests
     from controller.app import build_policy
-    from controller.daemon import Daemon
+    from controller.daemon.service import Daemon
 
     daemon = Daemon(config, build_policy(config), context=context)
     daemon.start()

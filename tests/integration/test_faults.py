@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.status_server import request_status
+from controller.observe.status_server import request_status
 from tests.conftest import (
     Record,
     StreamingDriver,
@@ -72,7 +72,7 @@ def steady(driver: StreamingDriver, n: int = 8) -> bool:
 
 DRIVER = """
 import sys, numpy as np
-from controller.client import TempoClient
+from controller.wire.client import TempoClient
 client = TempoClient(sys.argv[1], sys.argv[2], [f"joint_{i}" for i in range(6)],
                      {"front": (96, 128)}, 6)
 client.connect()

@@ -36,8 +36,8 @@ from hypothesis import strategies as st
 from zmq.utils.monitor import recv_monitor_message
 
 from controller.errors import ErrorCode
-from controller.protocol import decode, encode
-from controller.status_server import StatusServer, request_status
+from controller.observe.status_server import StatusServer, request_status
+from controller.wire.protocol import decode, encode
 from tests.conftest import StreamingDriver, ipc_config, running_daemon, wait_for
 
 RATE_HZ = 100
@@ -675,7 +675,7 @@ def reach_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def sync_worker(policy: Any) -> Any:
     """The real inference worker, run synchronously on submit (no thread, no timing)."""
-    from controller.inference import InferenceWorker
+    from controller.inference.worker import InferenceWorker
 
     class SyncWorker(InferenceWorker):
         def submit(self, session: Any, request: Any) -> None:
@@ -709,9 +709,9 @@ class Recorder:
 
 def offline_daemon(config: Any, policy: Any) -> tuple[Any, Any, Recorder, list[int]]:
     """The dispatcher and the loop of a daemon, without sockets or threads."""
-    from controller.daemon import limits_for
-    from controller.dispatch import Dispatcher
-    from controller.loop import ControlLoop
+    from controller.daemon.dispatch import Dispatcher
+    from controller.daemon.loop import ControlLoop
+    from controller.daemon.service import limits_for
 
     recorder = Recorder()
     step = [0]

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from controller.app import build_tensor_policy
-from controller.client import TempoClient
-from controller.faults import FaultPlan
-from controller.runner import Runner
+from controller.inference.faults import FaultPlan
+from controller.inference.runner import Runner
+from controller.wire.client import TempoClient
 from tests.conftest import ipc_config, running_daemon
 
 JOINTS = [f"joint_{i}" for i in range(6)]

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from controller.client import TempoClient
+from controller.wire.client import TempoClient
 from tests.conftest import daemon_process, wait_for
 
 JOINTS = [f"joint_{i}" for i in range(6)]

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from controller.app import serve
-from controller.status_server import request_status
+from controller.observe.status_server import request_status
 from tests.conftest import StreamingDriver, ipc_config, wait_for
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")

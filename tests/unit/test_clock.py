@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.clock import MonotonicClock, Pacer
+from controller.daemon.pacer import MonotonicClock, Pacer
 
 PERIOD = 5_000_000  # 200 Hz
 SPIN = 1_000_000

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.ensembler import ChunkEnsembler
+from controller.action.ensembler import ChunkEnsembler
 
 
 class ActReference:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from controller.guards import GuardChain, GuardsConfig, Verdict
+from controller.action.guards import GuardChain, GuardsConfig, Verdict
 
 JOINTS = ("shoulder", "elbow", "wrist")
 MS = 1_000_000  # ns per ms

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from controller.daemon.handshake import check_driver_spec, parse_driver_spec, spec_to_wire
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
-from controller.handshake import check_driver_spec, parse_driver_spec, spec_to_wire
 from policies.base import CameraSpec, PolicySpec
 
 POLICY = PolicySpec(
@@ -194,7 +194,7 @@ def test_malformed_specs_are_refused_as_protocol_errors(spec, says):
 
 
 def test_driver_limits_are_parsed_and_checked():
-    from controller.handshake import parse_driver_limits
+    from controller.daemon.handshake import parse_driver_limits
 
     assert parse_driver_limits({}) == {}
     assert parse_driver_limits({"limits": {"j0": [-1, 2.5]}}) == {"j0": (-1.0, 2.5)}

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.mailbox import Mailbox
-from controller.stats import SampleWindow
+from controller.inference.mailbox import Mailbox
+from controller.observe.stats import SampleWindow
 
 # -- Mailbox -------------------------------------------------------------------------------------
 

@@ -13,9 +13,9 @@ import pytest
 from pydantic import ValidationError
 
 from controller.errors import ConfigError
-from controller.metrics_export import COARSE_LE_NS
-from controller.metrics_http import MetricsConfig, MetricsServer
-from controller.telemetry import Telemetry
+from controller.observe.metrics_export import COARSE_LE_NS
+from controller.observe.metrics_http import MetricsConfig, MetricsServer
+from controller.observe.telemetry import Telemetry
 
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402

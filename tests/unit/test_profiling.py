@@ -13,23 +13,23 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from controller.compare import (  # noqa: E402
+from controller.config import TempoConfig, load_config  # noqa: E402
+from controller.errors import ConfigError  # noqa: E402
+from controller.tools.compare import (  # noqa: E402
     paired_bootstrap,
     render_compare,
     run_compare,
     verdict,
     window_steps,
 )
-from controller.config import TempoConfig, load_config  # noqa: E402
-from controller.errors import ConfigError  # noqa: E402
-from controller.profiling import (  # noqa: E402
+from controller.tools.profiling import (  # noqa: E402
     ProfileResult,
     Row,
     recommend,
     render_profile,
     run_profile,
 )
-from controller.replay import load_replay, save_replay  # noqa: E402
+from controller.tools.replay import load_replay, save_replay  # noqa: E402
 from policies.base import PolicySpec  # noqa: E402
 from policies.tensor_policy import TensorPolicy  # noqa: E402
 from policies.tiny import build_tiny_policy, tiny_spec  # noqa: E402
@@ -296,7 +296,7 @@ def test_recommendations_follow_the_numbers() -> None:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     from controller.cli import _add_config_args, _setup_logging
-    from controller.profile_cli import add_profile_parser
+    from controller.tools.profile_cli import add_profile_parser
 
     parser = argparse.ArgumentParser(prog="tempo")
     add_profile_parser(parser.add_subparsers(dest="command"), _add_config_args, _setup_logging)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.errors import ErrorCode, ProtocolError
-from controller.protocol import (
+from controller.wire.protocol import (
     DEFAULT_LIMITS,
     DTYPES,
     KINDS,

@@ -1,4 +1,4 @@
-"""controller.security without sockets: endpoints, the bind check, key files, the config."""
+"""controller.daemon.security without sockets: endpoints, the bind check, key files, the config."""
 
 from __future__ import annotations
 
@@ -13,21 +13,19 @@ import zmq
 import zmq.auth
 from pydantic import ValidationError
 
+from controller.daemon.security import (
+    SecurityConfig,
+    check_bind_allowed,
+    check_local_only,
+)
 from controller.errors import SecurityError
-from controller.keys import (
+from controller.wire.curve import is_local_endpoint, load_client_keys, secure_client
+from controller.wire.keys import (
     cmd_keys_generate,
     generate_keys,
     load_authorized_keys,
     load_public_key,
     load_secret_key_pair,
-)
-from controller.security import (
-    SecurityConfig,
-    check_bind_allowed,
-    check_local_only,
-    is_local_endpoint,
-    load_client_keys,
-    secure_client,
 )
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
@@ -399,5 +397,8 @@ def test_status_socket_must_stay_local():
 
 
 def test_module_imports_without_torch():
-    code = "import sys; import controller.security; sys.exit(1 if 'torch' in sys.modules else 0)"
+    code = (
+        "import sys; import controller.daemon.security; "
+        "sys.exit(1 if 'torch' in sys.modules else 0)"
+    )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

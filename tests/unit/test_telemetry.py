@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.histogram import (
+from controller.observe.histogram import (
     DEFAULT_BOUNDS_NS,
     MAX_RELATIVE_WIDTH,
     Histogram,
     coarse_cumulative,
 )
-from controller.status_view import fmt_duration, render_status
-from controller.telemetry import (
+from controller.observe.status_view import fmt_duration, render_status
+from controller.observe.telemetry import (
     BUILTIN_SECTIONS,
     MODEL,
     NOOP_GPU_TIMER,

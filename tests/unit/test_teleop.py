@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from controller.guards import GuardChain, GuardsConfig, Verdict
-from controller.teleop import TeleopConfig, TeleopMixer
+from controller.action.guards import GuardChain, GuardsConfig, Verdict
+from controller.action.teleop import TeleopConfig, TeleopMixer
 
 JOINTS = ("base", "shoulder", "elbow", "gripper")
 RATE = 100.0

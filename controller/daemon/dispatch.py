@@ -1,0 +1,311 @@
+"""Incoming messages: decode, check, and route them to sessions (runs on the loop thread).
+
+A bad message is answered with an `error` (a code and one sentence) and counted; it never raises
+out of here, so one misbehaving driver cannot disturb the others.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from controller.action.ensembler import ChunkEnsembler
+from controller.action.guards import GuardChain
+from controller.action.teleop import TeleopMixer
+from controller.config import TempoConfig
+from controller.daemon.handshake import check_driver_spec, parse_driver_limits, spec_to_wire
+from controller.daemon.session import InferenceRequest, Session, StateHistory
+from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
+from controller.inference.worker import InferenceWorker
+from controller.observe.telemetry import PREPROCESS, Telemetry
+from controller.wire.protocol import DEFAULT_LIMITS, Limits, Message, decode
+from policies.base import PolicySpec
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_TEXT = 1000  # characters; well under the decoders' string limit
+
+Sender = Callable[..., bool]  # (identity, kind, *, seq, fields, arrays=None) -> sent?
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        config: TempoConfig,
+        spec: PolicySpec,
+        worker: InferenceWorker,
+        send: Sender,
+        current_step: Callable[[], int],
+        limits: Limits = DEFAULT_LIMITS,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self.config = config
+        self.spec = spec
+        self.worker = worker
+        self.send = send
+        self.current_step = current_step
+        self.limits = limits
+        self.sessions: dict[str, Session] = {}
+        self.by_identity: dict[bytes, str] = {}
+        self.errors: collections.Counter[str] = collections.Counter()
+        # Guard interventions of sessions that have ended, so totals survive a disconnect.
+        self.closed_guard_counts: collections.Counter[str] = collections.Counter()
+        self.messages = 0
+        self._error_seq = 0
+        self._observation_arrays = frozenset(spec.camera_names) | {"state"}
+        # Observation checks, timed as `preprocess` (the method itself when telemetry is off).
+        self._check = (
+            self._check_observation
+            if telemetry is None
+            else telemetry.section(PREPROCESS)(self._check_observation)
+        )
+
+    # -- entry point -----------------------------------------------------------------------
+
+    def handle(self, identity: bytes, frames: list[Any], now_ns: int) -> None:
+        self.messages += 1
+        message: Message | None = None
+        try:
+            message = decode(frames, self.limits)
+            handler = self._handlers.get(message.kind)
+            if handler is None:
+                raise ProtocolError(
+                    ErrorCode.NOT_ALLOWED,
+                    f"drivers may send hello, obs, teleop and bye, not {message.kind!r}",
+                )
+            handler(self, identity, message, now_ns)
+        except (ProtocolError, SpecMismatchError) as exc:
+            self.reply_error(identity, exc.code, str(exc), message)
+        except Exception:  # a bug of ours: log it here, tell the driver only that it happened
+            log.exception("internal error while handling a message")
+            self.reply_error(
+                identity,
+                ErrorCode.INTERNAL,
+                "the daemon failed on this message; see its log",
+                message,
+            )
+
+    def reply_error(
+        self, identity: bytes, code: ErrorCode, text: str, message: Message | None
+    ) -> None:
+        self.errors[code.value] += 1
+        if len(text) > MAX_ERROR_TEXT:  # a driver's decoder caps strings; keep the sentence
+            text = text[: MAX_ERROR_TEXT - 3] + "..."
+        fields: dict[str, Any] = {"code": code.value, "message": text}
+        if message is not None:
+            fields["ref_seq"] = message.seq
+            if message.session in self.sessions:
+                fields["session"] = message.session
+        self._error_seq += 1
+        self.send(identity, "error", seq=self._error_seq, fields=fields)
+
+    # -- handlers --------------------------------------------------------------------------
+
+    def _hello(self, identity: bytes, message: Message, now_ns: int) -> None:
+        check_driver_spec(message.header["spec"], self.spec)
+        old = self.by_identity.get(identity)
+        if old is not None:
+            self.close(old, "the driver said hello again")
+        if len(self.sessions) >= self.config.server.max_robots:
+            raise ProtocolError(
+                ErrorCode.FULL,
+                f"this daemon already serves {len(self.sessions)} robots "
+                f"(server.max_robots); disconnect one or raise the limit",
+            )
+        robot = message.header["robot"]
+        driver_limits = parse_driver_limits(message.header["spec"])
+        try:
+            session = self._new_session(identity, robot, now_ns, driver_limits)
+        except ValueError as exc:  # limits naming unknown joints, or with lower > upper
+            raise ProtocolError(ErrorCode.NOT_ALLOWED, f"hello spec.limits: {exc}") from None
+        self.sessions[session.id] = session
+        self.by_identity[identity] = session.id
+        log.info("robot %s connected (session %s)", robot, session.id)
+        self.send(
+            identity,
+            "welcome",
+            seq=0,
+            fields={
+                "session": session.id,
+                "control_hz": float(self.config.control.rate_hz),
+                "spec": spec_to_wire(self.spec),
+                "limits": {name: list(bounds) for name, bounds in session.guards.limits.items()},
+            },
+        )
+
+    def _new_session(
+        self,
+        identity: bytes,
+        robot: str,
+        now_ns: int,
+        driver_limits: dict[str, tuple[float, float]],
+    ) -> Session:
+        rate = self.config.control.rate_hz
+        joints = self.spec.joint_names
+        return Session(
+            id=uuid.uuid4().hex,
+            identity=identity,
+            robot=robot,
+            spec=self.spec,
+            created_ns=now_ns,
+            last_seen_ns=now_ns,
+            ensembler=ChunkEnsembler(
+                self.spec.chunk_size,
+                self.spec.action_dim,
+                mode=self.config.inference.ensemble,
+                k=self.config.inference.temporal_k,
+            ),
+            guards=GuardChain(joints, self.config.guards, rate, handshake_limits=driver_limits),
+            teleop=TeleopMixer(joints, self.config.teleop, rate),
+            history=StateHistory(self.spec.state_history, self.spec.state_size),
+        )
+
+    def _session_of(self, identity: bytes, message: Message) -> Session:
+        session = self.sessions.get(message.session or "")
+        if session is None or session.identity != identity:
+            raise ProtocolError(
+                ErrorCode.UNKNOWN_SESSION,
+                "unknown session (the daemon may have restarted); send hello again",
+            )
+        return session
+
+    def _obs(self, identity: bytes, message: Message, now_ns: int) -> None:
+        session = self._session_of(identity, message)
+        session.last_seen_ns = now_ns
+        if message.seq <= session.last_obs_seq:
+            session.counters["stale_observations"] += 1
+            raise ProtocolError(
+                ErrorCode.STALE,
+                f"observation seq {message.seq} is not newer than {session.last_obs_seq}; dropped",
+            )
+        images, state, teleop = self._check(message)
+        session.last_obs_seq = message.seq
+        session.last_obs_received_ns = now_ns
+        session.record_clock_offset(message.header["time_ns"], now_ns)
+        session.teleop_values = teleop
+        session.counters["observations"] += 1
+        if session.guards.state != "ok":
+            # Back from a watchdog hold or stop: the robot may have been moved meanwhile, so
+            # chunks planned before it are stale. Drop them; rate limits restart from here.
+            session.ensembler.reset()
+            session.chunks.clear()
+            session.pending = None
+            session.last_command = None
+            session.counters["plans_dropped_after_watchdog"] += 1
+        if session.last_command is None and self.spec.state_size == self.spec.action_dim:
+            # Rate limits start from where the robot is, not from zero.
+            session.guards.seed(state)
+        session.guards.on_fresh_observation()
+        if message.header.get("resume"):
+            session.guards.resume()  # leaves the stop state when guards.resume is 'explicit'
+        step = self.current_step()
+        request = InferenceRequest(
+            step=step,
+            obs_seq=message.seq,
+            received_ns=now_ns,
+            images=images,
+            state=session.history.push(state),
+        )
+        session.pending = request
+        self.submit_if_due(session, step)
+
+    def submit_if_due(self, session: Session, step: int) -> None:
+        """Ask the policy at most every `query_period` steps, always on the newest observation."""
+        request = session.pending
+        if request is None or step - session.last_request_step < self.config.inference.query_period:
+            return
+        session.pending = None
+        session.last_request_step = step
+        self.worker.submit(session, request)
+
+    def _check_observation(
+        self, message: Message
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray | None]:
+        arrays = message.arrays
+        expected = self._observation_arrays
+        names = set(arrays)
+        if not expected <= names or names - expected - {"teleop"}:
+            raise ProtocolError(
+                ErrorCode.SHAPE,
+                f"an observation carries exactly the arrays {sorted(expected)} (and optionally "
+                f"'teleop'); got {sorted(names)}",
+            )
+        images = {}
+        for camera in self.spec.cameras:
+            frame = arrays[camera.name]
+            if frame.dtype != np.uint8 or frame.shape != camera.shape:
+                raise ProtocolError(
+                    ErrorCode.SHAPE,
+                    f"camera {camera.name!r} must be uint8 of shape {list(camera.shape)}, got "
+                    f"{frame.dtype} {list(frame.shape)}",
+                )
+            images[camera.name] = frame
+        state = self._float_vector(arrays["state"], "state", self.spec.state_size)
+        teleop = None
+        if "teleop" in arrays:
+            teleop = self._float_vector(arrays["teleop"], "teleop", self.spec.action_dim).copy()
+        return images, state, teleop
+
+    @staticmethod
+    def _float_vector(array: np.ndarray, name: str, size: int) -> np.ndarray:
+        if array.dtype.kind != "f" or array.shape != (size,):
+            raise ProtocolError(
+                ErrorCode.SHAPE,
+                f"{name!r} must be float32 or float64 of shape [{size}], got {array.dtype} "
+                f"{list(array.shape)}",
+            )
+        # Cast first: a float64 beyond float32's range would become Inf after the check.
+        with np.errstate(over="ignore", invalid="ignore"):
+            vector = array.astype(np.float32, copy=False)
+        if not np.isfinite(vector).all():
+            raise ProtocolError(
+                ErrorCode.NON_FINITE,
+                f"{name!r} contains NaN, Inf or values beyond float32's range; the observation "
+                "was refused",
+            )
+        return vector
+
+    def _teleop(self, identity: bytes, message: Message, now_ns: int) -> None:
+        session = self._session_of(identity, message)
+        session.last_seen_ns = now_ns
+        joints = message.header["joints"]
+        if not all(isinstance(j, str) for j in joints):
+            raise ProtocolError(ErrorCode.MALFORMED, "teleop.joints must be a list of joint names")
+        try:
+            session.teleop.set_owned(joints)
+        except ValueError as exc:
+            raise ProtocolError(ErrorCode.NOT_ALLOWED, str(exc)) from None
+        log.info("robot %s: operator now owns %s", session.robot, list(session.teleop.owned))
+
+    def _bye(self, identity: bytes, message: Message, now_ns: int) -> None:
+        session = self._session_of(identity, message)
+        self.close(session.id, "the driver said bye")
+
+    _handlers: dict[str, Callable[[Dispatcher, bytes, Message, int], None]] = {
+        "hello": _hello,
+        "obs": _obs,
+        "teleop": _teleop,
+        "bye": _bye,
+    }
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def peer_gone(self, identity: bytes) -> None:
+        session_id = self.by_identity.get(identity)
+        if session_id is not None:
+            self.close(session_id, "connection lost (closed, killed, or heartbeat timeout)")
+
+    def close(self, session_id: str, reason: str) -> None:
+        session = self.sessions.pop(session_id, None)
+        if session is None:
+            return
+        session.closed = True
+        self.closed_guard_counts.update(session.guards.counters)
+        if self.by_identity.get(session.identity) == session_id:
+            del self.by_identity[session.identity]
+        log.info("robot %s disconnected (%s)", session.robot, reason)

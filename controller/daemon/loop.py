@@ -1,0 +1,162 @@
+"""One control tick: for every robot, the action for this step, through teleop and the guards.
+
+    chunks from the worker -> ensembler (keyed by absolute step) -> action for step t
+        -> teleop blend -> guard chain -> `action` (or `hold`) to the driver
+
+The tick never waits for the model: it uses whatever chunks have landed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from controller.action.guards import Verdict
+from controller.daemon.dispatch import Dispatcher
+from controller.daemon.session import Session
+from controller.errors import ErrorCode
+from controller.observe.stats import SampleWindow
+from controller.observe.telemetry import ENSEMBLER, GUARDS, OBS_TO_ACTION, SEND, Telemetry
+
+log = logging.getLogger(__name__)
+
+# Why a tick sends `hold`, by the guard chain's watchdog state (anything else: no action yet).
+HOLD_REASONS = {"stop": "stopped", "hold": "stale_observation"}
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        period_ns: int,
+        valid_ticks: float,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self.dispatcher = dispatcher
+        telemetry = telemetry or Telemetry(enabled=False)
+        # Checked once here: with telemetry off the tick pays one bool test per section.
+        self._timed = telemetry.enabled
+        self._clock = telemetry.clock
+        self._t_ensembler = telemetry.section(ENSEMBLER)
+        self._t_guards = telemetry.section(GUARDS)
+        self._t_send = telemetry.section(SEND)
+        self._t_obs_to_action = telemetry.section(OBS_TO_ACTION)
+        self.period_ns = period_ns
+        self.valid_ns = int(valid_ticks * period_ns)
+        self.session_timeout_ns = int(dispatcher.config.server.session_timeout_s * 1e9)
+        self.latency_ms = SampleWindow()  # observation received -> first action from its chunk
+        self.actions_sent = 0
+        self.holds_sent = 0
+        self.late_actions_dropped = 0
+        self.internal_errors = 0
+
+    def tick(self, step: int, deadline_ns: int, now_ns: int) -> None:
+        for session in list(self.dispatcher.sessions.values()):
+            if now_ns - session.last_seen_ns > self.session_timeout_ns:
+                self.dispatcher.close(session.id, "no message within server.session_timeout_s")
+                continue
+            try:
+                self._tick_session(session, step, deadline_ns, now_ns)
+                # After the send: waking the worker hands it the GIL, which must not delay
+                # this tick's actions.
+                self.dispatcher.submit_if_due(session, step)
+            except Exception:
+                # A bug of ours on one robot's tick must not stop the others: hold that robot,
+                # end its session (its driver reconnects to a fresh one), keep ticking.
+                self.internal_errors += 1
+                log.exception(
+                    "tick failed for robot %s; holding it and ending its session", session.robot
+                )
+                self.send_hold(session, step, "internal_error")
+                self.dispatcher.reply_error(
+                    session.identity,
+                    ErrorCode.INTERNAL,
+                    "the daemon failed on this robot's control tick (see its log); the session "
+                    "was ended: say hello again",
+                    None,
+                )
+                self.dispatcher.close(session.id, "internal error on its tick")
+
+    def _tick_session(self, session: Session, step: int, deadline_ns: int, now_ns: int) -> None:
+        timed = self._timed
+        if timed:
+            t = self._clock()
+        new_chunk = None
+        while session.chunks:
+            chunk = session.chunks.popleft()
+            late = session.ensembler.add_chunk(chunk.start_step, chunk.actions, step)
+            session.counters["late_steps_dropped"] += late
+            if late < len(chunk.actions):
+                new_chunk = chunk
+                session.newest_chunk_obs_seq = max(session.newest_chunk_obs_seq, chunk.obs_seq)
+        if session.last_obs_received_ns == 0:
+            self.send_hold(session, step, "no_observation")  # nothing to act on yet
+            return
+
+        has_policy_action = session.ensembler.action_at(step, session.proposed)
+        if timed:
+            t = self._t_ensembler.lap(t)
+        observation_age = now_ns - session.last_obs_received_ns
+        mixed = session.teleop.mix(
+            session.proposed if has_policy_action else None,
+            session.teleop_values,
+            session.last_command,
+            session.mixed,
+        )
+        verdict = session.guards.check(
+            session.mixed if mixed else None, observation_age, session.command
+        )
+        if timed:
+            t = self._t_guards.lap(t)
+
+        valid_until = deadline_ns + self.valid_ns
+        # The clock read now, not at the tick's start: with many robots the last send is later.
+        if verdict is Verdict.ACTION and time.monotonic_ns() < valid_until:
+            session.send_seq += 1
+            sent = self.dispatcher.send(
+                session.identity,
+                "action",
+                seq=session.send_seq,
+                fields={
+                    "session": session.id,
+                    "step": step,
+                    "obs_seq": session.newest_chunk_obs_seq,
+                    # In the driver's clock: our deadline shifted by the offset seen on its last
+                    # observation (which includes transport delay, so the deadline errs early).
+                    "deadline_ns": valid_until + session.clock_offset_ns,
+                },
+                arrays={"action": session.command},
+            )
+            if timed:
+                self._t_send.lap(t)
+            if not sent:
+                # Not delivered (queue full or peer gone): the robot never saw it, so rate
+                # limits must keep counting from the last action it did see.
+                session.counters["actions_not_delivered"] += 1
+                if session.last_command is not None:
+                    session.guards.seed(session.last_command)
+                return
+            if session.last_command is None:
+                session.last_command = session.command.copy()
+            else:
+                session.last_command[:] = session.command
+            self.actions_sent += 1
+            if new_chunk is not None:
+                self.latency_ms.record((now_ns - new_chunk.obs_received_ns) / 1e6)
+                if timed:
+                    self._t_obs_to_action.record_ns(now_ns - new_chunk.obs_received_ns)
+            return
+        if verdict is Verdict.ACTION:
+            self.late_actions_dropped += 1
+        self.send_hold(session, step, HOLD_REASONS.get(session.guards.state, "no_action"))
+
+    def send_hold(self, session: Session, step: int, reason: str) -> None:
+        session.send_seq += 1
+        session.counters["hold_" + reason] += 1
+        self.holds_sent += 1
+        self.dispatcher.send(
+            session.identity,
+            "hold",
+            seq=session.send_seq,
+            fields={"session": session.id, "step": step, "reason": reason},
+        )

@@ -1,0 +1,141 @@
+"""The daemon's ZeroMQ ROUTER socket: options, receiving with a deadline, non-blocking sends.
+
+Only the loop thread touches the socket (ZeroMQ sockets are not thread-safe): it receives in the
+slack before each tick and sends actions at the tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from controller.daemon.security import CurveServer
+from controller.wire.protocol import DEFAULT_LIMITS, Limits, encode
+from controller.wire.sockets import configure_common
+
+log = logging.getLogger(__name__)
+
+
+class RouterTransport:
+    """Receives (identity, frames) and sends messages to identities without ever blocking."""
+
+    def __init__(
+        self,
+        context: zmq.Context,
+        bind: str,
+        limits: Limits = DEFAULT_LIMITS,
+        curve: CurveServer | None = None,
+    ) -> None:
+        self.bind = bind
+        self.limits = limits
+        self.socket = context.socket(zmq.ROUTER)
+        configure_common(self.socket, limits)
+        # Sending to a peer that is gone raises instead of vanishing silently.
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._poller = zmq.Poller()
+        self.sent = 0
+        self.send_dropped = 0
+        self.on_peer_gone: Callable[[bytes], None] | None = None
+        self._discarding = False  # inside a message with too many parts: drop its remaining parts
+        self.parts_discarded = 0
+        self.curve = curve
+
+    def open(self) -> str:
+        if self.curve is not None:
+            self.curve.secure(self.socket)  # CURVE server + ZAP_ENFORCE_DOMAIN, before bind
+        self.socket.bind(self.bind)
+        self._poller.register(self.socket, zmq.POLLIN)
+        endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        log.info("listening on %s", endpoint)
+        return endpoint
+
+    def receive_until(self, until_ns: int, handle: Callable[[bytes, list[Any], int], None]) -> None:
+        """Hand every message that arrives before `until_ns` to `handle(identity, frames, now)`."""
+        while True:
+            timeout_ms = (until_ns - time.monotonic_ns()) // 1_000_000
+            if timeout_ms < 0:
+                return
+            if not self._poller.poll(timeout_ms):
+                if timeout_ms == 0:
+                    # Under a millisecond left, which poll cannot express: sleep it off.
+                    remaining = until_ns - time.monotonic_ns()
+                    if remaining > 0:
+                        time.sleep(remaining / 1e9)
+                    return
+                continue
+            # Drain what is queued, checking the clock so a flood cannot delay the tick.
+            while time.monotonic_ns() < until_ns:
+                if self._discarding:
+                    self._discard_parts(until_ns)
+                    continue
+                try:
+                    identity, frames = self._receive_message()
+                except zmq.Again:
+                    break
+                handle(identity, frames, time.monotonic_ns())
+
+    def _receive_message(self) -> tuple[bytes, list[Any]]:
+        """One message, part by part: ZeroMQ bounds the size of a part but not their number,
+        and recv_multipart would take all of a 100,000-part message in one go (half a second).
+        Past the frame limit the parts are left queued and dropped in later idle slices
+        (`_discard_parts`); the frames handed on are over the limit, so decoding refuses them
+        and the sender gets an error."""
+        identity = self.socket.recv(zmq.NOBLOCK, copy=False)
+        frames: list[Any] = []
+        more = identity.more
+        while more:
+            if len(frames) > self.limits.max_frames:
+                self._discarding = True
+                self.parts_discarded += 1
+                break
+            frame = self.socket.recv(copy=False)  # parts of one message arrive together
+            frames.append(frame)
+            more = frame.more
+        return identity.bytes, frames
+
+    def _discard_parts(self, until_ns: int) -> None:
+        """Drop the rest of an over-long message, a slice at a time, until `until_ns`."""
+        while self._discarding:
+            for _ in range(256):
+                frame = self.socket.recv(copy=False)
+                self.parts_discarded += 1
+                if not frame.more:
+                    self._discarding = False
+                    return
+            if time.monotonic_ns() >= until_ns:
+                return
+
+    def send(
+        self,
+        identity: bytes,
+        kind: str,
+        *,
+        seq: int,
+        fields: dict[str, Any],
+        arrays: dict[str, Any] | None = None,
+    ) -> bool:
+        """Send one message; False if the peer is gone or its queue is full (counted)."""
+        frames = encode(
+            kind, robot="tempo", seq=seq, time_ns=time.monotonic_ns(), fields=fields, arrays=arrays
+        )
+        try:
+            self.socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:  # the peer's queue is full: it is not reading; drop, never block
+            self.send_dropped += 1
+            return False
+        except zmq.ZMQError as exc:
+            self.send_dropped += 1
+            if exc.errno == zmq.EHOSTUNREACH and self.on_peer_gone is not None:
+                # ZeroMQ dropped the connection: closed, killed, or silent past the heartbeat
+                # timeout (a frozen driver). ROUTER_MANDATORY is what makes this visible.
+                self.on_peer_gone(identity)
+            return False
+        self.sent += 1
+        return True
+
+    def close(self, linger_ms: int = 0) -> None:
+        self.socket.close(linger=linger_ms)

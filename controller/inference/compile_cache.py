@@ -1,0 +1,130 @@
+"""The persistent compile cache that makes a restart of the same model ready in seconds.
+
+Two layers, both under `RunnerConfig.cache_dir`:
+- inductor's own on-disk caches (FX graph cache, AOTAutograd cache, autotuning results, Triton
+  kernels), pointed at `<cache_dir>/inductor`. They are keyed by torch itself on the traced graph.
+- a "mega-cache" file per (model structure, runner settings, torch version, GPU):
+  `torch.compiler.save_cache_artifacts()` after a cold compile, `load_cache_artifacts()` before
+  the next one. It carries the same artifacts in one file that can be copied to another machine
+  of the same kind (pre-warming a fleet), where the inductor directory alone would not be found.
+
+Both hold pickled compiler artifacts, so the directory must be trusted: it is created private to
+the daemon's user (0700). Dynamo's tracing still runs on every start (a few seconds for ACT).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from controller.inference.runner_config import RunnerConfig
+from policies.base import PolicySpec
+
+log = logging.getLogger(__name__)
+
+
+def cache_key(
+    spec: PolicySpec, module: nn.Module, config: RunnerConfig, device: torch.device
+) -> str:
+    """What the compiled code depends on: model structure (not weight values), the settings that
+    change the graph, and the software and hardware that compiled it."""
+    device_name = (
+        torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine()
+    )
+    tensors = [
+        (name, tuple(t.shape), str(t.dtype))
+        for name, t in list(module.named_parameters()) + list(module.named_buffers())
+    ]
+    parts = {
+        "spec": spec.model_dump(mode="json"),
+        "module": f"{type(module).__module__}.{type(module).__qualname__}",
+        "structure": repr(module),
+        "tensors": tensors,
+        "settings": config.model_dump(
+            mode="json",
+            include={"precision", "compile_mode", "compile_backend", "fullgraph", "freezing"},
+        ),
+        "memory_format": channels_last_of(module),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": device_name,
+        "python": platform.python_version(),
+    }
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+def channels_last_of(module: nn.Module) -> bool:
+    return any(
+        p.dim() == 4
+        and p.is_contiguous(memory_format=torch.channels_last)
+        and not p.is_contiguous()
+        for p in module.parameters()
+    )
+
+
+class CompileCache:
+    """Points torch's caches at one directory and keeps the mega-cache file of one model."""
+
+    def __init__(self, directory: Path, key: str) -> None:
+        self.directory = Path(directory).expanduser()
+        self.key = key
+        self.file = self.directory / f"megacache-{key}.bin"
+        self.outcome = "unused"
+
+    def activate(self) -> None:
+        """Before the first compile: create the directory and point inductor (and Triton, which
+        inductor places under it) at it. Process-wide, like torch's own cache settings."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        inductor_dir = self.directory / "inductor"
+        inductor_dir.mkdir(exist_ok=True, mode=0o700)
+        # torch reads this each time it needs the directory; it is how torch takes the setting.
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_dir)
+        os.environ.pop("TRITON_CACHE_DIR", None)  # default: <inductor dir>/triton
+        self._load()
+
+    def _load(self) -> None:
+        loader = getattr(torch.compiler, "load_cache_artifacts", None)
+        if loader is None:
+            self.outcome = "unsupported by this torch"
+            return
+        if not self.file.exists():
+            self.outcome = "cold (no saved artifacts yet)"
+            return
+        try:
+            loader(self.file.read_bytes())
+            self.outcome = "loaded"
+        except Exception as exc:  # a stale or truncated file must not stop the daemon
+            log.warning("compile cache %s could not be loaded (%s); compiling cold", self.file, exc)
+            self.outcome = f"load failed: {exc}"
+
+    def save(self) -> None:
+        """After a successful compile: keep the artifacts, unless they were loaded from here."""
+        saver = getattr(torch.compiler, "save_cache_artifacts", None)
+        if saver is None or self.outcome == "loaded":
+            return
+        try:
+            result = saver()
+            if result is None:
+                return
+            artifacts, _info = result
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".megacache-")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(artifacts)
+            os.replace(tmp, self.file)  # atomic: a crash never leaves half a file under the name
+            self.outcome = f"saved {len(artifacts)} bytes"
+            log.info("compile cache saved to %s (%d bytes)", self.file, len(artifacts))
+        except Exception as exc:
+            log.warning("compile cache could not be saved to %s: %s", self.file, exc)
+            self.outcome = f"save failed: {exc}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"dir": str(self.directory), "key": self.key, "megacache": self.outcome}

@@ -1,0 +1,172 @@
+"""Records and helpers of the tier ladder: what happened at start-up, demotions, timing."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from policies.base import PolicySpec
+from policies.tensor_policy import check_stackable
+
+if TYPE_CHECKING:
+    from controller.inference.step_path import StepPath
+    from controller.inference.tiers import Tier
+
+Progress = Callable[[str], None]
+Observation = tuple[dict[str, np.ndarray], np.ndarray]
+
+
+@dataclass
+class TierReport:
+    """How one tier fared at start-up (and since)."""
+
+    name: str
+    precision: str
+    state: str = "pending"  # pending | ready | skipped
+    reason: str = ""
+    build_s: float | None = None
+    parity_error: float | None = None  # largest relative error over the parity observations
+    step_s: float | None = None  # median predict path time during the parity check
+    served_steps: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Demotion:
+    """One step down (or, with `promotion`, back up) the ladder."""
+
+    time: float  # wall clock (time.time()), for people reading status
+    from_tier: str
+    to_tier: str
+    cause: str  # exception | non_finite | overrun | repromoted
+    detail: str
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class StepTimes:
+    """The last `size` step times in a ring, for status percentiles; no allocation per step."""
+
+    def __init__(self, size: int = 512) -> None:
+        self._ring = np.zeros(size, dtype=np.float64)
+        self._count = 0
+
+    def add(self, seconds: float) -> None:
+        self._ring[self._count % len(self._ring)] = seconds
+        self._count += 1
+
+    def summary_ms(self) -> dict[str, float | int | None]:
+        n = min(self._count, len(self._ring))
+        if n == 0:
+            return {"count": 0, "p50": None, "p99": None, "max": None}
+        recent = self._ring[:n] * 1e3
+        return {
+            "count": self._count,
+            "p50": float(np.percentile(recent, 50)),
+            "p99": float(np.percentile(recent, 99)),
+            "max": float(recent.max()),
+        }
+
+
+def random_observation(spec: PolicySpec, seed: int) -> Observation:
+    """A random observation shaped for `spec` (parity checks use a different one each)."""
+    height, width = check_stackable(spec)
+    rng = np.random.default_rng(seed)
+    images = {
+        c.name: rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for c in spec.cameras
+    }
+    state = rng.standard_normal((spec.state_history, spec.state_size)).astype(np.float32)
+    return images, state
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """||out - ref|| / ||ref|| in float64 (absolute error when the reference is all zeros)."""
+    diff = np.linalg.norm(out.astype(np.float64) - ref.astype(np.float64))
+    norm = np.linalg.norm(ref.astype(np.float64))
+    return float(diff / norm) if norm > 0 else float(diff)
+
+
+@contextlib.contextmanager
+def heartbeat(say: Progress, message: str, every_s: float = 5.0) -> Iterator[None]:
+    """Say `message`, then repeat it with the elapsed time every `every_s` until the block ends
+    (a cold compile gives no sign of life for minutes). `say` is called from a helper thread."""
+    say(message)
+    started = time.monotonic()
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            say(f"{message} ({time.monotonic() - started:.0f} s)")
+
+    thread = threading.Thread(target=beat, name="tempo-runner-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """A one-line cause for logs and status (torch errors can span pages)."""
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else ""
+    line = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+class NonFiniteOutput(RuntimeError):
+    """A tier returned NaN or Inf."""
+
+
+def reference_outputs(
+    path: StepPath, reference: Tier, observations: list[Observation], reset: Callable[[], None]
+) -> list[np.ndarray]:
+    """eager_fp32 outputs for `observations`; a non-finite one means the model is broken."""
+    references = []
+    for images, state in observations:
+        reset()
+        ref = path.execute(reference, images, state)
+        if not np.isfinite(ref).all():
+            raise NonFiniteOutput(
+                "the eager FP32 reference returned NaN or Inf on a random observation: the "
+                "model or its weights are broken, so no tier can be checked"
+            )
+        references.append(ref)
+    return references
+
+
+def check_parity(
+    path: StepPath,
+    tier: Tier,
+    observations: list[Observation],
+    references: list[np.ndarray],
+    rtol: float,
+    reset: Callable[[], None],
+) -> tuple[float, float]:
+    """Largest relative error against the references, and the median step time (upload, run,
+    download). Raises at the first non-finite output or error above `rtol`."""
+    errors, times = [], []
+    for index, ((images, state), ref) in enumerate(zip(observations, references, strict=True)):
+        reset()  # a stateful model sees the same state as the reference did
+        began = time.perf_counter()
+        out = path.execute(tier, images, state)
+        times.append(time.perf_counter() - began)
+        if not np.isfinite(out).all():
+            raise NonFiniteOutput(f"non-finite output on parity observation {index}")
+        errors.append(relative_error(out, ref))
+        if errors[-1] > rtol:
+            raise ValueError(
+                f"parity error {errors[-1]:.2e} exceeds parity_rtol {rtol:.0e} on observation "
+                f"{index}"
+            )
+    return max(errors), float(np.median(times))

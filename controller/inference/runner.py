@@ -1,0 +1,451 @@
+"""The runner: serves one TensorPolicy from the highest tier that passes its checks.
+
+    runner = Runner(policy, RunnerConfig(), device="cuda")
+    runner.start(progress=print)            # build, warm up, capture, parity; minutes when cold
+    chunk = runner.predict_chunk(images, state)   # (chunk_size, action_dim) float32, caller-owned
+
+Tiers, highest first: graph (compiled + CUDA graph), compiled, eager_half, eager_fp32 (the
+reference; see `controller.inference.runner_config`). At start every tier from `top_tier` down is
+built, warmed up, and checked against eager_fp32 on several random observations (relative error
+within `parity_rtol`, all outputs finite); a tier that fails any step is skipped, with the reason
+logged and in `status()`. Every tier that passed stays ready as a fallback.
+
+While serving, a tier that raises, returns a non-finite chunk, or overruns the step budget k times
+in the last n steps is demoted at once (logged, recorded in `demotions` and `status()`); a failed
+step is re-run on the next tier when that still fits in the budget. Optionally, after a cool-down,
+higher tiers get a fresh parity check and serve again if they pass.
+
+Runner is itself a `Policy`. One thread calls predict_chunk (the inference worker); status() and
+demotions may be read from any thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+
+from controller.errors import PolicyError
+from controller.inference.compile_cache import CompileCache, cache_key
+from controller.inference.faults import FaultPlan, FaultyTier
+from controller.inference.ladder import (
+    Demotion,
+    NonFiniteOutput,
+    Observation,
+    Progress,
+    StepTimes,
+    TierReport,
+    check_parity,
+    first_line,
+    heartbeat,
+    random_observation,
+    reference_outputs,
+)
+from controller.inference.runner_config import TIER_ORDER, RunnerConfig, TierName
+from controller.inference.step_path import StepPath
+from controller.inference.tiers import EagerTier, Tier, build_tiers
+from controller.observe.telemetry import Telemetry
+from policies.base import PolicySpec
+from policies.tensor_policy import TensorPolicy
+
+log = logging.getLogger(__name__)
+
+
+class Runner:
+    """A Policy served through the tier ladder. The constructor does no work; `start` does."""
+
+    def __init__(
+        self,
+        policy: TensorPolicy,
+        config: RunnerConfig | None = None,
+        device: str | torch.device | None = None,
+        faults: Mapping[str, FaultPlan] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """device: default cuda when available, else cpu. faults: tier name -> FaultPlan, and
+        clock: what step times are measured with (seconds); both for tests."""
+        self._telemetry: Telemetry | None = None
+        self._policy = policy
+        self._config = config or RunnerConfig()
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self._device = torch.device(device)
+        if self._device.type == "cuda" and self._device.index is None:
+            self._device = torch.device("cuda", torch.cuda.current_device())
+        unknown = set(faults or {}) - set(TIER_ORDER)
+        if unknown:
+            raise ValueError(f"faults name unknown tiers {sorted(unknown)}; tiers: {TIER_ORDER}")
+        self._faults = dict(faults or {})
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._tiers: dict[str, Tier] = {}
+        self._reports: dict[str, TierReport] = {}
+        self._ladder: list[str] = []  # tiers that passed, highest first
+        self._current: int | None = None
+        self._demotions: list[Demotion] = []
+        self._promotions: list[Demotion] = []
+        self._window: deque[bool] = deque(maxlen=self._config.overrun_n)
+        self._times = StepTimes()
+        self._counts = {"steps": 0, "failed_steps": 0, "reruns": 0, "overruns": 0}
+        self._last_error = ""
+        self._last_change = 0.0  # monotonic time of the last demotion or re-promotion attempt
+        self._last_bottom_log = -1e9
+        self._seed = 0
+        self._start_s: float | None = None
+        self._cache: CompileCache | None = None
+        self._path: StepPath | None = None
+
+    # ---- Policy protocol -------------------------------------------------------------------
+
+    @property
+    def spec(self) -> PolicySpec:
+        return self._policy.spec
+
+    def predict_chunk(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> np.ndarray:
+        """One step: upload, run the serving tier, download. Returns a new float32 array
+        (chunk_size, action_dim) that nothing in the runner touches again.
+
+        If the serving tier raises or returns a non-finite chunk, it is demoted and the same
+        observation is re-run on the next tier when the time spent so far plus that tier's
+        measured step time fits in `step_budget_ms` (always, with no budget); otherwise this call
+        raises PolicyError and the next call is served by the new tier. The daemon then keeps
+        playing the chunks it already has. PolicyError also when no lower tier is left. A
+        malformed observation (camera missing, wrong shape or dtype) raises ValueError.
+        """
+        started = self._clock()
+        with self._lock:
+            if self._current is None:
+                raise PolicyError("the runner is not started: call start() before predict_chunk")
+            if self._repromote_due():
+                self._try_repromote_locked()
+            path = self._path
+            if path is None:  # unreachable once started; keeps the type checker honest
+                raise PolicyError("the runner is not started: call start() before predict_chunk")
+            try:
+                path.upload(images, state)
+            except ValueError:
+                raise
+            except Exception as exc:
+                raise PolicyError(f"uploading the observation failed: {first_line(exc)}") from exc
+            while True:
+                name = self._ladder[self._current]
+                try:
+                    chunk = path.execute(self._tiers[name])
+                    if not np.isfinite(chunk).all():
+                        raise NonFiniteOutput("the chunk has NaN or Inf values")
+                    break
+                except Exception as exc:
+                    self._counts["failed_steps"] += 1
+                    self._last_error = f"{name}: {first_line(exc)}"
+                    cause = "non_finite" if isinstance(exc, NonFiniteOutput) else "exception"
+                    to = self._demote(cause, first_line(exc))
+                    if to is None:
+                        raise PolicyError(
+                            f"tier {name} failed ({first_line(exc)}) and no lower tier is left; "
+                            "this step has no chunk"
+                        ) from exc
+                    budget = self._budget_s()
+                    spent = self._clock() - started
+                    expected = self._reports[to].step_s or 0.0
+                    if budget is not None and spent + expected > budget:
+                        raise PolicyError(
+                            f"tier {name} failed ({first_line(exc)}); demoted to {to}, but this "
+                            f"step was not re-run: {spent * 1e3:.1f} ms spent + "
+                            f"{expected * 1e3:.1f} ms expected exceeds the {budget * 1e3:.1f} ms "
+                            "budget"
+                        ) from exc
+                    self._counts["reruns"] += 1
+            self._reports[name].served_steps += 1
+            self._after_step(self._clock() - started)
+            return chunk
+
+    def reset(self) -> None:
+        """Start of an episode: the module's own `reset()` if it has one (stateful policies keep
+        their state in registered buffers and must reset them in place, so graphs see it)."""
+        with self._lock:
+            reset = getattr(self._policy.module, "reset", None)
+            if callable(reset):
+                with torch.no_grad():
+                    reset()
+
+    # ---- start-up ----------------------------------------------------------------------------
+
+    def start(self, progress: Progress | None = None) -> None:
+        """Build, warm up and check every tier from `top_tier` down; serve the best that passed.
+
+        progress(message) is called with human-readable progress (also from a helper thread,
+        while a compile runs). Raises PolicyError when no tier passes."""
+        with self._lock:
+            if self._current is not None:
+                raise PolicyError("the runner is already started")
+            started = time.perf_counter()
+
+            def say(message: str) -> None:
+                log.info("%s", message)
+                if progress is not None:
+                    progress(message)
+
+            if self._device.type == "cuda" and not torch.cuda.is_available():
+                raise PolicyError("the runner was asked for CUDA, but torch sees no CUDA device")
+            self._path = path = StepPath(self.spec, self._policy.module, self._device, self._config)
+            names = self._tier_names()
+            if {"graph", "compiled"} & set(names) and self._config.cache_dir is not None:
+                key = cache_key(self.spec, path.module, self._config, self._device)
+                self._cache = CompileCache(self._config.cache_dir, key)
+                self._cache.activate()
+                say(f"compile cache: {self._cache.outcome} ({self._cache.file})")
+            tiers = build_tiers(names, path.module, path.staging, self._config)
+            for name, plan in self._faults.items():
+                if name in tiers:
+                    tiers[name] = FaultyTier(tiers[name], plan)
+            self._tiers = {name: tier for name, tier in tiers.items()}
+            self._reference = EagerTier("eager_fp32", path.module, path.staging, None)
+            try:
+                observations, references = self._fresh_references()
+            except NonFiniteOutput as exc:
+                raise PolicyError(str(exc)) from None
+            except Exception as exc:
+                raise PolicyError(
+                    f"the model fails in eager FP32 (the reference), so no tier can serve it: "
+                    f"{first_line(exc)}"
+                ) from exc
+            for name in names:
+                self._start_tier(name, tiers[name], observations, references, say)
+            if self._cache is not None and any(
+                self._reports[n].state == "ready" for n in ("graph", "compiled") if n in names
+            ):
+                self._cache.save()
+            ready: list[str] = [n for n in names if self._reports[n].state == "ready"]
+            if not ready:
+                reasons = "; ".join(f"{n}: {self._reports[n].reason}" for n in self._reports)
+                raise PolicyError(f"no inference tier passed its start-up checks ({reasons})")
+            for tier in self._tiers.values():
+                tier.begin_serving()
+            if self._telemetry is not None:
+                path.enable_telemetry(self._telemetry)
+            self.reset()
+            self._ladder, self._current = ready, 0
+            self._start_s = time.perf_counter() - started
+            say(
+                f"ready in {self._start_s:.1f} s: serving from {ready[0]} "
+                f"(fallbacks: {', '.join(ready[1:]) or 'none'})"
+            )
+
+    def _tier_names(self) -> list[TierName]:
+        cuda = self._device.type == "cuda"
+        top = self._config.top_tier
+        if top == "auto":
+            top = "graph" if cuda else "eager_fp32"
+        names = list(TIER_ORDER[TIER_ORDER.index(top) :])
+        for name in names:
+            precision = "fp32" if name == "eager_fp32" or not cuda else self._config.precision
+            self._reports[name] = TierReport(name=name, precision=precision)
+        if not cuda:
+            for name in ("graph", "eager_half"):
+                if name in names:
+                    names.remove(name)
+                    self._skip(name, "needs CUDA (this runner is on the CPU)", logging.INFO)
+        return names
+
+    def _skip(self, name: str, reason: str, level: int = logging.WARNING) -> None:
+        self._reports[name].state, self._reports[name].reason = "skipped", reason
+        log.log(level, "tier %s skipped: %s", name, reason)
+
+    def _fresh_references(self) -> tuple[list[Observation], list[np.ndarray]]:
+        count = self._config.parity_observations
+        observations = [random_observation(self.spec, self._next_seed()) for _ in range(count)]
+        return observations, reference_outputs(
+            self._checked_path(), self._reference, observations, self.reset
+        )
+
+    def _checked_path(self) -> StepPath:
+        if self._path is None:
+            raise PolicyError("the runner is not started: call start() first")
+        return self._path
+
+    def _parity(
+        self, tier: Tier, observations: list[Observation], references: list[np.ndarray]
+    ) -> tuple[float, float]:
+        path, rtol = self._checked_path(), self._config.parity_rtol
+        return check_parity(path, tier, observations, references, rtol, self.reset)
+
+    def _start_tier(
+        self,
+        name: str,
+        tier: Tier,
+        observations: list[Observation],
+        references: list[np.ndarray],
+        say: Progress,
+    ) -> None:
+        report = self._reports[name]
+        try:
+            built = time.perf_counter()
+            verb = {"graph": "compiling and capturing", "compiled": "compiling"}.get(name)
+            with heartbeat(say, f"{name}: {verb}") if verb else contextlib.nullcontext():
+                self._checked_path().build(tier)
+            report.build_s = time.perf_counter() - built
+            for _ in range(self._config.warmup_steps):
+                self._checked_path().execute(tier, *observations[0])
+            report.parity_error, report.step_s = self._parity(tier, observations, references)
+            report.state = "ready"
+            say(
+                f"{name}: ready ({report.precision}, parity error {report.parity_error:.1e}, "
+                f"{report.step_s * 1e3:.2f} ms/step, built in {report.build_s:.1f} s)"
+            )
+        except Exception as exc:
+            self._skip(name, first_line(exc))
+            say(f"{name}: skipped: {report.reason}")
+
+    # ---- serving -------------------------------------------------------------------------------
+
+    def _budget_s(self) -> float | None:
+        budget = self._config.step_budget_ms
+        return None if budget is None else budget / 1e3
+
+    def _after_step(self, seconds: float) -> None:
+        self._counts["steps"] += 1
+        self._times.add(seconds)
+        budget = self._budget_s()
+        if budget is None:
+            return
+        over = seconds > budget
+        self._window.append(over)
+        if not over:
+            return
+        self._counts["overruns"] += 1
+        overruns = sum(self._window)
+        if overruns >= self._config.overrun_k:
+            self._window.clear()
+            self._demote(
+                "overrun",
+                f"{overruns} of the last {self._config.overrun_n} steps took longer than "
+                f"{budget * 1e3:.1f} ms (last {seconds * 1e3:.1f} ms)",
+            )
+
+    def _demote(self, cause: str, detail: str) -> str | None:
+        """Step down one tier; None (and nothing recorded) when already at the bottom."""
+        if self._current is None:
+            return None
+        from_tier = self._ladder[self._current]
+        if self._current + 1 >= len(self._ladder):
+            now = time.monotonic()
+            if now - self._last_bottom_log >= 10.0:  # at most one line per 10 s, not per step
+                self._last_bottom_log = now
+                log.error("tier %s: %s (%s); no lower tier to demote to", from_tier, cause, detail)
+            return None
+        self._current += 1
+        to_tier = self._ladder[self._current]
+        self._window.clear()
+        self._last_change = time.monotonic()
+        self._demotions.append(Demotion(time.time(), from_tier, to_tier, cause, detail))
+        log.warning("demoted %s -> %s (%s): %s", from_tier, to_tier, cause, detail)
+        return to_tier
+
+    def _repromote_due(self) -> bool:
+        after = self._config.repromote_after_s
+        return bool(after and self._current and time.monotonic() - self._last_change >= after)
+
+    def try_repromote(self) -> bool:
+        """Give the tiers above the serving one a fresh parity check; serve the highest that
+        passes. Returns whether the tier changed. Takes several steps' time: call it from the
+        inference thread when a delay is acceptable (predict_chunk calls it after the cool-down
+        when `repromote_after_s` is set)."""
+        with self._lock:
+            return self._try_repromote_locked()
+
+    def _try_repromote_locked(self) -> bool:
+        if not self._current:
+            return False
+        self._last_change = time.monotonic()
+        try:
+            observations, references = self._fresh_references()
+        except Exception as exc:
+            log.warning("re-promotion skipped: the reference failed (%s)", first_line(exc))
+            return False
+        current = self._ladder[self._current]
+        for index in range(self._current):
+            name = self._ladder[index]
+            try:
+                error, _ = self._parity(self._tiers[name], observations, references)
+            except Exception as exc:
+                log.info("re-promotion to %s refused: %s", name, first_line(exc))
+                continue
+            self._current = index
+            self._window.clear()
+            record = Demotion(time.time(), current, name, "repromoted", f"parity error {error:.1e}")
+            self._promotions.append(record)
+            log.warning("re-promoted %s -> %s after a fresh parity check", current, name)
+            self.reset()
+            return True
+        self.reset()
+        return False
+
+    # ---- inspection, benchmarking ------------------------------------------------------------
+
+    @property
+    def tier(self) -> str | None:
+        """Name of the serving tier (None before start)."""
+        current, ladder = self._current, self._ladder
+        return None if current is None else ladder[current]
+
+    @property
+    def ready_tiers(self) -> list[str]:
+        return list(self._ladder)
+
+    @property
+    def demotions(self) -> list[Demotion]:
+        return list(self._demotions)
+
+    def status(self) -> dict[str, object]:
+        """A JSON-able snapshot for the daemon's status and metrics. It does not wait for a
+        step in progress (or a start-up): values are read as they are at that moment."""
+        path = self._path
+        return {
+            "ready": self._current is not None,
+            "tier": self.tier,
+            "device": path.describe() if path else str(self._device),
+            "channels_last": path.channels_last if path else None,
+            "start_s": self._start_s,
+            **dict(self._counts),
+            "last_error": self._last_error,
+            "step_ms": self._times.summary_ms(),
+            "step_budget_ms": self._config.step_budget_ms,
+            "tiers": [r.as_dict() for r in list(self._reports.values())],
+            "demotions": [d.as_dict() for d in list(self._demotions)],
+            "promotions": [p.as_dict() for p in list(self._promotions)],
+            "compile_cache": self._cache.as_dict() if self._cache else None,
+        }
+
+    def attach_telemetry(self, telemetry: Telemetry) -> None:
+        """Record every serving step's upload, model (per tier) and postprocess into
+        `telemetry` (start-up steps are never recorded). Before or after `start`; call it
+        before the inference worker runs, which is then the sections' one writer."""
+        with self._lock:
+            self._telemetry = telemetry
+            if self._path is not None and self._current is not None:
+                self._path.enable_telemetry(telemetry)
+
+    def use_tier(self, name: str) -> None:
+        """Serve from `name` (a tier that passed start-up) without recording a demotion: for
+        benchmarks and tests, never for the daemon."""
+        with self._lock:
+            if name not in self._ladder:
+                raise ValueError(f"tier {name} is not ready; ready: {self._ladder}")
+            self._current = self._ladder.index(name)
+            self._window.clear()
+
+    def time_device(self, name: str, iterations: int = 100) -> list[float]:
+        """Seconds per step of tier `name` on the last uploaded observation: CUDA-event time of
+        the model alone on a GPU (no upload or download), wall time on a CPU. For benchmarks."""
+        with self._lock:
+            return self._checked_path().time_device(self._tiers[name], iterations)
+
+    def _next_seed(self) -> int:
+        self._seed += 1
+        return 1_000_003 * self._seed

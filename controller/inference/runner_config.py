@@ -1,0 +1,132 @@
+"""Settings of the policy runner (the tier ladder). Imports pydantic only, never torch, so the
+daemon's config can be loaded and checked without the model stack.
+
+The tiers, highest first (see `controller.inference.runner`):
+
+    graph       torch.compile + one CUDA graph replayed over static GPU buffers   (CUDA only)
+    compiled    torch.compile, called directly                                   (CUDA or CPU)
+    eager_half  eager under FP16/BF16 autocast                                   (CUDA only)
+    eager_fp32  eager FP32: the reference every other tier is checked against    (CUDA or CPU)
+
+On a machine without CUDA the ladder starts at `compiled` (in FP32: half precision on a CPU is
+slow on most CPUs and is not what the daemon serves on the robot) and `eager_half` is skipped, so
+a CPU ladder is `compiled` -> `eager_fp32`. `top_tier: eager_fp32` starts in well under a second
+(no compiling): use it for tests and demos that do not exercise the ladder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TierName = Literal["graph", "compiled", "eager_half", "eager_fp32"]
+TIER_ORDER: tuple[TierName, ...] = ("graph", "compiled", "eager_half", "eager_fp32")
+"""The ladder, highest first. Every tier below the serving one is a ready fallback."""
+
+
+class RunnerConfig(BaseModel):
+    """How the policy is served: which tiers, their checks, and when to step down."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    top_tier: Literal["auto"] | TierName = Field(
+        default="auto",
+        description="The highest tier to try; every tier below it is built as a fallback. "
+        "auto: graph on CUDA; eager_fp32 on a CPU, where compiling the demo ACT takes ~40 s "
+        "and measured no faster (set compiled to get the CPU ladder). Without CUDA, graph "
+        "starts at compiled. eager_fp32 starts fastest (no compile).",
+    )
+    precision: Literal["fp16", "bf16"] = Field(
+        default="fp16",
+        description="Half-precision type of the graph, compiled and eager_half tiers on CUDA "
+        "(autocast: matmuls and convolutions in half, reductions and norms in FP32). On a CPU "
+        "the compiled tier runs FP32.",
+    )
+    compile_mode: Literal["default", "max-autotune-no-cudagraphs"] = Field(
+        default="default",
+        description="torch.compile mode. max-autotune-no-cudagraphs benchmarks kernel choices "
+        "(minutes longer to compile cold; cached after). The runner captures the CUDA graph "
+        "itself, so modes that add their own graphs are not offered.",
+    )
+    compile_backend: Literal["inductor", "aot_eager", "eager"] = Field(
+        default="inductor",
+        description="inductor generates kernels (what you want). aot_eager and eager are "
+        "debugging aids: they trace the model like inductor but run it eagerly.",
+    )
+    fullgraph: bool = Field(
+        default=True,
+        description="Require the model to trace as one graph; a graph break then fails the "
+        "compiled tiers with the break's location in the log instead of slowing them down.",
+    )
+    freezing: bool = Field(
+        default=False,
+        description="Inductor freezing: fold the weights (and their half-precision casts) into "
+        "the compiled graph as constants. Faster steps, longer cold compile; the weights must "
+        "not change after start.",
+    )
+    channels_last: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Store convolution weights channels_last. auto: on for CUDA when the model "
+        "has 2-D convolutions (faster with cuDNN in half precision; measure with `tempo "
+        "bench`), off on a CPU.",
+    )
+    cudnn_benchmark: bool = Field(
+        default=False,
+        description="Let cuDNN time its convolution algorithms once per shape and precision. "
+        "It can pick faster kernels but is not cached across restarts (seconds on every start, "
+        "against the warm-restart budget); off uses cuDNN's heuristics. Process-wide setting.",
+    )
+    warmup_steps: int = Field(
+        default=3, ge=1, le=100, description="Steps run on each tier before capture and checks."
+    )
+    parity_rtol: float = Field(
+        default=1e-2,
+        gt=0,
+        le=1.0,
+        description="Largest accepted relative error ||out - ref|| / ||ref|| of a tier against "
+        "eager_fp32, on every parity observation.",
+    )
+    parity_observations: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="Random observations (a different one each) every tier is checked on.",
+    )
+    step_budget_ms: float | None = Field(
+        default=20.0,
+        gt=0,
+        le=10_000,
+        description="Time one predict_chunk may take (upload, model, download). Steps over it "
+        "count as overruns; a failed step is re-run on the next tier only if that still fits. "
+        "Default: one control period at 50 Hz. null: no budget (never demote for time; always "
+        "re-run).",
+    )
+    overrun_k: int = Field(
+        default=3, ge=1, le=1000, description="Demote after this many overruns ..."
+    )
+    overrun_n: int = Field(default=20, ge=1, le=1000, description="... within the last n steps.")
+    cache_dir: Path | None = Field(
+        default=Path("~/.cache/tempo/compile"),
+        description="Persistent compile cache (inductor/Triton caches and a saved mega-cache "
+        "per model, torch version and GPU), so a restart is ready in seconds. It holds pickled "
+        "compiler artifacts: keep it private to the daemon's user. null: torch's default "
+        "temporary cache.",
+    )
+    repromote_after_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="After a demotion, try the higher tiers again once this many seconds have "
+        "passed, each only through a fresh parity check (run inside the next predict_chunk, "
+        "which then takes several steps' time). null: never re-promote.",
+    )
+
+    @model_validator(mode="after")
+    def _k_within_n(self) -> RunnerConfig:
+        if self.overrun_k > self.overrun_n:
+            raise ValueError(
+                f"overrun_k ({self.overrun_k}) must be at most overrun_n ({self.overrun_n}): "
+                "k overruns are counted within the last n steps"
+            )
+        return self

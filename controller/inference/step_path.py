@@ -1,0 +1,144 @@
+"""The path of one step on the device: upload -> tier -> download, on the runner's own stream.
+
+It owns what every tier shares: the module (on the device, in eval mode, channels_last when
+chosen), the static input tensors, the pinned output buffer and the compute stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from controller.inference.runner_config import TIER_ORDER, RunnerConfig
+from controller.inference.staging import InputStaging, OutputDownload
+from controller.inference.tiers import Tier
+from controller.observe.telemetry import (
+    MODEL,
+    MODEL_GPU,
+    NOOP_GPU_TIMER,
+    POSTPROCESS,
+    UPLOAD,
+    Telemetry,
+)
+from policies.base import PolicySpec
+
+
+class StepPath:
+    def __init__(
+        self, spec: PolicySpec, module: torch.nn.Module, device: torch.device, config: RunnerConfig
+    ) -> None:
+        """Moves the module to `device` (in place, as nn.Module.to does) and allocates buffers."""
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("the runner was asked for CUDA, but torch sees no CUDA device")
+        module = module.to(device).eval()
+        has_conv = any(isinstance(m, torch.nn.Conv2d) for m in module.modules())
+        self.channels_last = config.channels_last == "on" or (
+            config.channels_last == "auto" and device.type == "cuda" and has_conv
+        )
+        if self.channels_last:
+            if hasattr(module, "use_channels_last"):
+                # The policy knows its own layout (ACT also feeds the frames channels-last).
+                module = module.use_channels_last()
+            else:
+                # 4-D weights only; the stubs of Module.to lack memory_format; the method takes it.
+                module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        self.module = module
+        self.device = device
+        self.stream: torch.cuda.Stream | None = None
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+            torch.backends.cudnn.benchmark = config.cudnn_benchmark
+            self.stream = torch.cuda.Stream(device)
+        self.staging = InputStaging(spec, device, compute_stream=self.stream)
+        self._download = OutputDownload((spec.chunk_size, spec.action_dim), device)
+        self._timed = False  # start-up steps (warm-up, parity) are not recorded
+
+    def enable_telemetry(self, telemetry: Telemetry) -> None:
+        """Time every step from now on: upload, model (per tier; on CUDA also with CUDA events,
+        resolved without synchronizing) and postprocess. Call from the serving thread's owner
+        once start-up is over."""
+        self._clock = telemetry.clock
+        self._t_upload = telemetry.section(UPLOAD)
+        self._t_post = telemetry.section(POSTPROCESS)
+        self._t_model = {name: telemetry.section(MODEL, tier=name) for name in TIER_ORDER}
+        self._gpu_model = {
+            name: telemetry.gpu_timer(MODEL_GPU, tier=name)
+            if self.stream is not None
+            else NOOP_GPU_TIMER
+            for name in TIER_ORDER
+        }
+        self._timed = telemetry.enabled
+
+    def on_stream(self) -> contextlib.AbstractContextManager[object]:
+        if self.stream is None:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self.stream)
+
+    def upload(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> None:
+        if self._timed:
+            started = self._clock()
+        with self.on_stream():
+            self.staging.upload(images, state)
+        if self._timed:
+            self._t_upload.stop(started)
+
+    def execute(
+        self,
+        tier: Tier,
+        images: Mapping[str, np.ndarray] | None = None,
+        state: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """(Upload,) run and download; returns a new chunk array that only the caller holds."""
+        with torch.no_grad(), self.on_stream():
+            if images is not None and state is not None:
+                self.staging.upload(images, state)
+            if not self._timed:
+                out = tier.run()
+                self.staging.mark_consumed()
+                return self._download.fetch(out)
+            t = self._clock()
+            gpu = self._gpu_model[tier.name]
+            gpu.begin(self.stream)
+            out = tier.run()
+            gpu.end(self.stream)
+            t = self._t_model[tier.name].lap(t)
+            self.staging.mark_consumed()
+            chunk = self._download.fetch(out)
+            self._t_post.lap(t)
+            return chunk
+
+    def build(self, tier: Tier) -> None:
+        with torch.no_grad(), self.on_stream():
+            tier.build()
+
+    def time_device(self, tier: Tier, iterations: int) -> list[float]:
+        """Seconds per `run()` on the current static inputs: CUDA-event time on a GPU (the model
+        alone, no upload or download), wall time on a CPU."""
+        samples: list[float] = []
+        with torch.no_grad(), self.on_stream():
+            if self.stream is None:
+                for _ in range(iterations):
+                    began = time.perf_counter()
+                    tier.run()
+                    samples.append(time.perf_counter() - began)
+                return samples
+            pairs = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                for _ in range(iterations)
+            ]
+            for begin, end in pairs:
+                begin.record()
+                tier.run()
+                end.record()
+            self.staging.mark_consumed()
+            torch.cuda.synchronize(self.device)
+            return [begin.elapsed_time(end) / 1e3 for begin, end in pairs]
+
+    def describe(self) -> str:
+        if self.device.type != "cuda":
+            return str(self.device)
+        return f"{self.device} ({torch.cuda.get_device_name(self.device)})"

@@ -1,0 +1,232 @@
+"""The four ways the runner can execute one step, over the same static input tensors.
+
+Every tier's `run()` reads `InputStaging.images/state`, enqueues the step on the current stream
+and returns the (1, chunk, action_dim) float32 output on the device. The runner copies that output
+out before the next `run()`, because the graph tier returns the same graph-owned tensor each time.
+
+Why the CUDA graph is captured by hand instead of torch.compile(mode="reduce-overhead"):
+- We own the input buffers, so nothing is copied into graph-owned inputs each step (inductor's
+  cudagraph trees copy every input that is not a parameter), and the graph's addresses are ours.
+- The output copy is explicit; reduce-overhead hands back graph memory that the next replay
+  overwrites, and it re-records silently on some guard changes; here a recompile is an error.
+- A capture failure (a sync or a CPU tensor in forward) is a clean, logged failure of one tier,
+  and the compiled tier below it still serves.
+The kernels inside the graph are the same ones the compiled tier runs: one compile feeds both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from controller.inference.runner_config import RunnerConfig, TierName
+from controller.inference.staging import InputStaging
+
+
+class _Step(nn.Module):
+    """module(images, state) under autocast (when `half` is set), always returning FP32."""
+
+    def __init__(self, module: nn.Module, half: torch.dtype | None, device_type: str) -> None:
+        super().__init__()
+        self.module = module
+        self.autocast_dtype = half  # not `half`: that is nn.Module's own method
+        self.device_type = device_type
+
+    def forward(self, images: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        if self.autocast_dtype is None:
+            return self.module(images, state).float()
+        with torch.autocast(self.device_type, dtype=self.autocast_dtype):
+            out = self.module(images, state)
+        return out.float()
+
+
+class Tier:
+    """One rung of the ladder. `build` may take minutes (compile); `run` is the hot path."""
+
+    name: TierName
+    precision: str
+
+    def build(self) -> None:
+        """Compile, warm up, capture: everything before the parity check. Raises on failure."""
+
+    def run(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def begin_serving(self) -> None:
+        """Start-up is over: from now on a recompile is an error."""
+
+
+class EagerTier(Tier):
+    def __init__(
+        self, name: TierName, module: nn.Module, inputs: InputStaging, half: torch.dtype | None
+    ) -> None:
+        self.name = name
+        self.precision = precision_name(half)
+        self._step = _Step(module, half, inputs.device.type)
+        self._inputs = inputs
+
+    def run(self) -> torch.Tensor:
+        return self._step(self._inputs.images, self._inputs.state)
+
+
+class CompiledStep:
+    """The torch.compile'd step shared by the graph and compiled tiers; compiled on first use."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        half: torch.dtype | None,
+        inputs: InputStaging,
+        config: RunnerConfig,
+    ) -> None:
+        self._inputs = inputs
+        self._config = config
+        self._step = _Step(module, half, inputs.device.type)
+        self.precision = precision_name(half)
+        self.compiled: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        self.compile_s: float | None = None
+        self._error: BaseException | None = None
+
+    def _compile(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        config = self._config
+        options = None
+        if config.compile_backend == "inductor":
+            from torch._inductor import list_mode_options
+
+            options = dict(list_mode_options(config.compile_mode))
+            options["freezing"] = config.freezing
+            options["triton.cudagraphs"] = False  # the graph tier captures its own graph
+        return torch.compile(  # type: ignore[return-value]
+            self._step,
+            backend=config.compile_backend,
+            fullgraph=config.fullgraph,
+            dynamic=False,
+            options=options,
+        )
+
+    def warm(self, steps: int) -> None:
+        """Compile (first call) and run `steps` times on the current stream."""
+        if self._error is not None:
+            raise RuntimeError(f"torch.compile failed earlier: {self._error}") from self._error
+        try:
+            if self.compiled is None:
+                started = time.perf_counter()
+                self.compiled = self._compile()
+                self.compiled(self._inputs.images, self._inputs.state)
+                _sync(self._inputs.device)
+                self.compile_s = time.perf_counter() - started
+            for _ in range(steps):
+                self.compiled(self._inputs.images, self._inputs.state)
+            _sync(self._inputs.device)
+        except Exception as exc:
+            self._error = exc
+            raise
+
+    def __call__(self) -> torch.Tensor:
+        if self.compiled is None:
+            raise RuntimeError("the compiled step was used before it was built")
+        return self.compiled(self._inputs.images, self._inputs.state)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def no_recompile() -> contextlib.AbstractContextManager[object]:
+    """torch.compile's stance is process-wide, so it is set only around our own compiled calls;
+    eager tiers and the eager reference never enter torch.compile and are unaffected."""
+    return torch.compiler.set_stance("fail_on_recompile")  # type: ignore[return-value]
+
+
+class CompiledTier(Tier):
+    name: TierName = "compiled"
+
+    def __init__(self, step: CompiledStep, warmup_steps: int) -> None:
+        self._step = step
+        self._warmup = warmup_steps
+        self._serving = False
+        self.precision = step.precision
+
+    def build(self) -> None:
+        self._step.warm(self._warmup)
+
+    def run(self) -> torch.Tensor:
+        if not self._serving:
+            return self._step()
+        with no_recompile():
+            return self._step()
+
+    def begin_serving(self) -> None:
+        self._serving = True
+
+
+class GraphTier(Tier):
+    """One CUDA graph of the compiled step, replayed over the static input tensors."""
+
+    name: TierName = "graph"
+
+    def __init__(self, step: CompiledStep, inputs: InputStaging, warmup_steps: int) -> None:
+        if inputs.device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device")
+        self._step = step
+        self._inputs = inputs
+        self._warmup = warmup_steps
+        self.precision = step.precision
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._out: torch.Tensor | None = None
+
+    def build(self) -> None:
+        side = torch.cuda.Stream(self._inputs.device)
+        side.wait_stream(torch.cuda.current_stream(self._inputs.device))
+        # Warm up on the capture stream: lazy initialisations (cuBLAS workspaces, cuDNN plans,
+        # autotuning) must happen before capture, where they are not allowed.
+        with torch.cuda.stream(side):
+            self._step.warm(self._warmup)
+        torch.cuda.synchronize(self._inputs.device)
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: CUDA calls from other threads of the daemon cannot break the capture.
+        capture = torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local")
+        with no_recompile(), capture:
+            out = self._step()
+        self._graph, self._out = graph, out
+        graph.replay()
+        torch.cuda.synchronize(self._inputs.device)
+
+    def run(self) -> torch.Tensor:
+        if self._graph is None or self._out is None:
+            raise RuntimeError("the CUDA graph was used before it was captured")
+        self._graph.replay()
+        return self._out
+
+
+def precision_name(half: torch.dtype | None) -> str:
+    return {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(half, "fp32")  # type: ignore[arg-type]
+
+
+def half_dtype(config: RunnerConfig) -> torch.dtype:
+    return torch.float16 if config.precision == "fp16" else torch.bfloat16
+
+
+def build_tiers(
+    names: list[TierName], module: nn.Module, inputs: InputStaging, config: RunnerConfig
+) -> dict[TierName, Tier]:
+    """Tier objects for `names` (cheap: nothing is compiled until `build`)."""
+    cuda = inputs.device.type == "cuda"
+    half = half_dtype(config) if cuda else None
+    step = CompiledStep(module, half, inputs, config)
+    tiers: dict[TierName, Tier] = {}
+    for name in names:
+        if name == "graph":
+            tiers[name] = GraphTier(step, inputs, config.warmup_steps)
+        elif name == "compiled":
+            tiers[name] = CompiledTier(step, config.warmup_steps)
+        elif name == "eager_half":
+            tiers[name] = EagerTier(name, module, inputs, half_dtype(config))
+        else:
+            tiers[name] = EagerTier(name, module, inputs, None)
+    return tiers

@@ -1,0 +1,137 @@
+"""The inference worker: one thread that runs the policy on each session's newest observation.
+
+The control loop never waits for it. A finished chunk is tagged with the control step of the
+observation it came from and handed back through the session's `chunks` deque; the loop drops
+the steps that have already passed, so slow inference shortens the useful chunk instead of
+shifting the robot in time.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+
+import numpy as np
+
+from controller.daemon.session import Chunk, InferenceRequest, Session
+from controller.observe.stats import SampleWindow
+from controller.observe.telemetry import INFERENCE, MAILBOX_WAIT, Telemetry
+from policies.base import Policy
+
+log = logging.getLogger(__name__)
+
+WARNING_INTERVAL_NS = 1_000_000_000
+
+
+class InferenceWorker:
+    def __init__(self, policy: Policy, telemetry: Telemetry | None = None) -> None:
+        self.policy = policy
+        telemetry = telemetry or Telemetry(enabled=False)
+        self._timed = telemetry.enabled
+        self._t_mailbox = telemetry.section(MAILBOX_WAIT)
+        self._t_inference = telemetry.section(INFERENCE)
+        self._ready: collections.deque[Session] = collections.deque()
+        self._wake = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.step_ms = SampleWindow()
+        self.inferences = 0
+        self.failures = 0
+        self.non_finite = 0
+        self._last_warning_ns = -WARNING_INTERVAL_NS
+        self._suppressed = 0
+
+    def submit(self, session: Session, request: InferenceRequest) -> None:
+        """Called from the loop thread: newest observation wins."""
+        session.requests.put(request)
+        with self._wake:
+            self._ready.append(session)
+            self._wake.notify()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tempo-inference", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 0.5) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _next_session(self) -> Session | None:
+        with self._wake:
+            while not self._ready and not self._stop:
+                self._wake.wait()
+            if self._stop:
+                return None
+            return self._ready.popleft()
+
+    def _run(self) -> None:
+        while True:
+            session = self._next_session()
+            if session is None:
+                return
+            request = session.requests.take()
+            if request is None or session.closed:
+                continue  # already served by an earlier wake-up, or the robot left
+            try:
+                self._infer(session, request)
+            except Exception:  # a bug of ours: this thread must outlive it, or every robot holds
+                self.failures += 1
+                log.exception("the inference worker failed on robot %s; continuing", session.robot)
+
+    def _infer(self, session: Session, request: InferenceRequest) -> None:
+        started = time.monotonic_ns()
+        if self._timed:  # received_ns is the dispatcher's time.monotonic_ns() too
+            self._t_mailbox.record_ns(started - request.received_ns)
+        try:
+            raw = self.policy.predict_chunk(request.images, request.state)
+        except Exception as exc:  # noqa: BLE001 - any failure: keep serving from existing chunks
+            self.failures += 1
+            session.counters["inference_failures"] += 1
+            self._warn(f"inference failed for robot {session.robot}: {exc}")
+            return
+        elapsed = time.monotonic_ns() - started
+        self.step_ms.record(elapsed / 1e6)
+        if self._timed:
+            self._t_inference.record_ns(elapsed)
+        self.inferences += 1
+        actions = self._usable_chunk(raw, (session.spec.chunk_size, session.spec.action_dim))
+        if actions is None:
+            self.non_finite += 1
+            session.counters["chunks_rejected"] += 1
+            self._warn(f"policy returned an unusable chunk for robot {session.robot}; dropped")
+            return
+        session.chunks.append(
+            Chunk(
+                start_step=request.step,
+                actions=actions,
+                obs_seq=request.obs_seq,
+                obs_received_ns=request.received_ns,
+                inference_ns=elapsed,
+            )
+        )
+
+    def _warn(self, message: str) -> None:
+        """At most one warning a second: a failing policy fails on every observation."""
+        now = time.monotonic_ns()
+        if now - self._last_warning_ns < WARNING_INTERVAL_NS:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            message += f" ({self._suppressed} similar messages suppressed)"
+        log.warning("%s", message)
+        self._last_warning_ns, self._suppressed = now, 0
+
+    @staticmethod
+    def _usable_chunk(raw: object, shape: tuple[int, int]) -> np.ndarray | None:
+        """The chunk as float32 of the expected shape with every value finite, else None.
+        Cast before the finite check: float64 beyond float32's range becomes Inf."""
+        if not isinstance(raw, np.ndarray) or raw.dtype.kind not in "fiu" or raw.shape != shape:
+            return None
+        with np.errstate(over="ignore", invalid="ignore"):
+            actions = raw.astype(np.float32)
+        return actions if np.isfinite(actions).all() else None

@@ -1,0 +1,193 @@
+"""`tempo demo`: the daemon and a simulated robot as separate processes, with a live status line.
+
+Both processes get the same configuration; they talk over private ipc:// endpoints in a temporary
+directory, so the demo never collides with a daemon already running on the default port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from controller.observe.status_server import request_status
+
+READY_TIMEOUT_S = 600.0  # a first compile of a large model can take minutes
+
+
+def demo_checkpoint_dir() -> Path:
+    """Where the demo's ACT checkpoint lives (made on first run)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "tempo" / "demo-act"
+
+
+def demo_policy_args(policy: str) -> list[str]:
+    """`--set` options that make the daemon serve the demo policy; creates the ACT checkpoint
+    the first time. It is shaped for the simulated robot (6 joints, one 96x128 camera), with
+    random weights and a fixed seed: the model path is real, the behaviour is not trained."""
+    if policy == "reach":
+        return ["--set", "policy.kind=reach"]
+    directory = demo_checkpoint_dir()
+    if not (directory / "config.json").exists():
+        from policies.act.demo import make_demo_checkpoint
+
+        make_demo_checkpoint(directory)
+    return ["--set", "policy.kind=checkpoint", "--set", f"policy.path={directory}"]
+
+
+def _tempo_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "controller.cli", *args]
+
+
+class _LineReader:
+    """Keeps the newest JSON line a child process prints (read on a thread: pipes block)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.latest: dict[str, Any] = {}
+        self.final: dict[str, Any] | None = None
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("final"):
+                self.final = record
+            self.latest = record
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+def _status_line(status: dict[str, Any], driver: dict[str, Any]) -> str:
+    tier = status.get("policy", {}).get("tier", "eager")
+    return (
+        f"rate {status['achieved_hz']:6.1f}/{status['control_hz']:.0f} Hz | "
+        f"obs->action p50 {driver.get('latency_ms_p50', float('nan')):5.1f} "
+        f"p99 {driver.get('latency_ms_p99', float('nan')):5.1f} ms | "
+        f"missed {status['missed_ticks']} | robots {len(status['robots'])} | "
+        f"tier {tier} | holds {status['holds_sent']} | guards {_interventions(status)}"
+    )
+
+
+def _interventions(status: dict[str, Any]) -> int:
+    """Guard interventions so far (held ticks are not interventions: nothing was changed)."""
+    counts = status.get("guard_interventions", {})
+    return sum(v for k, v in counts.items() if k != "held_ticks")
+
+
+def run_demo(seconds: float, config_args: Sequence[str], as_json: bool, log_level: str) -> int:
+    with tempfile.TemporaryDirectory(prefix="tempo-demo-") as tmp:
+        bind = f"ipc://{Path(tmp) / 'tempo.sock'}"
+        status_bind = f"ipc://{Path(tmp) / 'status.sock'}"
+        endpoints = ["--set", f"server.bind={bind}", "--set", f"server.status_bind={status_bind}"]
+        log_path = Path(tmp) / "daemon.log"
+        with open(log_path, "w") as log_file:
+            daemon = subprocess.Popen(
+                _tempo_command("serve", *config_args, *endpoints, "--log-level", log_level),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                return _drive(
+                    daemon, seconds, config_args, endpoints, status_bind, as_json, log_path
+                )
+            finally:
+                if daemon.poll() is None:
+                    daemon.send_signal(signal.SIGTERM)
+                    try:
+                        daemon.wait(5)
+                    except subprocess.TimeoutExpired:
+                        daemon.kill()
+
+
+def _drive(
+    daemon: subprocess.Popen[bytes],
+    seconds: float,
+    config_args: Sequence[str],
+    endpoints: Sequence[str],
+    status_bind: str,
+    as_json: bool,
+    log_path: Path,
+) -> int:
+    say = (lambda text: None) if as_json else (lambda text: print(text, flush=True))
+    say("tempo demo: starting the daemon (loading and warming up the policy) ...")
+    started = time.monotonic()
+    while request_status(status_bind, timeout_s=0.5) is None:
+        if daemon.poll() is not None or time.monotonic() - started > READY_TIMEOUT_S:
+            print(
+                "tempo demo: the daemon did not start; its log:\n" + log_path.read_text(),
+                file=sys.stderr,
+            )
+            return 1
+    say(
+        f"tempo demo: daemon ready in {time.monotonic() - started:.1f} s; "
+        "starting the simulated robot"
+    )
+    baseline = request_status(status_bind) or {}
+    robot = subprocess.Popen(
+        _tempo_command(
+            "sim-robot", *config_args, *endpoints, "--seconds", str(seconds), "--json-lines"
+        ),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    reader = _LineReader(robot.stdout)  # type: ignore[arg-type]  # set by stdout=PIPE
+    interactive = sys.stdout.isatty() and not as_json
+    status: dict[str, Any] = baseline
+    while robot.poll() is None:
+        time.sleep(0.5)
+        status = request_status(status_bind, timeout_s=1.0) or status
+        if status and not as_json:
+            line = _status_line(status, reader.latest)
+            print("\r" + line if interactive else line, end="" if interactive else "\n", flush=True)
+    reader.join(2.0)
+    if interactive:
+        print()
+    final_status = request_status(status_bind, timeout_s=1.0) or status
+    driver = reader.final or reader.latest
+    if robot.returncode != 0 or not driver:
+        print(f"tempo demo: the simulated robot failed (exit {robot.returncode})", file=sys.stderr)
+        return 1
+    summary = _summary(baseline, final_status, driver)
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        say("tempo demo: summary")
+        for key, value in summary.items():
+            say(f"  {key:24s} {value:.3f}" if isinstance(value, float) else f"  {key:24s} {value}")
+    return 0
+
+
+def _summary(
+    before: dict[str, Any], after: dict[str, Any], driver: dict[str, Any]
+) -> dict[str, Any]:
+    ticks = after["ticks"] - before.get("ticks", 0)
+    elapsed = after["uptime_s"] - before.get("uptime_s", 0.0)
+    return {
+        "ticks": ticks,
+        "achieved_hz": ticks / elapsed if elapsed > 0 else 0.0,
+        "missed_ticks": after["missed_ticks"] - before.get("missed_ticks", 0),
+        "latency_ms_p50": driver["latency_ms_p50"],
+        "latency_ms_p99": driver["latency_ms_p99"],
+        "tick_lateness_us_p99": after["tick_lateness_us_p99"],
+        "actions_applied": driver["actions_applied"],
+        "driver_action_hz": driver["action_hz"],
+        "holds": driver["holds"],
+        "expired_actions": driver["expired"],
+        "observations": driver["observations"],
+        "inference_ms_p50": after["inference_ms_p50"],
+        "policy_tier": after.get("policy", {}).get("tier", "eager_fp32"),
+        "guard_interventions": after.get("guard_interventions", {}),
+    }

@@ -1,0 +1,357 @@
+"""`tempo bench` (also `python scripts/bench_policy.py`): a policy through the tier ladder.
+
+    tempo bench --act-aloha              # ACT, LeRobot's ALOHA shapes, random weights
+    tempo bench CHECKPOINT_DIR --json out.json --plot latency.png
+    tempo bench --tiny --device cpu      # the tiny test policy (seconds)
+
+Per ready tier: the full predict_chunk path (host arrays in -> upload -> model -> download ->
+caller-owned array) timed on the wall clock, and the model alone timed with CUDA events; the
+speed-up over eager_fp32 measured in the same run; the parity error from start-up. Also the time
+to ready from a cold compile cache (this process) and from the warm cache (a fresh process), both
+from script start (imports, model build, compile, capture, parity).
+
+Writes bench_policy.json and bench_policy.log under $OUT when that is set.
+"""
+
+from __future__ import annotations
+
+import time
+
+SCRIPT_STARTED = time.perf_counter()  # before torch's import: restarts pay for it too
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+log = logging.getLogger("bench_policy")
+
+TARGETS = {"median_ms": 1.2, "p99_ms": 1.5, "speedup": 10.0, "parity": 1e-2, "warm_s": 15.0}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("checkpoint", nargs="?", type=Path, help="a Tempo or LeRobot ACT dir")
+    source.add_argument("--act-aloha", action="store_true", help="ACT, ALOHA shapes, random")
+    source.add_argument("--tiny", action="store_true", help="the tiny conv+MLP test policy")
+    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    parser.add_argument("--iters", type=int, default=300, help="timed steps per tier")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed steps per tier first")
+    parser.add_argument("--cache-dir", type=Path, help="compile cache (default: a fresh temp dir)")
+    parser.add_argument("--top-tier", default="graph")
+    parser.add_argument("--precision", choices=["fp16", "bf16"], default="fp16")
+    parser.add_argument(
+        "--compile-mode", choices=["default", "max-autotune-no-cudagraphs"], default="default"
+    )
+    parser.add_argument("--channels-last", choices=["auto", "on", "off"], default="auto")
+    parser.add_argument("--freezing", action="store_true", help="inductor freezing")
+    parser.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time algorithms")
+    parser.add_argument(
+        "--ab-channels-last",
+        action="store_true",
+        help="also start a second runner with the opposite channels_last and compare (another "
+        "cold compile)",
+    )
+    parser.add_argument("--no-warm-start", action="store_true", help="skip the restart timing")
+    parser.add_argument("--json", dest="json_out", help="write results as JSON here ('-': stdout)")
+    parser.add_argument("--plot", type=Path, help="PNG of the latency distributions")
+    parser.add_argument("--warm-child", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def build_policy(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """(TensorPolicy, description). The checkpoint loads on the CPU; the runner moves it."""
+    if args.checkpoint is not None:
+        from policies.checkpoint import load_checkpoint
+
+        return load_checkpoint(args.checkpoint, "cpu"), f"checkpoint {args.checkpoint}"
+    if args.tiny:
+        from policies.tiny import build_tiny_policy
+
+        return build_tiny_policy(), "tiny conv+MLP test policy"
+    try:
+        import policies.act  # noqa: F401
+    except ImportError:
+        from policies.tiny import build_tiny_policy, tiny_spec
+
+        spec = tiny_spec(cameras=3, height=480, width=640, state_size=14, joints=14, chunk_size=100)
+        return build_tiny_policy(spec), "tiny policy at ALOHA shapes (policies.act missing)"
+    return act_aloha_policy(), "ACT, LeRobot ALOHA defaults, random weights"
+
+
+def act_aloha_policy():  # type: ignore[no-untyped-def]
+    from policies.act.demo import make_aloha_policy
+
+    return make_aloha_policy()
+
+
+def runner_config(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]
+    from controller.inference.runner_config import RunnerConfig
+
+    settings: dict[str, Any] = {
+        "top_tier": args.top_tier,
+        "precision": args.precision,
+        "compile_mode": args.compile_mode,
+        "channels_last": args.channels_last,
+        "freezing": args.freezing,
+        "cudnn_benchmark": args.cudnn_benchmark,
+        "cache_dir": cache_dir,
+        "step_budget_ms": None,  # measure every tier; never demote for time here
+    }
+    settings.update(overrides)
+    return RunnerConfig(**settings)
+
+
+def device_of(args: argparse.Namespace) -> str:
+    import torch
+
+    if args.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return args.device
+
+
+def start_runner(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]
+    from controller.inference.runner import Runner
+
+    policy, description = build_policy(args)
+    runner = Runner(policy, runner_config(args, cache_dir, **overrides), device=device_of(args))
+    began = time.perf_counter()
+    runner.start(progress=lambda message: log.info("%s", message))
+    return runner, description, time.perf_counter() - began
+
+
+def percentiles_ms(seconds: list[float]) -> dict[str, float]:
+    ms = np.asarray(seconds) * 1e3
+    return {
+        "median_ms": float(np.median(ms)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "mean_ms": float(ms.mean()),
+        "min_ms": float(ms.min()),
+    }
+
+
+def measure_tiers(runner, args: argparse.Namespace) -> dict[str, dict[str, Any]]:  # type: ignore[no-untyped-def]
+    from controller.inference.ladder import random_observation
+
+    observations = [random_observation(runner.spec, 7000 + i) for i in range(8)]
+    reports = {t["name"]: t for t in runner.status()["tiers"]}
+    results: dict[str, dict[str, Any]] = {}
+    for name in runner.ready_tiers:
+        runner.use_tier(name)
+        for i in range(args.warmup):
+            runner.predict_chunk(*observations[i % len(observations)])
+        step = []
+        for i in range(args.iters):
+            began = time.perf_counter()
+            runner.predict_chunk(*observations[i % len(observations)])
+            step.append(time.perf_counter() - began)
+        device = runner.time_device(name, args.iters)
+        results[name] = {
+            "precision": reports[name]["precision"],
+            "parity_error": reports[name]["parity_error"],
+            "build_s": reports[name]["build_s"],
+            "step": percentiles_ms(step),
+            "device": percentiles_ms(device),
+            "step_samples_ms": [s * 1e3 for s in step],
+        }
+        log.info("%s: step median %.3f ms", name, results[name]["step"]["median_ms"])
+    reference = results.get("eager_fp32")
+    for result in results.values():
+        for kind in ("step", "device"):
+            ratio = reference[kind]["median_ms"] / result[kind]["median_ms"] if reference else None
+            result[kind]["speedup_vs_eager_fp32"] = ratio
+    return results
+
+
+def warm_start(args: argparse.Namespace, cache_dir: Path) -> dict[str, Any]:
+    """Start the same policy in a fresh process on the now-warm cache; its time to ready."""
+    command = [sys.executable, "-m", "controller.tools.bench_policy", "--warm-child", "--cache-dir"]
+    command += [str(cache_dir), *forwarded(args)]
+    began = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600)
+    wall = time.perf_counter() - began
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("WARM ")]
+    if done.returncode != 0 or not lines:
+        log.error("warm start failed (exit %s): %s", done.returncode, done.stderr[-2000:])
+        return {"ok": False, "exit": done.returncode, "stderr_tail": done.stderr[-2000:]}
+    result = json.loads(lines[-1][5:])
+    result.update(ok=True, process_wall_s=wall)
+    return result
+
+
+def forwarded(args: argparse.Namespace) -> list[str]:
+    out = ["--device", device_of(args), "--top-tier", args.top_tier, "--precision", args.precision]
+    out += ["--compile-mode", args.compile_mode, "--channels-last", args.channels_last]
+    out += ["--freezing"] if args.freezing else []
+    out += ["--cudnn-benchmark"] if args.cudnn_benchmark else []
+    if args.checkpoint is not None:
+        out.append(str(args.checkpoint))
+    elif args.tiny:
+        out.append("--tiny")
+    else:
+        out.append("--act-aloha")
+    return out
+
+
+def warm_child(args: argparse.Namespace) -> int:
+    runner, _, start_s = start_runner(args, args.cache_dir)
+    status = runner.status()
+    ready_s = time.perf_counter() - SCRIPT_STARTED
+    result = {"ready_s": ready_s, "start_s": start_s, "tier": runner.tier}
+    result["compile_cache"] = status["compile_cache"]
+    print("WARM " + json.dumps(result), flush=True)
+    return 0
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"\npolicy: {report['policy']}  ({report['parameters_m']:.1f} M parameters)")
+    print(f"device: {report['device']}   channels_last: {report['channels_last']}")
+    cold, warm = report["cold_start"], report.get("warm_start") or {}
+    line = f"start: cold {cold['ready_s']:.1f} s to ready (runner.start {cold['start_s']:.1f} s)"
+    if warm.get("ok"):
+        line += f"; warm restart {warm['ready_s']:.1f} s (runner.start {warm['start_s']:.1f} s)"
+    print(line)
+    header = f"{'tier':<11}{'prec':<6}{'step p50':>12}{'step p99':>12}{'model p50':>12}"
+    header += f"{'model p99':>12}{'x fp32':>8}{'x fp32 mdl':>11}{'parity':>10}"
+    print(header)
+    print("-" * len(header))
+    for name, r in report["tiers"].items():
+        s, d = r["step"], r["device"]
+        print(
+            f"{name:<11}{r['precision']:<6}{s['median_ms']:>10.3f}ms{s['p99_ms']:>10.3f}ms"
+            f"{d['median_ms']:>10.3f}ms{d['p99_ms']:>10.3f}ms"
+            f"{s['speedup_vs_eager_fp32']:>7.1f}x{d['speedup_vs_eager_fp32']:>10.1f}x"
+            f"{r['parity_error']:>10.1e}"
+        )
+    for name, r in report.get("ab_channels_last", {}).get("tiers", {}).items():
+        print(
+            f"  (channels_last={report['ab_channels_last']['channels_last']}) {name}: step "
+            f"{r['step']['median_ms']:.3f} ms, model {r['device']['median_ms']:.3f} ms"
+        )
+    print("targets (serving tier; they are set for the H200):")
+    for key, verdict in report["targets"].items():
+        print(f"  {key:<34} {verdict}")
+
+
+def verdicts(report: dict[str, Any]) -> dict[str, str]:
+    tiers = report["tiers"]
+    serving = tiers[report["serving_tier"]]
+    warm = (report.get("warm_start") or {}).get("ready_s")
+
+    def check(ok: bool, value: str) -> str:
+        return f"{'PASS' if ok else 'FAIL'} ({value})"
+
+    t = TARGETS
+    step, model = serving["step"], serving["device"]
+    out = {
+        f"step median <= {t['median_ms']} ms": check(
+            step["median_ms"] <= t["median_ms"], f"{step['median_ms']:.3f} ms"
+        ),
+        f"step p99 <= {t['p99_ms']} ms": check(
+            step["p99_ms"] <= t["p99_ms"], f"{step['p99_ms']:.3f} ms"
+        ),
+        f"model median <= {t['median_ms']} ms": check(
+            model["median_ms"] <= t["median_ms"], f"{model['median_ms']:.3f} ms"
+        ),
+        f"speed-up >= {t['speedup']}x": check(
+            (step["speedup_vs_eager_fp32"] or 0) >= t["speedup"],
+            f"{step['speedup_vs_eager_fp32']:.1f}x",
+        ),
+        f"parity <= {t['parity']}": check(
+            serving["parity_error"] <= t["parity"], f"{serving['parity_error']:.1e}"
+        ),
+    }
+    if warm is not None:
+        out[f"warm restart <= {t['warm_s']} s"] = check(warm <= t["warm_s"], f"{warm:.1f} s")
+    return out
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    names = list(report["tiers"])
+    samples = [report["tiers"][n]["step_samples_ms"] for n in names]
+    ax.boxplot(samples, vert=False, showfliers=True, whis=(1, 99))
+    ax.set_yticks(range(1, len(names) + 1), names)
+    ax.set_xscale("log")
+    ax.set_xlabel("predict_chunk time, ms (log scale; whiskers p1-p99)")
+    ax.axvline(TARGETS["median_ms"], color="tab:green", linestyle="--", label="1.2 ms target")
+    ax.set_title(f"{report['policy']} on {report['device']}", fontsize=9)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if out_dir is not None and not args.warm_child:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(out_dir / "bench_policy.log"))
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", handlers=handlers
+    )
+    if args.warm_child:
+        return warm_child(args)
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("--plot needs matplotlib: pip install matplotlib", file=sys.stderr)
+            return 2
+    cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="tempo-bench-cache-"))
+    runner, description, start_s = start_runner(args, cache_dir)
+    cold = {"ready_s": time.perf_counter() - SCRIPT_STARTED, "start_s": start_s}
+    status = runner.status()
+    module = runner._policy.module
+    report: dict[str, Any] = {
+        "policy": description,
+        "parameters_m": sum(p.numel() for p in module.parameters()) / 1e6,
+        "device": status["device"],
+        "channels_last": status["channels_last"],
+        "settings": runner_config(args, cache_dir).model_dump(mode="json"),
+        "serving_tier": runner.tier,
+        "cold_start": {**cold, "compile_cache": status["compile_cache"]},
+        "startup_tiers": status["tiers"],
+    }
+    report["tiers"] = measure_tiers(runner, args)
+    if args.ab_channels_last:
+        flip = "off" if status["channels_last"] else "on"
+        other, _, _ = start_runner(
+            args, Path(tempfile.mkdtemp(prefix="tempo-bench-ab-")), channels_last=flip
+        )
+        report["ab_channels_last"] = {"channels_last": flip, "tiers": measure_tiers(other, args)}
+        del other
+    del runner, module
+    if not args.no_warm_start:
+        report["warm_start"] = warm_start(args, cache_dir)
+    report["targets"] = verdicts(report)
+    print_table(report)
+    text = json.dumps(report, indent=1, default=str)
+    if args.json_out == "-":
+        print(text)
+    elif args.json_out:
+        Path(args.json_out).write_text(text)
+    if out_dir is not None:
+        (out_dir / "bench_policy.json").write_text(text)
+    if args.plot is not None:
+        plot(report, args.plot)
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,429 @@
+"""`tempo profile`: where one policy step's time goes, measured several ways, and what to do.
+
+    result = run_profile(config, iterations=200)        # builds and starts the runner as serve does
+    print(render_profile(result))
+
+No robot is needed: observations are synthesised from the policy's spec, or replayed from an
+.npz file (`controller.tools.replay`). After `warmup` steps, every iteration measures,
+interleaved so that machine drift affects every row alike:
+
+    policy step      runner.predict_chunk as the inference worker calls it: wall clock, nothing
+                     added (no synchronize), the number every other row is a share of
+    upload           StepPath.upload (host copy into the staging, copy to the device); on CUDA
+                     followed by a synchronize, so the row includes the transfer
+    model            the serving tier's run() alone: CUDA events on CUDA, wall clock on a CPU
+    download         fetching the chunk into a host array, and the finite check
+    runner (rest)    derived: policy step - (upload + model + download), means only (the phases
+                     come from a separate, synchronized call, so per-sample differences are noise)
+    ensembler        ChunkEnsembler.add_chunk (every query_period steps) + action_at, per
+                     control step, wall clock
+    guards           GuardChain.check, per control step, wall clock
+
+Then, in a separate pass (hooks must never be on a module a compiled tier calls), the eager
+module is timed per top-level submodule with forward hooks (`controller.tools.module_timing`), in
+the serving tier's precision, plus the part of forward outside any submodule (preprocessing, glue).
+Percentages are of means (means add up; medians do not): phases as a share of the policy step,
+submodules of the eager forward, tick rows of the control period.
+
+`--torch-profiler DIR` afterwards records a few steps with torch.profiler into a trace that
+Perfetto (ui.perfetto.dev) and TensorBoard's profiler plugin open.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from controller.action.ensembler import ChunkEnsembler
+from controller.action.guards import GuardChain
+from controller.config import TempoConfig
+from controller.inference.runner import Runner
+from controller.inference.step_path import StepPath
+from controller.inference.tiers import Tier
+from controller.tools.module_timing import FORWARD, SubmoduleTimer
+from controller.tools.profile_result import ProfileResult, Row, summarize
+from controller.tools.profile_view import recommend, render_profile
+from controller.tools.replay import ObservationSource
+from policies.tensor_policy import TensorPolicy
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+__all__ = [
+    "ControlSim",
+    "ProfileResult",
+    "Row",
+    "observation_source",
+    "recommend",
+    "render_profile",
+    "run_profile",
+    "start_runner",
+    "summarize",
+]
+
+
+# -- building what the daemon builds ---------------------------------------------------------------
+
+
+def describe_policy(config: TempoConfig, policy: TensorPolicy, injected: bool) -> str:
+    params = sum(p.numel() for p in policy.module.parameters())
+    name = type(policy.module).__name__
+    if injected:
+        source = "given in code"
+    elif config.policy.kind == "checkpoint":
+        source = f"checkpoint {config.policy.path}"
+    else:
+        source = f"built-in {config.policy.kind}"
+    return f"{name}, {params / 1e6:.2f} M parameters ({source})"
+
+
+def start_runner(
+    config: TempoConfig, policy: TensorPolicy | None = None, progress: Progress | None = None
+) -> tuple[Runner, str]:
+    """The runner exactly as `tempo serve` builds it (controller.app), started; and a
+    description of the policy. `policy` replaces the configured one (tests, scripts)."""
+    from controller.app import build_tensor_policy, resolve_device
+
+    device = resolve_device(config.policy.device)
+    tensor_policy = policy if policy is not None else build_tensor_policy(config, device)
+    description = describe_policy(config, tensor_policy, policy is not None)
+    runner = Runner(tensor_policy, config.runner, device=device)
+    runner.start(progress=progress or (lambda message: log.info("%s", message)))
+    return runner, description
+
+
+def observation_source(runner: Runner, replay: Path | None, seed: int = 0) -> ObservationSource:
+    if replay is not None:
+        return ObservationSource.from_npz(replay, runner.spec)
+    return ObservationSource.synthetic(runner.spec, seed=seed)
+
+
+class ControlSim:
+    """The loop's per-step work for one robot, without a socket: ensembler + guards, with one
+    chunk every `query_period` steps (the chunk is supplied by the caller)."""
+
+    def __init__(self, config: TempoConfig, runner: Runner) -> None:
+        spec = runner.spec
+        self.query_period = config.inference.query_period
+        self.ensembler = ChunkEnsembler(
+            spec.chunk_size,
+            spec.action_dim,
+            mode=config.inference.ensemble,
+            k=config.inference.temporal_k,
+        )
+        self.guards = GuardChain(spec.joint_names, config.guards, config.control.rate_hz)
+        # float32, as a session's buffers are: time the path that is served.
+        self.proposed = np.zeros(spec.action_dim, dtype=np.float32)
+        self.command = np.zeros(spec.action_dim, dtype=np.float32)
+        self.step = 0
+
+    def due(self) -> bool:
+        return self.step % self.query_period == 0
+
+    def tick(self, chunk: np.ndarray | None) -> tuple[int, int]:
+        """One control step; returns (ensembler ns, guards ns)."""
+        clock = time.perf_counter_ns
+        t0 = clock()
+        if chunk is not None:
+            self.ensembler.add_chunk(self.step, chunk, self.step)
+        ok = self.ensembler.action_at(self.step, self.proposed)
+        t1 = clock()
+        self.guards.check(self.proposed if ok else None, 0, self.command)
+        t2 = clock()
+        self.step += 1
+        return t1 - t0, t2 - t1
+
+
+class _Phases:
+    """Upload, model and download of one step, each timed on its own (see the module doc).
+    Reaches into the runner's step path, as scripts/profile_step.py does."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        path = runner._path  # noqa: SLF001 - a profiling tool
+        if path is None:
+            raise RuntimeError("the runner is not started")
+        self.path: StepPath = path
+        self.cuda = path.device.type == "cuda"
+        if self.cuda:
+            self.begin = torch.cuda.Event(enable_timing=True)
+            self.end = torch.cuda.Event(enable_timing=True)
+
+    def tier(self) -> Tier:
+        return self.runner._tiers[self.runner.tier or ""]  # noqa: SLF001
+
+    def run(self, images: dict[str, np.ndarray], state: np.ndarray) -> tuple[float, float, float]:
+        path, clock = self.path, time.perf_counter
+        started = clock()
+        path.upload(images, state)
+        if self.cuda:
+            torch.cuda.synchronize(path.device)
+        uploaded = clock()
+        with torch.no_grad(), path.on_stream():
+            tier = self.tier()
+            if self.cuda:
+                self.begin.record()
+                out = tier.run()
+                self.end.record()
+                path.staging.mark_consumed()
+                torch.cuda.synchronize(path.device)
+                model = self.begin.elapsed_time(self.end) / 1e3
+            else:
+                began = clock()
+                out = tier.run()
+                path.staging.mark_consumed()
+                model = clock() - began
+            fetched = clock()
+            chunk = path._download.fetch(out)  # noqa: SLF001
+            bool(np.isfinite(chunk).all())
+            download = clock() - fetched
+        return uploaded - started, model, download
+
+
+def _precision_dtype(precision: str) -> torch.dtype | None:
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+
+
+def _breakdown(
+    runner: Runner, precision: str, source: ObservationSource, iterations: int
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Per-child seconds of the eager forward (hooks), FORWARD, and the children never called."""
+    path = runner._path  # noqa: SLF001
+    if path is None:
+        raise RuntimeError("the runner is not started")
+    module = path.module
+    half = _precision_dtype(precision) if path.device.type == "cuda" else None
+    times: dict[str, list[float]] = {}
+    # On the runner's stream, so the hooks' CUDA events and the forward share one stream.
+    with SubmoduleTimer(module, path.device) as timer, torch.no_grad(), path.on_stream():
+
+        def forward() -> Any:
+            if half is None:
+                return module(path.staging.images, path.staging.state)
+            with torch.autocast(path.device.type, dtype=half):
+                return module(path.staging.images, path.staging.state)
+
+        for i in range(iterations + 3):
+            path.upload(*source.next())
+            measured = timer.measure(forward)
+            path.staging.mark_consumed()
+            if i < 3:
+                continue  # the hooks' own first calls
+            for name, seconds in measured.items():
+                times.setdefault(name, []).append(seconds)
+        uncalled = [name for name, _ in timer.children if name not in timer.called]
+    n = iterations
+    out = {name: np.asarray(values + [0.0] * (n - len(values))) for name, values in times.items()}
+    return out, uncalled
+
+
+def _torch_profile(runner: Runner, source: ObservationSource, directory: Path, steps: int) -> str:
+    """A torch.profiler trace of `steps` predict_chunk calls (+1 warm-up) in `directory`."""
+    from torch.profiler import (
+        ProfilerActivity,
+        profile,
+        record_function,
+        schedule,
+        tensorboard_trace_handler,
+    )
+
+    directory.mkdir(parents=True, exist_ok=True)
+    cuda = str(runner.status().get("device", "")).startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    before = set(directory.glob("*.pt.trace.json*"))
+    write_trace = tensorboard_trace_handler(str(directory), worker_name="tempo-profile")
+
+    def ready(prof: Any) -> None:
+        write_trace(prof)
+        sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+        try:
+            table = prof.key_averages().table(sort_by=sort, row_limit=30)
+        except Exception:  # noqa: BLE001 - older/newer torch spell the sort keys differently
+            table = prof.key_averages().table(row_limit=30)
+        (directory / "summary.txt").write_text(table + "\n")
+
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+        on_trace_ready=ready,
+        record_shapes=True,
+    ) as prof:
+        for _ in range(steps + 1):
+            with record_function("tempo.predict_chunk"):
+                runner.predict_chunk(*source.next())
+            prof.step()
+    written = sorted(set(directory.glob("*.pt.trace.json*")) - before)
+    return str(written[-1]) if written else str(directory)
+
+
+# -- the profile -----------------------------------------------------------------------------------
+
+
+def run_profile(
+    config: TempoConfig,
+    iterations: int = 200,
+    replay: Path | None = None,
+    torch_profiler_dir: Path | None = None,
+    report_dir: Path | None = None,
+    *,
+    warmup: int = 20,
+    policy: TensorPolicy | None = None,
+    progress: Progress | None = None,
+    torch_profiler_steps: int = 10,
+) -> ProfileResult:
+    """Build the policy as the daemon does, measure `iterations` steps after `warmup`, and
+    return the breakdown with recommendations. `report_dir`: also write JSON and plots there
+    (`controller.tools.reports`); the paths are logged and listed by the CLI."""
+    if iterations < 2:
+        raise ValueError("profile at least 2 iterations")
+    say = progress or (lambda message: log.info("%s", message))
+    runner, description = start_runner(config, policy, say)
+    source = observation_source(runner, replay)
+    status = runner.status()
+    reports = {t["name"]: t for t in status["tiers"]}  # type: ignore[attr-defined]
+    serving = runner.tier or "?"
+    precision = str((reports.get(serving) or {}).get("precision", "fp32"))
+    demotions_before = len(runner.demotions)
+    say(f"profiling {serving}: {warmup} warm-up steps, then {iterations} measured")
+    for _ in range(warmup):
+        runner.predict_chunk(*source.next())
+
+    phases = _Phases(runner)
+    sim = ControlSim(config, runner)
+    clock = time.perf_counter_ns
+    columns = {k: np.zeros(iterations) for k in ("step", "upload", "model", "download")}
+    columns |= {"ensembler": np.zeros(iterations), "guards": np.zeros(iterations)}
+    for i in range(iterations):
+        images, state = source.next()
+        began = clock()
+        chunk = runner.predict_chunk(images, state)
+        columns["step"][i] = (clock() - began) / 1e9
+        up, model, down = phases.run(images, state)
+        columns["upload"][i], columns["model"][i], columns["download"][i] = up, model, down
+        ens, guards = sim.tick(chunk if sim.due() else None)
+        columns["ensembler"][i], columns["guards"][i] = ens / 1e9, guards / 1e9
+    say("timing the eager forward per submodule (forward hooks)")
+    children, uncalled = _breakdown(runner, precision, source, iterations)
+
+    cuda = phases.cuda
+    model_how = "CUDA events, synchronize after" if cuda else "wall clock (CPU is synchronous)"
+    hook_how = "forward hooks, CUDA events" if cuda else "forward hooks, wall clock"
+    rest = columns["step"] - columns["upload"] - columns["model"] - columns["download"]
+    rows = [
+        Row(
+            "step",
+            "policy step (predict_chunk)",
+            "step",
+            columns["step"],
+            "wall clock, as served",
+            "step",
+        ),
+        Row(
+            "upload",
+            "upload (staging)",
+            "step",
+            columns["upload"],
+            "wall clock, synchronize after" if cuda else "wall clock",
+            "step",
+        ),
+        Row(
+            "model",
+            f"model (tier {serving}, {precision})",
+            "step",
+            columns["model"],
+            model_how,
+            "step",
+        ),
+        Row(
+            "download", "download + finite check", "step", columns["download"], "wall clock", "step"
+        ),
+        Row(
+            "rest",
+            "runner bookkeeping (rest)",
+            "step",
+            rest,
+            "derived: step - phases (means)",
+            "step",
+            derived=True,
+        ),
+    ]
+    forward = children.pop(FORWARD, np.zeros(iterations))
+    if children:
+        for name in sorted(children, key=lambda n: -children[n].mean()):
+            rows.append(Row(f"sub:{name}", name, "model", children[name], hook_how, "forward"))
+        outside = forward - sum(children.values())
+        rows.append(
+            Row(
+                "outside",
+                "outside submodules (preprocess, glue)",
+                "model",
+                outside,
+                "derived: forward - submodules",
+                "forward",
+            )
+        )
+    rows.append(
+        Row(
+            "forward",
+            f"eager forward, total ({precision})",
+            "model",
+            forward,
+            "CUDA events" if cuda else "wall clock",
+            "forward",
+        )
+    )
+    rows += [
+        Row(
+            "ensembler",
+            "ensembler (add_chunk + action_at)",
+            "tick",
+            columns["ensembler"],
+            "wall clock",
+            "period",
+        ),
+        Row(
+            "guards", "guards (GuardChain.check)", "tick", columns["guards"], "wall clock", "period"
+        ),
+    ]
+    spec = runner.spec
+    frame_bytes = sum(c.height * c.width * 3 for c in spec.cameras)
+    result = ProfileResult(
+        policy=description,
+        device=str(status.get("device")),
+        tier=serving,
+        precision=precision,
+        channels_last=status.get("channels_last"),  # type: ignore[arg-type]
+        top_tier_setting=config.runner.top_tier,
+        step_budget_ms=config.runner.step_budget_ms,
+        iterations=iterations,
+        warmup=warmup,
+        source=source.description,
+        control_hz=config.control.rate_hz,
+        query_period=config.inference.query_period,
+        n_cameras=len(spec.cameras),
+        frame_bytes=frame_bytes,
+        rows=rows,
+        tiers=list(runner.status()["tiers"]),  # type: ignore[call-overload]
+        demotions=[d.as_dict() for d in runner.demotions[demotions_before:]],
+        uncalled_children=uncalled,
+    )
+    if runner.tier != serving:
+        result.tier = f"{serving} (demoted to {runner.tier} during the profile)"
+    result.recommendations = recommend(result)
+    if torch_profiler_dir is not None:
+        say(f"recording a torch.profiler trace into {torch_profiler_dir}")
+        result.torch_trace = _torch_profile(
+            runner, source, Path(torch_profiler_dir), torch_profiler_steps
+        )
+    if report_dir is not None:
+        from controller.tools.reports import write_profile_report
+
+        result.report = write_profile_report(result, Path(report_dir))
+    return result

@@ -1,0 +1,358 @@
+"""The driver's side: connect a robot to a Tempo daemon in a few lines. Imports no torch.
+
+    client = TempoClient("tcp://127.0.0.1:5555", robot="arm0", joints=[...],
+                         cameras={"front": (480, 640)}, state_size=6)
+    client.connect()                        # handshake; raises HandshakeRefused on a mismatch
+    while running:
+        client.send_observation({"front": frame}, joint_positions)
+        command = client.receive(timeout_s=0.005)
+        if command.kind == "action":
+            robot.command(command.action)   # never past its deadline: receive() checks
+        else:
+            robot.hold()                    # no fresh action: keep the current position
+
+If the daemon restarts, the client notices (an `unknown_session` error, or silence) and makes a
+fresh handshake on a fresh socket by itself; until the new `welcome` it answers `hold`, and no
+action from before the restart is ever returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq
+
+from controller.errors import (
+    DaemonUnavailable,
+    ErrorCode,
+    HandshakeRefused,
+    ProtocolError,
+    SecurityError,
+)
+from controller.wire.curve import ClientKeys, is_local_endpoint, load_client_keys
+from controller.wire.protocol import DEFAULT_LIMITS, Message, decode, encode
+from controller.wire.sockets import configure_common
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Command:
+    """What the robot should do now: `action` (apply `action`) or `hold` (keep position)."""
+
+    kind: str
+    action: np.ndarray | None = None
+    step: int = -1
+    obs_seq: int = -1
+    deadline_ns: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Welcome:
+    session: str
+    control_hz: float
+    spec: dict[str, Any]
+    limits: dict[str, list[float]]
+
+
+@dataclass
+class ClientCounters:
+    actions: int = 0
+    holds: int = 0
+    expired: int = 0  # actions that reached us (or were asked for) past their deadline
+    errors: int = 0
+    reconnects: int = 0
+    dropped_observations: int = 0  # sent while not connected
+    lost: int = 0  # gaps in the daemon's action/hold sequence numbers
+    duplicated: int = 0  # an action/hold sequence number seen twice (or going backwards)
+    last_error: str = ""
+    error_codes: dict[str, int] = field(default_factory=dict)
+
+
+class TempoClient:
+    def __init__(
+        self,
+        endpoint: str,
+        robot: str,
+        joints: Sequence[str],
+        cameras: Mapping[str, tuple[int, int]],
+        state_size: int,
+        *,
+        limits: Mapping[str, tuple[float, float]] | None = None,
+        stale_after_s: float = 0.1,
+        silence_reconnect_s: float = 1.0,
+        handshake_timeout_s: float = 2.0,
+        context: zmq.Context | None = None,
+        client_secret_key: str | Path | None = None,
+        server_public_key: str | Path | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.robot = robot
+        self.spec = {
+            "joints": list(joints),
+            "cameras": [
+                {"name": n, "height": int(h), "width": int(w)} for n, (h, w) in cameras.items()
+            ],
+            "state_size": int(state_size),
+        }
+        if limits:
+            # The robot's own joint limits; the daemon's guards keep the tighter of these and
+            # its configured ones.
+            self.spec["limits"] = {j: [float(lo), float(hi)] for j, (lo, hi) in limits.items()}
+        self.stale_after_ns = int(stale_after_s * 1e9)
+        self.silence_reconnect_ns = int(silence_reconnect_s * 1e9)
+        self.handshake_timeout_ns = int(handshake_timeout_s * 1e9)
+        self.context = context or zmq.Context.instance()
+        if (client_secret_key is None) != (server_public_key is None):
+            raise SecurityError(
+                "client_secret_key and server_public_key go together; pass both or neither"
+            )
+        # Loaded once: every reconnect makes a fresh socket and must not re-read files.
+        self._keys: ClientKeys | None = (
+            load_client_keys(Path(client_secret_key), Path(server_public_key))
+            if client_secret_key is not None and server_public_key is not None
+            else None
+        )
+        self.counters = ClientCounters()
+        self.welcome: Welcome | None = None
+        self._socket: zmq.Socket | None = None
+        self._seq = 0
+        self._latest: Command | None = None
+        self._latest_received_ns = 0
+        self._last_heard_ns = 0
+        self._hello_sent_ns = 0
+        self._last_daemon_seq = 0
+
+    # -- connection ------------------------------------------------------------------------
+
+    def connect(self) -> Welcome:
+        """Handshake, waiting up to the handshake timeout. Raises HandshakeRefused or
+        DaemonUnavailable."""
+        self._send_hello()
+        deadline = time.monotonic_ns() + self.handshake_timeout_ns
+        while self.welcome is None:
+            remaining_ms = (deadline - time.monotonic_ns()) // 1_000_000
+            if remaining_ms <= 0:
+                hint = ""
+                if self._keys is None and not is_local_endpoint(self.endpoint):
+                    hint = (
+                        " A daemon bound beyond localhost needs CurveZMQ keys: pass "
+                        "client_secret_key and server_public_key."
+                    )
+                raise DaemonUnavailable(
+                    f"no answer from a Tempo daemon at {self.endpoint} within "
+                    f"{self.handshake_timeout_ns / 1e9:.1f} s; is `tempo serve` running there?"
+                    + hint
+                )
+            self._pump(remaining_ms, raise_refusal=True)
+        return self.welcome
+
+    @property
+    def connected(self) -> bool:
+        return self.welcome is not None
+
+    def _send_hello(self) -> None:
+        """A fresh socket each time, so nothing queued for an old daemon survives."""
+        if self._socket is not None:
+            self._socket.close(linger=0)
+        self._socket = self.context.socket(zmq.DEALER)
+        configure_common(self._socket, DEFAULT_LIMITS)
+        if self._keys is not None:
+            self._keys.apply(self._socket)
+        self._socket.connect(self.endpoint)
+        self.welcome = None
+        self._latest = None
+        self._hello_sent_ns = time.monotonic_ns()
+        self._last_heard_ns = self._hello_sent_ns
+        self._send("hello", {"spec": self.spec})
+
+    def _reconnect(self, why: str) -> None:
+        self.counters.reconnects += 1
+        log.warning("reconnecting to %s: %s", self.endpoint, why)
+        self._send_hello()
+
+    def close(self) -> None:
+        """Say bye (best effort) and close the socket."""
+        if self._socket is None:
+            return
+        if self.welcome is not None:
+            self._send("bye", {"session": self.welcome.session})
+        self._socket.close(linger=0)
+        self._socket = None
+        self.welcome = None
+
+    def __enter__(self) -> TempoClient:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def _send(
+        self, kind: str, fields: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None
+    ) -> int:
+        self._seq += 1
+        frames = encode(
+            kind,
+            robot=self.robot,
+            seq=self._seq,
+            time_ns=time.monotonic_ns(),
+            fields=fields,
+            arrays=arrays,
+        )
+        if self._socket is None:
+            raise DaemonUnavailable("the client is closed; create a new one or call connect()")
+        try:
+            self._socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            self.counters.dropped_observations += 1
+        return self._seq
+
+    def send_observation(
+        self,
+        images: Mapping[str, np.ndarray],
+        state: np.ndarray,
+        teleop: np.ndarray | None = None,
+        resume: bool = False,
+    ) -> int | None:
+        """Send camera frames (uint8, height x width x 3) and the joint state; `teleop` carries
+        the operator's values for the joints teleop owns; `resume` releases the daemon's stop
+        state when it is configured to need an explicit resume. Returns the sequence number, or
+        None if not connected (the observation is dropped and counted).
+
+        The arrays are sent without copying: do not write into them until the next call (hand
+        over a fresh array per frame, as camera drivers usually do)."""
+        self._check_connection()
+        if self.welcome is None:
+            self.counters.dropped_observations += 1
+            return None
+        arrays: dict[str, np.ndarray] = dict(images)
+        arrays["state"] = np.asarray(state, dtype=np.float32)
+        if teleop is not None:
+            arrays["teleop"] = np.asarray(teleop, dtype=np.float32)
+        fields: dict[str, Any] = {"session": self.welcome.session}
+        if resume:
+            fields["resume"] = True
+        return self._send("obs", fields, arrays)
+
+    def set_teleop(self, joints: Sequence[str]) -> None:
+        """Hand these joints to the operator (all others to the policy)."""
+        if self.welcome is None:
+            raise DaemonUnavailable("not connected; call connect() first")
+        self._send("teleop", {"session": self.welcome.session, "joints": list(joints)})
+
+    # -- receiving -------------------------------------------------------------------------
+
+    def receive(self, timeout_s: float = 0.0) -> Command:
+        """The newest command that may be applied now.
+
+        Waits up to `timeout_s` for a new message, then drains everything queued. Returns the
+        newest action if its deadline has not passed, else `hold` (reason `expired`, counted),
+        `hold` when no action came for `stale_after_s` (reason `no_action`), or the daemon's own
+        `hold`.
+        """
+        self._pump(int(timeout_s * 1000), raise_refusal=False)
+        self._check_connection()
+        now = time.monotonic_ns()
+        latest = self._latest
+        if self.welcome is None:
+            return Command("hold", reason="connecting")
+        if latest is None or now - self._latest_received_ns > self.stale_after_ns:
+            return Command("hold", reason="no_action")
+        if latest.kind == "action" and now > latest.deadline_ns:
+            self.counters.expired += 1
+            return Command("hold", step=latest.step, reason="expired")
+        return latest
+
+    def _pump(self, timeout_ms: int, raise_refusal: bool) -> None:
+        if self._socket is None:
+            return
+        if timeout_ms > 0 and not self._socket.poll(timeout_ms):
+            return
+        while True:
+            try:
+                frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                message = decode(frames)
+            except ProtocolError as exc:
+                self.counters.errors += 1
+                self.counters.last_error = f"undecodable message from the daemon: {exc}"
+                continue
+            self._last_heard_ns = time.monotonic_ns()
+            self._on_message(message, raise_refusal)
+
+    def _on_message(self, message: Message, raise_refusal: bool) -> None:
+        header = message.header
+        if message.kind == "welcome":
+            self._last_daemon_seq = 0
+            self.welcome = Welcome(
+                header["session"],
+                float(header["control_hz"]),
+                header["spec"],
+                header.get("limits", {}),
+            )
+            return
+        if message.kind == "error":
+            code, text = header["code"], header["message"]
+            self.counters.errors += 1
+            self.counters.error_codes[code] = self.counters.error_codes.get(code, 0) + 1
+            self.counters.last_error = f"{code}: {text}"
+            if self.welcome is None and code != ErrorCode.UNKNOWN_SESSION.value:
+                if raise_refusal:
+                    raise HandshakeRefused(code, text)
+                log.error("handshake refused (%s): %s", code, text)
+            elif code == ErrorCode.UNKNOWN_SESSION.value:
+                self._reconnect("the daemon does not know our session (it restarted?)")
+            return
+        if self.welcome is None or message.session != self.welcome.session:
+            return  # from an earlier session: never act on it
+        self._count_sequence(message.seq)
+        if message.kind == "action":
+            self.counters.actions += 1
+            self._store(
+                Command(
+                    "action",
+                    action=message.arrays["action"],
+                    step=header["step"],
+                    obs_seq=header["obs_seq"],
+                    deadline_ns=header["deadline_ns"],
+                )
+            )
+            if time.monotonic_ns() > header["deadline_ns"]:
+                self.counters.expired += 1
+        elif message.kind == "hold":
+            self.counters.holds += 1
+            self._store(Command("hold", step=header["step"], reason=header["reason"]))
+
+    def _count_sequence(self, seq: int) -> None:
+        """The daemon numbers each session's actions and holds 1, 2, 3, ...: gaps are lost
+        messages, repeats are duplicates."""
+        if seq <= self._last_daemon_seq:
+            self.counters.duplicated += 1
+            return
+        self.counters.lost += seq - self._last_daemon_seq - 1
+        self._last_daemon_seq = seq
+
+    def _store(self, command: Command) -> None:
+        if self._latest is None or command.step >= self._latest.step:
+            self._latest = command
+            self._latest_received_ns = time.monotonic_ns()
+
+    def _check_connection(self) -> None:
+        now = time.monotonic_ns()
+        if self.welcome is None:
+            if self._socket is not None and now - self._hello_sent_ns > self.handshake_timeout_ns:
+                self._reconnect("no welcome within the handshake timeout")
+        elif now - self._last_heard_ns > self.silence_reconnect_ns:
+            self._reconnect(f"nothing from the daemon for {self.silence_reconnect_ns / 1e9:.1f} s")
