@@ -59,9 +59,11 @@ class SpecMismatchError(TempoError):
 class ProtocolError(TempoError):
     """A message broke the wire protocol. `code` is what goes on the wire."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str, reply_version: int | None = None) -> None:
         super().__init__(message)
         self.code = code
+        # An older protocol version the peer speaks, to answer it in: its decoder refuses ours.
+        self.reply_version = reply_version
 
 
 class HandshakeRefused(TempoError):

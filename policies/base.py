@@ -1,8 +1,11 @@
 """What a policy is, to the rest of Tempo.
 
-A `Policy` turns one observation into an action chunk: `chunk_size` future joint targets, the first
-for the control step the observation belongs to. The daemon never looks inside; accelerating,
-profiling or fault injection are wrappers that are themselves a `Policy`.
+A `Policy` turns one robot's observation and context into an action chunk: `chunk_size` future
+joint targets, the first for the control step the observation belongs to. It is a pure function of
+(observation, context): what it must remember about a robot (state history, previous plan,
+inference delay, its own memory such as a planner's mean) lives in that robot's session and
+travels in the `RobotContext`. The daemon never looks inside; accelerating, profiling or fault
+injection are wrappers that are themselves a `Policy`.
 
 This module imports numpy and pydantic only, so specs can be checked without torch.
 """
@@ -10,6 +13,7 @@ This module imports numpy and pydantic only, so specs can be checked without tor
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -65,22 +69,62 @@ class PolicySpec(BaseModel):
         return tuple(c.name for c in self.cameras)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A robot's previous plan: the actions it has not executed yet, the first for `start_step`."""
+
+    start_step: int
+    actions: np.ndarray  # (n, action_dim) float32, n >= 1
+
+
+@dataclass(frozen=True)
+class RobotContext:
+    """Everything a policy may need to remember about one robot. The robot's session owns it
+    and passes it in with each observation, so a policy keeps no per-robot state and several
+    robots can share one model."""
+
+    step: int  # the control step the observation belongs to (row 0 of the chunk)
+    episode_start: bool  # first observation of an episode: plan and history were just cleared
+    state_history: np.ndarray  # (spec.state_history, spec.state_size) float32, oldest first
+    previous_plan: Plan | None = None  # for real-time chunking and a planner's warm start
+    inference_delay: int = 0  # recent observation-to-chunk delay, in control steps
+    memory: Mapping[str, np.ndarray] = field(default_factory=dict)  # the policy's own, returned
+
+    @property
+    def state(self) -> np.ndarray:
+        """This observation's state vector (the newest row of the history)."""
+        return self.state_history[-1]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A policy's answer: the chunk, and optionally what it wants back in this robot's
+    `RobotContext.memory` next time (a planner's new mean); None keeps the memory as it is."""
+
+    actions: np.ndarray  # (chunk_size, action_dim) float32, in the robot's units
+    memory: Mapping[str, np.ndarray] | None = None
+
+
 @runtime_checkable
 class Policy(Protocol):
-    """The one interface the daemon serves."""
+    """The one interface the daemon serves: a pure function of (observation, context)."""
 
     @property
     def spec(self) -> PolicySpec: ...
 
-    def predict_chunk(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> np.ndarray:
-        """Predict an action chunk.
+    def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
+        """Predict an action chunk for one robot.
 
         images: camera name -> uint8 array (height, width, 3), for every camera in `spec`.
-        state: float32 array (state_history, state_size), oldest first, newest last.
-        Returns float32 array (chunk_size, action_dim) in the robot's units (unnormalized).
+        context: that robot's state history, previous plan, delay and memory (see RobotContext).
+        Returns the chunk, float32 (chunk_size, action_dim) in the robot's units (unnormalized),
+        and optionally the robot's new memory. Must not keep anything about the robot itself.
         """
         ...
 
-    def reset(self) -> None:
-        """Forget any internal state (start of a new episode)."""
-        ...
+
+def first_context(spec: PolicySpec, state: np.ndarray, step: int = 0) -> RobotContext:
+    """The context of a robot's first observation: its state fills the whole history."""
+    history = np.empty((spec.state_history, spec.state_size), dtype=np.float32)
+    history[:] = np.asarray(state, dtype=np.float32)
+    return RobotContext(step=step, episode_start=True, state_history=history)

@@ -9,17 +9,20 @@ The module's contract (every policy family in `policies/` follows it):
 
 Everything between raw inputs and robot units (uint8 -> float, normalization, unnormalization)
 happens inside `forward`, with constants held as registered buffers, so that compiling and CUDA
-graph capture cover the whole step.
+graph capture cover the whole step. The leading batch dimension is there for several robots at
+once: a module keeps nothing between calls, so robot i's row depends on robot i's inputs only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
-from policies.base import PolicySpec
+from policies.base import PolicySpec, Prediction, RobotContext
 
 
 @dataclass
@@ -69,9 +72,8 @@ class EagerPolicy:
         return self._spec
 
     @torch.inference_mode()
-    def predict_chunk(self, images, state):  # type: ignore[no-untyped-def]
-        import numpy as np
-
+    def predict_chunk(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> np.ndarray:
+        """The raw step: frames and a (state_history, state_size) window -> the chunk."""
         if self._spec.cameras:
             stacked = np.stack([images[c.name] for c in self._spec.cameras])
         else:
@@ -84,5 +86,6 @@ class EagerPolicy:
         actions = self._module(image_t, state_t)[0]
         return actions.float().cpu().numpy()
 
-    def reset(self) -> None:
-        pass
+    def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
+        """The Policy contract: the module reads this robot's state history."""
+        return Prediction(self.predict_chunk(images, context.state_history))

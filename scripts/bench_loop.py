@@ -16,13 +16,13 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import torch
 
 from controller.app import build_policy
 from controller.config import load_config
 from controller.daemon.service import Daemon
-from controller.observe.stats import SampleWindow
+from controller.observe.histogram import window
+from controller.observe.telemetry import TICK_LATENESS
 
 
 class BusyPolicy:
@@ -34,14 +34,11 @@ class BusyPolicy:
         self.spec = inner.spec
         self._a = torch.randn(128, 128)
 
-    def predict_chunk(self, images, state):
+    def predict(self, images, context):
         end = time.perf_counter() + self.busy_s
         while time.perf_counter() < end:
             self._a = torch.tanh(self._a @ self._a)
-        return self.inner.predict_chunk(images, state)
-
-    def reset(self) -> None:
-        self.inner.reset()
+        return self.inner.predict(images, context)
 
 
 def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
@@ -54,8 +51,6 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
         ]
         config = load_config(None, overrides)
         daemon = Daemon(config, BusyPolicy(build_policy(config), busy_ms))
-        # Keep every tick of the run (the daemon's own window keeps the last 4096).
-        daemon.tick_lateness_us = SampleWindow(int(rate * (seconds + 10)))
         daemon.start()
         robot = subprocess.Popen(
             [
@@ -78,17 +73,19 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
             daemon.pacer.missed_ticks,
             daemon.worker.inferences,
         )
-        count0 = daemon.tick_lateness_us.count
+        # Every tick's lateness is in the daemon's histogram; the run is the difference.
+        lateness_section = daemon.telemetry.section(TICK_LATENESS)
+        before = lateness_section.snapshot(buckets=True)
         time.sleep(seconds)
-        lateness = daemon.tick_lateness_us.values()[-(daemon.tick_lateness_us.count - count0) :]
+        lateness = window(before, lateness_section.snapshot(buckets=True))
         result = {
             "mode": mode,
             "ticks": daemon.pacer.step - ticks0,
             "missed": daemon.pacer.missed_ticks - missed0,
             "inferences": daemon.worker.inferences - inferences0,
-            "p50": float(np.percentile(lateness, 50)),
-            "p99": float(np.percentile(lateness, 99)),
-            "max": float(lateness.max()),
+            "p50": lateness["p50_s"] * 1e6,
+            "p99": lateness["p99_s"] * 1e6,
+            "max": lateness["max_s"] * 1e6,
             "robots": len(daemon.dispatcher.sessions),
         }
         daemon.stop()

@@ -14,12 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from controller.action.ensembler import ChunkEnsembler
-from controller.action.guards import GuardChain
-from controller.action.teleop import TeleopMixer
-from controller.config import TempoConfig
+from controller.action.pipeline import ActionPipeline
+from controller.config import InferenceConfig, ServerConfig
 from controller.daemon.handshake import check_driver_spec, parse_driver_limits, spec_to_wire
-from controller.daemon.session import InferenceRequest, Session, StateHistory
+from controller.daemon.session import PendingObservation, Session, StateHistory
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
 from controller.inference.worker import InferenceWorker
 from controller.observe.telemetry import PREPROCESS, Telemetry
@@ -31,20 +29,29 @@ log = logging.getLogger(__name__)
 MAX_ERROR_TEXT = 1000  # characters; well under the decoders' string limit
 
 Sender = Callable[..., bool]  # (identity, kind, *, seq, fields, arrays=None) -> sent?
+# driver's joint limits from hello -> that robot's action pipeline (raises ValueError if invalid)
+PipelineFactory = Callable[[dict[str, tuple[float, float]]], ActionPipeline]
 
 
 class Dispatcher:
     def __init__(
         self,
-        config: TempoConfig,
         spec: PolicySpec,
         worker: InferenceWorker,
         send: Sender,
         current_step: Callable[[], int],
+        new_pipeline: PipelineFactory,
+        *,
+        control_hz: float,
+        server: ServerConfig,
+        inference: InferenceConfig,
         limits: Limits = DEFAULT_LIMITS,
         telemetry: Telemetry | None = None,
     ) -> None:
-        self.config = config
+        self.control_hz = control_hz
+        self.server = server
+        self.inference = inference
+        self.new_pipeline = new_pipeline
         self.spec = spec
         self.worker = worker
         self.send = send
@@ -79,7 +86,9 @@ class Dispatcher:
                     f"drivers may send hello, obs, teleop and bye, not {message.kind!r}",
                 )
             handler(self, identity, message, now_ns)
-        except (ProtocolError, SpecMismatchError) as exc:
+        except ProtocolError as exc:
+            self.reply_error(identity, exc.code, str(exc), message, exc.reply_version)
+        except SpecMismatchError as exc:
             self.reply_error(identity, exc.code, str(exc), message)
         except Exception:  # a bug of ours: log it here, tell the driver only that it happened
             log.exception("internal error while handling a message")
@@ -91,7 +100,12 @@ class Dispatcher:
             )
 
     def reply_error(
-        self, identity: bytes, code: ErrorCode, text: str, message: Message | None
+        self,
+        identity: bytes,
+        code: ErrorCode,
+        text: str,
+        message: Message | None,
+        version: int | None = None,
     ) -> None:
         self.errors[code.value] += 1
         if len(text) > MAX_ERROR_TEXT:  # a driver's decoder caps strings; keep the sentence
@@ -102,7 +116,10 @@ class Dispatcher:
             if message.session in self.sessions:
                 fields["session"] = message.session
         self._error_seq += 1
-        self.send(identity, "error", seq=self._error_seq, fields=fields)
+        if version is None:
+            self.send(identity, "error", seq=self._error_seq, fields=fields)
+        else:  # a driver of an older protocol version: in its version, so it can read why
+            self.send(identity, "error", seq=self._error_seq, fields=fields, version=version)
 
     # -- handlers --------------------------------------------------------------------------
 
@@ -111,7 +128,7 @@ class Dispatcher:
         old = self.by_identity.get(identity)
         if old is not None:
             self.close(old, "the driver said hello again")
-        if len(self.sessions) >= self.config.server.max_robots:
+        if len(self.sessions) >= self.server.max_robots:
             raise ProtocolError(
                 ErrorCode.FULL,
                 f"this daemon already serves {len(self.sessions)} robots "
@@ -132,9 +149,11 @@ class Dispatcher:
             seq=0,
             fields={
                 "session": session.id,
-                "control_hz": float(self.config.control.rate_hz),
+                "control_hz": float(self.control_hz),
                 "spec": spec_to_wire(self.spec),
-                "limits": {name: list(bounds) for name, bounds in session.guards.limits.items()},
+                "limits": {
+                    name: list(bounds) for name, bounds in session.pipeline.guards.limits.items()
+                },
             },
         )
 
@@ -145,8 +164,6 @@ class Dispatcher:
         now_ns: int,
         driver_limits: dict[str, tuple[float, float]],
     ) -> Session:
-        rate = self.config.control.rate_hz
-        joints = self.spec.joint_names
         return Session(
             id=uuid.uuid4().hex,
             identity=identity,
@@ -154,14 +171,7 @@ class Dispatcher:
             spec=self.spec,
             created_ns=now_ns,
             last_seen_ns=now_ns,
-            ensembler=ChunkEnsembler(
-                self.spec.chunk_size,
-                self.spec.action_dim,
-                mode=self.config.inference.ensemble,
-                k=self.config.inference.temporal_k,
-            ),
-            guards=GuardChain(joints, self.config.guards, rate, handshake_limits=driver_limits),
-            teleop=TeleopMixer(joints, self.config.teleop, rate),
+            pipeline=self.new_pipeline(driver_limits),
             history=StateHistory(self.spec.state_history, self.spec.state_size),
         )
 
@@ -185,41 +195,36 @@ class Dispatcher:
             )
         images, state, teleop = self._check(message)
         session.last_obs_seq = message.seq
-        session.last_obs_received_ns = now_ns
         session.record_clock_offset(message.header["time_ns"], now_ns)
-        session.teleop_values = teleop
         session.counters["observations"] += 1
-        if session.guards.state != "ok":
-            # Back from a watchdog hold or stop: the robot may have been moved meanwhile, so
-            # chunks planned before it are stale. Drop them; rate limits restart from here.
-            session.ensembler.reset()
+        if message.header.get("episode_start"):
+            session.start_episode()  # this robot only: plan, history, memory, chunks in flight
+            session.counters["episodes"] += 1
+        resume = bool(message.header.get("resume"))
+        if session.pipeline.on_observation(state, teleop, now_ns, resume):
+            # Back from a watchdog hold or stop: chunks planned before it are stale.
             session.chunks.clear()
             session.pending = None
-            session.last_command = None
             session.counters["plans_dropped_after_watchdog"] += 1
-        if session.last_command is None and self.spec.state_size == self.spec.action_dim:
-            # Rate limits start from where the robot is, not from zero.
-            session.guards.seed(state)
-        session.guards.on_fresh_observation()
-        if message.header.get("resume"):
-            session.guards.resume()  # leaves the stop state when guards.resume is 'explicit'
         step = self.current_step()
-        request = InferenceRequest(
+        session.pending = PendingObservation(
             step=step,
             obs_seq=message.seq,
             received_ns=now_ns,
             images=images,
-            state=session.history.push(state),
+            state_window=session.history.push(state),
         )
-        session.pending = request
         self.submit_if_due(session, step)
 
     def submit_if_due(self, session: Session, step: int) -> None:
-        """Ask the policy at most every `query_period` steps, always on the newest observation."""
-        request = session.pending
-        if request is None or step - session.last_request_step < self.config.inference.query_period:
+        """Ask the policy at most every `query_period` steps, always on the newest observation,
+        with the robot's context as it is now (its plan from the observation's step on)."""
+        period = self.inference.query_period
+        if session.pending is None or step - session.last_request_step < period:
             return
-        session.pending = None
+        request = session.request()
+        if request is None:  # unreachable: pending was checked above
+            return
         session.last_request_step = step
         self.worker.submit(session, request)
 
@@ -276,11 +281,12 @@ class Dispatcher:
         joints = message.header["joints"]
         if not all(isinstance(j, str) for j in joints):
             raise ProtocolError(ErrorCode.MALFORMED, "teleop.joints must be a list of joint names")
+        teleop = session.pipeline.teleop
         try:
-            session.teleop.set_owned(joints)
+            teleop.set_owned(joints)
         except ValueError as exc:
             raise ProtocolError(ErrorCode.NOT_ALLOWED, str(exc)) from None
-        log.info("robot %s: operator now owns %s", session.robot, list(session.teleop.owned))
+        log.info("robot %s: operator now owns %s", session.robot, list(teleop.owned))
 
     def _bye(self, identity: bytes, message: Message, now_ns: int) -> None:
         session = self._session_of(identity, message)
@@ -305,7 +311,7 @@ class Dispatcher:
         if session is None:
             return
         session.closed = True
-        self.closed_guard_counts.update(session.guards.counters)
+        self.closed_guard_counts.update(session.pipeline.guards.counters)
         if self.by_identity.get(session.identity) == session_id:
             del self.by_identity[session.identity]
         log.info("robot %s disconnected (%s)", session.robot, reason)

@@ -1,7 +1,7 @@
 """One control tick: for every robot, the action for this step, through teleop and the guards.
 
-    chunks from the worker -> ensembler (keyed by absolute step) -> action for step t
-        -> teleop blend -> guard chain -> `action` (or `hold`) to the driver
+    chunks from the worker -> the robot's ActionPipeline: ensembler (keyed by absolute step)
+        -> action for step t -> teleop blend -> guard chain -> `action` (or `hold`) to the driver
 
 The tick never waits for the model: it uses whatever chunks have landed.
 """
@@ -15,7 +15,6 @@ from controller.action.guards import Verdict
 from controller.daemon.dispatch import Dispatcher
 from controller.daemon.session import Session
 from controller.errors import ErrorCode
-from controller.observe.stats import SampleWindow
 from controller.observe.telemetry import ENSEMBLER, GUARDS, OBS_TO_ACTION, SEND, Telemetry
 
 log = logging.getLogger(__name__)
@@ -30,6 +29,7 @@ class ControlLoop:
         dispatcher: Dispatcher,
         period_ns: int,
         valid_ticks: float,
+        session_timeout_s: float,
         telemetry: Telemetry | None = None,
     ) -> None:
         self.dispatcher = dispatcher
@@ -43,8 +43,7 @@ class ControlLoop:
         self._t_obs_to_action = telemetry.section(OBS_TO_ACTION)
         self.period_ns = period_ns
         self.valid_ns = int(valid_ticks * period_ns)
-        self.session_timeout_ns = int(dispatcher.config.server.session_timeout_s * 1e9)
-        self.latency_ms = SampleWindow()  # observation received -> first action from its chunk
+        self.session_timeout_ns = int(session_timeout_s * 1e9)
         self.actions_sent = 0
         self.holds_sent = 0
         self.late_actions_dropped = 0
@@ -81,31 +80,29 @@ class ControlLoop:
         timed = self._timed
         if timed:
             t = self._clock()
+        pipeline = session.pipeline
         new_chunk = None
         while session.chunks:
             chunk = session.chunks.popleft()
-            late = session.ensembler.add_chunk(chunk.start_step, chunk.actions, step)
+            if chunk.episode != session.episode:
+                session.counters["chunks_of_ended_episode"] += 1
+                continue  # planned before the robot's episode started again
+            if chunk.memory is not None:
+                session.memory = chunk.memory
+            session.record_inference_delay(step - chunk.start_step)
+            late = pipeline.on_chunk(chunk.start_step, chunk.actions, step)
             session.counters["late_steps_dropped"] += late
             if late < len(chunk.actions):
                 new_chunk = chunk
                 session.newest_chunk_obs_seq = max(session.newest_chunk_obs_seq, chunk.obs_seq)
-        if session.last_obs_received_ns == 0:
+        if pipeline.last_observation_ns == 0:
             self.send_hold(session, step, "no_observation")  # nothing to act on yet
             return
 
-        has_policy_action = session.ensembler.action_at(step, session.proposed)
+        pipeline.propose(step)
         if timed:
             t = self._t_ensembler.lap(t)
-        observation_age = now_ns - session.last_obs_received_ns
-        mixed = session.teleop.mix(
-            session.proposed if has_policy_action else None,
-            session.teleop_values,
-            session.last_command,
-            session.mixed,
-        )
-        verdict = session.guards.check(
-            session.mixed if mixed else None, observation_age, session.command
-        )
+        verdict = pipeline.check(now_ns)
         if timed:
             t = self._t_guards.lap(t)
 
@@ -125,30 +122,23 @@ class ControlLoop:
                     # observation (which includes transport delay, so the deadline errs early).
                     "deadline_ns": valid_until + session.clock_offset_ns,
                 },
-                arrays={"action": session.command},
+                arrays={"action": pipeline.command},
             )
             if timed:
                 self._t_send.lap(t)
             if not sent:
-                # Not delivered (queue full or peer gone): the robot never saw it, so rate
-                # limits must keep counting from the last action it did see.
+                # Not delivered (queue full or peer gone): the robot never saw it.
                 session.counters["actions_not_delivered"] += 1
-                if session.last_command is not None:
-                    session.guards.seed(session.last_command)
+                pipeline.not_delivered()
                 return
-            if session.last_command is None:
-                session.last_command = session.command.copy()
-            else:
-                session.last_command[:] = session.command
+            pipeline.delivered()
             self.actions_sent += 1
-            if new_chunk is not None:
-                self.latency_ms.record((now_ns - new_chunk.obs_received_ns) / 1e6)
-                if timed:
-                    self._t_obs_to_action.record_ns(now_ns - new_chunk.obs_received_ns)
+            if new_chunk is not None and timed:
+                self._t_obs_to_action.record_ns(now_ns - new_chunk.obs_received_ns)
             return
         if verdict is Verdict.ACTION:
             self.late_actions_dropped += 1
-        self.send_hold(session, step, HOLD_REASONS.get(session.guards.state, "no_action"))
+        self.send_hold(session, step, HOLD_REASONS.get(pipeline.guards.state, "no_action"))
 
     def send_hold(self, session: Session, step: int, reason: str) -> None:
         session.send_seq += 1

@@ -6,7 +6,7 @@ Built by `controller.app` from a config and a ready policy; constructing it does
 
 from __future__ import annotations
 
-import collections
+import functools
 import gc
 import logging
 import os
@@ -17,15 +17,16 @@ from typing import Any
 
 import zmq
 
+from controller.action.pipeline import ActionPipeline
 from controller.config import TempoConfig
-from controller.daemon.dispatch import Dispatcher
+from controller.daemon.dispatch import Dispatcher, PipelineFactory
 from controller.daemon.loop import ControlLoop
 from controller.daemon.pacer import Pacer
 from controller.daemon.security import CurveServer, check_bind_allowed
 from controller.daemon.transport import RouterTransport
 from controller.errors import SecurityError
 from controller.inference.worker import InferenceWorker
-from controller.observe.stats import SampleWindow
+from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry
 from controller.wire.protocol import Limits
 from policies.base import Policy, PolicySpec
@@ -47,6 +48,20 @@ def limits_for(spec: PolicySpec) -> Limits:
         [c.height * c.width * 3 for c in spec.cameras] + [8 * spec.state_size, 8 * spec.action_dim]
     )
     return Limits(max_arrays=len(spec.cameras) + 2, max_array_bytes=largest)
+
+
+def pipeline_factory(spec: PolicySpec, config: TempoConfig) -> PipelineFactory:
+    """How the daemon builds one robot's action pipeline from its config (the tools use it too,
+    so what they time is what is served): the driver's joint limits from hello -> pipeline."""
+    return functools.partial(
+        ActionPipeline,
+        spec,
+        config.guards,
+        config.teleop,
+        config.control.rate_hz,
+        config.inference.ensemble,
+        config.inference.temporal_k,
+    )
 
 
 class Daemon:
@@ -71,12 +86,15 @@ class Daemon:
         self.worker = InferenceWorker(policy, self.telemetry)
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
         self.dispatcher = Dispatcher(
-            config,
             policy.spec,
             self.worker,
             self.transport.send,
             lambda: self.pacer.step,
-            self.limits,
+            pipeline_factory(policy.spec, config),
+            control_hz=config.control.rate_hz,
+            server=config.server,
+            inference=config.inference,
+            limits=self.limits,
             telemetry=self.telemetry,
         )
         self.transport.on_peer_gone = self.dispatcher.peer_gone
@@ -84,6 +102,7 @@ class Daemon:
             self.dispatcher,
             self.period_ns,
             config.control.action_valid_ticks,
+            config.server.session_timeout_s,
             telemetry=self.telemetry,
         )
         # Receive/decode: the handler wrapped once (the bound method itself when telemetry is off).
@@ -91,7 +110,6 @@ class Daemon:
         self._timed = self.telemetry.enabled
         self._t_lateness = self.telemetry.section(TICK_LATENESS)
         self._t_tick = self.telemetry.section(TICK)
-        self.tick_lateness_us = SampleWindow()
         self.endpoint = ""
         self.started_ns = 0
         self._stop = threading.Event()
@@ -156,7 +174,6 @@ class Daemon:
             self.pacer.start()
             while not self._stop.is_set():
                 step = self.pacer.wait()
-                self.tick_lateness_us.record(self.pacer.last_lateness_ns / 1e3)
                 if self._timed:
                     self._t_lateness.record_ns(self.pacer.last_lateness_ns)
                     started = self._t_tick.start()
@@ -190,47 +207,39 @@ class Daemon:
         return self._thread is not None and self._thread.is_alive()
 
     def status(self) -> dict[str, Any]:
-        """A snapshot for `tempo status` and the demo (read from another thread: plain reads)."""
+        """A snapshot for `tempo status` and the demo (read from another thread: plain reads).
+        Durations come from the telemetry histograms (controller.observe.status)."""
         now = time.monotonic_ns()
         uptime = (now - self.started_ns) / 1e9 if self.started_ns else 0.0
         ticks = self.pacer.step - self.pacer.missed_ticks  # ticks run, not skipped ones
-        p50, p99 = self.tick_lateness_us.percentiles(50, 99)
-        lat50, lat99 = self.loop.latency_ms.percentiles(50, 99)
-        inf50, inf99 = self.worker.step_ms.percentiles(50, 99)
+        sessions = list(self.dispatcher.sessions.values())
         robots = []
-        for session in list(self.dispatcher.sessions.values()):
-            age = (
-                (now - session.last_obs_received_ns) / 1e6 if session.last_obs_received_ns else None
-            )
+        for session in sessions:
+            pipeline = session.pipeline
+            seen = pipeline.last_observation_ns
             robots.append(
                 {
                     "robot": session.robot,
                     "session": session.id,
-                    "last_observation_age_ms": age,
-                    "guard_state": session.guards.state,
-                    "guards": dict(session.guards.counters),
-                    "teleop_joints": list(session.teleop.owned),
+                    "last_observation_age_ms": (now - seen) / 1e6 if seen else None,
+                    "guard_state": pipeline.guards.state,
+                    "guards": dict(pipeline.guards.counters),
+                    "teleop_joints": list(pipeline.teleop.owned),
+                    "episode": session.episode,
+                    "inference_delay_steps": session.inference_delay,
                     "counters": dict(session.counters),
                     "sent": session.send_seq,
                 }
             )
-        guard_totals = collections.Counter(self.dispatcher.closed_guard_counts)
-        for session in list(self.dispatcher.sessions.values()):
-            guard_totals.update(session.guards.counters)
         policy_status = getattr(self.policy, "status", None)
+        telemetry = self.telemetry.snapshot()
         return {
             "uptime_s": uptime,
             "control_hz": self.config.control.rate_hz,
             "ticks": ticks,
             "achieved_hz": ticks / uptime if uptime > 0 else 0.0,
             "missed_ticks": self.pacer.missed_ticks,
-            "tick_lateness_us_p50": p50,
-            "tick_lateness_us_p99": p99,
-            "tick_lateness_us_max": self.tick_lateness_us.max(),
-            "obs_to_action_ms_p50": lat50,
-            "obs_to_action_ms_p99": lat99,
-            "inference_ms_p50": inf50,
-            "inference_ms_p99": inf99,
+            **recorded_figures(telemetry),
             "inferences": self.worker.inferences,
             "inference_failures": self.worker.failures,
             "chunks_rejected": self.worker.non_finite,
@@ -242,8 +251,11 @@ class Daemon:
             "late_actions_dropped": self.loop.late_actions_dropped,
             "tick_failures": self.loop.internal_errors,
             "oversize_message_parts_dropped": self.transport.parts_discarded,
-            "guard_interventions": dict(guard_totals),
+            "guard_interventions": guard_totals(
+                self.dispatcher.closed_guard_counts,
+                (s.pipeline.guards.counters for s in sessions),
+            ),
             "robots": robots,
             "policy": policy_status() if callable(policy_status) else {},
-            "telemetry": self.telemetry.snapshot(),
+            "telemetry": telemetry,
         }

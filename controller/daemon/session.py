@@ -1,5 +1,9 @@
 """One connected robot: everything the daemon keeps per driver, fully separate from the others.
 
+The session owns what a policy must remember about its robot (state history, the plan through
+the action pipeline, the estimated inference delay, the policy's own memory) and hands it to the
+policy as a `RobotContext` with each inference request: policies keep no per-robot state.
+
 Threading: the loop thread owns a session. The inference worker only takes from `requests` and
 appends to `chunks` (a deque: append and popleft are atomic), so no lock guards the rest.
 """
@@ -7,28 +11,43 @@ appends to `chunks` (a deque: append and popleft are atomic), so no lock guards 
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.action.ensembler import ChunkEnsembler
-from controller.action.guards import GuardChain
-from controller.action.teleop import TeleopMixer
+from controller.action.pipeline import ActionPipeline
 from controller.inference.mailbox import Mailbox
-from policies.base import PolicySpec
+from policies.base import PolicySpec, RobotContext
 
 OFFSET_WINDOW = 32  # observations the clock-offset estimate looks back over
+DELAY_WINDOW = 8  # chunks the inference-delay estimate looks back over
+
+
+@dataclass
+class PendingObservation:
+    """An accepted observation waiting for the query period to come round."""
+
+    step: int  # the control step it belongs to
+    obs_seq: int
+    received_ns: int
+    images: dict[str, np.ndarray]
+    state_window: np.ndarray  # (state_history, state_size) float32, this state last
 
 
 @dataclass
 class InferenceRequest:
-    """One observation for the worker, tagged with the control step it belongs to."""
+    """One observation for the worker, with its robot's context."""
 
-    step: int
     obs_seq: int
     received_ns: int
+    episode: int  # the session's episode number when the observation came
     images: dict[str, np.ndarray]
-    state: np.ndarray  # (state_history, state_size) float32
+    context: RobotContext
+
+    @property
+    def step(self) -> int:
+        return self.context.step
 
 
 @dataclass
@@ -38,6 +57,8 @@ class Chunk:
     obs_seq: int
     obs_received_ns: int
     inference_ns: int
+    episode: int
+    memory: Mapping[str, np.ndarray] | None = None  # the policy's new memory for this robot
 
 
 class StateHistory:
@@ -57,6 +78,10 @@ class StateHistory:
             self._buffer[-1] = state
         return self._buffer.copy()
 
+    def clear(self) -> None:
+        """A new episode: the next state fills every slot."""
+        self._filled = False
+
 
 @dataclass
 class Session:
@@ -65,18 +90,17 @@ class Session:
     robot: str
     spec: PolicySpec
     created_ns: int
-    ensembler: ChunkEnsembler
-    guards: GuardChain
-    teleop: TeleopMixer
+    pipeline: ActionPipeline
     history: StateHistory
     last_seen_ns: int = 0
     last_obs_seq: int = -1
-    last_obs_received_ns: int = 0  # 0: no observation yet
     clock_offset_ns: int = 0  # driver's monotonic clock minus ours (see record_clock_offset)
     send_seq: int = 0
     last_request_step: int = -(10**18)
-    pending: InferenceRequest | None = None  # waiting for the query period to come round
-    teleop_values: np.ndarray | None = None
+    pending: PendingObservation | None = None  # the newest observation not yet asked about
+    episode: int = 0  # counts episode starts; chunks and memory of an older episode are dropped
+    episode_start: bool = True  # the next request is the first of an episode
+    memory: Mapping[str, np.ndarray] = field(default_factory=dict)
     newest_chunk_obs_seq: int = -1
     closed: bool = False
     requests: Mailbox[InferenceRequest] = field(default_factory=Mailbox)
@@ -84,14 +108,15 @@ class Session:
     counters: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def __post_init__(self) -> None:
-        dim = self.spec.action_dim
-        # Per-tick scratch buffers, allocated once.
-        self.proposed = np.zeros(dim, dtype=np.float32)
-        self.mixed = np.zeros(dim, dtype=np.float32)
-        self.command = np.zeros(dim, dtype=np.float32)
-        self.last_command: np.ndarray | None = None
         self._offsets = np.full(OFFSET_WINDOW, np.iinfo(np.int64).min, dtype=np.int64)
         self._offset_index = 0
+        self._delays = np.zeros(DELAY_WINDOW, dtype=np.int64)
+        self._delay_index = 0
+
+    @property
+    def last_obs_received_ns(self) -> int:
+        """When the newest accepted observation arrived (0: none yet)."""
+        return self.pipeline.last_observation_ns
 
     def record_clock_offset(self, driver_time_ns: int, received_ns: int) -> None:
         """Estimate the driver's clock minus ours. Each observation gives (true offset - its
@@ -100,3 +125,44 @@ class Session:
         self._offsets[self._offset_index] = driver_time_ns - received_ns
         self._offset_index = (self._offset_index + 1) % OFFSET_WINDOW
         self.clock_offset_ns = int(self._offsets.max())
+
+    def record_inference_delay(self, steps: int) -> None:
+        """A chunk for step s landed at step s + `steps`."""
+        self._delays[self._delay_index] = max(steps, 0)
+        self._delay_index = (self._delay_index + 1) % DELAY_WINDOW
+
+    @property
+    def inference_delay(self) -> int:
+        """The largest recent observation-to-chunk delay in control steps: a policy that plans
+        around it (real-time chunking) errs on the safe side."""
+        return int(self._delays.max())
+
+    def start_episode(self) -> None:
+        """Forget the plan, the state history, the policy's memory and chunks in flight."""
+        self.episode += 1
+        self.episode_start = True
+        self.pipeline.drop_plan()
+        self.history.clear()
+        self.memory = {}
+        self.chunks.clear()
+        self.pending = None
+        self._delays.fill(0)
+
+    def request(self) -> InferenceRequest | None:
+        """Turn the pending observation into a request with this robot's context (and clear
+        it); None when nothing is pending."""
+        observation, self.pending = self.pending, None
+        if observation is None:
+            return None
+        context = RobotContext(
+            step=observation.step,
+            episode_start=self.episode_start,
+            state_history=observation.state_window,
+            previous_plan=self.pipeline.plan(observation.step),
+            inference_delay=self.inference_delay,
+            memory=self.memory,
+        )
+        self.episode_start = False
+        return InferenceRequest(
+            observation.obs_seq, observation.received_ns, self.episode, observation.images, context
+        )

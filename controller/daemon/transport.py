@@ -14,7 +14,7 @@ from typing import Any
 import zmq
 
 from controller.daemon.security import CurveServer
-from controller.wire.protocol import DEFAULT_LIMITS, Limits, encode
+from controller.wire.protocol import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, encode
 from controller.wire.sockets import configure_common
 
 log = logging.getLogger(__name__)
@@ -117,10 +117,17 @@ class RouterTransport:
         seq: int,
         fields: dict[str, Any],
         arrays: dict[str, Any] | None = None,
+        version: int = PROTOCOL_VERSION,
     ) -> bool:
         """Send one message; False if the peer is gone or its queue is full (counted)."""
         frames = encode(
-            kind, robot="tempo", seq=seq, time_ns=time.monotonic_ns(), fields=fields, arrays=arrays
+            kind,
+            robot="tempo",
+            seq=seq,
+            time_ns=time.monotonic_ns(),
+            fields=fields,
+            arrays=arrays,
+            version=version,
         )
         try:
             self.socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK, copy=False)

@@ -53,30 +53,6 @@ class Demotion:
         return asdict(self)
 
 
-class StepTimes:
-    """The last `size` step times in a ring, for status percentiles; no allocation per step."""
-
-    def __init__(self, size: int = 512) -> None:
-        self._ring = np.zeros(size, dtype=np.float64)
-        self._count = 0
-
-    def add(self, seconds: float) -> None:
-        self._ring[self._count % len(self._ring)] = seconds
-        self._count += 1
-
-    def summary_ms(self) -> dict[str, float | int | None]:
-        n = min(self._count, len(self._ring))
-        if n == 0:
-            return {"count": 0, "p50": None, "p99": None, "max": None}
-        recent = self._ring[:n] * 1e3
-        return {
-            "count": self._count,
-            "p50": float(np.percentile(recent, 50)),
-            "p99": float(np.percentile(recent, 99)),
-            "max": float(recent.max()),
-        }
-
-
 def random_observation(spec: PolicySpec, seed: int) -> Observation:
     """A random observation shaped for `spec` (parity checks use a different one each)."""
     height, width = check_stackable(spec)
@@ -129,12 +105,11 @@ class NonFiniteOutput(RuntimeError):
 
 
 def reference_outputs(
-    path: StepPath, reference: Tier, observations: list[Observation], reset: Callable[[], None]
+    path: StepPath, reference: Tier, observations: list[Observation]
 ) -> list[np.ndarray]:
     """eager_fp32 outputs for `observations`; a non-finite one means the model is broken."""
     references = []
     for images, state in observations:
-        reset()
         ref = path.execute(reference, images, state)
         if not np.isfinite(ref).all():
             raise NonFiniteOutput(
@@ -151,13 +126,11 @@ def check_parity(
     observations: list[Observation],
     references: list[np.ndarray],
     rtol: float,
-    reset: Callable[[], None],
 ) -> tuple[float, float]:
     """Largest relative error against the references, and the median step time (upload, run,
     download). Raises at the first non-finite output or error above `rtol`."""
     errors, times = [], []
     for index, ((images, state), ref) in enumerate(zip(observations, references, strict=True)):
-        reset()  # a stateful model sees the same state as the reference did
         began = time.perf_counter()
         out = path.execute(tier, images, state)
         times.append(time.perf_counter() - began)

@@ -3,6 +3,7 @@
     runner = Runner(policy, RunnerConfig(), device="cuda")
     runner.start(progress=print)            # build, warm up, capture, parity; minutes when cold
     chunk = runner.predict_chunk(images, state)   # (chunk_size, action_dim) float32, caller-owned
+    prediction = runner.predict(images, context)  # the Policy contract (context: RobotContext)
 
 Tiers, highest first: graph (compiled + CUDA graph), compiled, eager_half, eager_fp32 (the
 reference; see `controller.inference.runner_config`). At start every tier from `top_tier` down is
@@ -15,7 +16,8 @@ in the last n steps is demoted at once (logged, recorded in `demotions` and `sta
 step is re-run on the next tier when that still fits in the budget. Optionally, after a cool-down,
 higher tiers get a fresh parity check and serve again if they pass.
 
-Runner is itself a `Policy`. One thread calls predict_chunk (the inference worker); status() and
+Runner is itself a `Policy` (`predict`); `predict_chunk` is the raw step on a state window, for
+benchmarks and tools. One thread calls predict_chunk (the inference worker); status() and
 demotions may be read from any thread.
 """
 
@@ -39,7 +41,6 @@ from controller.inference.ladder import (
     NonFiniteOutput,
     Observation,
     Progress,
-    StepTimes,
     TierReport,
     check_parity,
     first_line,
@@ -51,7 +52,7 @@ from controller.inference.runner_config import TIER_ORDER, RunnerConfig, TierNam
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import EagerTier, Tier, build_tiers
 from controller.observe.telemetry import Telemetry
-from policies.base import PolicySpec
+from policies.base import PolicySpec, Prediction, RobotContext
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,6 @@ class Runner:
         self._demotions: list[Demotion] = []
         self._promotions: list[Demotion] = []
         self._window: deque[bool] = deque(maxlen=self._config.overrun_n)
-        self._times = StepTimes()
         self._counts = {"steps": 0, "failed_steps": 0, "reruns": 0, "overruns": 0}
         self._last_error = ""
         self._last_change = 0.0  # monotonic time of the last demotion or re-promotion attempt
@@ -165,14 +165,10 @@ class Runner:
             self._after_step(self._clock() - started)
             return chunk
 
-    def reset(self) -> None:
-        """Start of an episode: the module's own `reset()` if it has one (stateful policies keep
-        their state in registered buffers and must reset them in place, so graphs see it)."""
-        with self._lock:
-            reset = getattr(self._policy.module, "reset", None)
-            if callable(reset):
-                with torch.no_grad():
-                    reset()
+    def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
+        """The Policy contract: one robot's observation and context -> its chunk. The module
+        reads the robot's state history; nothing about the robot stays in the runner."""
+        return Prediction(self.predict_chunk(images, context.state_history))
 
     # ---- start-up ----------------------------------------------------------------------------
 
@@ -229,7 +225,6 @@ class Runner:
                 tier.begin_serving()
             if self._telemetry is not None:
                 path.enable_telemetry(self._telemetry)
-            self.reset()
             self._ladder, self._current = ready, 0
             self._start_s = time.perf_counter() - started
             say(
@@ -260,9 +255,7 @@ class Runner:
     def _fresh_references(self) -> tuple[list[Observation], list[np.ndarray]]:
         count = self._config.parity_observations
         observations = [random_observation(self.spec, self._next_seed()) for _ in range(count)]
-        return observations, reference_outputs(
-            self._checked_path(), self._reference, observations, self.reset
-        )
+        return observations, reference_outputs(self._checked_path(), self._reference, observations)
 
     def _checked_path(self) -> StepPath:
         if self._path is None:
@@ -273,7 +266,7 @@ class Runner:
         self, tier: Tier, observations: list[Observation], references: list[np.ndarray]
     ) -> tuple[float, float]:
         path, rtol = self._checked_path(), self._config.parity_rtol
-        return check_parity(path, tier, observations, references, rtol, self.reset)
+        return check_parity(path, tier, observations, references, rtol)
 
     def _start_tier(
         self,
@@ -310,7 +303,6 @@ class Runner:
 
     def _after_step(self, seconds: float) -> None:
         self._counts["steps"] += 1
-        self._times.add(seconds)
         budget = self._budget_s()
         if budget is None:
             return
@@ -381,9 +373,7 @@ class Runner:
             record = Demotion(time.time(), current, name, "repromoted", f"parity error {error:.1e}")
             self._promotions.append(record)
             log.warning("re-promoted %s -> %s after a fresh parity check", current, name)
-            self.reset()
             return True
-        self.reset()
         return False
 
     # ---- inspection, benchmarking ------------------------------------------------------------
@@ -414,7 +404,6 @@ class Runner:
             "start_s": self._start_s,
             **dict(self._counts),
             "last_error": self._last_error,
-            "step_ms": self._times.summary_ms(),
             "step_budget_ms": self._config.step_budget_ms,
             "tiers": [r.as_dict() for r in list(self._reports.values())],
             "demotions": [d.as_dict() for d in list(self._demotions)],

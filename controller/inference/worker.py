@@ -1,9 +1,11 @@
 """The inference worker: one thread that runs the policy on each session's newest observation.
 
-The control loop never waits for it. A finished chunk is tagged with the control step of the
-observation it came from and handed back through the session's `chunks` deque; the loop drops
-the steps that have already passed, so slow inference shortens the useful chunk instead of
-shifting the robot in time.
+The control loop never waits for it. The policy gets the observation and the robot's context (the
+session built it when it submitted the request); a finished chunk is tagged with the control step
+of the observation it came from and the robot's episode, and handed back through the session's
+`chunks` deque with the policy's new memory for that robot. The loop drops the steps that have
+already passed, so slow inference shortens the useful chunk instead of shifting the robot in
+time, and drops a chunk of an episode that has ended.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import time
 import numpy as np
 
 from controller.daemon.session import Chunk, InferenceRequest, Session
-from controller.observe.stats import SampleWindow
 from controller.observe.telemetry import INFERENCE, MAILBOX_WAIT, Telemetry
 from policies.base import Policy
 
@@ -36,7 +37,6 @@ class InferenceWorker:
         self._wake = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
-        self.step_ms = SampleWindow()
         self.inferences = 0
         self.failures = 0
         self.non_finite = 0
@@ -88,18 +88,18 @@ class InferenceWorker:
         if self._timed:  # received_ns is the dispatcher's time.monotonic_ns() too
             self._t_mailbox.record_ns(started - request.received_ns)
         try:
-            raw = self.policy.predict_chunk(request.images, request.state)
+            prediction = self.policy.predict(request.images, request.context)
         except Exception as exc:  # noqa: BLE001 - any failure: keep serving from existing chunks
             self.failures += 1
             session.counters["inference_failures"] += 1
             self._warn(f"inference failed for robot {session.robot}: {exc}")
             return
         elapsed = time.monotonic_ns() - started
-        self.step_ms.record(elapsed / 1e6)
         if self._timed:
             self._t_inference.record_ns(elapsed)
         self.inferences += 1
-        actions = self._usable_chunk(raw, (session.spec.chunk_size, session.spec.action_dim))
+        shape = (session.spec.chunk_size, session.spec.action_dim)
+        actions = self._usable_chunk(getattr(prediction, "actions", None), shape)
         if actions is None:
             self.non_finite += 1
             session.counters["chunks_rejected"] += 1
@@ -112,6 +112,8 @@ class InferenceWorker:
                 obs_seq=request.obs_seq,
                 obs_received_ns=request.received_ns,
                 inference_ns=elapsed,
+                episode=request.episode,
+                memory=getattr(prediction, "memory", None),
             )
         )
 

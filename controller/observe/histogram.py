@@ -303,3 +303,35 @@ def coarse_cumulative(sparse: list[list[Any]], le_ns: list[int]) -> tuple[list[i
         running += c
         cumulative[j] = running
     return cumulative, total
+
+
+def window(
+    before: dict[str, Any], after: dict[str, Any], bounds_ns: list[int] | None = None
+) -> dict[str, Any]:
+    """What was recorded between two snapshots of one histogram (both taken with buckets=True):
+    count, p50_s, p90_s, p99_s and max_s. Percentiles keep their one-bucket accuracy; max_s is
+    the upper bound of the highest bucket that gained a record (at most ~1.5% above the truth),
+    or the exact whole-run max where that lies in the same bucket. None fields when empty."""
+    bounds = DEFAULT_BOUNDS_NS if bounds_ns is None else bounds_ns
+    last = len(bounds)
+
+    def dense(snapshot: dict[str, Any]) -> np.ndarray:
+        counts = np.zeros(last + 1, dtype=np.int64)
+        for upper, c in snapshot.get("buckets") or []:
+            counts[last if upper is None else bisect_left(bounds, upper)] += c
+        return counts
+
+    counts = dense(after) - dense(before)
+    nonzero = np.flatnonzero(counts)
+    if nonzero.size == 0:
+        return {"count": 0, "p50_s": None, "p90_s": None, "p99_s": None, "max_s": None}
+    top = int(nonzero[-1])
+    whole_max = after.get("max_s")
+    upper_s = bounds[top] / NS_PER_S if top < last else whole_max
+    lower_s = bounds[top - 1] / NS_PER_S if top > 0 else 0.0
+    in_top = whole_max is not None and lower_s < whole_max <= (upper_s or whole_max)
+    max_s = whole_max if in_top else upper_s
+    max_ns = int((max_s or 0.0) * NS_PER_S)
+    # min above max: the window's exact extremes are unknown, so no rank is pinned to them.
+    p50, p90, p99 = _percentiles(counts, bounds, max_ns + 1, max_ns, (50, 90, 99))
+    return {"count": int(counts.sum()), "p50_s": p50, "p90_s": p90, "p99_s": p99, "max_s": max_s}

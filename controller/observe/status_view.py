@@ -121,7 +121,7 @@ def interventions(guards: dict[str, int]) -> tuple[int, dict[str, int]]:
     return sum(nonzero.values()), nonzero
 
 
-def _policy_lines(policy: dict[str, Any]) -> list[str]:
+def _policy_lines(policy: dict[str, Any], status: dict[str, Any]) -> list[str]:
     if not policy:
         return []
     tier = policy.get("tier") or "-"
@@ -133,9 +133,9 @@ def _policy_lines(policy: dict[str, Any]) -> list[str]:
     if policy.get("device"):
         line += f" on {policy['device']}"
     line += f"; also ready: {', '.join(fallbacks) if fallbacks else 'none'}"
-    step = policy.get("step_ms") or {}
-    if step.get("p50") is not None:
-        line += f"; step p50 {step['p50']:.2f} ms p99 {step['p99']:.2f} ms"
+    p50, p99 = status.get("inference_ms_p50"), status.get("inference_ms_p99")
+    if p50 is not None and p99 is not None:
+        line += f"; step p50 {p50:.2f} ms p99 {p99:.2f} ms"
     lines = [line]
     changes = [(d, "demoted") for d in policy.get("demotions") or []]
     changes += [(d, "re-promoted") for d in policy.get("promotions") or []]
@@ -188,7 +188,7 @@ def render_status(status: dict[str, Any]) -> str:
         f"uptime {fmt_uptime(status.get('uptime_s'))}   control {rate}   "
         f"ticks {_num(status.get('ticks'))}   missed {_num(status.get('missed_ticks'))}",
     ]
-    lines += _policy_lines(status.get("policy") or {})
+    lines += _policy_lines(status.get("policy") or {}, status)
     robots = status.get("robots") or []
     totals = status.get("guard_interventions")  # kept across disconnects (newer daemons)
     if isinstance(totals, dict):

@@ -47,7 +47,7 @@ from controller.observe.histogram import Histogram
 F = TypeVar("F", bound=Callable[..., Any])
 Clock = Callable[[], int]  # nanoseconds, monotonic
 
-# -- built-in sections: the whole path of one observation (DESIGN.md), in that order ------------
+# -- built-in sections: the whole path of one observation, in that order --------------------------
 
 RECEIVE = "receive"
 PREPROCESS = "preprocess"

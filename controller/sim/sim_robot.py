@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from controller.daemon.pacer import Pacer
-from controller.observe.stats import SampleWindow
+from controller.observe.histogram import Histogram
 from controller.wire.client import TempoClient
 
 
@@ -72,9 +72,9 @@ class DriverStats:
     distinct_steps: int = 0
     last_step: int = -1
 
-    def as_dict(self, latency: SampleWindow, client: TempoClient) -> dict[str, Any]:
+    def as_dict(self, latency: Histogram, client: TempoClient) -> dict[str, Any]:
         elapsed = (time.monotonic_ns() - self.started_ns) / 1e9
-        p50, p99 = latency.percentiles(50, 99)
+        p50, p99 = (float("nan") if s is None else s * 1e3 for s in latency.percentiles((50, 99)))
         return {
             "elapsed_s": elapsed,
             "observations": self.observations,
@@ -107,7 +107,7 @@ def run_driver(
     pacer = Pacer(int(1e9 / physics_hz), spin_ns=200_000)
     camera_every = max(1, round(physics_hz / camera_hz))
     report_every = max(1, round(physics_hz * report_every_s))
-    latency = SampleWindow()
+    latency = Histogram()  # observation sent -> first action from it, whole run
     sent_at: dict[int, int] = {}  # observation seq -> our send time, to time the round trip
     stats = DriverStats(started_ns=time.monotonic_ns())
     end_ns = stats.started_ns + int(seconds * 1e9)
@@ -124,7 +124,7 @@ def run_driver(
                 stats.last_step = command.step
             sent = sent_at.pop(command.obs_seq, None)
             if sent is not None:
-                latency.record((time.monotonic_ns() - sent) / 1e6)
+                latency.record_ns(time.monotonic_ns() - sent)
         else:
             stats.holds += 1
         arm.advance(dt)

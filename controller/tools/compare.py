@@ -7,8 +7,8 @@ What is measured: the control-step cost
 ---------------------------------------
 Each variant runs what the daemon does per robot per control step, minus the socket: one
 `predict_chunk` every `inference.query_period` steps (the chunk goes into the ensembler), and
-every step `ChunkEnsembler.action_at` + `GuardChain.check`
-(`controller.tools.profiling.ControlSim`).
+every step the robot's action pipeline as the daemon runs it
+(`controller.tools.profiling.timed_control_step`).
 One sample is the wall time of a window of W consecutive control steps divided by W, with
 W = lcm of the two query periods (at most 100; else the larger period), so a sample always
 contains the same number of policy steps for each variant and "query period 1 vs 10" compares
@@ -46,11 +46,12 @@ import numpy as np
 from controller.config import TempoConfig
 from controller.inference.runner import Runner
 from controller.tools.profiling import (
-    ControlSim,
     Progress,
     observation_source,
+    robot_pipeline,
     start_runner,
     summarize,
+    timed_control_step,
 )
 from controller.tools.replay import ObservationSource
 from policies.tensor_policy import TensorPolicy
@@ -149,22 +150,26 @@ class _Variant:
         self.runner = runner
         self.description = description
         self.source = source
-        self.sim = ControlSim(config, runner)
+        self.pipeline = robot_pipeline(config, runner.spec)
+        self.period = config.inference.query_period
+        self.step = 0
         self.predict: list[float] = []
 
     def window(self, steps: int, record: bool) -> float:
         """Run `steps` control steps; seconds per step."""
         clock = time.perf_counter
-        sim, runner, source = self.sim, self.runner, self.source
+        runner, source = self.runner, self.source
         started = clock()
         for _ in range(steps):
             chunk = None
-            if sim.due():
+            images, state = source.next()
+            if self.step % self.period == 0:
                 began = clock()
-                chunk = runner.predict_chunk(*source.next())
+                chunk = runner.predict_chunk(images, state)
                 if record:
                     self.predict.append(clock() - began)
-            sim.tick(chunk)
+            timed_control_step(self.pipeline, self.step, chunk, state[-1])
+            self.step += 1
         return (clock() - started) / steps
 
 
@@ -253,7 +258,7 @@ def run_compare(
             _Variant(name, config, runner, description, observation_source(runner, replay, seed))
         )
     a, b = variants
-    window = window_steps(a.sim.query_period, b.sim.query_period)
+    window = window_steps(a.period, b.period)
     for i in range(warmup):
         for v in (a, b) if i % 2 == 0 else (b, a):
             v.window(window, record=False)
@@ -274,7 +279,7 @@ def run_compare(
             name=v.name,
             policy=v.description,
             tier=v.runner.tier or "?",
-            query_period=v.sim.query_period,
+            query_period=v.period,
             ensemble=v.config.inference.ensemble,
             samples=s,
             predict=np.asarray(v.predict),

@@ -40,9 +40,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from controller.action.ensembler import ChunkEnsembler
-from controller.action.guards import GuardChain
+from controller.action.guards import Verdict
+from controller.action.pipeline import ActionPipeline
 from controller.config import TempoConfig
+from controller.daemon.service import pipeline_factory
 from controller.inference.runner import Runner
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import Tier
@@ -50,6 +51,7 @@ from controller.tools.module_timing import FORWARD, SubmoduleTimer
 from controller.tools.profile_result import ProfileResult, Row, summarize
 from controller.tools.profile_view import recommend, render_profile
 from controller.tools.replay import ObservationSource
+from policies.base import PolicySpec
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -57,7 +59,8 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 
 __all__ = [
-    "ControlSim",
+    "robot_pipeline",
+    "timed_control_step",
     "ProfileResult",
     "Row",
     "observation_source",
@@ -105,40 +108,29 @@ def observation_source(runner: Runner, replay: Path | None, seed: int = 0) -> Ob
     return ObservationSource.synthetic(runner.spec, seed=seed)
 
 
-class ControlSim:
-    """The loop's per-step work for one robot, without a socket: ensembler + guards, with one
-    chunk every `query_period` steps (the chunk is supplied by the caller)."""
+def robot_pipeline(config: TempoConfig, spec: PolicySpec) -> ActionPipeline:
+    """The action pipeline the daemon would give a robot under `config` (no driver limits)."""
+    return pipeline_factory(spec, config)({})
 
-    def __init__(self, config: TempoConfig, runner: Runner) -> None:
-        spec = runner.spec
-        self.query_period = config.inference.query_period
-        self.ensembler = ChunkEnsembler(
-            spec.chunk_size,
-            spec.action_dim,
-            mode=config.inference.ensemble,
-            k=config.inference.temporal_k,
-        )
-        self.guards = GuardChain(spec.joint_names, config.guards, config.control.rate_hz)
-        # float32, as a session's buffers are: time the path that is served.
-        self.proposed = np.zeros(spec.action_dim, dtype=np.float32)
-        self.command = np.zeros(spec.action_dim, dtype=np.float32)
-        self.step = 0
 
-    def due(self) -> bool:
-        return self.step % self.query_period == 0
-
-    def tick(self, chunk: np.ndarray | None) -> tuple[int, int]:
-        """One control step; returns (ensembler ns, guards ns)."""
-        clock = time.perf_counter_ns
-        t0 = clock()
-        if chunk is not None:
-            self.ensembler.add_chunk(self.step, chunk, self.step)
-        ok = self.ensembler.action_at(self.step, self.proposed)
-        t1 = clock()
-        self.guards.check(self.proposed if ok else None, 0, self.command)
-        t2 = clock()
-        self.step += 1
-        return t1 - t0, t2 - t1
+def timed_control_step(
+    pipeline: ActionPipeline, step: int, chunk: np.ndarray | None, state: np.ndarray
+) -> tuple[int, int]:
+    """One control step of one robot as the daemon's loop runs it, with a fresh observation
+    (`state`, its newest joint state) and the chunk predicted for this step, if any. Returns
+    (ensembler ns, teleop + guards ns)."""
+    clock = time.perf_counter_ns
+    pipeline.on_observation(state, None, time.monotonic_ns())
+    t0 = clock()
+    if chunk is not None:
+        pipeline.on_chunk(step, chunk, step)
+    pipeline.propose(step)
+    t1 = clock()
+    verdict = pipeline.check(time.monotonic_ns())
+    if verdict is Verdict.ACTION:
+        pipeline.delivered()
+    t2 = clock()
+    return t1 - t0, t2 - t1
 
 
 class _Phases:
@@ -296,7 +288,8 @@ def run_profile(
         runner.predict_chunk(*source.next())
 
     phases = _Phases(runner)
-    sim = ControlSim(config, runner)
+    pipeline = robot_pipeline(config, runner.spec)
+    period = config.inference.query_period
     clock = time.perf_counter_ns
     columns = {k: np.zeros(iterations) for k in ("step", "upload", "model", "download")}
     columns |= {"ensembler": np.zeros(iterations), "guards": np.zeros(iterations)}
@@ -307,7 +300,8 @@ def run_profile(
         columns["step"][i] = (clock() - began) / 1e9
         up, model, down = phases.run(images, state)
         columns["upload"][i], columns["model"][i], columns["download"][i] = up, model, down
-        ens, guards = sim.tick(chunk if sim.due() else None)
+        due = chunk if i % period == 0 else None
+        ens, guards = timed_control_step(pipeline, i, due, state[-1])
         columns["ensembler"][i], columns["guards"][i] = ens / 1e9, guards / 1e9
     say("timing the eager forward per submodule (forward hooks)")
     children, uncalled = _breakdown(runner, precision, source, iterations)

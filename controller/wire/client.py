@@ -223,11 +223,15 @@ class TempoClient:
         state: np.ndarray,
         teleop: np.ndarray | None = None,
         resume: bool = False,
+        episode_start: bool = False,
     ) -> int | None:
         """Send camera frames (uint8, height x width x 3) and the joint state; `teleop` carries
         the operator's values for the joints teleop owns; `resume` releases the daemon's stop
-        state when it is configured to need an explicit resume. Returns the sequence number, or
-        None if not connected (the observation is dropped and counted).
+        state when it is configured to need an explicit resume; `episode_start` says a new
+        episode begins with this observation (the daemon clears this robot's plan, state
+        history and the policy's memory of it; a session's first observation always starts one).
+        Returns the sequence number, or None if not connected (the observation is dropped and
+        counted).
 
         The arrays are sent without copying: do not write into them until the next call (hand
         over a fresh array per frame, as camera drivers usually do)."""
@@ -242,6 +246,8 @@ class TempoClient:
         fields: dict[str, Any] = {"session": self.welcome.session}
         if resume:
             fields["resume"] = True
+        if episode_start:
+            fields["episode_start"] = True
         return self._send("obs", fields, arrays)
 
     def set_teleop(self, joints: Sequence[str]) -> None:

@@ -27,7 +27,10 @@ import numpy as np
 
 from controller.errors import ErrorCode, ProtocolError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+# Older versions and what changed since: a peer speaking one of them gets its error in its own
+# version (the `error` message has not changed), so an old client can read why it was refused.
+OLDER_VERSIONS = {1: "version 2 added episode starts (obs.episode_start)"}
 
 # The only dtypes that can cross the wire; all little-endian, none can hold Python objects.
 DTYPES: dict[str, np.dtype] = {
@@ -55,7 +58,7 @@ _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "error": {"code": str, "message": str},
 }
 _OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "obs": {"resume": bool},
+    "obs": {"resume": bool, "episode_start": bool},
     "welcome": {"limits": dict},
     "error": {"session": str, "ref_seq": int},
 }
@@ -188,11 +191,15 @@ def _check_fields(header: dict[str, Any]) -> str:
             raise ProtocolError(
                 ErrorCode.MALFORMED, f"header field {name!r} must be {_type_name(expected)}"
             )
-    if header["version"] != PROTOCOL_VERSION:
+    version = header["version"]
+    if version != PROTOCOL_VERSION:
+        change = OLDER_VERSIONS.get(version)
         raise ProtocolError(
             ErrorCode.VERSION,
-            f"protocol version {header['version']} is not supported; this daemon speaks "
-            f"version {PROTOCOL_VERSION} (upgrade the driver's Tempo client)",
+            f"protocol version {version} is not supported; this end speaks version "
+            f"{PROTOCOL_VERSION}" + (f" ({change})" if change else "") + ": upgrade the "
+            "driver's Tempo client (pip install -U tempo-controller) or the daemon to match",
+            reply_version=version if change else None,
         )
     kind = header["kind"]
     if kind not in _REQUIRED:
@@ -343,9 +350,11 @@ def encode(
     time_ns: int,
     fields: Mapping[str, Any] | None = None,
     arrays: Mapping[str, np.ndarray] | None = None,
+    version: int = PROTOCOL_VERSION,
 ) -> list[Any]:
     """Build the frames of one message; arrays are passed through without copying when they are
-    already C-contiguous little-endian with an allowed dtype."""
+    already C-contiguous little-endian with an allowed dtype. `version` other than the current
+    one only for an `error` to a peer that speaks an older version (OLDER_VERSIONS)."""
     descriptors = []
     payload: list[Any] = []
     for name, array in (arrays or {}).items():
@@ -363,7 +372,7 @@ def encode(
         )
         payload.append(array)
     header = {
-        "version": PROTOCOL_VERSION,
+        "version": version,
         "kind": kind,
         "robot": robot,
         "seq": seq,

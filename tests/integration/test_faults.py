@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from controller.observe.status_server import request_status
+from policies.base import Prediction
 from tests.conftest import (
     Record,
     StreamingDriver,
@@ -235,15 +236,13 @@ class SlowPolicy:
     @property
     def spec(self):
         return self.inner.spec
-    def predict_chunk(self, images, state):
+    def predict(self, images, context):
         self.calls += 1
-        chunk = self.inner.predict_chunk(images, state)
+        prediction = self.inner.predict(images, context)
         if self.calls >= slow_from:
             marker.write_text(str(self.calls))
             time.sleep(5)
-        return chunk
-    def reset(self):
-        self.inner.reset()
+        return prediction
 
 app.build_policy = lambda config, progress=None: SlowPolicy(build(config))
 _setup_logging("INFO")
@@ -359,14 +358,14 @@ class FaultyPolicy:
     def spec(self) -> Any:
         return self.inner.spec
 
-    def reset(self) -> None:
-        self.inner.reset()
+    def predict(self, images: Any, context: Any) -> Any:
+        return Prediction(self.chunk(images, context))
 
-    def predict_chunk(self, images: Any, state: Any) -> np.ndarray:
+    def chunk(self, images: Any, context: Any) -> np.ndarray:
         what = self.plan(self.calls)
         self.calls += 1
         self.outcomes.append((time.monotonic_ns(), what))
-        chunk = self.inner.predict_chunk(images, state)
+        chunk = self.inner.predict(images, context).actions.copy()
         if what == "raise":
             raise RuntimeError("injected failure")
         if what == "nan":
@@ -441,6 +440,7 @@ def test_policy_exceptions_and_nan_chunks_never_reach_the_robot(tmp_path):
         pytest.param(lambda chunk: None, id="none"),
         pytest.param(lambda chunk: chunk.tolist(), id="list"),
         pytest.param(lambda chunk: chunk.astype(object), id="object_array"),
+        pytest.param(lambda chunk: chunk, id="chunk_not_in_a_prediction"),
     ],
 )
 def test_policy_returning_junk_once_is_survived(tmp_path, junk):
@@ -449,9 +449,12 @@ def test_policy_returning_junk_once_is_survived(tmp_path, junk):
     inner = reach(tmp_path)
 
     class JunkOnce(FaultyPolicy):
-        def predict_chunk(self, images: Any, state: Any) -> Any:
-            chunk = super().predict_chunk(images, state)
-            return junk(chunk) if self.calls == 30 else chunk
+        def predict(self, images: Any, context: Any) -> Any:
+            chunk = self.chunk(images, context)
+            if self.calls != 30:
+                return Prediction(chunk)
+            out = junk(chunk)
+            return out if isinstance(out, np.ndarray) and out is chunk else Prediction(out)
 
     policy = JunkOnce(inner, lambda call: "ok")
     with served(tmp_path, policy) as (daemon, good):

@@ -36,9 +36,17 @@ from hypothesis import strategies as st
 from zmq.utils.monitor import recv_monitor_message
 
 from controller.errors import ErrorCode
+from controller.observe.histogram import window
 from controller.observe.status_server import StatusServer, request_status
+from controller.observe.telemetry import TICK_LATENESS
 from controller.wire.protocol import decode, encode
-from tests.conftest import StreamingDriver, ipc_config, running_daemon, wait_for
+from tests.conftest import (
+    StreamingDriver,
+    ipc_config,
+    offline_daemon,
+    running_daemon,
+    wait_for,
+)
 
 RATE_HZ = 100
 JOINTS = [f"joint_{i}" for i in range(6)]
@@ -64,7 +72,7 @@ class Mark:
     reconnects: int
     errors: collections.Counter[str]
     session: str
-    lateness_count: int
+    lateness: dict[str, Any]  # tick-lateness histogram snapshot, with buckets
 
 
 class Arena:
@@ -75,6 +83,7 @@ class Arena:
         self.daemon = daemon
         self.driver = driver
         self.endpoint = config.server.bind
+        self.lateness = daemon.telemetry.section(TICK_LATENESS)
 
     @property
     def good_session(self) -> str:
@@ -107,18 +116,13 @@ class Arena:
             reconnects=counters.reconnects,
             errors=collections.Counter(self.daemon.dispatcher.errors),
             session=self.good_session,
-            lateness_count=self.daemon.tick_lateness_us.count,
+            lateness=self.lateness.snapshot(buckets=True),
         )
 
     def lateness_ms_since(self, mark: Mark) -> float:
-        """The worst tick lateness since `mark` (from the daemon's ring of recent ticks)."""
-        window = self.daemon.tick_lateness_us
-        ring = window._values
-        n = min(window.count - mark.lateness_count, len(ring))
-        if n <= 0:
-            return 0.0
-        newest_first = (window._next - 1 - np.arange(n)) % len(ring)
-        return float(ring[newest_first].max()) / 1e3
+        """The worst tick lateness since `mark` (from the daemon's tick-lateness histogram)."""
+        worst = window(mark.lateness, self.lateness.snapshot(buckets=True))["max_s"]
+        return 0.0 if worst is None else worst * 1e3
 
     def judge(self, mark: Mark, expected_errors: collections.Counter[str]) -> None:
         """Everything a hostile message must not do, checked after the attack."""
@@ -251,7 +255,7 @@ def attacker_for(arena: Arena, with_session: bool) -> Iterator[Attacker]:
 
 
 def header(kind: str = "obs", seq: int = 1, **fields: Any) -> dict[str, Any]:
-    h = {"version": 1, "kind": kind, "robot": "evil", "seq": seq, "time_ns": 0, "arrays": []}
+    h = {"version": 2, "kind": kind, "robot": "evil", "seq": seq, "time_ns": 0, "arrays": []}
     h.update(fields)
     return h
 
@@ -364,7 +368,7 @@ CASES: dict[str, Case] = {
             )
         ]
     ),
-    "wrong_protocol_version": raw([pack(header(version=2, session="s"))], "version"),
+    "wrong_protocol_version": raw([pack(header(version=3, session="s"))], "version"),
     "unknown_kind": raw([pack(header(kind="reboot"))], NOT_ALLOWED),
     "negative_seq": raw([pack(header(seq=-1, session="s"))], MALFORMED),
     "driver_sends_welcome": raw(
@@ -637,7 +641,7 @@ def test_hijacking_another_drivers_session_is_refused(arena: Arena) -> None:
         assert [r and r["code"] for r in replies] == ["unknown_session"] * 3, replies
         arena.judge(mark, collections.Counter({"unknown_session": 3}))
     session = arena.daemon.dispatcher.sessions[victim]
-    assert session.robot == "good" and session.teleop.owned == ()
+    assert session.robot == "good" and session.pipeline.teleop.owned == ()
     # The attacker's observation (seq 10**9) never counted for the victim.
     assert session.last_obs_seq < 10**9
 
@@ -671,55 +675,6 @@ def reach_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from controller.app import build_policy
 
     return build_policy(ipc_config(tmp_path_factory.mktemp("policy")))
-
-
-def sync_worker(policy: Any) -> Any:
-    """The real inference worker, run synchronously on submit (no thread, no timing)."""
-    from controller.inference.worker import InferenceWorker
-
-    class SyncWorker(InferenceWorker):
-        def submit(self, session: Any, request: Any) -> None:
-            self._infer(session, request)
-
-    return SyncWorker(policy)
-
-
-class Recorder:
-    """The dispatcher's `send`, encoding like the transport does (so encodability is tested)."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes, str, dict[str, Any], Any]] = []
-
-    def __call__(
-        self,
-        identity: bytes,
-        kind: str,
-        *,
-        seq: int,
-        fields: dict[str, Any],
-        arrays: dict[str, Any] | None = None,
-    ) -> bool:
-        frames = encode(
-            kind, robot="tempo", seq=seq, time_ns=time.monotonic_ns(), fields=fields, arrays=arrays
-        )
-        message = decode(frames)
-        self.sent.append((identity, kind, fields, message.arrays.get("action")))
-        return True
-
-
-def offline_daemon(config: Any, policy: Any) -> tuple[Any, Any, Recorder, list[int]]:
-    """The dispatcher and the loop of a daemon, without sockets or threads."""
-    from controller.daemon.dispatch import Dispatcher
-    from controller.daemon.loop import ControlLoop
-    from controller.daemon.service import limits_for
-
-    recorder = Recorder()
-    step = [0]
-    dispatcher = Dispatcher(
-        config, policy.spec, sync_worker(policy), recorder, lambda: step[0], limits_for(policy.spec)
-    )
-    loop = ControlLoop(dispatcher, 10_000_000, config.control.action_valid_ticks)
-    return dispatcher, loop, recorder, step
 
 
 int64s = st.integers(-(2**63), 2**63 - 1)

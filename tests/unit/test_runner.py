@@ -22,7 +22,7 @@ from controller.inference.faults import FaultPlan  # noqa: E402
 from controller.inference.ladder import random_observation  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
 from controller.inference.runner_config import RunnerConfig  # noqa: E402
-from policies.base import Policy  # noqa: E402
+from policies.base import Policy, RobotContext  # noqa: E402
 from policies.tensor_policy import EagerPolicy  # noqa: E402
 from policies.tiny import build_tiny_policy  # noqa: E402
 
@@ -286,14 +286,17 @@ def test_malformed_observation_is_a_value_error(cache_dir) -> None:
     assert runner.status()["failed_steps"] == 0
 
 
-def test_reset_reaches_a_stateful_module(cache_dir) -> None:
+def test_predict_is_a_pure_function_of_the_robots_context(cache_dir) -> None:
     runner = make_runner(cache_dir, top_tier="eager_fp32")
-    calls: list[int] = []
-    runner._policy.module.reset = lambda: calls.append(1)  # type: ignore[attr-defined, assignment]
     runner.start()
-    before = len(calls)
-    runner.reset()
-    assert len(calls) == before + 1
+    images, state = random_observation(runner.spec, 7)
+    other = state + 1.0
+    a = RobotContext(step=0, episode_start=True, state_history=state)
+    b = RobotContext(step=5, episode_start=False, state_history=other)
+    first = runner.predict(images, a).actions
+    np.testing.assert_array_equal(first, runner.predict_chunk(images, state))
+    assert not np.allclose(runner.predict(images, b).actions, first)  # the history matters
+    np.testing.assert_array_equal(runner.predict(images, a).actions, first)  # nothing kept
 
 
 class _Broken(torch.nn.Module):

@@ -356,7 +356,6 @@ def status_dict() -> dict:
                 {"name": "compiled", "precision": "fp16", "state": "ready"},
                 {"name": "eager_fp32", "precision": "fp32", "state": "ready"},
             ],
-            "step_ms": {"p50": 1.1, "p99": 1.4},
             "demotions": [
                 {
                     "time": 1.7e9,

@@ -1,8 +1,7 @@
-"""Mailbox (latest wins) and SampleWindow (fixed ring, percentiles on demand)."""
+"""Mailbox (latest wins) and windows between histogram snapshots."""
 
 from __future__ import annotations
 
-import math
 import threading
 
 import numpy as np
@@ -11,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.inference.mailbox import Mailbox
-from controller.observe.stats import SampleWindow
+from controller.observe.histogram import Histogram, window
 
 # -- Mailbox -------------------------------------------------------------------------------------
 
@@ -84,61 +83,51 @@ def test_two_threads_lose_nothing_but_replaced_items():
     assert taken[-1] == count - 1
 
 
-# -- SampleWindow --------------------------------------------------------------------------------
+# -- a window between two histogram snapshots (how bench_loop and the hostile suite read lateness)
 
 
-def test_an_empty_window_gives_nan():
-    window = SampleWindow(8)
-    assert window.values().size == 0
-    assert all(math.isnan(v) for v in window.percentiles(50, 99))
-    assert len(window.percentiles(50, 90, 99)) == 3
-    assert math.isnan(window.max())
-    assert window.count == 0
+def test_an_empty_window_has_no_figures():
+    h = Histogram()
+    h.record_ns(5_000)
+    snap = h.snapshot(buckets=True)
+    assert window(snap, snap) == {
+        "count": 0,
+        "p50_s": None,
+        "p90_s": None,
+        "p99_s": None,
+        "max_s": None,
+    }
 
 
-def test_percentiles_equal_numpy_before_the_window_fills():
-    window = SampleWindow(100)
-    samples = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
-    for value in samples:
-        window.record(value)
-    assert window.count == len(samples)
-    assert sorted(window.values().tolist()) == sorted(samples)
-    assert window.percentiles(0, 50, 90, 100) == pytest.approx(
-        np.percentile(samples, [0, 50, 90, 100]).tolist()
-    )
-    assert window.max() == 9.0
+def test_a_window_sees_only_what_was_recorded_after_the_first_snapshot():
+    h = Histogram()
+    for us in (9_000, 8_000, 7_000):  # big values before the window: must not show
+        h.record_ns(us * 1000)
+    before = h.snapshot(buckets=True)
+    for us in (10, 20, 30, 500):
+        h.record_ns(us * 1000)
+    w = window(before, h.snapshot(buckets=True))
+    assert w["count"] == 4
+    assert w["max_s"] == pytest.approx(500e-6, rel=0.016)  # within one bucket
+    assert w["p50_s"] == pytest.approx(20e-6, rel=0.016)
 
 
-def test_the_window_keeps_only_the_last_capacity_samples():
-    window = SampleWindow(5)
-    for value in range(13):  # wraps twice and a bit
-        window.record(float(value))
-    assert window.count == 13
-    assert sorted(window.values().tolist()) == [8.0, 9.0, 10.0, 11.0, 12.0]
-    assert window.percentiles(50) == [10.0]
-    assert window.max() == 12.0  # 12 is the newest, not an old value left behind
-
-
-def test_values_is_a_copy():
-    window = SampleWindow(4)
-    window.record(1.0)
-    values = window.values()
-    values[0] = 99.0
-    assert window.values().tolist() == [1.0]
-
-
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
-    capacity=st.integers(1, 50),
-    samples=st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=200),
-    qs=st.lists(st.floats(0, 100), min_size=1, max_size=4),
+    old=st.lists(st.integers(0, 10**9), max_size=50),
+    new=st.lists(st.integers(2_000, 10**9), min_size=1, max_size=300),  # above bucket 0
+    q=st.sampled_from([50, 90, 99]),
 )
-def test_percentiles_equal_numpy_on_the_retained_window(capacity, samples, qs):
-    window = SampleWindow(capacity)
-    for value in samples:
-        window.record(value)
-    retained = samples[-capacity:]
-    assert sorted(window.values().tolist()) == sorted(retained)
-    assert window.percentiles(*qs) == pytest.approx(np.percentile(retained, qs).tolist())
-    assert window.max() == max(retained)
-    assert window.count == len(samples)
+def test_window_percentiles_lie_within_a_bucket_of_numpy(old, new, q):
+    h = Histogram()
+    for ns in old:
+        h.record_ns(ns)
+    before = h.snapshot(buckets=True)
+    for ns in new:
+        h.record_ns(ns)
+    w = window(before, h.snapshot(buckets=True))
+    assert w["count"] == len(new)
+    true = float(np.percentile(new, q, method="inverted_cdf")) / 1e9
+    assert w[f"p{q}_s"] == pytest.approx(true, rel=0.02)
+    assert w["max_s"] == pytest.approx(max(new) / 1e9, rel=0.02)
+    assert w["max_s"] >= max(new) / 1e9 * (1 - 1e-9)  # never below the true worst
