@@ -61,7 +61,7 @@ def build_tensor_policy(config: TempoConfig, device: str) -> TensorPolicy:
             )
         except ValueError as exc:
             raise ConfigError(f"policy.target: {exc}") from None
-    from policies.checkpoint import load_checkpoint
+    from policies.checkpoints.load import load_checkpoint
 
     if config.policy.path is None:  # the config validator makes this unreachable; say why anyway
         raise ConfigError("policy.kind 'checkpoint' needs policy.path")

@@ -98,14 +98,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
-    from policies.checkpoint import describe_checkpoint
+    from policies.checkpoints.load import describe_checkpoint
 
     print(describe_checkpoint(args.directory))
     return 0
 
 
 def cmd_checkpoint_import(args: argparse.Namespace) -> int:
-    from policies.lerobot_import import import_lerobot
+    from policies.checkpoints.lerobot import import_lerobot
 
     joint_names = args.joint_names.split(",") if args.joint_names else None
     written = import_lerobot(

@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_policy(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """(TensorPolicy, description). The checkpoint loads on the CPU; the runner moves it."""
     if args.checkpoint is not None:
-        from policies.checkpoint import load_checkpoint
+        from policies.checkpoints.load import load_checkpoint
 
         return load_checkpoint(args.checkpoint, "cpu"), f"checkpoint {args.checkpoint}"
     if args.tiny:
