@@ -21,8 +21,8 @@ from controller.inference.runner import Runner
 from controller.observe.metrics_http import MetricsServer, check_available
 from controller.observe.status_server import StatusServer
 from controller.observe.telemetry import Telemetry
-from policies.base import CameraSpec, Policy
-from policies.tensor_policy import TensorPolicy
+from policies.base import Policy
+from policies.catalog import build_tensor_policy
 
 log = logging.getLogger(__name__)
 
@@ -44,35 +44,11 @@ def resolve_device(requested: str) -> str:
     return device
 
 
-def build_tensor_policy(config: TempoConfig, device: str) -> TensorPolicy:
-    if config.policy.kind == "reach":
-        from policies.reach import build_reach_policy
-
-        cameras = [
-            CameraSpec(name=c.name, height=c.height, width=c.width) for c in config.robot.cameras
-        ]
-        try:
-            return build_reach_policy(
-                config.robot.joints,
-                cameras,
-                chunk_size=config.policy.chunk_size,
-                target=config.policy.target,
-                time_constant_steps=config.policy.time_constant_steps,
-            )
-        except ValueError as exc:
-            raise ConfigError(f"policy.target: {exc}") from None
-    from policies.checkpoints.load import load_checkpoint
-
-    if config.policy.path is None:  # the config validator makes this unreachable; say why anyway
-        raise ConfigError("policy.kind 'checkpoint' needs policy.path")
-    return load_checkpoint(config.policy.path, device=device)
-
-
 def build_policy(config: TempoConfig, progress: Callable[[str], None] | None = None) -> Runner:
     """Load the policy and make it ready to serve: every tier built, warmed up and checked
     against the FP32 reference (see controller.inference.runner)."""
     device = resolve_device(config.policy.device)
-    tensor_policy = build_tensor_policy(config, device)
+    tensor_policy = build_tensor_policy(config.policy, config.robot, device=device)
     runner = Runner(tensor_policy, config.runner, device=device)
     runner.start(progress=progress or (lambda message: log.info("%s", message)))
     return runner

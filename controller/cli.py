@@ -56,9 +56,9 @@ def _setup_logging(level: str) -> None:
 
 def _robot_description(config: TempoConfig) -> tuple[list[str], dict[str, tuple[int, int]], int]:
     """Joints, cameras and state size of the robot the configured policy expects."""
-    from controller.app import build_tensor_policy
+    from policies.catalog import build_tensor_policy
 
-    spec = build_tensor_policy(config, "cpu").spec
+    spec = build_tensor_policy(config.policy, config.robot).spec
     cameras = {c.name: (c.height, c.width) for c in spec.cameras}
     return list(spec.joint_names), cameras, spec.state_size
 

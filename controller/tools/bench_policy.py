@@ -67,30 +67,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build_policy(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """(TensorPolicy, description). The checkpoint loads on the CPU; the runner moves it."""
+def policy_from_flags(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """(TensorPolicy, description) of the policy the flags name, from `policies.catalog`. A
+    checkpoint loads on the CPU; the runner moves it."""
+    from policies import catalog
+
     if args.checkpoint is not None:
-        from policies.checkpoints.load import load_checkpoint
+        from controller.config import PolicyConfig
 
-        return load_checkpoint(args.checkpoint, "cpu"), f"checkpoint {args.checkpoint}"
-    if args.tiny:
-        from policies.tiny import build_tiny_policy
-
-        return build_tiny_policy(), "tiny conv+MLP test policy"
-    try:
-        import policies.act  # noqa: F401
-    except ImportError:
-        from policies.tiny import build_tiny_policy, tiny_spec
-
-        spec = tiny_spec(cameras=3, height=480, width=640, state_size=14, joints=14, chunk_size=100)
-        return build_tiny_policy(spec), "tiny policy at ALOHA shapes (policies.act missing)"
-    return act_aloha_policy(), "ACT, LeRobot ALOHA defaults, random weights"
-
-
-def act_aloha_policy():  # type: ignore[no-untyped-def]
-    from policies.act.demo import make_aloha_policy
-
-    return make_aloha_policy()
+        section = PolicyConfig(kind="checkpoint", path=args.checkpoint)
+        return catalog.build_tensor_policy(section), catalog.describe_source(section)
+    return catalog.build_benchmark_policy("tiny" if args.tiny else "act-aloha")
 
 
 def runner_config(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]
@@ -121,7 +108,7 @@ def device_of(args: argparse.Namespace) -> str:
 def start_runner(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]
     from controller.inference.runner import Runner
 
-    policy, description = build_policy(args)
+    policy, description = policy_from_flags(args)
     runner = Runner(policy, runner_config(args, cache_dir, **overrides), device=device_of(args))
     began = time.perf_counter()
     runner.start(progress=lambda message: log.info("%s", message))

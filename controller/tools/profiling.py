@@ -50,6 +50,7 @@ from controller.tools.module_timing import FORWARD, SubmoduleTimer
 from controller.tools.profile_result import ProfileResult, Row, summarize
 from controller.tools.profile_view import recommend, render_profile
 from controller.tools.replay import ObservationSource
+from policies.catalog import build_tensor_policy, describe_source
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -75,12 +76,7 @@ __all__ = [
 def describe_policy(config: TempoConfig, policy: TensorPolicy, injected: bool) -> str:
     params = sum(p.numel() for p in policy.module.parameters())
     name = type(policy.module).__name__
-    if injected:
-        source = "given in code"
-    elif config.policy.kind == "checkpoint":
-        source = f"checkpoint {config.policy.path}"
-    else:
-        source = f"built-in {config.policy.kind}"
+    source = "given in code" if injected else describe_source(config.policy)
     return f"{name}, {params / 1e6:.2f} M parameters ({source})"
 
 
@@ -89,10 +85,13 @@ def start_runner(
 ) -> tuple[Runner, str]:
     """The runner exactly as `tempo serve` builds it (controller.app), started; and a
     description of the policy. `policy` replaces the configured one (tests, scripts)."""
-    from controller.app import build_tensor_policy, resolve_device
+    from controller.app import resolve_device
 
     device = resolve_device(config.policy.device)
-    tensor_policy = policy if policy is not None else build_tensor_policy(config, device)
+    if policy is None:
+        tensor_policy = build_tensor_policy(config.policy, config.robot, device=device)
+    else:
+        tensor_policy = policy
     description = describe_policy(config, tensor_policy, policy is not None)
     runner = Runner(tensor_policy, config.runner, device=device)
     runner.start(progress=progress or (lambda message: log.info("%s", message)))
