@@ -17,6 +17,7 @@ from controller.daemon.security import check_bind_allowed, check_local_only
 from controller.daemon.service import Daemon
 from controller.daemon.systemd import notify
 from controller.errors import ConfigError
+from controller.inference.build import resolve_device, start_runner
 from controller.inference.runner import Runner
 from controller.observe.metrics_http import MetricsServer, check_available
 from controller.observe.status_server import StatusServer
@@ -27,31 +28,12 @@ from policies.catalog import build_tensor_policy
 log = logging.getLogger(__name__)
 
 
-def resolve_device(requested: str) -> str:
-    """`auto` picks CUDA when present (logged); asking for CUDA without one is refused."""
-    import torch
-
-    available = torch.cuda.is_available()
-    if requested == "cuda" and not available:
-        raise ConfigError(
-            "policy.device is 'cuda' but PyTorch sees no CUDA GPU; install a CUDA build of "
-            "PyTorch, check the driver, or set policy.device=cpu"
-        )
-    device = "cuda" if requested == "auto" and available else requested
-    if device == "auto":
-        device = "cpu"
-    log.info("policy device: %s (policy.device=%s)", device, requested)
-    return device
-
-
 def build_policy(config: TempoConfig, progress: Callable[[str], None] | None = None) -> Runner:
     """Load the policy and make it ready to serve: every tier built, warmed up and checked
     against the FP32 reference (see controller.inference.runner)."""
     device = resolve_device(config.policy.device)
     tensor_policy = build_tensor_policy(config.policy, config.robot, device=device)
-    runner = Runner(tensor_policy, config.runner, device=device)
-    runner.start(progress=progress or (lambda message: log.info("%s", message)))
-    return runner
+    return start_runner(tensor_policy, config.runner, device, progress)
 
 
 def serve(

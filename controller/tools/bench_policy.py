@@ -98,20 +98,20 @@ def runner_config(args: argparse.Namespace, cache_dir: Path, **overrides: Any): 
 
 
 def device_of(args: argparse.Namespace) -> str:
-    import torch
+    """--device resolved as the daemon resolves policy.device: cuda without CUDA is refused."""
+    from controller.inference.build import resolve_device
 
-    if args.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return args.device
+    return resolve_device(args.device, setting="--device")
 
 
 def start_runner(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]
-    from controller.inference.runner import Runner
+    """(runner, description, seconds to start it), the runner built as the daemon builds it."""
+    from controller.inference.build import start_runner as start
 
+    device = device_of(args)  # before the (possibly slow) policy build
     policy, description = policy_from_flags(args)
-    runner = Runner(policy, runner_config(args, cache_dir, **overrides), device=device_of(args))
     began = time.perf_counter()
-    runner.start(progress=lambda message: log.info("%s", message))
+    runner = start(policy, runner_config(args, cache_dir, **overrides), device)
     return runner, description, time.perf_counter() - began
 
 
@@ -282,6 +282,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every TempoError (a refused --device, a bad checkpoint, no tier passing) ends the bench
+    with its one sentence and exit code 2, as other `tempo` commands do."""
+    from controller.errors import TempoError
+
     args = parse_args(argv)
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
@@ -291,6 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", handlers=handlers
     )
+    try:
+        return bench(args, out_dir)
+    except TempoError as exc:
+        print(f"tempo bench: {exc}", file=sys.stderr)
+        return 2
+
+
+def bench(args: argparse.Namespace, out_dir: Path | None) -> int:
     if args.warm_child:
         return warm_child(args)
     if args.plot is not None:

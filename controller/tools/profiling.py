@@ -43,6 +43,7 @@ import torch
 from controller.action.ensembler import ChunkEnsembler
 from controller.action.guards import GuardChain
 from controller.config import TempoConfig
+from controller.inference import build
 from controller.inference.runner import Runner
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import Tier
@@ -83,19 +84,15 @@ def describe_policy(config: TempoConfig, policy: TensorPolicy, injected: bool) -
 def start_runner(
     config: TempoConfig, policy: TensorPolicy | None = None, progress: Progress | None = None
 ) -> tuple[Runner, str]:
-    """The runner exactly as `tempo serve` builds it (controller.app), started; and a
-    description of the policy. `policy` replaces the configured one (tests, scripts)."""
-    from controller.app import resolve_device
-
-    device = resolve_device(config.policy.device)
+    """The runner exactly as `tempo serve` builds it (controller.inference.build), started; and
+    a description of the policy. `policy` replaces the configured one (tests, scripts)."""
+    device = build.resolve_device(config.policy.device)
     if policy is None:
         tensor_policy = build_tensor_policy(config.policy, config.robot, device=device)
     else:
         tensor_policy = policy
     description = describe_policy(config, tensor_policy, policy is not None)
-    runner = Runner(tensor_policy, config.runner, device=device)
-    runner.start(progress=progress or (lambda message: log.info("%s", message)))
-    return runner, description
+    return build.start_runner(tensor_policy, config.runner, device, progress), description
 
 
 def observation_source(runner: Runner, replay: Path | None, seed: int = 0) -> ObservationSource:
