@@ -315,7 +315,7 @@ def bench(args: argparse.Namespace, out_dir: Path | None) -> int:
     runner, description, start_s = start_runner(args, cache_dir)
     cold = {"ready_s": time.perf_counter() - SCRIPT_STARTED, "start_s": start_s}
     status = runner.status()
-    module = runner._policy.module
+    module = runner.module
     report: dict[str, Any] = {
         "policy": description,
         "parameters_m": sum(p.numel() for p in module.parameters()) / 1e6,

@@ -138,22 +138,19 @@ class ControlSim:
 
 
 class _Phases:
-    """Upload, model and download of one step, each timed on its own (see the module doc).
-    Reaches into the runner's step path, as scripts/profile_step.py does."""
+    """Upload, model and download of one step, each timed on its own (see the module doc),
+    through the runner's step path, as scripts/profile_step.py does."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
-        path = runner._path  # noqa: SLF001 - a profiling tool
-        if path is None:
-            raise RuntimeError("the runner is not started")
-        self.path: StepPath = path
-        self.cuda = path.device.type == "cuda"
+        self.path: StepPath = runner.step_path
+        self.cuda = self.path.device.type == "cuda"
         if self.cuda:
             self.begin = torch.cuda.Event(enable_timing=True)
             self.end = torch.cuda.Event(enable_timing=True)
 
     def tier(self) -> Tier:
-        return self.runner._tiers[self.runner.tier or ""]  # noqa: SLF001
+        return self.runner.serving_tier
 
     def run(self, images: dict[str, np.ndarray], state: np.ndarray) -> tuple[float, float, float]:
         path, clock = self.path, time.perf_counter
@@ -177,7 +174,7 @@ class _Phases:
                 path.staging.mark_consumed()
                 model = clock() - began
             fetched = clock()
-            chunk = path._download.fetch(out)  # noqa: SLF001
+            chunk = path.download.fetch(out)
             bool(np.isfinite(chunk).all())
             download = clock() - fetched
         return uploaded - started, model, download
@@ -191,9 +188,7 @@ def _breakdown(
     runner: Runner, precision: str, source: ObservationSource, iterations: int
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Per-child seconds of the eager forward (hooks), FORWARD, and the children never called."""
-    path = runner._path  # noqa: SLF001
-    if path is None:
-        raise RuntimeError("the runner is not started")
+    path = runner.step_path
     module = path.module
     half = _precision_dtype(precision) if path.device.type == "cuda" else None
     times: dict[str, list[float]] = {}

@@ -6,8 +6,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from controller.errors import ConfigError  # noqa: E402
+from controller.errors import ConfigError, PolicyError  # noqa: E402
 from controller.inference.build import resolve_device, start_runner  # noqa: E402
+from controller.inference.ladder import random_observation  # noqa: E402
+from controller.inference.runner import Runner  # noqa: E402
 from controller.inference.runner_config import RunnerConfig  # noqa: E402
 from policies.tiny import build_tiny_policy  # noqa: E402
 
@@ -34,6 +36,23 @@ def test_cuda_without_a_gpu_is_refused_naming_the_setting() -> None:
 def test_start_runner_returns_a_started_runner_and_reports_progress() -> None:
     messages: list[str] = []
     config = RunnerConfig(top_tier="eager_fp32", cache_dir=None, parity_observations=1)
-    runner = start_runner(build_tiny_policy(), config, "cpu", progress=messages.append)
+    policy = build_tiny_policy()
+    runner = start_runner(policy, config, "cpu", progress=messages.append)
     assert runner.tier == "eager_fp32"
     assert any(message.startswith("ready in") for message in messages)
+    # What profiling tools read, through public accessors.
+    assert runner.module is policy.module
+    assert runner.serving_tier.name == runner.tier
+    path = runner.step_path
+    path.upload(*random_observation(runner.spec, 3))
+    with torch.no_grad():
+        chunk = path.download.fetch(runner.serving_tier.run())
+    assert chunk.shape == (runner.spec.chunk_size, runner.spec.action_dim)
+
+
+def test_profiling_accessors_refuse_before_start() -> None:
+    runner = Runner(build_tiny_policy(), RunnerConfig(top_tier="eager_fp32"), device="cpu")
+    with pytest.raises(PolicyError, match="not started"):
+        runner.step_path  # noqa: B018
+    with pytest.raises(PolicyError, match="not started"):
+        runner.serving_tier  # noqa: B018
