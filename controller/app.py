@@ -17,65 +17,23 @@ from controller.daemon.security import check_bind_allowed, check_local_only
 from controller.daemon.service import Daemon
 from controller.daemon.systemd import notify
 from controller.errors import ConfigError
+from controller.inference.build import resolve_device, start_runner
 from controller.inference.runner import Runner
 from controller.observe.metrics_http import MetricsServer, check_available
 from controller.observe.status_server import StatusServer
 from controller.observe.telemetry import Telemetry
-from policies.base import CameraSpec, Policy
-from policies.tensor_policy import TensorPolicy
+from policies.base import Policy
+from policies.catalog import build_tensor_policy
 
 log = logging.getLogger(__name__)
-
-
-def resolve_device(requested: str) -> str:
-    """`auto` picks CUDA when present (logged); asking for CUDA without one is refused."""
-    import torch
-
-    available = torch.cuda.is_available()
-    if requested == "cuda" and not available:
-        raise ConfigError(
-            "policy.device is 'cuda' but PyTorch sees no CUDA GPU; install a CUDA build of "
-            "PyTorch, check the driver, or set policy.device=cpu"
-        )
-    device = "cuda" if requested == "auto" and available else requested
-    if device == "auto":
-        device = "cpu"
-    log.info("policy device: %s (policy.device=%s)", device, requested)
-    return device
-
-
-def build_tensor_policy(config: TempoConfig, device: str) -> TensorPolicy:
-    if config.policy.kind == "reach":
-        from policies.reach import build_reach_policy
-
-        cameras = [
-            CameraSpec(name=c.name, height=c.height, width=c.width) for c in config.robot.cameras
-        ]
-        try:
-            return build_reach_policy(
-                config.robot.joints,
-                cameras,
-                chunk_size=config.policy.chunk_size,
-                target=config.policy.target,
-                time_constant_steps=config.policy.time_constant_steps,
-            )
-        except ValueError as exc:
-            raise ConfigError(f"policy.target: {exc}") from None
-    from policies.checkpoint import load_checkpoint
-
-    if config.policy.path is None:  # the config validator makes this unreachable; say why anyway
-        raise ConfigError("policy.kind 'checkpoint' needs policy.path")
-    return load_checkpoint(config.policy.path, device=device)
 
 
 def build_policy(config: TempoConfig, progress: Callable[[str], None] | None = None) -> Runner:
     """Load the policy and make it ready to serve: every tier built, warmed up and checked
     against the FP32 reference (see controller.inference.runner)."""
     device = resolve_device(config.policy.device)
-    tensor_policy = build_tensor_policy(config, device)
-    runner = Runner(tensor_policy, config.runner, device=device)
-    runner.start(progress=progress or (lambda message: log.info("%s", message)))
-    return runner
+    tensor_policy = build_tensor_policy(config.policy, config.robot, device=device)
+    return start_runner(tensor_policy, config.runner, device, progress)
 
 
 def serve(

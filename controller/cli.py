@@ -56,9 +56,9 @@ def _setup_logging(level: str) -> None:
 
 def _robot_description(config: TempoConfig) -> tuple[list[str], dict[str, tuple[int, int]], int]:
     """Joints, cameras and state size of the robot the configured policy expects."""
-    from controller.app import build_tensor_policy
+    from policies.catalog import build_tensor_policy
 
-    spec = build_tensor_policy(config, "cpu").spec
+    spec = build_tensor_policy(config.policy, config.robot).spec
     cameras = {c.name: (c.height, c.width) for c in spec.cameras}
     return list(spec.joint_names), cameras, spec.state_size
 
@@ -98,14 +98,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
-    from policies.checkpoint import describe_checkpoint
+    from policies.checkpoints.load import describe_checkpoint
 
     print(describe_checkpoint(args.directory))
     return 0
 
 
 def cmd_checkpoint_import(args: argparse.Namespace) -> int:
-    from policies.lerobot_import import import_lerobot
+    from policies.checkpoints.lerobot import import_lerobot
 
     joint_names = args.joint_names.split(",") if args.joint_names else None
     written = import_lerobot(

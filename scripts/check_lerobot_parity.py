@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from policies.act.preprocess import prepare_images, prepare_state
-from policies.checkpoint import load_checkpoint
+from policies.checkpoints.load import load_checkpoint
 
 
 @dataclass

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from policies.act.demo import make_aloha_policy
-from policies.checkpoint import save_checkpoint
+from policies.checkpoints.tempo_format import save_checkpoint
 from policies.tensor_policy import example_inputs
 
 

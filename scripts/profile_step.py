@@ -15,8 +15,8 @@ import time
 import numpy as np
 import torch
 
+from controller.inference.build import start_runner
 from controller.inference.ladder import random_observation
-from controller.inference.runner import Runner
 from controller.inference.runner_config import RunnerConfig
 from policies.act.demo import make_aloha_policy
 
@@ -26,9 +26,8 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--iters", type=int, default=300)
     args = parser.parse_args()
-    runner = Runner(make_aloha_policy(), RunnerConfig(cache_dir=args.cache_dir), device="cuda")
-    runner.start()
-    path, tier = runner._path, runner._tiers[runner.tier]  # noqa: SLF001 - a profiling tool
+    runner = start_runner(make_aloha_policy(), RunnerConfig(cache_dir=args.cache_dir), "cuda")
+    path, tier = runner.step_path, runner.serving_tier
     observations = [random_observation(runner.spec, seed) for seed in range(8)]
     phases: dict[str, list[float]] = {
         "upload (host+DMA)": [],
@@ -48,7 +47,7 @@ def main() -> None:
             path.staging.mark_consumed()
             sync()
             t2 = time.perf_counter()
-            path._download.fetch(out)  # noqa: SLF001
+            path.download.fetch(out)
         t3 = time.perf_counter()
         runner.predict_chunk(images, state)
         t4 = time.perf_counter()

@@ -389,6 +389,25 @@ class Runner:
         return list(self._ladder)
 
     @property
+    def module(self) -> torch.nn.Module:
+        """The policy's module: the one every tier runs (on the runner's device once started)."""
+        return self._policy.module
+
+    @property
+    def step_path(self) -> StepPath:
+        """The started runner's step path (staging, stream, download), for profiling tools that
+        time its phases one by one; the serving path itself goes through predict_chunk."""
+        return self._checked_path()
+
+    @property
+    def serving_tier(self) -> Tier:
+        """The Tier object now serving (its name is `tier`); for profiling tools."""
+        current, ladder = self._current, self._ladder
+        if current is None:
+            raise PolicyError("the runner is not started: call start() first")
+        return self._tiers[ladder[current]]
+
+    @property
     def demotions(self) -> list[Demotion]:
         return list(self._demotions)
 

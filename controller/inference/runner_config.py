@@ -8,10 +8,12 @@ The tiers, highest first (see `controller.inference.runner`):
     eager_half  eager under FP16/BF16 autocast                                   (CUDA only)
     eager_fp32  eager FP32: the reference every other tier is checked against    (CUDA or CPU)
 
-On a machine without CUDA the ladder starts at `compiled` (in FP32: half precision on a CPU is
-slow on most CPUs and is not what the daemon serves on the robot) and `eager_half` is skipped, so
-a CPU ladder is `compiled` -> `eager_fp32`. `top_tier: eager_fp32` starts in well under a second
-(no compiling): use it for tests and demos that do not exercise the ladder.
+On a machine without CUDA, `top_tier: auto` starts at `eager_fp32`: compiling the demo ACT on a
+CPU takes ~40 s and measured no faster. `graph` and `eager_half` need CUDA and are skipped there
+whatever `top_tier` says, so `top_tier: compiled` (or `graph`) gives the CPU ladder `compiled` ->
+`eager_fp32`, in FP32 (half precision on a CPU is slow on most CPUs and is not what the daemon
+serves on the robot). `top_tier: eager_fp32` starts in well under a second (no compiling): use it
+for tests and demos that do not exercise the ladder.
 """
 
 from __future__ import annotations

@@ -73,6 +73,11 @@ class StepPath:
         }
         self._timed = telemetry.enabled
 
+    @property
+    def download(self) -> OutputDownload:
+        """The pinned output buffer a tier's chunk is fetched through into a host array."""
+        return self._download
+
     def on_stream(self) -> contextlib.AbstractContextManager[object]:
         if self.stream is None:
             return contextlib.nullcontext()

@@ -67,30 +67,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build_policy(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """(TensorPolicy, description). The checkpoint loads on the CPU; the runner moves it."""
+def policy_from_flags(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """(TensorPolicy, description) of the policy the flags name, from `policies.catalog`. A
+    checkpoint loads on the CPU; the runner moves it."""
+    from policies import catalog
+
     if args.checkpoint is not None:
-        from policies.checkpoint import load_checkpoint
+        from controller.config import PolicyConfig
 
-        return load_checkpoint(args.checkpoint, "cpu"), f"checkpoint {args.checkpoint}"
-    if args.tiny:
-        from policies.tiny import build_tiny_policy
-
-        return build_tiny_policy(), "tiny conv+MLP test policy"
-    try:
-        import policies.act  # noqa: F401
-    except ImportError:
-        from policies.tiny import build_tiny_policy, tiny_spec
-
-        spec = tiny_spec(cameras=3, height=480, width=640, state_size=14, joints=14, chunk_size=100)
-        return build_tiny_policy(spec), "tiny policy at ALOHA shapes (policies.act missing)"
-    return act_aloha_policy(), "ACT, LeRobot ALOHA defaults, random weights"
-
-
-def act_aloha_policy():  # type: ignore[no-untyped-def]
-    from policies.act.demo import make_aloha_policy
-
-    return make_aloha_policy()
+        section = PolicyConfig(kind="checkpoint", path=args.checkpoint)
+        return catalog.build_tensor_policy(section), catalog.describe_source(section)
+    return catalog.build_benchmark_policy("tiny" if args.tiny else "act-aloha")
 
 
 def runner_config(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]
@@ -111,20 +98,20 @@ def runner_config(args: argparse.Namespace, cache_dir: Path, **overrides: Any): 
 
 
 def device_of(args: argparse.Namespace) -> str:
-    import torch
+    """--device resolved as the daemon resolves policy.device: cuda without CUDA is refused."""
+    from controller.inference.build import resolve_device
 
-    if args.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return args.device
+    return resolve_device(args.device, setting="--device")
 
 
 def start_runner(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]
-    from controller.inference.runner import Runner
+    """(runner, description, seconds to start it), the runner built as the daemon builds it."""
+    from controller.inference.build import start_runner as start
 
-    policy, description = build_policy(args)
-    runner = Runner(policy, runner_config(args, cache_dir, **overrides), device=device_of(args))
+    device = device_of(args)  # before the (possibly slow) policy build
+    policy, description = policy_from_flags(args)
     began = time.perf_counter()
-    runner.start(progress=lambda message: log.info("%s", message))
+    runner = start(policy, runner_config(args, cache_dir, **overrides), device)
     return runner, description, time.perf_counter() - began
 
 
@@ -295,6 +282,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every TempoError (a refused --device, a bad checkpoint, no tier passing) ends the bench
+    with its one sentence and exit code 2, as other `tempo` commands do."""
+    from controller.errors import TempoError
+
     args = parse_args(argv)
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
@@ -304,6 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", handlers=handlers
     )
+    try:
+        return bench(args, out_dir)
+    except TempoError as exc:
+        print(f"tempo bench: {exc}", file=sys.stderr)
+        return 2
+
+
+def bench(args: argparse.Namespace, out_dir: Path | None) -> int:
     if args.warm_child:
         return warm_child(args)
     if args.plot is not None:
@@ -316,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     runner, description, start_s = start_runner(args, cache_dir)
     cold = {"ready_s": time.perf_counter() - SCRIPT_STARTED, "start_s": start_s}
     status = runner.status()
-    module = runner._policy.module
+    module = runner.module
     report: dict[str, Any] = {
         "policy": description,
         "parameters_m": sum(p.numel() for p in module.parameters()) / 1e6,

@@ -44,6 +44,7 @@ from controller.action.guards import Verdict
 from controller.action.pipeline import ActionPipeline
 from controller.config import TempoConfig
 from controller.daemon.service import pipeline_factory
+from controller.inference import build
 from controller.inference.runner import Runner
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import Tier
@@ -52,6 +53,7 @@ from controller.tools.profile_result import ProfileResult, Row, summarize
 from controller.tools.profile_view import recommend, render_profile
 from controller.tools.replay import ObservationSource
 from policies.base import PolicySpec
+from policies.catalog import build_tensor_policy, describe_source
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -78,28 +80,22 @@ __all__ = [
 def describe_policy(config: TempoConfig, policy: TensorPolicy, injected: bool) -> str:
     params = sum(p.numel() for p in policy.module.parameters())
     name = type(policy.module).__name__
-    if injected:
-        source = "given in code"
-    elif config.policy.kind == "checkpoint":
-        source = f"checkpoint {config.policy.path}"
-    else:
-        source = f"built-in {config.policy.kind}"
+    source = "given in code" if injected else describe_source(config.policy)
     return f"{name}, {params / 1e6:.2f} M parameters ({source})"
 
 
 def start_runner(
     config: TempoConfig, policy: TensorPolicy | None = None, progress: Progress | None = None
 ) -> tuple[Runner, str]:
-    """The runner exactly as `tempo serve` builds it (controller.app), started; and a
-    description of the policy. `policy` replaces the configured one (tests, scripts)."""
-    from controller.app import build_tensor_policy, resolve_device
-
-    device = resolve_device(config.policy.device)
-    tensor_policy = policy if policy is not None else build_tensor_policy(config, device)
+    """The runner exactly as `tempo serve` builds it (controller.inference.build), started; and
+    a description of the policy. `policy` replaces the configured one (tests, scripts)."""
+    device = build.resolve_device(config.policy.device)
+    if policy is None:
+        tensor_policy = build_tensor_policy(config.policy, config.robot, device=device)
+    else:
+        tensor_policy = policy
     description = describe_policy(config, tensor_policy, policy is not None)
-    runner = Runner(tensor_policy, config.runner, device=device)
-    runner.start(progress=progress or (lambda message: log.info("%s", message)))
-    return runner, description
+    return build.start_runner(tensor_policy, config.runner, device, progress), description
 
 
 def observation_source(runner: Runner, replay: Path | None, seed: int = 0) -> ObservationSource:
@@ -134,22 +130,19 @@ def timed_control_step(
 
 
 class _Phases:
-    """Upload, model and download of one step, each timed on its own (see the module doc).
-    Reaches into the runner's step path, as scripts/profile_step.py does."""
+    """Upload, model and download of one step, each timed on its own (see the module doc),
+    through the runner's step path, as scripts/profile_step.py does."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
-        path = runner._path  # noqa: SLF001 - a profiling tool
-        if path is None:
-            raise RuntimeError("the runner is not started")
-        self.path: StepPath = path
-        self.cuda = path.device.type == "cuda"
+        self.path: StepPath = runner.step_path
+        self.cuda = self.path.device.type == "cuda"
         if self.cuda:
             self.begin = torch.cuda.Event(enable_timing=True)
             self.end = torch.cuda.Event(enable_timing=True)
 
     def tier(self) -> Tier:
-        return self.runner._tiers[self.runner.tier or ""]  # noqa: SLF001
+        return self.runner.serving_tier
 
     def run(self, images: dict[str, np.ndarray], state: np.ndarray) -> tuple[float, float, float]:
         path, clock = self.path, time.perf_counter
@@ -173,7 +166,7 @@ class _Phases:
                 path.staging.mark_consumed()
                 model = clock() - began
             fetched = clock()
-            chunk = path._download.fetch(out)  # noqa: SLF001
+            chunk = path.download.fetch(out)
             bool(np.isfinite(chunk).all())
             download = clock() - fetched
         return uploaded - started, model, download
@@ -187,9 +180,7 @@ def _breakdown(
     runner: Runner, precision: str, source: ObservationSource, iterations: int
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Per-child seconds of the eager forward (hooks), FORWARD, and the children never called."""
-    path = runner._path  # noqa: SLF001
-    if path is None:
-        raise RuntimeError("the runner is not started")
+    path = runner.step_path
     module = path.module
     half = _precision_dtype(precision) if path.device.type == "cuda" else None
     times: dict[str, list[float]] = {}

@@ -16,7 +16,7 @@ import torch
 from policies.act.config import ACTConfig
 from policies.act.model import ACT
 from policies.base import CameraSpec, PolicySpec
-from policies.checkpoint import save_checkpoint
+from policies.checkpoints.tempo_format import save_checkpoint
 from policies.tensor_policy import TensorPolicy
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

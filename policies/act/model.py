@@ -16,7 +16,7 @@ Read top to bottom, `forward` is the paper's inference path:
 5. A linear head maps each output to an action, which is unnormalized into robot units.
 
 Module and parameter names match LeRobot's `ACT` (without its `model.` prefix), so LeRobot
-weights load as they are (see `policies.lerobot_import`).
+weights load as they are (see `policies.checkpoints.lerobot`).
 
 Contract (policies/tensor_policy.py): forward(images uint8 (B, n_cam, H, W, 3), state float32
 (B, state_history, state_size)) -> actions float32 (B, chunk_size, action_dim) in robot units.

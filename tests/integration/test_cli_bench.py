@@ -6,6 +6,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+torch = pytest.importorskip("torch")
+
 
 def test_tempo_bench_tiny_on_cpu_prints_a_table_and_json(tmp_path):
     out = tmp_path / "bench.json"
@@ -37,3 +41,20 @@ def test_tempo_bench_tiny_on_cpu_prints_a_table_and_json(tmp_path):
     report = json.loads(out.read_text())
     assert report["serving_tier"] == "eager_fp32"
     assert report["tiers"]["eager_fp32"]["step"]["median_ms"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_tempo_bench_refuses_cuda_without_a_gpu_in_one_sentence():
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "bench", "--tiny", "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "tempo bench: --device is 'cuda' but PyTorch sees no CUDA GPU; install a CUDA build of "
+        "PyTorch, check the driver, or set --device=cpu"
+    )
+    assert result.stdout == ""

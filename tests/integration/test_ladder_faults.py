@@ -12,10 +12,10 @@ import time
 import numpy as np
 import pytest
 
-from controller.app import build_tensor_policy
 from controller.inference.faults import FaultPlan
 from controller.inference.runner import Runner
 from controller.wire.client import TempoClient
+from policies.catalog import build_tensor_policy
 from tests.conftest import ipc_config, running_daemon
 
 JOINTS = [f"joint_{i}" for i in range(6)]
@@ -31,9 +31,8 @@ def ladder_daemon(tmp_path, plan: FaultPlan, *extra: str):
         "runner.step_budget_ms=15",
         *extra,
     )
-    runner = Runner(
-        build_tensor_policy(config, "cpu"), config.runner, device="cpu", faults={"compiled": plan}
-    )
+    policy = build_tensor_policy(config.policy, config.robot)
+    runner = Runner(policy, config.runner, device="cpu", faults={"compiled": plan})
     runner.start()
     assert runner.tier == "compiled"
     return config, runner

@@ -15,7 +15,8 @@ from controller.errors import CheckpointError
 from policies.act import ACT, ACTConfig
 from policies.act.demo import make_demo_checkpoint
 from policies.base import CameraSpec, PolicySpec
-from policies.checkpoint import describe_checkpoint, load_checkpoint, save_checkpoint
+from policies.checkpoints.load import describe_checkpoint, load_checkpoint
+from policies.checkpoints.tempo_format import save_checkpoint
 from policies.tensor_policy import EagerPolicy, TensorPolicy, example_inputs
 
 
@@ -245,3 +246,37 @@ def test_demo_script(tmp_path: Path) -> None:
     policy = load_checkpoint(tmp_path / "cli")
     assert policy.spec.camera_names == ("top", "side")
     assert policy.spec.action_dim == 4 and policy.spec.chunk_size == 8
+
+
+def test_checkpoint_modules_import_each_other_without_a_cycle() -> None:
+    """Every import in policies/checkpoints, lazy ones inside functions included, points one way."""
+    import ast
+
+    package = Path(__file__).parents[2] / "policies" / "checkpoints"
+    modules = {path.stem: path for path in package.glob("*.py") if path.stem != "__init__"}
+    imports: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target.startswith("policies.checkpoints."):
+                    found.add(target.split(".")[2])
+        imports[name] = found & set(modules)
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"import cycle: {' -> '.join((*path, name))}"
+        if name not in done:
+            for target in sorted(imports[name]):
+                visit(target, (*path, name))
+            done.add(name)
+
+    for name in sorted(modules):
+        visit(name, ())
+    assert imports["load"] >= {"files", "tempo_format", "lerobot"}  # the front door

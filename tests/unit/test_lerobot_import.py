@@ -19,8 +19,8 @@ from safetensors.torch import save_file
 
 from controller.errors import CheckpointError
 from policies.act import ACT, ACTConfig
-from policies.checkpoint import describe_checkpoint, load_checkpoint
-from policies.lerobot_import import import_lerobot, read_lerobot_act
+from policies.checkpoints.lerobot import import_lerobot, read_lerobot_act
+from policies.checkpoints.load import describe_checkpoint, load_checkpoint
 
 NORM_PREFIXES = ("image_norm.", "state_norm.", "env_state_norm.", "action_norm.")
 CAMERAS = ("observation.images.front", "observation.images.wrist")

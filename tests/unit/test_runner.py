@@ -258,11 +258,11 @@ def test_recompile_after_start_is_an_error_not_a_stall(cache_dir) -> None:
     runner = started(cache_dir)
     observation = random_observation(runner.spec, 13)
     runner.predict_chunk(*observation)
-    runner._policy.module.train()  # changes a guard: would silently recompile without the stance
+    runner.module.train()  # changes a guard: would silently recompile without the stance
     try:
         chunk = runner.predict_chunk(*observation)
     finally:
-        runner._policy.module.eval()
+        runner.module.eval()
     assert np.isfinite(chunk).all()  # re-run on eager_fp32, which the stance does not affect
     (demotion,) = runner.demotions
     assert demotion.cause == "exception" and "recompile" in demotion.detail.lower()

@@ -51,8 +51,9 @@ different shapes, input features other than cameras / `observation.state` /
 rename / batch / device / (un)normalizer), unknown normalization modes, and config options
 Tempo does not know (unless `allow_unknown_options`).
 
-The file formats are parsed in `policies.act.lerobot_format`; this module checks the options,
-builds the Tempo config and spec, and loads or converts.
+The file formats are parsed in `policies.checkpoints.lerobot_format`; this module checks the
+options, builds the Tempo config and spec, and loads or converts (the converted weights become a
+module through `policies.checkpoints.tempo_format`, whose format `import_lerobot` writes).
 """
 
 from __future__ import annotations
@@ -67,7 +68,15 @@ from pydantic import ValidationError
 
 from controller.errors import CheckpointError
 from policies.act.config import ACTConfig
-from policies.act.lerobot_format import (
+from policies.base import CameraSpec, PolicySpec
+from policies.checkpoints.files import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    describe_validation_error,
+    detect_format,
+    read_tensors,
+)
+from policies.checkpoints.lerobot_format import (
     POSTPROCESSOR_FILE,
     PREPROCESSOR_FILE,
     Features,
@@ -75,16 +84,7 @@ from policies.act.lerobot_format import (
     stats_from_buffers,
     stats_from_processors,
 )
-from policies.base import CameraSpec, PolicySpec
-from policies.checkpoint import (
-    CONFIG_FILE,
-    WEIGHTS_FILE,
-    build_module,
-    describe_validation_error,
-    detect_format,
-    read_tensors,
-    save_checkpoint,
-)
+from policies.checkpoints.tempo_format import build_module, save_checkpoint
 from policies.tensor_policy import TensorPolicy
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The files of a LeRobot ACT directory: the features its config.json declares, and its
-normalization statistics in either of LeRobot's two layouts (see `policies.lerobot_import` for
-the whole picture and the renaming table)."""
+normalization statistics in either of LeRobot's two layouts (see `policies.checkpoints.lerobot`
+for the whole picture and the renaming table)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from controller.errors import CheckpointError
-from policies.checkpoint import WEIGHTS_FILE, read_json, read_tensors
+from policies.checkpoints.files import WEIGHTS_FILE, read_json, read_tensors
 
 PREPROCESSOR_FILE = "policy_preprocessor.json"
 POSTPROCESSOR_FILE = "policy_postprocessor.json"

@@ -1,0 +1,85 @@
+"""Every policy Tempo can serve, by name: the one place a TensorPolicy is built from settings.
+
+    build_tensor_policy(config.policy, config.robot)   # the `policy:` section: reach, checkpoint
+    describe_source(config.policy)                     # "checkpoint DIR", "built-in reach"
+    build_benchmark_policy("act-aloha")                # `tempo bench`'s own: tiny, act-aloha
+
+It reads the config sections it is given and nothing else (the robot section only for `reach`,
+which takes its joints and cameras from it). The result is FP32, in eval mode; a checkpoint is
+loaded onto `device`, everything else is built on the CPU (the runner moves it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from controller.errors import ConfigError
+from policies.base import CameraSpec
+from policies.tensor_policy import TensorPolicy
+
+if TYPE_CHECKING:  # the config sections only type the arguments; policies never import them
+    import torch
+
+    from controller.config import PolicyConfig, RobotConfig
+
+BenchmarkPolicy = Literal["tiny", "act-aloha"]
+
+
+def build_tensor_policy(
+    policy: PolicyConfig,
+    robot: RobotConfig | None = None,
+    *,
+    device: str | torch.device = "cpu",
+) -> TensorPolicy:
+    """The policy the `policy:` section describes. `robot` is needed for `reach` (its joints and
+    cameras); a bad reach target or a bad checkpoint is refused with one sentence."""
+    if policy.kind == "reach":
+        from policies.reach import build_reach_policy
+
+        if robot is None:
+            raise ConfigError("policy.kind 'reach' needs the robot section (joints, cameras)")
+        cameras = [CameraSpec(name=c.name, height=c.height, width=c.width) for c in robot.cameras]
+        try:
+            return build_reach_policy(
+                robot.joints,
+                cameras,
+                chunk_size=policy.chunk_size,
+                target=policy.target,
+                time_constant_steps=policy.time_constant_steps,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"policy.target: {exc}") from None
+    from policies.checkpoints.load import load_checkpoint
+
+    if policy.path is None:  # the config validator makes this unreachable; say why anyway
+        raise ConfigError("policy.kind 'checkpoint' needs policy.path")
+    return load_checkpoint(policy.path, device=device)
+
+
+def describe_source(policy: PolicyConfig) -> str:
+    """Where the configured policy comes from, in a few words."""
+    if policy.kind == "checkpoint":
+        return f"checkpoint {policy.path}"
+    return f"built-in {policy.kind}"
+
+
+def build_benchmark_policy(name: BenchmarkPolicy) -> tuple[TensorPolicy, str]:
+    """(policy, description) of a benchmark policy with random weights, on the CPU.
+
+    tiny: the tiny conv+MLP test policy (seconds to compile). act-aloha: ACT at LeRobot's ALOHA
+    defaults (3 cameras 480x640, 14 joints, chunk 100); the tiny policy at those shapes when
+    `policies.act` cannot be imported."""
+    from policies.tiny import build_tiny_policy, tiny_spec
+
+    if name == "tiny":
+        return build_tiny_policy(), "tiny conv+MLP test policy"
+    if name != "act-aloha":
+        raise ValueError(f"unknown benchmark policy {name!r}; known: tiny, act-aloha")
+    try:
+        import policies.act  # noqa: F401
+    except ImportError:
+        spec = tiny_spec(cameras=3, height=480, width=640, state_size=14, joints=14, chunk_size=100)
+        return build_tiny_policy(spec), "tiny policy at ALOHA shapes (policies.act missing)"
+    from policies.act.demo import make_aloha_policy
+
+    return make_aloha_policy(), "ACT, LeRobot ALOHA defaults, random weights"

@@ -1,0 +1,83 @@
+"""The files of a checkpoint directory, read safely, and what every format shares.
+
+Both formats keep a `config.json` and a `model.safetensors`. Nothing here runs pickle: JSON is
+read with a size limit, tensors come from safetensors. Every problem is a `CheckpointError` whose
+message names the file and what is wrong. `detect_format` tells the two formats apart from the
+config alone, so that each reader can refuse the other's directories.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import ValidationError
+from safetensors.torch import load_file
+
+from controller.errors import CheckpointError
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+FORMAT = "tempo"  # the "format" marker of a Tempo config.json
+_MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def detect_format(directory: Path) -> tuple[Literal["tempo", "lerobot"], dict[str, Any]]:
+    """Which kind of checkpoint `directory` holds, from its config.json (read once, returned)."""
+    if not directory.is_dir():
+        raise CheckpointError(f"checkpoint directory {directory} does not exist or is not a folder")
+    raw = read_json(directory / CONFIG_FILE)
+    if raw.get("format") == FORMAT:
+        return "tempo", raw
+    if "type" in raw and "format" not in raw:
+        return "lerobot", raw
+    raise CheckpointError(
+        f'{directory / CONFIG_FILE} is neither a Tempo checkpoint (no "format": "tempo") nor a '
+        'LeRobot policy (no "type"); point Tempo at a checkpoint directory'
+    )
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`, or a CheckpointError that says why not."""
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing; a checkpoint directory needs it")
+    if path.stat().st_size > _MAX_CONFIG_BYTES:
+        raise CheckpointError(
+            f"{path} is larger than {_MAX_CONFIG_BYTES} bytes; it is not a config"
+        )
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON ({exc}); fix or regenerate it") from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path} must hold a JSON object, not {type(value).__name__}")
+    return value
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a safetensors file, or a CheckpointError (missing, truncated, corrupt)."""
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing; a checkpoint directory needs it")
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # safetensors raises its own error type, or OSError
+        raise CheckpointError(
+            f"{path} is not a readable safetensors file ({exc}); it may be truncated or "
+            "corrupt: copy it again"
+        ) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One sentence about the first problem pydantic found, naming the field."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "missing":
+        return f"field '{field}' is missing"
+    if first["type"] == "extra_forbidden":
+        return f"field '{field}' is not a known option"
+    if field:
+        return f"field '{field}' is invalid: {message}"
+    return f"invalid: {message}"

@@ -1,0 +1,193 @@
+"""Tempo's own checkpoint format: writing it, and reading it into an ACT module.
+
+A Tempo checkpoint is a directory with two files:
+
+    config.json          {"format": "tempo", "format_version": 1, "policy_type": "act",
+                          "spec": <PolicySpec>, "model": <ACTConfig>}
+    model.safetensors    every parameter and persistent buffer of the module, normalization
+                         statistics included, float32
+
+The config is validated with pydantic; the weights must fit the model it describes exactly
+(names, shapes, floating point, finite). `build_module` is also how a LeRobot directory's
+converted weights become a module (`policies.checkpoints.lerobot`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+from safetensors.torch import save_file
+from torch import nn
+
+from controller.errors import CheckpointError
+from policies.act.config import ACTConfig
+from policies.act.model import ACT
+from policies.base import PolicySpec
+from policies.checkpoints.files import (
+    CONFIG_FILE,
+    FORMAT,
+    WEIGHTS_FILE,
+    describe_validation_error,
+    read_tensors,
+)
+from policies.tensor_policy import TensorPolicy
+
+FORMAT_VERSION = 1
+_NAMES_SHOWN = 4
+
+
+class CheckpointConfig(BaseModel):
+    """The `config.json` of a Tempo checkpoint."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["tempo"]
+    format_version: Literal[1]
+    policy_type: Literal["act"]
+    spec: PolicySpec
+    model: ACTConfig
+
+
+# ---- Saving ------------------------------------------------------------------------------------
+
+
+def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
+    """Write `policy` as a Tempo checkpoint into `directory` (created if needed; the two files
+    are replaced atomically if present). Returns the directory."""
+    module = policy.module
+    if not isinstance(module, ACT):
+        raise CheckpointError(
+            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT models only"
+        )
+    check_spec_matches(policy.spec, module.config, "the policy being saved")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    document = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "policy_type": module.policy_type,
+        "spec": policy.spec.model_dump(mode="json"),
+        "model": module.config.model_dump(mode="json"),
+    }
+    tensors = {
+        name: tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
+        for name, tensor in module.state_dict().items()
+    }
+    metadata = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "policy_type": "act"}
+    _atomic_write(directory / WEIGHTS_FILE, lambda path: save_file(tensors, path, metadata))
+    text = json.dumps(document, indent=2) + "\n"
+    _atomic_write(directory / CONFIG_FILE, lambda path: Path(path).write_text(text))
+    return directory
+
+
+def _atomic_write(target: Path, write: Any) -> None:
+    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        write(str(temporary))
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+# ---- Reading -----------------------------------------------------------------------------------
+
+
+def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
+    """The policy of the Tempo checkpoint in `directory`, whose config.json holds `raw`: an FP32
+    module in eval mode, on the CPU."""
+    parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
+    tensors = read_tensors(directory / WEIGHTS_FILE)
+    module = build_module(parsed.model, tensors, directory / WEIGHTS_FILE)
+    return TensorPolicy(spec=parsed.spec, module=module)
+
+
+def parse_tempo_config(raw: dict[str, Any], path: Path) -> CheckpointConfig:
+    """Validate a Tempo config.json; the error names the first invalid field."""
+    version = raw.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has format_version {version!r}; this Tempo reads version {FORMAT_VERSION} "
+            "(upgrade Tempo, or re-export the checkpoint)"
+        )
+    try:
+        parsed = CheckpointConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise CheckpointError(f"{path}: {describe_validation_error(exc)}") from None
+    check_spec_matches(parsed.spec, parsed.model, str(path))
+    return parsed
+
+
+def check_spec_matches(spec: PolicySpec, config: ACTConfig, where: str) -> None:
+    """The PolicySpec and the model config must describe the same interface."""
+    problems = []
+    if len(spec.cameras) != config.n_cameras:
+        problems.append(f"{len(spec.cameras)} cameras in spec, {config.n_cameras} in model")
+    for camera in spec.cameras:
+        if (camera.height, camera.width) != (config.image_height, config.image_width):
+            problems.append(
+                f"camera '{camera.name}' is {camera.height}x{camera.width} in spec, the model "
+                f"reads {config.image_height}x{config.image_width}"
+            )
+    pairs = [
+        ("state_size", spec.state_size, config.state_size),
+        ("state_history", spec.state_history, config.state_history),
+        ("chunk_size", spec.chunk_size, config.chunk_size),
+        ("action size (joint_names)", spec.action_dim, config.action_dim),
+    ]
+    problems += [f"{name} {a} in spec, {b} in model" for name, a, b in pairs if a != b]
+    if problems:
+        raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
+
+
+def build_module(config: ACTConfig, tensors: dict[str, torch.Tensor], source: Path) -> ACT:
+    """An ACT module for `config` holding `tensors`, which must fit it exactly."""
+    tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
+    with torch.no_grad():
+        module = ACT(config)
+    load_weights(module, tensors, source)
+    return module.eval()
+
+
+def load_weights(module: nn.Module, tensors: dict[str, torch.Tensor], source: Path) -> None:
+    """Check names, shapes, dtypes and finiteness, then copy `tensors` into `module`."""
+    expected = module.state_dict()
+    missing = [name for name in expected if name not in tensors]
+    unexpected = [name for name in tensors if name not in expected]
+    wrong = [
+        f"{name} {tuple(tensors[name].shape)} (expected {tuple(expected[name].shape)})"
+        for name in expected
+        if name in tensors and tensors[name].shape != expected[name].shape
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing {len(missing)} tensor(s): {_few(missing)}")
+    if unexpected:
+        problems.append(f"unexpected {len(unexpected)} tensor(s): {_few(unexpected)}")
+    if wrong:
+        problems.append(f"wrong shape: {_few(wrong)}")
+    if problems:
+        raise CheckpointError(
+            f"{source} does not fit the model its config describes ({'; '.join(problems)}); "
+            "the weights and config.json come from different models"
+        )
+    not_float = [name for name, t in tensors.items() if not t.is_floating_point()]
+    if not_float:
+        raise CheckpointError(f"{source}: tensors must be floating point, not {_few(not_float)}")
+    non_finite = [name for name, t in tensors.items() if not bool(torch.isfinite(t).all())]
+    if non_finite:
+        raise CheckpointError(
+            f"{source} has NaN or infinite values in {_few(non_finite)}; this checkpoint cannot "
+            "be served"
+        )
+    fp32 = {name: t.to(torch.float32) for name, t in tensors.items()}
+    module.load_state_dict(fp32, strict=True)
+
+
+def _few(names: list[str]) -> str:
+    shown = ", ".join(names[:_NAMES_SHOWN])
+    return shown + (f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else "")

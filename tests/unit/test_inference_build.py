@@ -1,0 +1,58 @@
+"""controller.inference.build: the device a runner gets, and the runner built and started."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from controller.errors import ConfigError, PolicyError  # noqa: E402
+from controller.inference.build import resolve_device, start_runner  # noqa: E402
+from controller.inference.ladder import random_observation  # noqa: E402
+from controller.inference.runner import Runner  # noqa: E402
+from controller.inference.runner_config import RunnerConfig  # noqa: E402
+from policies.tiny import build_tiny_policy  # noqa: E402
+
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+
+
+def test_auto_and_cpu_resolve_to_a_concrete_device() -> None:
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@no_cuda
+def test_cuda_without_a_gpu_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ConfigError) as refused:
+        resolve_device("cuda")
+    assert str(refused.value) == (
+        "policy.device is 'cuda' but PyTorch sees no CUDA GPU; install a CUDA build of PyTorch, "
+        "check the driver, or set policy.device=cpu"
+    )
+    with pytest.raises(ConfigError, match=r"^--device is 'cuda' .* or set --device=cpu$"):
+        resolve_device("cuda", setting="--device")
+
+
+def test_start_runner_returns_a_started_runner_and_reports_progress() -> None:
+    messages: list[str] = []
+    config = RunnerConfig(top_tier="eager_fp32", cache_dir=None, parity_observations=1)
+    policy = build_tiny_policy()
+    runner = start_runner(policy, config, "cpu", progress=messages.append)
+    assert runner.tier == "eager_fp32"
+    assert any(message.startswith("ready in") for message in messages)
+    # What profiling tools read, through public accessors.
+    assert runner.module is policy.module
+    assert runner.serving_tier.name == runner.tier
+    path = runner.step_path
+    path.upload(*random_observation(runner.spec, 3))
+    with torch.no_grad():
+        chunk = path.download.fetch(runner.serving_tier.run())
+    assert chunk.shape == (runner.spec.chunk_size, runner.spec.action_dim)
+
+
+def test_profiling_accessors_refuse_before_start() -> None:
+    runner = Runner(build_tiny_policy(), RunnerConfig(top_tier="eager_fp32"), device="cpu")
+    with pytest.raises(PolicyError, match="not started"):
+        runner.step_path  # noqa: B018
+    with pytest.raises(PolicyError, match="not started"):
+        runner.serving_tier  # noqa: B018
