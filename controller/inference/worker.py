@@ -54,6 +54,11 @@ class InferenceWorker:
         self._thread = threading.Thread(target=self._run, name="tempo-inference", daemon=True)
         self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        """Whether the worker thread is running (it must outlive any policy failure)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self, timeout: float = 0.5) -> None:
         with self._wake:
             self._stop = True

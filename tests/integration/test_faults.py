@@ -459,13 +459,11 @@ def test_policy_returning_junk_once_is_survived(tmp_path, junk):
     policy = JunkOnce(inner, lambda call: "ok")
     with served(tmp_path, policy) as (daemon, good):
         wait_for(
-            lambda: (
-                policy.calls >= 60 or not daemon.running or not daemon.worker._thread.is_alive()
-            ),
+            lambda: policy.calls >= 60 or not daemon.running or not daemon.worker.alive,
             timeout=10,
         )
         assert daemon.running, "the control loop died"
-        assert daemon.worker._thread.is_alive(), "the inference thread died"
+        assert daemon.worker.alive, "the inference thread died"
         wait_for(lambda: steady(good))
         # Refused and counted; or, for a list or object array of finite numbers, converted.
         assert daemon.worker.failures + daemon.worker.non_finite <= 1
