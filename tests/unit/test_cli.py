@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from controller import cli
 from controller.config import ServerConfig
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _raise(exc: BaseException):
@@ -13,6 +18,19 @@ def _raise(exc: BaseException):
         raise exc
 
     return command
+
+
+def test_serve_extra_modules_match_pyproject():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    serve = project["optional-dependencies"]["serve"]
+    names = {re.match(r"[A-Za-z0-9_.-]+", requirement).group(0) for requirement in serve}
+    assert names == set(cli.SERVE_EXTRA_MODULES.values())
+    base = {
+        re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)
+        for requirement in project["dependencies"]
+    }
+    assert base == {"numpy", "pyzmq", "msgpack"}
 
 
 def test_default_bind_is_the_configs():
