@@ -38,7 +38,7 @@ SERVE_EXTRA_MODULES = {
 DEFAULT_BIND = "tcp://127.0.0.1:5555"
 
 
-def missing_serve_extra(exc: ModuleNotFoundError) -> str | None:
+def _missing_serve_extra(exc: ModuleNotFoundError) -> str | None:
     """The serve extra's distribution whose absence raised `exc`; None for any other module
     (a missing submodule of an installed package is a broken install, not a missing extra)."""
     return SERVE_EXTRA_MODULES.get(exc.name or "")
@@ -151,8 +151,8 @@ def _sim_robot_description(
 
 
 def cmd_sim_robot(args: argparse.Namespace) -> int:
-    joints, cameras, state_size, endpoint = _sim_robot_description(args)
     _setup_logging(args.log_level or "WARNING")
+    joints, cameras, state_size, endpoint = _sim_robot_description(args)
     from controller.sim.sim_robot import main_sim_robot
 
     return main_sim_robot(
@@ -238,7 +238,7 @@ def _add_profile_parser(sub: argparse._SubParsersAction) -> None:
     try:
         from controller.tools.profile_cli import add_profile_parser
     except ModuleNotFoundError as exc:
-        if missing_serve_extra(exc) is None:
+        if _missing_serve_extra(exc) is None:
             raise
         # Listed all the same; main() answers `tempo profile` before parsing its options.
         sub.add_parser("profile", help="where a policy step's time goes (serve extra)")
@@ -351,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(argv)
     except ModuleNotFoundError as exc:
-        distribution = missing_serve_extra(exc)
+        distribution = _missing_serve_extra(exc)
         if distribution is None:
             raise
         print(_needs_serve_extra(argv[0] if argv else "", distribution), file=sys.stderr)
