@@ -13,8 +13,8 @@ COPY pyproject.toml README.md ./
 COPY controller ./controller
 COPY policies ./policies
 COPY config ./config
-# The default Linux torch wheel is a CUDA build, which is what this image wants.
-RUN pip install --no-cache-dir .
+# The daemon's extra. PyPI's Linux torch wheel is a CUDA build, which is what this image wants.
+RUN pip install --no-cache-dir '.[serve]'
 
 # Compile caches and demo checkpoints live here; mount a volume to keep restarts warm.
 ENV XDG_CACHE_HOME=/var/cache/tempo

@@ -2,6 +2,11 @@
 
 Every TempoError ends the command with its one-sentence message and exit code 2; a traceback
 means a bug in Tempo.
+
+The driver's install (numpy, pyzmq, msgpack) runs `tempo sim-robot --joints ...` and `tempo keys`;
+every other command needs the `serve` extra. So this module imports the daemon's side (the config,
+torch, policies) only inside the commands that use it, and a command that finds the extra missing
+ends with one sentence saying what to install (exit code 2).
 """
 
 from __future__ import annotations
@@ -12,11 +17,43 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from controller.config import TempoConfig, dump_config, load_config
-from controller.errors import TempoError
+from controller.errors import ConfigError, TempoError
+
+if TYPE_CHECKING:
+    from controller.config import TempoConfig
 
 log = logging.getLogger("tempo")
+
+# The top-level modules of the `serve` extra (pyproject.toml), each with its distribution's name.
+SERVE_EXTRA_MODULES = {
+    "torch": "torch",
+    "einops": "einops",
+    "pydantic": "pydantic",
+    "yaml": "PyYAML",
+    "safetensors": "safetensors",
+}
+# server.bind's default (controller.config), for `tempo sim-robot --joints` without a config.
+DEFAULT_BIND = "tcp://127.0.0.1:5555"
+
+
+def _missing_serve_extra(exc: ModuleNotFoundError) -> str | None:
+    """The serve extra's distribution whose absence raised `exc`; None for any other module
+    (a missing submodule of an installed package is a broken install, not a missing extra)."""
+    return SERVE_EXTRA_MODULES.get(exc.name or "")
+
+
+def _needs_serve_extra(command: str, distribution: str) -> str:
+    """The one sentence for a command that needs the serve extra on an install without it."""
+    packages = ", ".join(SERVE_EXTRA_MODULES.values())
+    sentence = (
+        f"tempo {command} needs the daemon's dependencies ({packages}) and {distribution} is not "
+        "installed: pip install 'tempo-controller[serve]'"
+    )
+    if command == "sim-robot":
+        sentence += ", or describe the robot with --joints and --camera instead of a config"
+    return sentence
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +78,8 @@ def _config_args(args: argparse.Namespace) -> list[str]:
 
 
 def _load(args: argparse.Namespace) -> TempoConfig:
+    from controller.config import load_config
+
     overrides = list(args.overrides)
     policy_path = getattr(args, "policy_path", None)
     if policy_path is not None:
@@ -72,23 +111,57 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
+    from controller.config import dump_config
+
     print(dump_config(_load(args)), end="")
     return 0
 
 
+def _parse_cameras(specs: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """`--camera NAME=HxW` options -> {name: (height, width)}."""
+    cameras: dict[str, tuple[int, int]] = {}
+    for spec in specs:
+        name, _, size = spec.partition("=")
+        height, _, width = size.partition("x")
+        if not (name and height.isdigit() and width.isdigit() and int(height) and int(width)):
+            raise ConfigError(f"--camera {spec!r}: expected NAME=HEIGHTxWIDTH, e.g. front=96x128")
+        if name in cameras:
+            raise ConfigError(f"--camera {name!r} is given twice")
+        cameras[name] = (int(height), int(width))
+    return cameras
+
+
+def _sim_robot_description(
+    args: argparse.Namespace,
+) -> tuple[list[str], dict[str, tuple[int, int]], int, str]:
+    """Joints, cameras, state size and endpoint: from --joints/--camera/--connect where given,
+    else from the config and its policy (which needs the serve extra)."""
+    if args.joints is None:
+        if args.cameras:
+            raise ConfigError("--camera describes the robot together with --joints; add --joints")
+        config = _load(args)
+        joints, cameras, state_size = _robot_description(config)
+        return joints, cameras, state_size, args.connect or config.server.bind
+    joints = [name.strip() for name in args.joints.split(",")]
+    if not all(joints):
+        raise ConfigError(f"--joints {args.joints!r}: expected comma-separated joint names")
+    given = _load(args) if args.config or args.overrides else None  # a given config is checked
+    endpoint = args.connect or (given.server.bind if given else DEFAULT_BIND)
+    return joints, _parse_cameras(args.cameras), len(joints), endpoint
+
+
 def cmd_sim_robot(args: argparse.Namespace) -> int:
-    config = _load(args)
     _setup_logging(args.log_level or "WARNING")
+    joints, cameras, state_size, endpoint = _sim_robot_description(args)
     from controller.sim.sim_robot import main_sim_robot
 
-    joints, cameras, state_size = _robot_description(config)
-    endpoint = args.connect or config.server.bind
     return main_sim_robot(
         endpoint, joints, cameras, state_size, args.seconds, args.camera_hz, args.json_lines
     )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from controller.config import load_config
     from controller.sim.demo import demo_policy_args, run_demo
 
     policy_args = demo_policy_args(args.policy)  # first, so the user's --set wins
@@ -160,6 +233,19 @@ def cmd_keys_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_profile_parser(sub: argparse._SubParsersAction) -> None:
+    """`tempo profile`'s options are the tool's own, and the tool imports the config."""
+    try:
+        from controller.tools.profile_cli import add_profile_parser
+    except ModuleNotFoundError as exc:
+        if _missing_serve_extra(exc) is None:
+            raise
+        # Listed all the same; main() answers `tempo profile` before parsing its options.
+        sub.add_parser("profile", help="where a policy step's time goes (serve extra)")
+        return
+    add_profile_parser(sub, _add_config_args, _setup_logging)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tempo", description="Real-time robot policy controller.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -183,7 +269,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("sim-robot", help="run a simulated robot driver against a daemon")
     _add_config_args(sim)
-    sim.add_argument("--connect", help="daemon endpoint (default: server.bind)")
+    sim.add_argument("--connect", help=f"daemon endpoint (default: server.bind, {DEFAULT_BIND})")
+    sim.add_argument(
+        "--joints",
+        metavar="NAME,NAME,...",
+        help="the robot's joints; with --camera, describes the robot without reading the config "
+        "and its policy, so no serve extra is needed (default: the configured policy's robot)",
+    )
+    sim.add_argument(
+        "--camera",
+        dest="cameras",
+        action="append",
+        default=[],
+        metavar="NAME=HxW",
+        help="a camera of the robot given by --joints, e.g. front=96x128 (repeatable)",
+    )
     sim.add_argument("--seconds", type=float, default=10.0)
     sim.add_argument("--camera-hz", type=float, default=30.0)
     sim.add_argument("--json-lines", action="store_true", help="stream JSON stats lines")
@@ -235,9 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="time every inference tier of a policy (see `tempo bench --help`)",
         add_help=False,
     )
-    from controller.tools.profile_cli import add_profile_parser
-
-    add_profile_parser(sub, _add_config_args, _setup_logging)
+    _add_profile_parser(sub)
 
     keys = sub.add_parser("keys", help="CurveZMQ keys for binding beyond localhost")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -250,10 +348,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(argv)
+    except ModuleNotFoundError as exc:
+        distribution = _missing_serve_extra(exc)
+        if distribution is None:
+            raise
+        print(_needs_serve_extra(argv[0] if argv else "", distribution), file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str]) -> int:
     if argv[:1] == ["bench"]:  # its own parser: every argument after `bench` is the bench's
         from controller.tools.bench_policy import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["profile"]:  # its parser is the tool's: import it before parsing
+        import controller.tools.profile_cli  # noqa: F401
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -1,0 +1,93 @@
+"""The `tempo` command's own logic: what it asks of the serve extra, and sim-robot's options."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from controller import cli
+from controller.config import ServerConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _raise(exc: BaseException):
+    def command(args):
+        raise exc
+
+    return command
+
+
+def test_serve_extra_modules_match_pyproject():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    serve = project["optional-dependencies"]["serve"]
+    names = {re.match(r"[A-Za-z0-9_.-]+", requirement).group(0) for requirement in serve}
+    assert names == set(cli.SERVE_EXTRA_MODULES.values())
+    base = {
+        re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)
+        for requirement in project["dependencies"]
+    }
+    assert base == {"numpy", "pyzmq", "msgpack"}
+
+
+def test_default_bind_is_the_configs():
+    assert cli.DEFAULT_BIND == ServerConfig().bind
+
+
+def test_a_missing_serve_extra_module_ends_with_one_sentence(monkeypatch, capsys):
+    missing = ModuleNotFoundError("No module named 'yaml'", name="yaml")
+    monkeypatch.setattr(cli, "cmd_config_show", _raise(missing))
+    assert cli.main(["config", "show"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "tempo config needs the daemon's dependencies (torch, einops, pydantic, PyYAML, "
+        "safetensors) and PyYAML is not installed: pip install 'tempo-controller[serve]'\n"
+    )
+
+
+@pytest.mark.parametrize("name", ["prometheus_client", "torch._C", "torchvision", None])
+def test_other_missing_modules_are_not_swallowed(monkeypatch, name):
+    """Only the absence of one of the extra's own packages is the user's to fix by installing
+    the extra; a missing submodule of an installed one is a broken install, anything else a bug."""
+    missing = ModuleNotFoundError(f"No module named {name!r}", name=name)
+    monkeypatch.setattr(cli, "cmd_config_show", _raise(missing))
+    with pytest.raises(ModuleNotFoundError) as raised:
+        cli.main(["config", "show"])
+    assert raised.value is missing
+
+
+def test_sim_robot_description_from_options():
+    args = cli.build_parser().parse_args(
+        ["sim-robot", "--joints", "a, b,c", "--camera", "front=96x128", "--camera", "wrist=48x64"]
+    )
+    joints, cameras, state_size, endpoint = cli._sim_robot_description(args)
+    assert joints == ["a", "b", "c"]
+    assert cameras == {"front": (96, 128), "wrist": (48, 64)}
+    assert state_size == 3
+    assert endpoint == cli.DEFAULT_BIND
+
+
+def test_sim_robot_options_still_read_a_given_config():
+    args = cli.build_parser().parse_args(
+        ["sim-robot", "--joints", "a", "--set", "server.bind=ipc:///tmp/tempo-x.sock"]
+    )
+    assert cli._sim_robot_description(args)[3] == "ipc:///tmp/tempo-x.sock"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--joints", "a,,b"], "--joints 'a,,b': expected comma-separated joint names"),
+        (["--joints", "a", "--camera", "front"], "--camera 'front': expected NAME=HEIGHTxWIDTH"),
+        (["--joints", "a", "--camera", "front=0x128"], "expected NAME=HEIGHTxWIDTH"),
+        (["--joints", "a", "--camera", "f=1x1", "--camera", "f=2x2"], "'f' is given twice"),
+        (["--camera", "front=96x128"], "--camera describes the robot together with --joints"),
+    ],
+)
+def test_sim_robot_refuses_bad_options(capsys, options, message):
+    assert cli.main(["sim-robot", *options, "--seconds", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tempo: ") and message in err
