@@ -80,6 +80,6 @@ def build_benchmark_policy(name: BenchmarkPolicy) -> tuple[TensorPolicy, str]:
     except ImportError:
         spec = tiny_spec(cameras=3, height=480, width=640, state_size=14, joints=14, chunk_size=100)
         return build_tiny_policy(spec), "tiny policy at ALOHA shapes (policies.act missing)"
-    from policies.act.demo import make_aloha_policy
+    from policies.demo import make_aloha_policy
 
     return make_aloha_policy(), "ACT, LeRobot ALOHA defaults, random weights"

@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         ("tick alone (no model)", False, args.rounds, None),
     ]
     if args.act_rounds:
-        from policies.act.demo import make_demo_policy
+        from policies.demo import make_demo_policy
 
         cases.append(("demo ACT step + tick", True, args.act_rounds, make_demo_policy()))
     for label, with_model, rounds, policy in cases:

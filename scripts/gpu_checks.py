@@ -17,7 +17,7 @@ import json
 import numpy as np
 import torch
 
-from policies.act.demo import make_aloha_policy
+from policies.demo import make_aloha_policy
 from policies.checkpoints.tempo_format import save_checkpoint
 from policies.tensor_policy import example_inputs
 

@@ -1,4 +1,4 @@
-"""Write a small ACT checkpoint with random weights (see policies/act/demo.py).
+"""Write a small ACT checkpoint with random weights (see policies/demo.py).
 
 python scripts/make_demo_checkpoint.py DIR [--camera front:96x128 ...] [--joints 6]
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from policies.act.demo import make_demo_checkpoint
+from policies.demo import make_demo_checkpoint
 
 
 def _camera(text: str) -> tuple[str, int, int]:

@@ -18,7 +18,7 @@ import torch
 from controller.inference.build import start_runner
 from controller.inference.ladder import random_observation
 from controller.inference.runner_config import RunnerConfig
-from policies.act.demo import make_aloha_policy
+from policies.demo import make_aloha_policy
 
 
 def main() -> None:

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
 
 import zmq
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from zmq.auth.thread import ThreadAuthenticator
 
+from controller.config import SecurityConfig
 from controller.errors import SecurityError
 from controller.wire.curve import is_local_endpoint
 from controller.wire.keys import (
@@ -43,46 +42,6 @@ log = logging.getLogger(__name__)
 
 # Each refused key is logged once, up to this many: a flood of new keys cannot fill the log.
 MAX_LOGGED_DENIED_KEYS = 256
-
-
-class SecurityConfig(BaseModel):
-    """CurveZMQ keys for binding beyond localhost (the `security:` section)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    server_secret_key: Path | None = Field(
-        default=None,
-        description="The daemon's secret key file (NAME.key_secret from `tempo keys generate`). "
-        "It must be readable by its owner only (chmod 600). Needed, with authorized_keys, to "
-        "bind anything but tcp://127.0.0.1 or ipc://; when set, CURVE is used on any bind.",
-    )
-    authorized_keys: Path | None = Field(
-        default=None,
-        description="A directory of the public key files (*.key) of the drivers allowed to "
-        "connect: the allowlist. Read at start; a key added later needs a restart.",
-    )
-    zap_domain: str = Field(
-        default="tempo",
-        min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9_.-]+$",
-        description="ZAP domain of the daemon's socket; only needs changing if another ZAP "
-        "handler shares the process.",
-    )
-
-    @model_validator(mode="after")
-    def _both_or_neither(self) -> SecurityConfig:
-        if (self.server_secret_key is None) != (self.authorized_keys is None):
-            raise ValueError(
-                "security.server_secret_key and security.authorized_keys go together: set both "
-                "(see `tempo keys generate`) or neither"
-            )
-        return self
-
-    @property
-    def enabled(self) -> bool:
-        """True when the daemon has keys: its socket then uses CURVE, whatever it binds."""
-        return self.server_secret_key is not None and self.authorized_keys is not None
 
 
 def check_local_only(endpoint: str, field: str) -> None:

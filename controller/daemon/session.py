@@ -18,6 +18,7 @@ import numpy as np
 
 from controller.action.pipeline import ActionPipeline
 from controller.inference.mailbox import Mailbox
+from controller.inference.requests import Chunk, InferenceRequest
 from policies.base import PolicySpec, RobotContext
 
 OFFSET_WINDOW = 32  # observations the clock-offset estimate looks back over
@@ -33,32 +34,6 @@ class PendingObservation:
     received_ns: int
     images: dict[str, np.ndarray]
     state_window: np.ndarray  # (state_history, state_size) float32, this state last
-
-
-@dataclass
-class InferenceRequest:
-    """One observation for the worker, with its robot's context."""
-
-    obs_seq: int
-    received_ns: int
-    episode: int  # the session's episode number when the observation came
-    images: dict[str, np.ndarray]
-    context: RobotContext
-
-    @property
-    def step(self) -> int:
-        return self.context.step
-
-
-@dataclass
-class Chunk:
-    start_step: int
-    actions: np.ndarray  # (chunk_size, action_dim) float32
-    obs_seq: int
-    obs_received_ns: int
-    inference_ns: int
-    episode: int
-    memory: Mapping[str, np.ndarray] | None = None  # the policy's new memory for this robot
 
 
 class StateHistory:

@@ -27,7 +27,6 @@ import contextlib
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -49,6 +48,7 @@ from controller.inference.ladder import (
     reference_outputs,
 )
 from controller.inference.runner_config import TIER_ORDER, RunnerConfig, TierName
+from controller.inference.serving_ladder import ServingLadder
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import EagerTier, Tier, build_tiers
 from controller.observe.telemetry import Telemetry
@@ -87,15 +87,9 @@ class Runner:
         self._lock = threading.RLock()
         self._tiers: dict[str, Tier] = {}
         self._reports: dict[str, TierReport] = {}
-        self._ladder: list[str] = []  # tiers that passed, highest first
-        self._current: int | None = None
-        self._demotions: list[Demotion] = []
-        self._promotions: list[Demotion] = []
-        self._window: deque[bool] = deque(maxlen=self._config.overrun_n)
-        self._counts = {"steps": 0, "failed_steps": 0, "reruns": 0, "overruns": 0}
+        self._ladder = ServingLadder(self._config)
+        self._counts = {"steps": 0, "failed_steps": 0, "reruns": 0}
         self._last_error = ""
-        self._last_change = 0.0  # monotonic time of the last demotion or re-promotion attempt
-        self._last_bottom_log = -1e9
         self._seed = 0
         self._start_s: float | None = None
         self._cache: CompileCache | None = None
@@ -120,9 +114,10 @@ class Runner:
         """
         started = self._clock()
         with self._lock:
-            if self._current is None:
+            ladder = self._ladder
+            if ladder.current is None:
                 raise PolicyError("the runner is not started: call start() before predict_chunk")
-            if self._repromote_due():
+            if ladder.repromote_due():
                 self._try_repromote_locked()
             path = self._path
             if path is None:  # unreachable once started; keeps the type checker honest
@@ -134,7 +129,7 @@ class Runner:
             except Exception as exc:
                 raise PolicyError(f"uploading the observation failed: {first_line(exc)}") from exc
             while True:
-                name = self._ladder[self._current]
+                name = ladder.tiers[ladder.current]
                 try:
                     chunk = path.execute(self._tiers[name])
                     if not np.isfinite(chunk).all():
@@ -144,13 +139,13 @@ class Runner:
                     self._counts["failed_steps"] += 1
                     self._last_error = f"{name}: {first_line(exc)}"
                     cause = "non_finite" if isinstance(exc, NonFiniteOutput) else "exception"
-                    to = self._demote(cause, first_line(exc))
+                    to = ladder.demote(cause, first_line(exc))
                     if to is None:
                         raise PolicyError(
                             f"tier {name} failed ({first_line(exc)}) and no lower tier is left; "
                             "this step has no chunk"
                         ) from exc
-                    budget = self._budget_s()
+                    budget = ladder.budget_s
                     spent = self._clock() - started
                     expected = self._reports[to].step_s or 0.0
                     if budget is not None and spent + expected > budget:
@@ -162,7 +157,8 @@ class Runner:
                         ) from exc
                     self._counts["reruns"] += 1
             self._reports[name].served_steps += 1
-            self._after_step(self._clock() - started)
+            self._counts["steps"] += 1
+            ladder.record_step(self._clock() - started)
             return chunk
 
     def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
@@ -178,7 +174,7 @@ class Runner:
         progress(message) is called with human-readable progress (also from a helper thread,
         while a compile runs). Raises PolicyError when no tier passes."""
         with self._lock:
-            if self._current is not None:
+            if self._ladder.current is not None:
                 raise PolicyError("the runner is already started")
             started = time.perf_counter()
 
@@ -225,7 +221,7 @@ class Runner:
                 tier.begin_serving()
             if self._telemetry is not None:
                 path.enable_telemetry(self._telemetry)
-            self._ladder, self._current = ready, 0
+            self._ladder.begin(ready)
             self._start_s = time.perf_counter() - started
             say(
                 f"ready in {self._start_s:.1f} s: serving from {ready[0]} "
@@ -295,53 +291,7 @@ class Runner:
             self._skip(name, first_line(exc))
             say(f"{name}: skipped: {report.reason}")
 
-    # ---- serving -------------------------------------------------------------------------------
-
-    def _budget_s(self) -> float | None:
-        budget = self._config.step_budget_ms
-        return None if budget is None else budget / 1e3
-
-    def _after_step(self, seconds: float) -> None:
-        self._counts["steps"] += 1
-        budget = self._budget_s()
-        if budget is None:
-            return
-        over = seconds > budget
-        self._window.append(over)
-        if not over:
-            return
-        self._counts["overruns"] += 1
-        overruns = sum(self._window)
-        if overruns >= self._config.overrun_k:
-            self._window.clear()
-            self._demote(
-                "overrun",
-                f"{overruns} of the last {self._config.overrun_n} steps took longer than "
-                f"{budget * 1e3:.1f} ms (last {seconds * 1e3:.1f} ms)",
-            )
-
-    def _demote(self, cause: str, detail: str) -> str | None:
-        """Step down one tier; None (and nothing recorded) when already at the bottom."""
-        if self._current is None:
-            return None
-        from_tier = self._ladder[self._current]
-        if self._current + 1 >= len(self._ladder):
-            now = time.monotonic()
-            if now - self._last_bottom_log >= 10.0:  # at most one line per 10 s, not per step
-                self._last_bottom_log = now
-                log.error("tier %s: %s (%s); no lower tier to demote to", from_tier, cause, detail)
-            return None
-        self._current += 1
-        to_tier = self._ladder[self._current]
-        self._window.clear()
-        self._last_change = time.monotonic()
-        self._demotions.append(Demotion(time.time(), from_tier, to_tier, cause, detail))
-        log.warning("demoted %s -> %s (%s): %s", from_tier, to_tier, cause, detail)
-        return to_tier
-
-    def _repromote_due(self) -> bool:
-        after = self._config.repromote_after_s
-        return bool(after and self._current and time.monotonic() - self._last_change >= after)
+    # ---- re-promotion ------------------------------------------------------------------------
 
     def try_repromote(self) -> bool:
         """Give the tiers above the serving one a fresh parity check; serve the highest that
@@ -352,27 +302,22 @@ class Runner:
             return self._try_repromote_locked()
 
     def _try_repromote_locked(self) -> bool:
-        if not self._current:
+        ladder = self._ladder
+        if not ladder.current:
             return False
-        self._last_change = time.monotonic()
+        candidates = ladder.candidates()
         try:
             observations, references = self._fresh_references()
         except Exception as exc:
             log.warning("re-promotion skipped: the reference failed (%s)", first_line(exc))
             return False
-        current = self._ladder[self._current]
-        for index in range(self._current):
-            name = self._ladder[index]
+        for name in candidates:
             try:
                 error, _ = self._parity(self._tiers[name], observations, references)
             except Exception as exc:
                 log.info("re-promotion to %s refused: %s", name, first_line(exc))
                 continue
-            self._current = index
-            self._window.clear()
-            record = Demotion(time.time(), current, name, "repromoted", f"parity error {error:.1e}")
-            self._promotions.append(record)
-            log.warning("re-promoted %s -> %s after a fresh parity check", current, name)
+            ladder.promote(name, f"parity error {error:.1e}")
             return True
         return False
 
@@ -381,12 +326,11 @@ class Runner:
     @property
     def tier(self) -> str | None:
         """Name of the serving tier (None before start)."""
-        current, ladder = self._current, self._ladder
-        return None if current is None else ladder[current]
+        return self._ladder.serving
 
     @property
     def ready_tiers(self) -> list[str]:
-        return list(self._ladder)
+        return list(self._ladder.tiers)
 
     @property
     def module(self) -> torch.nn.Module:
@@ -402,31 +346,32 @@ class Runner:
     @property
     def serving_tier(self) -> Tier:
         """The Tier object now serving (its name is `tier`); for profiling tools."""
-        current, ladder = self._current, self._ladder
-        if current is None:
+        name = self._ladder.serving
+        if name is None:
             raise PolicyError("the runner is not started: call start() first")
-        return self._tiers[ladder[current]]
+        return self._tiers[name]
 
     @property
     def demotions(self) -> list[Demotion]:
-        return list(self._demotions)
+        return list(self._ladder.demotions)
 
     def status(self) -> dict[str, object]:
         """A JSON-able snapshot for the daemon's status and metrics. It does not wait for a
         step in progress (or a start-up): values are read as they are at that moment."""
         path = self._path
         return {
-            "ready": self._current is not None,
+            "ready": self._ladder.current is not None,
             "tier": self.tier,
             "device": path.describe() if path else str(self._device),
             "channels_last": path.channels_last if path else None,
             "start_s": self._start_s,
             **dict(self._counts),
+            "overruns": self._ladder.overruns,
             "last_error": self._last_error,
             "step_budget_ms": self._config.step_budget_ms,
             "tiers": [r.as_dict() for r in list(self._reports.values())],
-            "demotions": [d.as_dict() for d in list(self._demotions)],
-            "promotions": [p.as_dict() for p in list(self._promotions)],
+            "demotions": [d.as_dict() for d in list(self._ladder.demotions)],
+            "promotions": [p.as_dict() for p in list(self._ladder.promotions)],
             "compile_cache": self._cache.as_dict() if self._cache else None,
         }
 
@@ -436,17 +381,14 @@ class Runner:
         before the inference worker runs, which is then the sections' one writer."""
         with self._lock:
             self._telemetry = telemetry
-            if self._path is not None and self._current is not None:
+            if self._path is not None and self._ladder.current is not None:
                 self._path.enable_telemetry(telemetry)
 
     def use_tier(self, name: str) -> None:
         """Serve from `name` (a tier that passed start-up) without recording a demotion: for
         benchmarks and tests, never for the daemon."""
         with self._lock:
-            if name not in self._ladder:
-                raise ValueError(f"tier {name} is not ready; ready: {self._ladder}")
-            self._current = self._ladder.index(name)
-            self._window.clear()
+            self._ladder.use(name)
 
     def time_device(self, name: str, iterations: int = 100) -> list[float]:
         """Seconds per step of tier `name` on the last uploaded observation: CUDA-event time of

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from controller.daemon.session import Chunk, InferenceRequest, Session
+from controller.inference.requests import Chunk, InferenceRequest, RobotQueues
 from controller.observe.telemetry import INFERENCE, MAILBOX_WAIT, Telemetry
 from policies.base import Policy
 
@@ -33,7 +33,7 @@ class InferenceWorker:
         self._timed = telemetry.enabled
         self._t_mailbox = telemetry.section(MAILBOX_WAIT)
         self._t_inference = telemetry.section(INFERENCE)
-        self._ready: collections.deque[Session] = collections.deque()
+        self._ready: collections.deque[RobotQueues] = collections.deque()
         self._wake = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -43,7 +43,7 @@ class InferenceWorker:
         self._last_warning_ns = -WARNING_INTERVAL_NS
         self._suppressed = 0
 
-    def submit(self, session: Session, request: InferenceRequest) -> None:
+    def submit(self, session: RobotQueues, request: InferenceRequest) -> None:
         """Called from the loop thread: newest observation wins."""
         session.requests.put(request)
         with self._wake:
@@ -66,7 +66,7 @@ class InferenceWorker:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _next_session(self) -> Session | None:
+    def _next_session(self) -> RobotQueues | None:
         with self._wake:
             while not self._ready and not self._stop:
                 self._wake.wait()
@@ -88,7 +88,7 @@ class InferenceWorker:
                 self.failures += 1
                 log.exception("the inference worker failed on robot %s; continuing", session.robot)
 
-    def _infer(self, session: Session, request: InferenceRequest) -> None:
+    def _infer(self, session: RobotQueues, request: InferenceRequest) -> None:
         started = time.monotonic_ns()
         if self._timed:  # received_ns is the dispatcher's time.monotonic_ns() too
             self._t_mailbox.record_ns(started - request.received_ns)

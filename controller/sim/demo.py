@@ -37,7 +37,7 @@ def demo_policy_args(policy: str) -> list[str]:
         return ["--set", "policy.kind=reach"]
     directory = demo_checkpoint_dir()
     if not (directory / "config.json").exists():
-        from policies.act.demo import make_demo_checkpoint
+        from policies.demo import make_demo_checkpoint
 
         make_demo_checkpoint(directory)
     return ["--set", "policy.kind=checkpoint", "--set", f"policy.path={directory}"]

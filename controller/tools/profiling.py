@@ -52,6 +52,7 @@ from controller.tools.module_timing import FORWARD, SubmoduleTimer
 from controller.tools.profile_result import ProfileResult, Row, summarize
 from controller.tools.profile_view import recommend, render_profile
 from controller.tools.replay import ObservationSource
+from controller.tools.torch_trace import torch_trace
 from policies.base import PolicySpec
 from policies.catalog import build_tensor_policy, describe_source
 from policies.tensor_policy import TensorPolicy
@@ -205,45 +206,6 @@ def _breakdown(
     n = iterations
     out = {name: np.asarray(values + [0.0] * (n - len(values))) for name, values in times.items()}
     return out, uncalled
-
-
-def _torch_profile(runner: Runner, source: ObservationSource, directory: Path, steps: int) -> str:
-    """A torch.profiler trace of `steps` predict_chunk calls (+1 warm-up) in `directory`."""
-    from torch.profiler import (
-        ProfilerActivity,
-        profile,
-        record_function,
-        schedule,
-        tensorboard_trace_handler,
-    )
-
-    directory.mkdir(parents=True, exist_ok=True)
-    cuda = str(runner.status().get("device", "")).startswith("cuda")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    before = set(directory.glob("*.pt.trace.json*"))
-    write_trace = tensorboard_trace_handler(str(directory), worker_name="tempo-profile")
-
-    def ready(prof: Any) -> None:
-        write_trace(prof)
-        sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
-        try:
-            table = prof.key_averages().table(sort_by=sort, row_limit=30)
-        except Exception:  # noqa: BLE001 - older/newer torch spell the sort keys differently
-            table = prof.key_averages().table(row_limit=30)
-        (directory / "summary.txt").write_text(table + "\n")
-
-    with profile(
-        activities=activities,
-        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
-        on_trace_ready=ready,
-        record_shapes=True,
-    ) as prof:
-        for _ in range(steps + 1):
-            with record_function("tempo.predict_chunk"):
-                runner.predict_chunk(*source.next())
-            prof.step()
-    written = sorted(set(directory.glob("*.pt.trace.json*")) - before)
-    return str(written[-1]) if written else str(directory)
 
 
 # -- the profile -----------------------------------------------------------------------------------
@@ -404,7 +366,7 @@ def run_profile(
     result.recommendations = recommend(result)
     if torch_profiler_dir is not None:
         say(f"recording a torch.profiler trace into {torch_profiler_dir}")
-        result.torch_trace = _torch_profile(
+        result.torch_trace = torch_trace(
             runner, source, Path(torch_profiler_dir), torch_profiler_steps
         )
     if report_dir is not None:

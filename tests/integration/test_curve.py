@@ -16,7 +16,8 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from controller.daemon.security import CurveServer, SecurityConfig
+from controller.config import SecurityConfig
+from controller.daemon.security import CurveServer
 from controller.errors import SecurityError
 from controller.wire.curve import secure_client
 from controller.wire.keys import generate_keys

@@ -13,10 +13,10 @@ from safetensors.torch import load_file, save_file
 
 from controller.errors import CheckpointError
 from policies.act import ACT, ACTConfig
-from policies.act.demo import make_demo_checkpoint
 from policies.base import CameraSpec, PolicySpec
 from policies.checkpoints.load import describe_checkpoint, load_checkpoint
 from policies.checkpoints.tempo_format import save_checkpoint
+from policies.demo import make_demo_checkpoint
 from policies.tensor_policy import EagerPolicy, TensorPolicy, example_inputs
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from controller.config import load_config
 from controller.errors import CheckpointError, ConfigError
-from policies.act.demo import make_demo_checkpoint
 from policies.catalog import build_benchmark_policy, build_tensor_policy, describe_source
+from policies.demo import make_demo_checkpoint
 
 
 def test_reach_takes_its_joints_and_cameras_from_the_robot_section() -> None:

@@ -13,8 +13,8 @@ import zmq
 import zmq.auth
 from pydantic import ValidationError
 
+from controller.config import SecurityConfig
 from controller.daemon.security import (
-    SecurityConfig,
     check_bind_allowed,
     check_local_only,
 )

@@ -1,0 +1,113 @@
+"""The ladder's state machine: which ready tier serves, and the rules that move it.
+
+    trouble (an exception, a non-finite chunk)   -> one tier down at once (`demote`)
+    overrun_k of the last overrun_n steps over budget -> one tier down (`record_step`)
+    repromote_after_s since the last change      -> the runner re-checks the tiers above and
+                                                    `promote`s to the highest that passes
+
+Nothing here runs a model; the runner does the checks and tells this object what happened. Not
+thread-safe: the runner calls it under its lock. Readers on other threads (status) may read the
+public fields at any time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+
+from controller.inference.ladder import Demotion
+from controller.inference.runner_config import RunnerConfig
+
+log = logging.getLogger(__name__)
+
+BOTTOM_LOG_INTERVAL_S = 10.0  # "no lower tier" is logged at most this often, not every step
+
+
+class ServingLadder:
+    def __init__(self, config: RunnerConfig) -> None:
+        self._config = config
+        self.tiers: list[str] = []  # tiers that passed start-up, highest first
+        self.current: int | None = None  # index of the serving tier (None before start)
+        self.demotions: list[Demotion] = []
+        self.promotions: list[Demotion] = []
+        self.overruns = 0
+        self._window: deque[bool] = deque(maxlen=config.overrun_n)  # over budget, per step
+        self._last_change = 0.0  # monotonic time of the last demotion or re-promotion attempt
+        self._last_bottom_log = -1e9
+
+    def begin(self, ready: list[str]) -> None:
+        """Start-up is over: serve the highest of `ready`."""
+        self.tiers, self.current = list(ready), 0
+
+    @property
+    def serving(self) -> str | None:
+        current, tiers = self.current, self.tiers
+        return None if current is None else tiers[current]
+
+    @property
+    def budget_s(self) -> float | None:
+        budget = self._config.step_budget_ms
+        return None if budget is None else budget / 1e3
+
+    def record_step(self, seconds: float) -> None:
+        """A served step took `seconds`; too many overruns in the window demote."""
+        budget = self.budget_s
+        if budget is None:
+            return
+        over = seconds > budget
+        self._window.append(over)
+        if not over:
+            return
+        self.overruns += 1
+        overruns = sum(self._window)
+        if overruns >= self._config.overrun_k:
+            self._window.clear()
+            self.demote(
+                "overrun",
+                f"{overruns} of the last {self._config.overrun_n} steps took longer than "
+                f"{budget * 1e3:.1f} ms (last {seconds * 1e3:.1f} ms)",
+            )
+
+    def demote(self, cause: str, detail: str) -> str | None:
+        """Step down one tier; returns the new tier, None (nothing recorded) at the bottom."""
+        if self.current is None:
+            return None
+        from_tier = self.tiers[self.current]
+        if self.current + 1 >= len(self.tiers):
+            now = time.monotonic()
+            if now - self._last_bottom_log >= BOTTOM_LOG_INTERVAL_S:
+                self._last_bottom_log = now
+                log.error("tier %s: %s (%s); no lower tier to demote to", from_tier, cause, detail)
+            return None
+        self.current += 1
+        to_tier = self.tiers[self.current]
+        self._window.clear()
+        self._last_change = time.monotonic()
+        self.demotions.append(Demotion(time.time(), from_tier, to_tier, cause, detail))
+        log.warning("demoted %s -> %s (%s): %s", from_tier, to_tier, cause, detail)
+        return to_tier
+
+    def repromote_due(self) -> bool:
+        after = self._config.repromote_after_s
+        return bool(after and self.current and time.monotonic() - self._last_change >= after)
+
+    def candidates(self) -> list[str]:
+        """The tiers above the serving one, highest first; starts the cool-down again."""
+        self._last_change = time.monotonic()
+        return self.tiers[: self.current or 0]
+
+    def promote(self, name: str, detail: str) -> None:
+        """Serve `name` again (a tier above that passed a fresh check)."""
+        current = self.serving
+        self.current = self.tiers.index(name)
+        self._window.clear()
+        self.promotions.append(Demotion(time.time(), str(current), name, "repromoted", detail))
+        log.warning("re-promoted %s -> %s after a fresh parity check", current, name)
+
+    def use(self, name: str) -> None:
+        """Serve `name` without recording a change: for benchmarks and tests."""
+        if name not in self.tiers:
+            raise ValueError(f"tier {name} is not ready; ready: {self.tiers}")
+        self.current = self.tiers.index(name)
+        self._window.clear()
