@@ -56,7 +56,7 @@ def _needs_serve_extra(command: str, distribution: str) -> str:
     return sentence
 
 
-def _add_config_args(parser: argparse.ArgumentParser) -> None:
+def add_config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="YAML file (every field has a default)")
     parser.add_argument(
         "--set",
@@ -87,7 +87,7 @@ def _load(args: argparse.Namespace) -> TempoConfig:
     return load_config(args.config, overrides)
 
 
-def _setup_logging(level: str) -> None:
+def setup_logging(level: str) -> None:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
@@ -104,7 +104,7 @@ def _robot_description(config: TempoConfig) -> tuple[list[str], dict[str, tuple[
 
 def cmd_serve(args: argparse.Namespace) -> int:
     config = _load(args)
-    _setup_logging(args.log_level or config.logging.level)
+    setup_logging(args.log_level or config.logging.level)
     from controller.app import serve
 
     return serve(config)
@@ -151,7 +151,7 @@ def _sim_robot_description(
 
 
 def cmd_sim_robot(args: argparse.Namespace) -> int:
-    _setup_logging(args.log_level or "WARNING")
+    setup_logging(args.log_level or "WARNING")
     joints, cameras, state_size, endpoint = _sim_robot_description(args)
     from controller.sim.sim_robot import main_sim_robot
 
@@ -243,7 +243,7 @@ def _add_profile_parser(sub: argparse._SubParsersAction) -> None:
         # Listed all the same; main() answers `tempo profile` before parsing its options.
         sub.add_parser("profile", help="where a policy step's time goes (serve extra)")
         return
-    add_profile_parser(sub, _add_config_args, _setup_logging)
+    add_profile_parser(sub, add_config_args, setup_logging)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the daemon")
-    _add_config_args(serve)
+    add_config_args(serve)
     serve.add_argument(
         "--policy.path",
         dest="policy_path",
@@ -264,11 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser("show", help="print the effective configuration as YAML")
-    _add_config_args(show)
+    add_config_args(show)
     show.set_defaults(func=cmd_config_show)
 
     sim = sub.add_parser("sim-robot", help="run a simulated robot driver against a daemon")
-    _add_config_args(sim)
+    add_config_args(sim)
     sim.add_argument("--connect", help=f"daemon endpoint (default: server.bind, {DEFAULT_BIND})")
     sim.add_argument(
         "--joints",
@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=cmd_sim_robot)
 
     demo = sub.add_parser("demo", help="daemon + simulated robot, with a live status line")
-    _add_config_args(demo)
+    add_config_args(demo)
     demo.add_argument("--seconds", type=float, default=10.0)
     demo.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     demo.add_argument(
@@ -303,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     status = sub.add_parser("status", help="ask a running daemon how it is doing")
-    _add_config_args(status)
+    add_config_args(status)
     status.add_argument("--connect", help="status endpoint (default: server.status_bind)")
     status.add_argument("--json", action="store_true")
     status.add_argument("--timeout", type=float, default=2.0)

@@ -37,7 +37,7 @@ def add_profile_parser(
     setup_logging: Callable[[str], None],
 ) -> argparse.ArgumentParser:
     """Add `profile` to the `tempo` subparsers; add_config_args and setup_logging are the
-    CLI's own (cli._add_config_args, cli._setup_logging), so logging is set up one way."""
+    CLI's own (cli.add_config_args, cli.setup_logging), so logging is set up one way."""
     profile = sub.add_parser(
         "profile",
         help="where a policy step's time goes (no robot needed); `profile compare A B`",

@@ -224,7 +224,7 @@ SLOW_DAEMON = """
 import sys, time
 from pathlib import Path
 import controller.app as app
-from controller.cli import _setup_logging
+from controller.cli import setup_logging
 from controller.config import load_config
 
 marker, slow_from = Path(sys.argv[1]), int(sys.argv[2])
@@ -245,7 +245,7 @@ class SlowPolicy:
         return prediction
 
 app.build_policy = lambda config, progress=None: SlowPolicy(build(config))
-_setup_logging("INFO")
+setup_logging("INFO")
 sys.exit(app.serve(load_config(None, sys.argv[3:])))
 """
 

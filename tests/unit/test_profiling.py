@@ -295,11 +295,11 @@ def test_recommendations_follow_the_numbers() -> None:
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    from controller.cli import _add_config_args, _setup_logging
+    from controller.cli import add_config_args, setup_logging
     from controller.tools.profile_cli import add_profile_parser
 
     parser = argparse.ArgumentParser(prog="tempo")
-    add_profile_parser(parser.add_subparsers(dest="command"), _add_config_args, _setup_logging)
+    add_profile_parser(parser.add_subparsers(dest="command"), add_config_args, setup_logging)
     return parser.parse_args(argv)
 
 
