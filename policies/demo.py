@@ -34,8 +34,10 @@ def make_demo_policy(
     state_size: int = 6,
     chunk_size: int = 20,
     seed: int = 0,
+    state_history: int = 1,
 ) -> TensorPolicy:
-    """The demo ACT policy in memory (FP32, eval mode, CPU)."""
+    """The demo ACT policy in memory (FP32, eval mode, CPU); `state_history` > 1 makes it read
+    that many past joint states."""
     shapes = {(height, width) for _, height, width in cameras}
     if len(shapes) != 1:
         raise ValueError(f"the demo needs cameras of one frame shape, got {sorted(shapes)}")
@@ -48,6 +50,7 @@ def make_demo_policy(
         state_dim=state_size,
         action_dim=n_joints,
         chunk_size=chunk_size,
+        state_history=state_history,
         vision_backbone="resnet18",
         dim_model=64,
         n_heads=4,
@@ -62,6 +65,7 @@ def make_demo_policy(
         state_size=config.state_size,
         joint_names=tuple(joint_names),
         chunk_size=chunk_size,
+        state_history=state_history,
     )
     torch.manual_seed(seed)
     with torch.no_grad():

@@ -9,14 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 from controller.errors import ErrorCode
 from controller.wire.client import TempoClient
 from controller.wire.protocol import decode, encode
-from policies.act.config import ACTConfig
-from policies.act.model import ACT
-from policies.base import CameraSpec, PolicySpec, Prediction, RobotContext
+from policies.base import CameraSpec, Prediction, RobotContext
+from policies.demo import make_demo_policy
 from policies.tensor_policy import EagerPolicy, TensorPolicy
 from tests.conftest import ipc_config, offline_daemon, running_daemon, wait_for
 
@@ -27,31 +25,14 @@ FRAME = np.random.default_rng(0).integers(0, 256, (32, 48, 3), dtype=np.uint8)
 
 def small_act() -> TensorPolicy:
     """A small random ACT that reads the last HISTORY joint states."""
-    config = ACTConfig(
-        n_cameras=1,
-        image_height=32,
-        image_width=48,
-        state_dim=3,
-        action_dim=3,
-        chunk_size=8,
-        state_history=HISTORY,
-        dim_model=16,
-        n_heads=2,
-        dim_feedforward=32,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        latent_dim=4,
-        use_vae=False,
-    )
-    spec = PolicySpec(
-        cameras=(CameraSpec(name="front", height=32, width=48),),
+    return make_demo_policy(
+        cameras=(("front", 32, 48),),
+        joint_names=JOINTS,
         state_size=3,
-        joint_names=tuple(JOINTS),
         chunk_size=8,
+        seed=3,
         state_history=HISTORY,
     )
-    torch.manual_seed(3)
-    return TensorPolicy(spec=spec, module=ACT(config).eval())
 
 
 class Recording:
