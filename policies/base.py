@@ -69,7 +69,7 @@ class PolicySpec(BaseModel):
         return tuple(c.name for c in self.cameras)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays inside: compare fields, not objects
 class Plan:
     """A robot's previous plan: the actions it has not executed yet, the first for `start_step`."""
 
@@ -77,18 +77,18 @@ class Plan:
     actions: np.ndarray  # (n, action_dim) float32, n >= 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RobotContext:
     """Everything a policy may need to remember about one robot. The robot's session owns it
     and passes it in with each observation, so a policy keeps no per-robot state and several
     robots can share one model."""
 
     step: int  # the control step the observation belongs to (row 0 of the chunk)
-    episode_start: bool  # first observation of an episode: plan and history were just cleared
+    episode_start: bool  # no chunk of this episode has come back yet: no plan, no memory
     state_history: np.ndarray  # (spec.state_history, spec.state_size) float32, oldest first
     previous_plan: Plan | None = None  # for real-time chunking and a planner's warm start
     inference_delay: int = 0  # recent observation-to-chunk delay, in control steps
-    memory: Mapping[str, np.ndarray] = field(default_factory=dict)  # the policy's own, returned
+    memory: Mapping[str, np.ndarray] = field(default_factory=dict)  # the policy's own; read-only
 
     @property
     def state(self) -> np.ndarray:
@@ -96,7 +96,7 @@ class RobotContext:
         return self.state_history[-1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Prediction:
     """A policy's answer: the chunk, and optionally what it wants back in this robot's
     `RobotContext.memory` next time (a planner's new mean); None keeps the memory as it is."""

@@ -39,9 +39,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.action.ensembler import ChunkEnsembler  # noqa: E402
-from controller.action.guards import GuardChain  # noqa: E402
 from controller.config import TempoConfig  # noqa: E402
+from controller.daemon.service import pipeline_factory  # noqa: E402
 from controller.inference.ladder import random_observation  # noqa: E402
 from controller.inference.runner_config import RunnerConfig  # noqa: E402
 from controller.inference.staging import OutputDownload  # noqa: E402
@@ -130,10 +129,7 @@ class Step:
         self.path = StepPath(spec, policy.module, device, RunnerConfig(top_tier="eager_fp32"))
         self.tier = EagerTier("eager_fp32", self.path.module, self.path.staging, None)
         self.download = OutputDownload((spec.chunk_size, spec.action_dim), device)
-        self.ensembler = ChunkEnsembler(spec.chunk_size, spec.action_dim)
-        self.guards = GuardChain(spec.joint_names, config.guards, config.control.rate_hz)
-        self.proposed = np.zeros(spec.action_dim)
-        self.command = np.zeros(spec.action_dim, dtype=np.float32)
+        self.pipeline = pipeline_factory(spec, config)({})  # the robot's, as the daemon's
         images, state = random_observation(spec, 1)
         self.frames = encode(
             "obs",
@@ -196,12 +192,14 @@ class Step:
         if timed:
             s[TICK_LATENESS].record_ns(1500)
             tick = t = clock()
-        step = self.step
-        self.ensembler.add_chunk(step, chunk, step)
-        ok = self.ensembler.action_at(step, self.proposed)
+        step, pipeline = self.step, self.pipeline
+        pipeline.on_observation(self.state[-1], None, time.monotonic_ns())
+        pipeline.on_chunk(step, chunk, step)
+        pipeline.propose(step)
         if timed:
             t = s[ENSEMBLER].lap(t)
-        self.guards.check(self.proposed if ok else None, 0, self.command)
+        pipeline.check(time.monotonic_ns())
+        pipeline.delivered()
         if timed:
             t = s[GUARDS].lap(t)
         encode(
@@ -210,7 +208,7 @@ class Step:
             seq=step,
             time_ns=0,
             fields={"session": "s", "step": step, "obs_seq": 1, "deadline_ns": 0},
-            arrays={"action": self.command},
+            arrays={"action": pipeline.command},
         )
         if timed:
             t = s[SEND].lap(t)

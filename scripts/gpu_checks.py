@@ -17,8 +17,8 @@ import json
 import numpy as np
 import torch
 
-from policies.demo import make_aloha_policy
 from policies.checkpoints.tempo_format import save_checkpoint
+from policies.demo import make_aloha_policy
 from policies.tensor_policy import example_inputs
 
 

@@ -262,8 +262,11 @@ class Recorder:
         return True
 
 
-def offline_daemon(config: Any, policy: Any) -> tuple[Any, Any, Recorder, list[int]]:
-    """The dispatcher and the loop of a daemon, without sockets or threads."""
+def offline_daemon(
+    config: Any, policy: Any, worker: Any = None
+) -> tuple[Any, Any, Recorder, list[int]]:
+    """The dispatcher and the loop of a daemon, without sockets or threads; inference runs at
+    once on submit unless another `worker` is given."""
     from controller.daemon.dispatch import Dispatcher
     from controller.daemon.loop import ControlLoop
     from controller.daemon.service import limits_for, pipeline_factory
@@ -272,7 +275,7 @@ def offline_daemon(config: Any, policy: Any) -> tuple[Any, Any, Recorder, list[i
     step = [0]
     dispatcher = Dispatcher(
         policy.spec,
-        sync_worker(policy),
+        worker or sync_worker(policy),
         recorder,
         lambda: step[0],
         pipeline_factory(policy.spec, config),

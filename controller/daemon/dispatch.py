@@ -199,12 +199,10 @@ class Dispatcher:
         session.counters["observations"] += 1
         if message.header.get("episode_start"):
             session.start_episode()  # this robot only: plan, history, memory, chunks in flight
-            session.counters["episodes"] += 1
         resume = bool(message.header.get("resume"))
         if session.pipeline.on_observation(state, teleop, now_ns, resume):
             # Back from a watchdog hold or stop: chunks planned before it are stale.
             session.chunks.clear()
-            session.pending = None
             session.counters["plans_dropped_after_watchdog"] += 1
         step = self.current_step()
         session.pending = PendingObservation(
@@ -219,11 +217,10 @@ class Dispatcher:
     def submit_if_due(self, session: Session, step: int) -> None:
         """Ask the policy at most every `query_period` steps, always on the newest observation,
         with the robot's context as it is now (its plan from the observation's step on)."""
-        period = self.inference.query_period
-        if session.pending is None or step - session.last_request_step < period:
+        if step - session.last_request_step < self.inference.query_period:
             return
         request = session.request()
-        if request is None:  # unreachable: pending was checked above
+        if request is None:  # nothing new since the last request
             return
         session.last_request_step = step
         self.worker.submit(session, request)

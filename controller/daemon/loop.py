@@ -84,12 +84,9 @@ class ControlLoop:
         new_chunk = None
         while session.chunks:
             chunk = session.chunks.popleft()
-            if chunk.episode != session.episode:
+            if not session.on_chunk_landed(chunk, step):
                 session.counters["chunks_of_ended_episode"] += 1
                 continue  # planned before the robot's episode started again
-            if chunk.memory is not None:
-                session.memory = chunk.memory
-            session.record_inference_delay(step - chunk.start_step)
             late = pipeline.on_chunk(chunk.start_step, chunk.actions, step)
             session.counters["late_steps_dropped"] += late
             if late < len(chunk.actions):

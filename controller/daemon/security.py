@@ -18,7 +18,7 @@ Key files and their checks live in `controller.wire.keys`. The allowlist is read
 removing a driver's key takes a daemon restart.
 
 The driver's side (client keys, which endpoints are local) is `controller.wire.curve`; this module
-is the daemon's side and needs pydantic for its config section.
+is the daemon's side. Its config section, `SecurityConfig`, is in `controller.config`.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class Session:
     last_request_step: int = -(10**18)
     pending: PendingObservation | None = None  # the newest observation not yet asked about
     episode: int = 0  # counts episode starts; chunks and memory of an older episode are dropped
-    episode_start: bool = True  # the next request is the first of an episode
+    episode_start: bool = True  # no chunk of this episode has come back yet
     memory: Mapping[str, np.ndarray] = field(default_factory=dict)
     newest_chunk_obs_seq: int = -1
     closed: bool = False
@@ -87,11 +88,6 @@ class Session:
         self._offset_index = 0
         self._delays = np.zeros(DELAY_WINDOW, dtype=np.int64)
         self._delay_index = 0
-
-    @property
-    def last_obs_received_ns(self) -> int:
-        """When the newest accepted observation arrived (0: none yet)."""
-        return self.pipeline.last_observation_ns
 
     def record_clock_offset(self, driver_time_ns: int, received_ns: int) -> None:
         """Estimate the driver's clock minus ours. Each observation gives (true offset - its
@@ -113,15 +109,29 @@ class Session:
         return int(self._delays.max())
 
     def start_episode(self) -> None:
-        """Forget the plan, the state history, the policy's memory and chunks in flight."""
+        """Forget the plan, the state history, the policy's memory, requests not yet taken and
+        chunks in flight; the new episode's first observation is asked about at once."""
         self.episode += 1
         self.episode_start = True
         self.pipeline.drop_plan()
         self.history.clear()
         self.memory = {}
+        self.requests.take()
         self.chunks.clear()
         self.pending = None
+        self.last_request_step = -(10**18)
         self._delays.fill(0)
+
+    def on_chunk_landed(self, chunk: Chunk, step: int) -> bool:
+        """A chunk came back at control step `step`: False (dropped) if it belongs to an ended
+        episode; else the policy's new memory is kept and the episode has begun."""
+        if chunk.episode != self.episode:
+            return False
+        if chunk.memory is not None:
+            self.memory = chunk.memory
+        self.episode_start = False
+        self.record_inference_delay(step - chunk.start_step)
+        return True
 
     def request(self) -> InferenceRequest | None:
         """Turn the pending observation into a request with this robot's context (and clear
@@ -135,9 +145,8 @@ class Session:
             state_history=observation.state_window,
             previous_plan=self.pipeline.plan(observation.step),
             inference_delay=self.inference_delay,
-            memory=self.memory,
+            memory=MappingProxyType(self.memory),  # read-only to the policy
         )
-        self.episode_start = False
         return InferenceRequest(
             observation.obs_seq, observation.received_ns, self.episode, observation.images, context
         )

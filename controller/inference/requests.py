@@ -37,7 +37,7 @@ class Chunk:
     obs_received_ns: int
     inference_ns: int
     episode: int
-    memory: Mapping[str, np.ndarray] | None = None  # the policy's new memory for this robot
+    memory: Mapping[str, np.ndarray] | None = None  # the policy's new memory (arrays copied)
 
 
 class RobotQueues(Protocol):

@@ -14,6 +14,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -105,10 +106,14 @@ class InferenceWorker:
         self.inferences += 1
         shape = (session.spec.chunk_size, session.spec.action_dim)
         actions = self._usable_chunk(getattr(prediction, "actions", None), shape)
-        if actions is None:
+        memory = self._usable_memory(getattr(prediction, "memory", None))
+        if actions is None or memory is False:
             self.non_finite += 1
             session.counters["chunks_rejected"] += 1
-            self._warn(f"policy returned an unusable chunk for robot {session.robot}; dropped")
+            self._warn(
+                f"policy returned an unusable chunk or memory for robot {session.robot} (a "
+                "finite chunk of the spec's shape, memory a mapping of names to arrays); dropped"
+            )
             return
         session.chunks.append(
             Chunk(
@@ -118,7 +123,7 @@ class InferenceWorker:
                 obs_received_ns=request.received_ns,
                 inference_ns=elapsed,
                 episode=request.episode,
-                memory=getattr(prediction, "memory", None),
+                memory=memory,
             )
         )
 
@@ -132,6 +137,22 @@ class InferenceWorker:
             message += f" ({self._suppressed} similar messages suppressed)"
         log.warning("%s", message)
         self._last_warning_ns, self._suppressed = now, 0
+
+    @staticmethod
+    def _usable_memory(raw: object) -> dict[str, np.ndarray] | None | bool:
+        """The policy's new memory for the robot as a dict of its own array copies (the policy
+        may reuse its buffers), None to keep the old one, False when it is not a mapping of
+        names to arrays."""
+        if raw is None:
+            return None
+        if not isinstance(raw, Mapping):
+            return False
+        memory = {}
+        for name, value in raw.items():
+            if not isinstance(name, str) or not isinstance(value, np.ndarray):
+                return False
+            memory[name] = value.copy()
+        return memory
 
     @staticmethod
     def _usable_chunk(raw: object, shape: tuple[int, int]) -> np.ndarray | None:

@@ -311,17 +311,22 @@ def window(
     """What was recorded between two snapshots of one histogram (both taken with buckets=True):
     count, p50_s, p90_s, p99_s and max_s. Percentiles keep their one-bucket accuracy; max_s is
     the upper bound of the highest bucket that gained a record (at most ~1.5% above the truth),
-    or the exact whole-run max where that lies in the same bucket. None fields when empty."""
+    or the exact whole-run max where that lies in the same bucket. None fields when empty. If
+    the histogram was reset in between, the window is everything `after` holds."""
     bounds = DEFAULT_BOUNDS_NS if bounds_ns is None else bounds_ns
     last = len(bounds)
 
     def dense(snapshot: dict[str, Any]) -> np.ndarray:
+        if "buckets" not in snapshot:
+            raise ValueError("a window needs snapshots taken with buckets=True")
         counts = np.zeros(last + 1, dtype=np.int64)
-        for upper, c in snapshot.get("buckets") or []:
+        for upper, c in snapshot["buckets"]:
             counts[last if upper is None else bisect_left(bounds, upper)] += c
         return counts
 
     counts = dense(after) - dense(before)
+    if (counts < 0).any():  # reset in between: `before` no longer describes what came first
+        counts = dense(after)
     nonzero = np.flatnonzero(counts)
     if nonzero.size == 0:
         return {"count": 0, "p50_s": None, "p90_s": None, "p99_s": None, "max_s": None}
@@ -333,5 +338,6 @@ def window(
     max_s = whole_max if in_top else upper_s
     max_ns = int((max_s or 0.0) * NS_PER_S)
     # min above max: the window's exact extremes are unknown, so no rank is pinned to them.
-    p50, p90, p99 = _percentiles(counts, bounds, max_ns + 1, max_ns, (50, 90, 99))
+    found = _percentiles(counts, bounds, max_ns + 1, max_ns, (50, 90, 99))
+    p50, p90, p99 = (None if p is None or max_s is None else min(p, max_s) for p in found)
     return {"count": int(counts.sum()), "p50_s": p50, "p90_s": p90, "p99_s": p99, "max_s": max_s}

@@ -68,13 +68,13 @@ BUILTIN_SECTIONS: dict[str, str] = {
     RECEIVE: "receive and decode one driver message (Dispatcher.handle), loop thread",
     PREPROCESS: "check an observation's arrays (names, shapes, finite values), loop thread",
     MAILBOX_WAIT: "observation received -> the inference worker starts on it",
-    INFERENCE: "one predict_chunk on the inference worker (upload + model + postprocess)",
+    INFERENCE: "one policy call on the inference worker (upload + model + postprocess)",
     UPLOAD: "staging upload: host copy into (pinned) staging and enqueue the copy, host time",
     MODEL: "serving tier's run (graph replay, compiled or eager call), host time",
     MODEL_GPU: "serving tier's run on the compute stream, CUDA events",
     POSTPROCESS: "download the chunk into a host array (waits for the GPU to finish)",
     ENSEMBLER: "merge new chunks and read this step's action, loop thread",
-    GUARDS: "teleop blend and guard chain (GuardChain.check), per robot",
+    GUARDS: "teleop blend and guard chain (ActionPipeline.check), per robot",
     SEND: "encode and send one action",
     TICK: "one whole control tick, all robots",
     TICK_LATENESS: "how late a tick started after its deadline",
@@ -94,7 +94,8 @@ class TelemetryConfig(BaseModel):
         "send, tick lateness, observation-to-action ...) into fixed-size histograms. Costs "
         "about 14 us per control step on a slow 2-core CPU: 0.07% of a 20 ms period, 0.1-0.3% "
         "of an ACT step, 2.5% of a 0.55 ms tiny-policy step (scripts/bench_telemetry.py). false "
-        "removes the timing code from the hot path.",
+        "removes the timing code from the hot path, and with it every duration in `tempo "
+        "status` (tick lateness, latency and inference figures are then empty).",
     )
     cuda_events: bool = Field(
         default=True,

@@ -104,7 +104,7 @@ def device_of(args: argparse.Namespace) -> str:
     return resolve_device(args.device, setting="--device")
 
 
-def start_runner(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]
+def bench_runner(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]
     """(runner, description, seconds to start it), the runner built as the daemon builds it."""
     from controller.inference.build import start_runner as start
 
@@ -189,7 +189,7 @@ def forwarded(args: argparse.Namespace) -> list[str]:
 
 
 def warm_child(args: argparse.Namespace) -> int:
-    runner, _, start_s = start_runner(args, args.cache_dir)
+    runner, _, start_s = bench_runner(args, args.cache_dir)
     status = runner.status()
     ready_s = time.perf_counter() - SCRIPT_STARTED
     result = {"ready_s": ready_s, "start_s": start_s, "tier": runner.tier}
@@ -312,7 +312,7 @@ def bench(args: argparse.Namespace, out_dir: Path | None) -> int:
             print("--plot needs matplotlib: pip install matplotlib", file=sys.stderr)
             return 2
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="tempo-bench-cache-"))
-    runner, description, start_s = start_runner(args, cache_dir)
+    runner, description, start_s = bench_runner(args, cache_dir)
     cold = {"ready_s": time.perf_counter() - SCRIPT_STARTED, "start_s": start_s}
     status = runner.status()
     module = runner.module
@@ -329,7 +329,7 @@ def bench(args: argparse.Namespace, out_dir: Path | None) -> int:
     report["tiers"] = measure_tiers(runner, args)
     if args.ab_channels_last:
         flip = "off" if status["channels_last"] else "on"
-        other, _, _ = start_runner(
+        other, _, _ = bench_runner(
             args, Path(tempfile.mkdtemp(prefix="tempo-bench-ab-")), channels_last=flip
         )
         report["ab_channels_last"] = {"channels_last": flip, "tiers": measure_tiers(other, args)}

@@ -48,8 +48,8 @@ from controller.inference.runner import Runner
 from controller.tools.profiling import (
     Progress,
     observation_source,
+    profiled_runner,
     robot_pipeline,
-    start_runner,
     summarize,
     timed_control_step,
 )
@@ -253,7 +253,7 @@ def run_compare(
     variants = []
     for name, config, policy in zip(names, (config_a, config_b), policies, strict=True):
         say(f"{name}: building and starting the runner")
-        runner, description = start_runner(config, policy, say)
+        runner, description = profiled_runner(config, policy, say)
         variants.append(
             _Variant(name, config, runner, description, observation_source(runner, replay, seed))
         )

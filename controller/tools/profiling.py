@@ -7,17 +7,19 @@ No robot is needed: observations are synthesised from the policy's spec, or repl
 .npz file (`controller.tools.replay`). After `warmup` steps, every iteration measures,
 interleaved so that machine drift affects every row alike:
 
-    policy step      runner.predict_chunk as the inference worker calls it: wall clock, nothing
-                     added (no synchronize), the number every other row is a share of
+    policy step      runner.predict_chunk, the step the inference worker's `predict` runs: wall
+                     clock, nothing added (no synchronize), the number every other row is a
+                     share of
     upload           StepPath.upload (host copy into the staging, copy to the device); on CUDA
                      followed by a synchronize, so the row includes the transfer
     model            the serving tier's run() alone: CUDA events on CUDA, wall clock on a CPU
     download         fetching the chunk into a host array, and the finite check
     runner (rest)    derived: policy step - (upload + model + download), means only (the phases
                      come from a separate, synchronized call, so per-sample differences are noise)
-    ensembler        ChunkEnsembler.add_chunk (every query_period steps) + action_at, per
-                     control step, wall clock
-    guards           GuardChain.check, per control step, wall clock
+    ensembler        ActionPipeline.on_chunk (every query_period steps) + propose, per control
+                     step, wall clock
+    guards           ActionPipeline.check (teleop mix + guard chain), per control step, wall
+                     clock
 
 Then, in a separate pass (hooks must never be on a module a compiled tier calls), the eager
 module is timed per top-level submodule with forward hooks (`controller.tools.module_timing`), in
@@ -70,7 +72,7 @@ __all__ = [
     "recommend",
     "render_profile",
     "run_profile",
-    "start_runner",
+    "profiled_runner",
     "summarize",
 ]
 
@@ -85,7 +87,7 @@ def describe_policy(config: TempoConfig, policy: TensorPolicy, injected: bool) -
     return f"{name}, {params / 1e6:.2f} M parameters ({source})"
 
 
-def start_runner(
+def profiled_runner(
     config: TempoConfig, policy: TensorPolicy | None = None, progress: Progress | None = None
 ) -> tuple[Runner, str]:
     """The runner exactly as `tempo serve` builds it (controller.inference.build), started; and
@@ -229,7 +231,7 @@ def run_profile(
     if iterations < 2:
         raise ValueError("profile at least 2 iterations")
     say = progress or (lambda message: log.info("%s", message))
-    runner, description = start_runner(config, policy, say)
+    runner, description = profiled_runner(config, policy, say)
     source = observation_source(runner, replay)
     status = runner.status()
     reports = {t["name"]: t for t in status["tiers"]}  # type: ignore[attr-defined]
@@ -336,7 +338,12 @@ def run_profile(
             "period",
         ),
         Row(
-            "guards", "guards (GuardChain.check)", "tick", columns["guards"], "wall clock", "period"
+            "guards",
+            "teleop + guards (ActionPipeline.check)",
+            "tick",
+            columns["guards"],
+            "wall clock",
+            "period",
         ),
     ]
     spec = runner.spec

@@ -197,8 +197,9 @@ def _check_fields(header: dict[str, Any]) -> str:
         raise ProtocolError(
             ErrorCode.VERSION,
             f"protocol version {version} is not supported; this end speaks version "
-            f"{PROTOCOL_VERSION}" + (f" ({change})" if change else "") + ": upgrade the "
-            "driver's Tempo client (pip install -U tempo-controller) or the daemon to match",
+            f"{PROTOCOL_VERSION}" + (f" ({change})" if change else "") + ": driver and daemon "
+            "must speak one version, so upgrade the older (a driver: pip install -U "
+            "tempo-controller)",
             reply_version=version if change else None,
         )
     kind = header["kind"]

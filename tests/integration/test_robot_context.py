@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from controller.errors import ErrorCode
+from controller.inference.worker import InferenceWorker
 from controller.wire.client import TempoClient
 from controller.wire.protocol import decode, encode
 from policies.base import CameraSpec, Prediction, RobotContext
@@ -183,7 +184,63 @@ def test_a_chunk_of_an_ended_episode_is_dropped(tmp_path) -> None:
     now = time.monotonic_ns()
     loop.tick(0, now, now)
     assert session.counters["chunks_of_ended_episode"] == 1
-    assert session.counters["episodes"] == 1
+    assert session.episode == 1
+
+
+def test_an_episode_start_reaches_the_policy_even_when_its_request_was_replaced(
+    tmp_path,
+) -> None:
+    """Inference slower than a tick: the flagged observation's request is replaced in the
+    mailbox before the worker takes it. The flag means 'no chunk of this episode yet', so the
+    newer request carries it, until a chunk of the episode comes back."""
+    policy = EagerPolicy(small_act())
+    worker = InferenceWorker(policy)  # not started: requests wait in the mailbox
+    config = ipc_config(tmp_path, "guards.hold_after_ms=60000", "guards.stop_after_ms=120000")
+    dispatcher, loop, recorder, step = offline_daemon(config, policy, worker)
+    session_id = hello(dispatcher, recorder, b"L", "left")
+    session = dispatcher.sessions[session_id]
+    session.episode_start = False  # as if the session's first episode were well under way
+    session.memory = {"calls": np.array([7])}
+    for seq, flag in ((1, True), (2, False), (3, False)):
+        step[0] = seq
+        observe(dispatcher, b"L", session_id, seq, [0.1 * seq, 0, 0], episode_start=flag)
+    assert session.requests.replaced == 2
+    waiting = session.requests.peek()
+    assert waiting.context.episode_start and waiting.context.memory == {}
+    worker.start()
+    try:
+        wait_for(lambda: session.chunks, timeout=20)
+    finally:
+        worker.stop()
+    now = time.monotonic_ns()
+    loop.tick(4, now, now)  # the episode's first chunk lands
+    step[0] = 4
+    observe(dispatcher, b"L", session_id, 4, [0.5, 0, 0])
+    assert not session.requests.peek().context.episode_start
+
+
+def test_the_policys_memory_is_copied_and_read_only_to_it(tmp_path) -> None:
+    buffer = np.zeros(2)
+
+    class Reusing(Remembering):
+        def predict(self, images: Any, context: RobotContext) -> Prediction:
+            prediction = super().predict(images, context)
+            buffer[:] = prediction.memory["calls"][0]
+            return Prediction(prediction.actions, memory={"buffer": buffer})
+
+    config = ipc_config(tmp_path)
+    policy = Reusing(EagerPolicy(small_act()))
+    dispatcher, loop, recorder, step = offline_daemon(config, policy)
+    session_id = hello(dispatcher, recorder, b"L", "left")
+    observe(dispatcher, b"L", session_id, 1, [0.0, 0.0, 0.0])
+    now = time.monotonic_ns()
+    loop.tick(0, now, now)
+    kept = dispatcher.sessions[session_id].memory["buffer"]
+    buffer[:] = 99.0  # the policy reuses its buffer for another robot
+    assert kept[0] == 1.0
+    observe(dispatcher, b"L", session_id, 2, [0.0, 0.0, 0.0])
+    with pytest.raises(TypeError):
+        policy.contexts[-1].memory["buffer"] = np.zeros(1)  # type: ignore[index]
 
 
 def test_a_version_1_driver_is_told_in_version_1_to_upgrade(tmp_path) -> None:
@@ -204,17 +261,21 @@ def test_a_version_1_driver_is_told_in_version_1_to_upgrade(tmp_path) -> None:
     assert recorder.versions[-1] == 1  # in the driver's own version, so it can read it
 
 
-def test_the_reply_to_an_old_driver_decodes_as_version_1() -> None:
+def test_the_reply_to_an_old_driver_decodes_as_version_1(monkeypatch) -> None:
     from controller.errors import ProtocolError
+    from controller.wire import protocol
 
     frames = encode(
         "error",
         robot="tempo",
         seq=1,
         time_ns=0,
-        fields={"code": "version", "message": "m"},
+        fields={"code": "version", "message": "upgrade"},
         version=1,
     )
     with pytest.raises(ProtocolError) as refused:
         decode(frames)  # today's decoder refuses it: it is in the old client's version
     assert refused.value.reply_version == 1
+    monkeypatch.setattr(protocol, "PROTOCOL_VERSION", 1)  # a version-1 client's decoder
+    message = decode(frames)
+    assert message.kind == "error" and message.header["message"] == "upgrade"

@@ -112,6 +112,19 @@ def test_a_window_sees_only_what_was_recorded_after_the_first_snapshot():
     assert w["p50_s"] == pytest.approx(20e-6, rel=0.016)
 
 
+def test_a_window_never_puts_a_percentile_above_its_max_and_survives_a_reset():
+    h = Histogram()
+    h.record_ns(1_003_000)
+    w = window(Histogram().snapshot(buckets=True), h.snapshot(buckets=True))
+    assert w["p50_s"] <= w["max_s"] == pytest.approx(1.003e-3)
+    before = h.snapshot(buckets=True)
+    h.reset()
+    h.record_ns(2_000_000)
+    assert window(before, h.snapshot(buckets=True))["count"] == 1
+    with pytest.raises(ValueError, match="buckets=True"):
+        window(h.snapshot(), h.snapshot(buckets=True))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     old=st.lists(st.integers(0, 10**9), max_size=50),
