@@ -16,7 +16,8 @@ import msgpack
 import pytest
 
 from controller.config import TempoConfig, load_config
-from controller.wire.protocol import PROTOCOL_VERSION, decode, encode
+from controller.daemon.transport import daemon_frames
+from controller.wire.protocol import PROTOCOL_VERSION, decode
 
 
 def ipc_config(tmp_path: Path, *overrides: str) -> TempoConfig:
@@ -228,7 +229,7 @@ def sync_worker(policy: Any) -> Any:
 
 
 class Recorder:
-    """The dispatcher's `send`, encoding like the transport does (so encodability is tested)."""
+    """The dispatcher's `send`, encoding as the transport does (so encodability is tested)."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[bytes, str, dict[str, Any], Any]] = []
@@ -244,15 +245,7 @@ class Recorder:
         arrays: dict[str, Any] | None = None,
         version: int = PROTOCOL_VERSION,
     ) -> bool:
-        frames = encode(
-            kind,
-            robot="tempo",
-            seq=seq,
-            time_ns=time.monotonic_ns(),
-            fields=fields,
-            arrays=arrays,
-            version=version,
-        )
+        frames = daemon_frames(kind, seq=seq, fields=fields, arrays=arrays, version=version)
         if version == PROTOCOL_VERSION:
             action = decode(frames).arrays.get("action")
         else:  # an error to a driver of an older version: today's decoder refuses it

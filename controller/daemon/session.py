@@ -97,7 +97,7 @@ class Session:
         self._offset_index = (self._offset_index + 1) % OFFSET_WINDOW
         self.clock_offset_ns = int(self._offsets.max())
 
-    def record_inference_delay(self, steps: int) -> None:
+    def _record_inference_delay(self, steps: int) -> None:
         """A chunk for step s landed at step s + `steps`."""
         self._delays[self._delay_index] = max(steps, 0)
         self._delay_index = (self._delay_index + 1) % DELAY_WINDOW
@@ -130,7 +130,7 @@ class Session:
         if chunk.memory is not None:
             self.memory = chunk.memory
         self.episode_start = False
-        self.record_inference_delay(step - chunk.start_step)
+        self._record_inference_delay(step - chunk.start_step)
         return True
 
     def request(self) -> InferenceRequest | None:

@@ -20,6 +20,26 @@ from controller.wire.sockets import configure_common
 log = logging.getLogger(__name__)
 
 
+def daemon_frames(
+    kind: str,
+    *,
+    seq: int,
+    fields: dict[str, Any],
+    arrays: dict[str, Any] | None = None,
+    version: int = PROTOCOL_VERSION,
+) -> list[Any]:
+    """The frames of one message from the daemon (sender "tempo", stamped now)."""
+    return encode(
+        kind,
+        robot="tempo",
+        seq=seq,
+        time_ns=time.monotonic_ns(),
+        fields=fields,
+        arrays=arrays,
+        version=version,
+    )
+
+
 class RouterTransport:
     """Receives (identity, frames) and sends messages to identities without ever blocking."""
 
@@ -120,15 +140,7 @@ class RouterTransport:
         version: int = PROTOCOL_VERSION,
     ) -> bool:
         """Send one message; False if the peer is gone or its queue is full (counted)."""
-        frames = encode(
-            kind,
-            robot="tempo",
-            seq=seq,
-            time_ns=time.monotonic_ns(),
-            fields=fields,
-            arrays=arrays,
-            version=version,
-        )
+        frames = daemon_frames(kind, seq=seq, fields=fields, arrays=arrays, version=version)
         try:
             self.socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:  # the peer's queue is full: it is not reading; drop, never block
