@@ -58,6 +58,7 @@ def serve(
     if callable(attach):
         attach(telemetry)
     daemon = Daemon(config, policy, telemetry=telemetry)
+    log.info("execution: %s", daemon.execution)
     status = StatusServer(daemon.context, config.server.status_bind, daemon.status)
     metrics = MetricsServer(lambda: telemetry.snapshot(buckets=True), daemon.status, config.metrics)
     if install_signals:

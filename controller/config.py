@@ -20,6 +20,7 @@ from controller.errors import ConfigError
 from controller.inference.runner_config import RunnerConfig
 from controller.observe.metrics_http import MetricsConfig
 from controller.observe.telemetry import TelemetryConfig
+from policies.base import Execution, PolicySpec
 
 
 class _Section(BaseModel):
@@ -117,6 +118,13 @@ class PolicyConfig(_Section):
         description="auto: cuda if present, else cpu (the choice is logged). cuda without a GPU "
         "is refused.",
     )
+    joint_names: tuple[str, ...] | None = Field(
+        default=None,
+        min_length=1,
+        description="checkpoint: names of the action entries, in order, for a LeRobot "
+        "directory (whose config has none; else taken from the dataset's meta/info.json next to "
+        "it, else joint_0..). A Tempo checkpoint records its own; these must then agree.",
+    )
     chunk_size: int = Field(default=20, ge=1, le=1000, description="reach: steps per chunk.")
     target: tuple[float, ...] | None = Field(
         default=None, description="reach: target pose, one value per joint (default: 0.5 rad each)."
@@ -133,7 +141,10 @@ class PolicyConfig(_Section):
 
 
 class InferenceConfig(_Section):
-    """How chunks become one action per tick."""
+    """How chunks become one action per tick. A field left out of the config follows the
+    policy's checkpoint (LeRobot's n_action_steps and temporal_ensemble_coeff, or the execution
+    a Tempo checkpoint records), and the default below when the checkpoint says nothing; a field
+    set in the file or with --set always wins (see `resolve_execution`)."""
 
     query_period: int = Field(
         default=1, ge=1, le=1000, description="Ask the policy at most every N control steps."
@@ -150,6 +161,55 @@ class InferenceConfig(_Section):
         description="Ensembling weight exp(-k*i), i=0 the oldest prediction. 0 is uniform; "
         "negative favours new chunks.",
     )
+
+
+# Where each inference setting in effect came from (resolve_execution).
+FROM_CONFIG = "config"
+FROM_DEFAULT = "default"
+
+
+def resolve_execution(inference: InferenceConfig, spec: PolicySpec) -> tuple[InferenceConfig, str]:
+    """The inference settings in effect for a policy: each field the config sets explicitly,
+    else what the policy's checkpoint records (`spec.execution`), else the field's default.
+    Returns them with one line saying what is in effect and where each part came from."""
+    hint = spec.execution
+    explicit = inference.model_fields_set
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name in ("query_period", "ensemble", "temporal_k"):
+        hinted = getattr(hint, name) if hint is not None else None
+        if name in explicit:
+            values[name], origins[name] = getattr(inference, name), FROM_CONFIG
+        elif hinted is not None:
+            values[name], origins[name] = hinted, "checkpoint"
+        else:
+            values[name], origins[name] = getattr(inference, name), FROM_DEFAULT
+    resolved = InferenceConfig.model_validate(values)
+    if resolved.query_period > spec.chunk_size:
+        raise ConfigError(
+            f"inference.query_period {resolved.query_period} ({origins['query_period']}) exceeds "
+            f"the policy's chunk_size {spec.chunk_size}: steps between chunks would have no "
+            "action; set inference.query_period to at most the chunk size"
+        )
+    return resolved, describe_execution(resolved, origins, hint)
+
+
+def describe_execution(
+    inference: InferenceConfig, origins: Mapping[str, str], hint: Execution | None
+) -> str:
+    """One line: 'query every 100 steps, play the newest chunk (query_period from the
+    checkpoint (LeRobot config.json: ...), ensemble from the checkpoint)'."""
+    if inference.ensemble == "temporal":
+        how = f"temporal ensembling k={inference.temporal_k:g}"
+    else:
+        how = "play the newest chunk"
+    parts = [f"{name} from {origins[name]}" for name in ("query_period", "ensemble")]
+    if inference.ensemble == "temporal":
+        parts.append(f"temporal_k from {origins['temporal_k']}")
+    where = ", ".join(parts)
+    if hint is not None and hint.source and "checkpoint" in origins.values():
+        where += f"; checkpoint: {hint.source}"
+    return f"query every {inference.query_period} step(s), {how} ({where})"
 
 
 class SecurityConfig(BaseModel):
@@ -280,5 +340,9 @@ def load_config(path: Path | None = None, overrides: Iterable[str] = ()) -> Temp
 
 
 def dump_config(config: TempoConfig) -> str:
-    """The effective config as YAML that `load_config` reads back unchanged."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """The effective config as YAML that `load_config` reads back unchanged. Inference fields
+    the config does not set are left out, so a file written from it still lets the checkpoint
+    decide them (see `resolve_execution`)."""
+    tree = config.model_dump(mode="json")
+    tree["inference"] = config.inference.model_dump(mode="json", exclude_unset=True)
+    return yaml.safe_dump(tree, sort_keys=False)

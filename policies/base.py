@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -34,6 +34,31 @@ class CameraSpec(BaseModel):
         return (self.height, self.width, 3)
 
 
+class Execution(BaseModel):
+    """How a policy's chunks were executed when it was trained or evaluated: what its
+    checkpoint says, which the daemon follows unless its `inference:` config overrides it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    query_period: int = Field(ge=1, le=10_000, description="Control steps between inferences.")
+    ensemble: Literal["temporal", "newest"] = Field(
+        description="temporal: weighted mean of every chunk's prediction for a step (ACT's "
+        "temporal ensembling); newest: play the newest chunk as it is."
+    )
+    temporal_k: float | None = Field(
+        default=None, ge=-10, le=10, description="Ensembling weight exp(-k*i) (temporal only)."
+    )
+    source: str = Field(
+        default="", max_length=500, description="Where these settings come from, in words."
+    )
+
+    @model_validator(mode="after")
+    def _k_for_temporal(self) -> Execution:
+        if self.ensemble == "temporal" and self.temporal_k is None:
+            raise ValueError("temporal ensembling needs temporal_k")
+        return self
+
+
 class PolicySpec(BaseModel):
     """The interface a policy was trained for; a driver must match it to be served."""
 
@@ -50,6 +75,11 @@ class PolicySpec(BaseModel):
     state_history: int = Field(
         default=1, ge=1, le=64, description="How many past state vectors the policy reads."
     )
+    execution: Execution | None = Field(
+        default=None,
+        description="How the policy's chunks are meant to be executed (from its checkpoint); "
+        "None: the daemon's inference config alone decides.",
+    )
 
     @model_validator(mode="after")
     def _names_unique(self) -> PolicySpec:
@@ -58,6 +88,11 @@ class PolicySpec(BaseModel):
         names = [c.name for c in self.cameras]
         if len(set(names)) != len(names):
             raise ValueError("camera names must be unique")
+        if self.execution is not None and self.execution.query_period > self.chunk_size:
+            raise ValueError(
+                f"execution.query_period ({self.execution.query_period}) cannot exceed "
+                f"chunk_size ({self.chunk_size}): steps between chunks would have no action"
+            )
         return self
 
     @property

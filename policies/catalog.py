@@ -53,7 +53,7 @@ def build_tensor_policy(
 
     if policy.path is None:  # the config validator makes this unreachable; say why anyway
         raise ConfigError("policy.kind 'checkpoint' needs policy.path")
-    return load_checkpoint(policy.path, device=device)
+    return load_checkpoint(policy.path, device=device, joint_names=policy.joint_names)
 
 
 def describe_source(policy: PolicyConfig) -> str:

@@ -260,6 +260,7 @@ def offline_daemon(
 ) -> tuple[Any, Any, Recorder, list[int]]:
     """The dispatcher and the loop of a daemon, without sockets or threads; inference runs at
     once on submit unless another `worker` is given."""
+    from controller.config import resolve_execution
     from controller.daemon.dispatch import Dispatcher
     from controller.daemon.loop import ControlLoop
     from controller.daemon.service import limits_for, pipeline_factory
@@ -274,7 +275,7 @@ def offline_daemon(
         pipeline_factory(policy.spec, config),
         control_hz=config.control.rate_hz,
         server=config.server,
-        inference=config.inference,
+        inference=resolve_execution(config.inference, policy.spec)[0],
         limits=limits_for(policy.spec),
     )
     loop = ControlLoop(

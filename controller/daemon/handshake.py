@@ -97,7 +97,9 @@ def check_driver_spec(raw: dict[str, Any], policy: PolicySpec) -> None:
     if joints != policy.joint_names:
         raise SpecMismatchError(
             f"the driver's joints {list(joints)} differ from the policy's "
-            f"{list(policy.joint_names)}; send the policy's joint names in this order"
+            f"{list(policy.joint_names)}; send the policy's joint names in this order, or, if "
+            "the driver's names are right, give the daemon them in policy.joint_names (a "
+            "LeRobot checkpoint carries no names)"
         )
     if state_size != policy.state_size:
         raise SpecMismatchError(

@@ -18,7 +18,7 @@ from typing import Any
 import zmq
 
 from controller.action.pipeline import ActionPipeline
-from controller.config import TempoConfig
+from controller.config import TempoConfig, resolve_execution
 from controller.daemon.dispatch import Dispatcher, PipelineFactory
 from controller.daemon.loop import ControlLoop
 from controller.daemon.pacer import Pacer
@@ -52,15 +52,17 @@ def limits_for(spec: PolicySpec) -> Limits:
 
 def pipeline_factory(spec: PolicySpec, config: TempoConfig) -> PipelineFactory:
     """How the daemon builds one robot's action pipeline from its config (the tools use it too,
-    so what they time is what is served): the driver's joint limits from hello -> pipeline."""
+    so what they time is what is served): the driver's joint limits from hello -> pipeline.
+    Ensembling follows the policy's checkpoint unless the config sets it (resolve_execution)."""
+    inference, _ = resolve_execution(config.inference, spec)
     return functools.partial(
         ActionPipeline,
         spec,
         config.guards,
         config.teleop,
         config.control.rate_hz,
-        config.inference.ensemble,
-        config.inference.temporal_k,
+        inference.ensemble,
+        inference.temporal_k,
     )
 
 
@@ -78,6 +80,8 @@ class Daemon:
         self.policy = policy
         self.context = context or zmq.Context.instance()
         self.period_ns = int(round(1e9 / config.control.rate_hz))
+        # The config's inference fields, else the checkpoint's execution settings, else defaults.
+        self.inference, self.execution = resolve_execution(config.inference, policy.spec)
         self.limits = limits_for(policy.spec)
         self.curve = CurveServer(self.context, config.security) if config.security.enabled else None
         self.transport = RouterTransport(
@@ -93,7 +97,7 @@ class Daemon:
             pipeline_factory(policy.spec, config),
             control_hz=config.control.rate_hz,
             server=config.server,
-            inference=config.inference,
+            inference=self.inference,
             limits=self.limits,
             telemetry=self.telemetry,
         )
@@ -236,6 +240,7 @@ class Daemon:
         return {
             "uptime_s": uptime,
             "control_hz": self.config.control.rate_hz,
+            "execution": self.execution,
             "ticks": ticks,
             "achieved_hz": ticks / uptime if uptime > 0 else 0.0,
             "missed_ticks": self.pacer.missed_ticks,

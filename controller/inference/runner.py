@@ -224,7 +224,7 @@ class Runner:
             self._ladder.begin(ready)
             self._start_s = time.perf_counter() - started
             say(
-                f"ready in {self._start_s:.1f} s: serving from {ready[0]} "
+                f"policy started in {self._start_s:.1f} s: serving from {ready[0]} "
                 f"(fallbacks: {', '.join(ready[1:]) or 'none'})"
             )
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from controller.config import TempoConfig
+from controller.config import TempoConfig, resolve_execution
 from controller.inference.runner import Runner
 from controller.tools.profiling import (
     Progress,
@@ -151,7 +151,8 @@ class _Variant:
         self.description = description
         self.source = source
         self.pipeline = robot_pipeline(config, runner.spec)
-        self.period = config.inference.query_period
+        self.inference, _ = resolve_execution(config.inference, runner.spec)
+        self.period = self.inference.query_period
         self.step = 0
         self.predict: list[float] = []
 
@@ -280,7 +281,7 @@ def run_compare(
             policy=v.description,
             tier=v.runner.tier or "?",
             query_period=v.period,
-            ensemble=v.config.inference.ensemble,
+            ensemble=v.inference.ensemble,
             samples=s,
             predict=np.asarray(v.predict),
             tiers=list(v.runner.status()["tiers"]),  # type: ignore[call-overload]

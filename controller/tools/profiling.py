@@ -44,7 +44,7 @@ import torch
 
 from controller.action.guards import Verdict
 from controller.action.pipeline import ActionPipeline
-from controller.config import TempoConfig
+from controller.config import TempoConfig, resolve_execution
 from controller.daemon.service import pipeline_factory
 from controller.inference import build
 from controller.inference.runner import Runner
@@ -244,7 +244,7 @@ def run_profile(
 
     phases = _Phases(runner)
     pipeline = robot_pipeline(config, runner.spec)
-    period = config.inference.query_period
+    period = resolve_execution(config.inference, runner.spec)[0].query_period
     clock = time.perf_counter_ns
     columns = {k: np.zeros(iterations) for k in ("step", "upload", "model", "download")}
     columns |= {"ensembler": np.zeros(iterations), "guards": np.zeros(iterations)}
@@ -360,7 +360,7 @@ def run_profile(
         warmup=warmup,
         source=source.description,
         control_hz=config.control.rate_hz,
-        query_period=config.inference.query_period,
+        query_period=period,
         n_cameras=len(spec.cameras),
         frame_bytes=frame_bytes,
         rows=rows,

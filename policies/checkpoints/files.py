@@ -24,6 +24,29 @@ FORMAT = "tempo"  # the "format" marker of a Tempo config.json
 _MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
+# LeRobot's training output: RUN/checkpoints/<step or last>/pretrained_model/ holds the policy.
+PRETRAINED_DIR = "pretrained_model"
+CHECKPOINTS_DIR = "checkpoints"
+
+
+def locate_checkpoint(directory: str | Path) -> Path:
+    """The policy directory `directory` points at: itself, or the `pretrained_model/` inside a
+    LeRobot training checkpoint folder (RUN/checkpoints/last). A training run's own folder is
+    refused with the path to use."""
+    directory = Path(directory)
+    if (directory / CONFIG_FILE).is_file() or not directory.is_dir():
+        return directory
+    if (directory / PRETRAINED_DIR / CONFIG_FILE).is_file():
+        return directory / PRETRAINED_DIR
+    last = directory / CHECKPOINTS_DIR / "last" / PRETRAINED_DIR
+    if (directory / CHECKPOINTS_DIR).is_dir():
+        raise CheckpointError(
+            f"{directory} is a LeRobot training run, not a policy directory; point at one of "
+            f"its checkpoints, e.g. {last}"
+        )
+    return directory
+
+
 def detect_format(directory: Path) -> tuple[Literal["tempo", "lerobot"], dict[str, Any]]:
     """Which kind of checkpoint `directory` holds, from its config.json (read once, returned)."""
     if not directory.is_dir():

@@ -69,11 +69,14 @@ from pydantic import ValidationError
 from controller.errors import CheckpointError
 from policies.act.config import ACTConfig
 from policies.base import CameraSpec, PolicySpec
+from policies.checkpoints.execution import lerobot_execution
 from policies.checkpoints.files import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     describe_validation_error,
     detect_format,
+    locate_checkpoint,
+    read_json,
     read_tensors,
 )
 from policies.checkpoints.lerobot_format import (
@@ -154,7 +157,7 @@ def read_lerobot_act(
     allow_unknown_options: bool = False,
 ) -> LeRobotACT:
     """Read a LeRobot ACT directory into an FP32 TensorPolicy in eval mode (on the CPU)."""
-    src = Path(src)
+    src = locate_checkpoint(src)
     kind, raw = detect_format(src)
     if kind != "lerobot":
         raise CheckpointError(f"{src} is a Tempo checkpoint, not a LeRobot one; load it directly")
@@ -192,13 +195,25 @@ def read_lerobot_act(
 
     config = _act_config(options, features, norm, config_path)
     if joint_names is None:
-        joint_names = [f"joint_{i}" for i in range(features.action_dim)]
-        notes.append("LeRobot configs carry no joint names; generated joint_0..")
+        joint_names, where = dataset_joint_names(src, features.action_dim)
+        if joint_names is None:
+            joint_names = [f"joint_{i}" for i in range(features.action_dim)]
+            notes.append(
+                "LeRobot configs carry no joint names and no dataset metadata was found next to "
+                "the checkpoint; generated joint_0.. (set policy.joint_names, or --joint-names)"
+            )
+        else:
+            notes.append(f"joint names from {where}")
     elif len(joint_names) != features.action_dim:
         raise CheckpointError(
             f"{len(joint_names)} joint names were given but the LeRobot policy outputs "
             f"{features.action_dim} actions; give one name per action entry"
         )
+    execution = lerobot_execution(
+        options["n_action_steps"],
+        options["temporal_ensemble_coeff"],
+        f"LeRobot {CONFIG_FILE}" + ("" if "n_action_steps" in raw else " (LeRobot's defaults)"),
+    )
     try:
         spec = PolicySpec(
             cameras=tuple(
@@ -209,11 +224,48 @@ def read_lerobot_act(
             joint_names=tuple(joint_names),
             chunk_size=config.chunk_size,
             state_history=1,
+            execution=execution,
         )
     except ValidationError as exc:
         raise CheckpointError(f"{config_path}: spec {describe_validation_error(exc)}") from None
     module = build_module(config, weights, src / WEIGHTS_FILE)
     return LeRobotACT(policy=TensorPolicy(spec=spec, module=module), layout=layout, notes=notes)
+
+
+# Where LeRobot's dataset metadata (meta/info.json) may sit relative to a policy directory.
+_DATASET_INFO = ("meta/info.json", "info.json")
+_TRAIN_CONFIG = "train_config.json"
+
+
+def dataset_joint_names(src: Path, action_dim: int) -> tuple[list[str] | None, str]:
+    """Joint names from the LeRobot dataset metadata found next to a checkpoint: its
+    `features.action.names` in `meta/info.json` (or `info.json`) in the directory, or in the
+    dataset root that `train_config.json` names. (None, "") when there is none; a file whose
+    names do not fit the policy is refused."""
+    candidates = [src / name for name in _DATASET_INFO]
+    train_config = src / _TRAIN_CONFIG
+    if train_config.is_file():
+        dataset = read_json(train_config).get("dataset")
+        root = dataset.get("root") if isinstance(dataset, dict) else None
+        if isinstance(root, str) and root:
+            candidates += [Path(root) / name for name in _DATASET_INFO]
+    for path in candidates:
+        if not path.is_file():
+            continue
+        features = read_json(path).get("features")
+        action = features.get("action") if isinstance(features, dict) else None
+        names = action.get("names") if isinstance(action, dict) else None
+        if isinstance(names, dict):  # older datasets: {"motors": [...]}
+            names = next(iter(names.values()), None) if len(names) == 1 else None
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            continue
+        if len(names) != action_dim:
+            raise CheckpointError(
+                f"{path} names {len(names)} action entries but the policy outputs {action_dim}; "
+                "it describes another dataset: set policy.joint_names instead"
+            )
+        return names, str(path)
+    return None, ""
 
 
 def _read_options(raw: dict[str, Any], path: Path, allow_unknown: bool) -> dict[str, Any]:

@@ -11,17 +11,25 @@ writes the converted form to disk). Every problem is a `CheckpointError` naming 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
 import torch
 from safetensors import safe_open
 
+from controller.errors import CheckpointError
 from policies.act.backbone import feature_map_size
 from policies.act.config import ACTConfig
 from policies.act.model import ACT
 from policies.base import PolicySpec
-from policies.checkpoints.files import CONFIG_FILE, WEIGHTS_FILE, detect_format
+from policies.checkpoints.execution import describe as describe_execution
+from policies.checkpoints.files import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    detect_format,
+    locate_checkpoint,
+)
 from policies.checkpoints.lerobot import read_lerobot_act
 from policies.checkpoints.tempo_format import (
     FORMAT_VERSION,
@@ -31,14 +39,26 @@ from policies.checkpoints.tempo_format import (
 from policies.tensor_policy import TensorPolicy
 
 
-def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -> TensorPolicy:
-    """Load a Tempo checkpoint, or a LeRobot ACT directory, as an FP32 module in eval mode."""
-    directory = Path(directory)
+def load_checkpoint(
+    directory: str | Path,
+    device: str | torch.device = "cpu",
+    joint_names: Sequence[str] | None = None,
+) -> TensorPolicy:
+    """Load a Tempo checkpoint, or a LeRobot ACT directory, as an FP32 module in eval mode.
+    `joint_names` names the action entries (policy.joint_names): a LeRobot directory takes them
+    as its names, a Tempo checkpoint (which records its own) must agree with them."""
+    directory = locate_checkpoint(directory)
     kind, raw = detect_format(directory)
     if kind == "lerobot":
-        policy = read_lerobot_act(directory).policy
+        policy = read_lerobot_act(directory, joint_names=joint_names).policy
     else:
         policy = read_tempo_checkpoint(directory, raw)
+        if joint_names is not None and tuple(joint_names) != policy.spec.joint_names:
+            raise CheckpointError(
+                f"policy.joint_names ({', '.join(joint_names)}) differ from the names "
+                f"{directory / CONFIG_FILE} records ({', '.join(policy.spec.joint_names)}); "
+                "unset policy.joint_names, or re-export the checkpoint with the new names"
+            )
     policy.module.to(device).eval()
     return policy
 
@@ -49,7 +69,7 @@ def describe_checkpoint(directory: str | Path) -> str:
     A Tempo checkpoint is described from its config and the safetensors header, without loading
     weights; a LeRobot directory is read in full, since converting it is how it is checked.
     """
-    directory = Path(directory)
+    directory = locate_checkpoint(directory)
     kind, raw = detect_format(directory)
     if kind == "lerobot":
         imported = read_lerobot_act(directory)
@@ -95,11 +115,7 @@ def summarize(spec: PolicySpec, config: ACTConfig, weights: Path) -> list[str]:
         f"normalization: images {config.image_norm}, state {config.state_norm}, environment "
         f"{config.env_state_norm}, actions {config.action_norm}",
     ]
-    if config.n_action_steps is not None or config.temporal_ensemble_coeff is not None:
-        lines.append(
-            f"execution hints: n_action_steps {config.n_action_steps}, temporal_ensemble_coeff "
-            f"{config.temporal_ensemble_coeff}"
-        )
+    lines.append(describe_execution(spec.execution))
     with torch.device("meta"):
         module = ACT(config)
     n_params = sum(p.numel() for p in module.parameters())

@@ -3,7 +3,9 @@
 A Tempo checkpoint is a directory with two files:
 
     config.json          {"format": "tempo", "format_version": 1, "policy_type": "act",
-                          "spec": <PolicySpec>, "model": <ACTConfig>}
+                          "spec": <PolicySpec>, "model": <ACTConfig>}; the spec's optional
+                          `execution` records how chunks are executed (query period,
+                          ensembling; see policies.checkpoints.execution)
     model.safetensors    every parameter and persistent buffer of the module, normalization
                          statistics included, float32
 
@@ -28,6 +30,7 @@ from controller.errors import CheckpointError
 from policies.act.config import ACTConfig
 from policies.act.model import ACT
 from policies.base import PolicySpec
+from policies.checkpoints.execution import lerobot_execution
 from policies.checkpoints.files import (
     CONFIG_FILE,
     FORMAT,
@@ -119,6 +122,16 @@ def parse_tempo_config(raw: dict[str, Any], path: Path) -> CheckpointConfig:
     except ValidationError as exc:
         raise CheckpointError(f"{path}: {describe_validation_error(exc)}") from None
     check_spec_matches(parsed.spec, parsed.model, str(path))
+    model = parsed.model
+    if parsed.spec.execution is None and (
+        model.n_action_steps is not None or model.temporal_ensemble_coeff is not None
+    ):  # written before the spec recorded execution: the model config's LeRobot values say it
+        execution = lerobot_execution(
+            model.n_action_steps, model.temporal_ensemble_coeff, f"{path} model"
+        )
+        parsed = parsed.model_copy(
+            update={"spec": parsed.spec.model_copy(update={"execution": execution})}
+        )
     return parsed
 
 

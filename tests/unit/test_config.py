@@ -304,3 +304,56 @@ def test_configs_are_frozen():
 def test_sections_refuse_unknown_fields_when_built_in_code():
     with pytest.raises(pydantic.ValidationError, match="rat_hz"):
         ControlConfig(rat_hz=5)  # type: ignore[call-arg]
+
+
+# -- execution: the checkpoint's unless the config sets it ---------------------------------------
+
+
+def _spec(execution=None, chunk_size=10):  # type: ignore[no-untyped-def]
+    from policies.base import CameraSpec, Execution, PolicySpec
+
+    return PolicySpec(
+        cameras=(CameraSpec(name="front", height=4, width=4),),
+        state_size=2,
+        joint_names=("a", "b"),
+        chunk_size=chunk_size,
+        execution=None if execution is None else Execution(**execution),
+    )
+
+
+def test_execution_comes_from_the_checkpoint_unless_the_config_sets_it():
+    from controller.config import resolve_execution
+
+    hint = {"query_period": 10, "ensemble": "newest", "source": "LeRobot config.json: ..."}
+    resolved, line = resolve_execution(TempoConfig().inference, _spec(hint))
+    assert (resolved.query_period, resolved.ensemble) == (10, "newest")
+    assert "query every 10 step(s), play the newest chunk" in line
+    assert "query_period from checkpoint" in line and "LeRobot config.json" in line
+
+    config = load_config(overrides=["inference.ensemble=temporal"])
+    resolved, line = resolve_execution(config.inference, _spec(hint))
+    assert (resolved.query_period, resolved.ensemble, resolved.temporal_k) == (10, "temporal", 0.01)
+    assert "ensemble from config" in line and "temporal_k from default" in line
+
+    resolved, line = resolve_execution(TempoConfig().inference, _spec())
+    assert (resolved.query_period, resolved.ensemble) == (1, "temporal")
+    assert "checkpoint" not in line
+
+
+def test_a_query_period_longer_than_the_chunk_is_refused():
+    from controller.config import resolve_execution
+
+    config = load_config(overrides=["inference.query_period=20"])
+    with pytest.raises(ConfigError, match="exceeds the policy's chunk_size 10"):
+        resolve_execution(config.inference, _spec())
+
+
+def test_config_show_leaves_unset_inference_fields_to_the_checkpoint(tmp_path):
+    text = dump_config(TempoConfig())
+    assert "query_period" not in text
+    reloaded = load_config(write(tmp_path, text))
+    assert reloaded.inference.model_fields_set == set()
+    config = load_config(overrides=["inference.query_period=5"])
+    reloaded = load_config(write(tmp_path, dump_config(config)))
+    assert reloaded.inference.model_fields_set == {"query_period"}
+    assert reloaded.inference.query_period == 5

@@ -39,7 +39,7 @@ def test_start_runner_returns_a_started_runner_and_reports_progress() -> None:
     policy = build_tiny_policy()
     runner = start_runner(policy, config, "cpu", progress=messages.append)
     assert runner.tier == "eager_fp32"
-    assert any(message.startswith("ready in") for message in messages)
+    assert any(message.startswith("policy started in") for message in messages)
     # What profiling tools read, through public accessors.
     assert runner.module is policy.module
     assert runner.serving_tier.name == runner.tier

@@ -364,3 +364,98 @@ def test_stray_buffer_in_old_layout(reference: ACT, tmp_path: Path) -> None:
     tensors["normalize_inputs.buffer_observation_images_top.mean"] = torch.zeros(3, 1, 1)
     save_file(tensors, str(directory / "model.safetensors"))
     assert "belongs to no feature of config.json" in refusal(directory)
+
+
+# ---- Execution settings, joint names, training-run folders ----------------------------------
+
+
+def test_execution_follows_the_lerobot_config(processor_dir: Path, tmp_path: Path) -> None:
+    spec = read_lerobot_act(processor_dir).policy.spec
+    assert spec.execution is not None
+    assert (spec.execution.query_period, spec.execution.ensemble) == (4, "newest")
+    assert "n_action_steps=4" in spec.execution.source
+    ensembled = variant(processor_dir, tmp_path)
+    edit_json(
+        ensembled / "config.json",
+        lambda c: c.update(n_action_steps=1, temporal_ensemble_coeff=0.01),
+    )
+    execution = read_lerobot_act(ensembled).policy.spec.execution
+    assert execution is not None
+    assert (execution.query_period, execution.ensemble, execution.temporal_k) == (
+        1,
+        "temporal",
+        0.01,
+    )
+    assert "temporal ensembling k=0.01" in describe_checkpoint(ensembled)
+
+
+def test_inspect_and_the_tempo_format_record_the_execution(
+    processor_dir: Path, tmp_path: Path
+) -> None:
+    assert "execution: query every 4 step(s), play the newest chunk (from LeRobot" in (
+        describe_checkpoint(processor_dir)
+    )
+    dst = import_lerobot(processor_dir, tmp_path / "tempo")
+    saved = json.loads((dst / "config.json").read_text())
+    assert saved["spec"]["execution"]["query_period"] == 4
+    assert (
+        load_checkpoint(dst).spec.execution == read_lerobot_act(processor_dir).policy.spec.execution
+    )
+    # A Tempo checkpoint written before the spec recorded it: the model's LeRobot values say it.
+    edit_json(dst / "config.json", lambda c: c["spec"].pop("execution"))
+    execution = load_checkpoint(dst).spec.execution
+    assert execution is not None and execution.query_period == 4
+
+
+def test_joint_names_from_dataset_metadata_next_to_the_checkpoint(
+    processor_dir: Path, tmp_path: Path
+) -> None:
+    directory = variant(processor_dir, tmp_path)
+    (directory / "meta").mkdir()
+    info = {"features": {"action": {"dtype": "float32", "shape": [3], "names": ["x", "y", "z"]}}}
+    (directory / "meta" / "info.json").write_text(json.dumps(info))
+    policy = load_checkpoint(directory)
+    assert policy.spec.joint_names == ("x", "y", "z")
+    assert "joint names from" in describe_checkpoint(directory)
+    # policy.joint_names wins over the metadata
+    assert load_checkpoint(directory, joint_names=["a", "b", "c"]).spec.joint_names == (
+        "a",
+        "b",
+        "c",
+    )
+    info["features"]["action"]["names"] = ["x", "y"]
+    (directory / "meta" / "info.json").write_text(json.dumps(info))
+    with pytest.raises(CheckpointError, match="names 2 action entries.*policy.joint_names"):
+        load_checkpoint(directory)
+
+
+def test_joint_names_from_the_dataset_root_in_train_config(
+    processor_dir: Path, tmp_path: Path
+) -> None:
+    directory = variant(processor_dir, tmp_path)
+    root = tmp_path / "dataset"
+    (root / "meta").mkdir(parents=True)
+    names = {"motors": ["m0", "m1", "m2"]}  # older datasets nest the list
+    info = {"features": {"action": {"shape": [3], "names": names}}}
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    (directory / "train_config.json").write_text(json.dumps({"dataset": {"root": str(root)}}))
+    assert load_checkpoint(directory).spec.joint_names == ("m0", "m1", "m2")
+
+
+def test_a_tempo_checkpoint_refuses_other_joint_names(processor_dir: Path, tmp_path: Path) -> None:
+    dst = import_lerobot(processor_dir, tmp_path / "tempo", joint_names=["a", "b", "c"])
+    assert load_checkpoint(dst, joint_names=["a", "b", "c"]).spec.joint_names == ("a", "b", "c")
+    with pytest.raises(CheckpointError, match="differ from the names"):
+        load_checkpoint(dst, joint_names=["x", "y", "z"])
+
+
+def test_training_run_folders(processor_dir: Path, tmp_path: Path) -> None:
+    """RUN/checkpoints/last/ holds pretrained_model/ (found); RUN itself is named, not guessed."""
+    run = tmp_path / "run"
+    last = run / "checkpoints" / "last"
+    shutil.copytree(processor_dir, last / "pretrained_model")
+    (last / "training_state").mkdir()
+    assert load_checkpoint(last).spec.chunk_size == 4
+    assert "format: LeRobot ACT" in describe_checkpoint(last)
+    with pytest.raises(CheckpointError, match="training run.*checkpoints/last/pretrained_model"):
+        load_checkpoint(run)
