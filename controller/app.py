@@ -14,7 +14,7 @@ from typing import Any
 
 from controller.config import TempoConfig
 from controller.daemon.security import check_bind_allowed, check_local_only
-from controller.daemon.service import Daemon
+from controller.daemon.service import Daemon, check_action_config
 from controller.daemon.systemd import notify
 from controller.errors import ConfigError
 from controller.inference.build import resolve_device, start_runner
@@ -57,6 +57,7 @@ def serve(
     attach = getattr(policy, "attach_telemetry", None)  # the Runner: upload, model, postprocess
     if callable(attach):
         attach(telemetry)
+    check_action_config(policy.spec, config)  # unknown joints refused now; guards logged
     daemon = Daemon(config, policy, telemetry=telemetry)
     log.info("execution: %s", daemon.execution)
     status = StatusServer(daemon.context, config.server.status_bind, daemon.status)

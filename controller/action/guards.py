@@ -210,6 +210,31 @@ class GuardChain:
 
     # -- status ----------------------------------------------------------------------------------
 
+    def describe(self) -> str:
+        """Which guards are active, in one line (logged at start for each robot spec)."""
+        limited = [
+            j for i, j in enumerate(self.joint_names)
+            if np.isfinite(self._lower[i]) or np.isfinite(self._upper[i])
+        ]  # fmt: skip
+        parts = ["non-finite check"]
+        parts.append(
+            f"position limits on {len(limited)} of {self._n} joints ({', '.join(limited)})"
+            if limited
+            else "no position limits"
+        )
+        for label, steps in (("velocity", self._max_step), ("acceleration", self._max_dstep)):
+            count = int(np.isfinite(steps).sum())
+            parts.append(f"{label} limit on {count} joints" if count else f"no {label} limit")
+        parts.append(
+            f"watchdog hold after {self.config.hold_after_ms:g} ms, stop after "
+            f"{self.config.stop_after_ms:g} ms (resume: {self.config.resume})"
+        )
+        return ", ".join(parts)
+
+    @property
+    def has_position_limits(self) -> bool:
+        return bool(np.isfinite(self._lower).any() or np.isfinite(self._upper).any())
+
     @property
     def counters(self) -> dict[str, int]:
         """Interventions so far (a copy); see the module docstring for what each counts."""

@@ -24,7 +24,7 @@ from controller.daemon.loop import ControlLoop
 from controller.daemon.pacer import Pacer
 from controller.daemon.security import CurveServer, check_bind_allowed
 from controller.daemon.transport import RouterTransport
-from controller.errors import SecurityError
+from controller.errors import ConfigError, SecurityError
 from controller.inference.worker import InferenceWorker
 from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry
@@ -64,6 +64,24 @@ def pipeline_factory(spec: PolicySpec, config: TempoConfig) -> PipelineFactory:
         inference.ensemble,
         inference.temporal_k,
     )
+
+
+def check_action_config(spec: PolicySpec, config: TempoConfig) -> ActionPipeline:
+    """Build one robot's action pipeline as a session would (without driver limits), so that
+    guards or teleop naming joints the policy does not have are refused at start, not at the
+    first hello; log which guards are active, and warn when no joint has position limits."""
+    try:
+        pipeline = pipeline_factory(spec, config)({})
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (the policy's joints come from its checkpoint)") from None
+    log.info("guards for robots of joints %s: %s", ", ".join(spec.joint_names),
+             pipeline.guards.describe())  # fmt: skip
+    if not pipeline.guards.has_position_limits:
+        log.warning(
+            "no position limits are configured (guards.position_limits), so only limits a "
+            "driver sends in hello bound this policy's commands; set them for a real robot"
+        )
+    return pipeline
 
 
 class Daemon:
