@@ -8,6 +8,7 @@
     │   └── (codes: see ErrorCode)
     ├── HandshakeRefused            client side: the daemon answered `hello` with `error`
     ├── DaemonUnavailable           client side: no answer from the daemon within the timeout
+    ├── ObservationError            client side: an observation does not fit the declared spec
     ├── PolicyError                 the policy failed to produce a usable chunk
     └── SecurityError               a bind or key setup that would expose the robot is refused
 
@@ -84,3 +85,8 @@ class PolicyError(TempoError):
 
 class SecurityError(TempoError):
     """A setup that would expose the robot to the network is refused."""
+
+
+class ObservationError(TempoError, ValueError):
+    """Client side: an observation does not fit the spec the driver declared (raised before
+    anything is sent; the daemon would refuse it)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,9 @@ from policies.base import PolicySpec
 log = logging.getLogger(__name__)
 
 MAX_ERROR_TEXT = 1000  # characters; well under the decoders' string limit
+# A refusal is logged at most this often per robot and error code; the rest are counted and the
+# count goes into the next line, so a driver sending thousands of bad messages is seen, not spammed.
+REFUSAL_LOG_INTERVAL_NS = 10_000_000_000
 
 Sender = Callable[..., bool]  # (identity, kind, *, seq, fields, arrays=None) -> sent?
 # driver's joint limits from hello -> that robot's action pipeline (raises ValueError if invalid)
@@ -64,6 +68,8 @@ class Dispatcher:
         self.closed_guard_counts: collections.Counter[str] = collections.Counter()
         self.messages = 0
         self._error_seq = 0
+        self._refusal_logged_ns: dict[tuple[str, str], int] = {}
+        self._refusals_unlogged: collections.Counter[tuple[str, str]] = collections.Counter()
         self._observation_arrays = frozenset(spec.camera_names) | {"state"}
         # Observation checks, timed as `preprocess` (the method itself when telemetry is off).
         self._check = (
@@ -108,6 +114,7 @@ class Dispatcher:
         version: int | None = None,
     ) -> None:
         self.errors[code.value] += 1
+        self._log_refusal(code, text, message)
         if len(text) > MAX_ERROR_TEXT:  # a driver's decoder caps strings; keep the sentence
             text = text[: MAX_ERROR_TEXT - 3] + "..."
         fields: dict[str, Any] = {"code": code.value, "message": text}
@@ -120,6 +127,24 @@ class Dispatcher:
             self.send(identity, "error", seq=self._error_seq, fields=fields)
         else:  # a driver of an older protocol version: in its version, so it can read why
             self.send(identity, "error", seq=self._error_seq, fields=fields, version=version)
+
+    def _log_refusal(self, code: ErrorCode, text: str, message: Message | None) -> None:
+        """Say in the daemon's log why a robot's message was refused (rate-limited)."""
+        robot = message.header.get("robot") if message is not None else None
+        who = robot if isinstance(robot, str) else "an unidentified driver"
+        key = (who, code.value)
+        now = time.monotonic_ns()
+        last = self._refusal_logged_ns.get(key)
+        if last is not None and now - last < REFUSAL_LOG_INTERVAL_NS:
+            self._refusals_unlogged[key] += 1
+            return
+        if len(self._refusal_logged_ns) > 1000:  # many names (a hostile driver): start over
+            self._refusal_logged_ns.clear()
+            self._refusals_unlogged.clear()
+        self._refusal_logged_ns[key] = now
+        more = self._refusals_unlogged.pop(key, 0)
+        since = f" ({more} more such refusals since the last line)" if more else ""
+        log.warning("refused a message from robot %s (%s): %s%s", who, code.value, text, since)
 
     # -- handlers --------------------------------------------------------------------------
 

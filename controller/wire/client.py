@@ -32,6 +32,7 @@ from controller.errors import (
     DaemonUnavailable,
     ErrorCode,
     HandshakeRefused,
+    ObservationError,
     ProtocolError,
     SecurityError,
 )
@@ -106,6 +107,7 @@ class TempoClient:
             # The robot's own joint limits; the daemon's guards keep the tighter of these and
             # its configured ones.
             self.spec["limits"] = {j: [float(lo), float(hi)] for j, (lo, hi) in limits.items()}
+        self._camera_shapes = {n: (int(h), int(w), 3) for n, (h, w) in cameras.items()}
         self.stale_after_ns = int(stale_after_s * 1e9)
         self.silence_reconnect_ns = int(silence_reconnect_s * 1e9)
         self.handshake_timeout_ns = int(handshake_timeout_s * 1e9)
@@ -234,21 +236,75 @@ class TempoClient:
         counted).
 
         The arrays are sent without copying: do not write into them until the next call (hand
-        over a fresh array per frame, as camera drivers usually do)."""
+        over a fresh array per frame, as camera drivers usually do).
+
+        Raises ObservationError, before sending anything, when the observation does not fit
+        what this client declared: camera names, frames uint8 (height, width, 3), state and
+        teleop lengths, finite values."""
+        arrays: dict[str, np.ndarray] = dict(images)  # checked first, connected or not
+        self._check_images(arrays)
+        arrays["state"] = self._checked_vector(state, "state", self.spec["state_size"])
+        if teleop is not None:
+            arrays["teleop"] = self._checked_vector(teleop, "teleop", len(self.spec["joints"]))
         self._check_connection()
         if self.welcome is None:
             self.counters.dropped_observations += 1
             return None
-        arrays: dict[str, np.ndarray] = dict(images)
-        arrays["state"] = np.asarray(state, dtype=np.float32)
-        if teleop is not None:
-            arrays["teleop"] = np.asarray(teleop, dtype=np.float32)
         fields: dict[str, Any] = {"session": self.welcome.session}
         if resume:
             fields["resume"] = True
         if episode_start:
             fields["episode_start"] = True
         return self._send("obs", fields, arrays)
+
+    def _check_images(self, images: Mapping[str, Any]) -> None:
+        """Each declared camera's frame: a uint8 numpy array of shape (height, width, 3)."""
+        declared = self._camera_shapes
+        if set(images) != set(declared):
+            missing = sorted(set(declared) - set(images))
+            extra = sorted(set(images) - set(declared))
+            raise ObservationError(
+                f"the observation's cameras {sorted(images)} differ from those declared "
+                f"{sorted(declared)}"
+                + (f" (missing {missing})" if missing else "")
+                + (f" (not declared {extra})" if extra else "")
+            )
+        for name, frame in images.items():
+            shape = declared[name]
+            if not isinstance(frame, np.ndarray):
+                raise ObservationError(
+                    f"camera {name!r}: the frame is a {type(frame).__name__}, not a numpy array"
+                )
+            if frame.shape != shape:
+                hint = ""
+                if frame.shape == (3, shape[0], shape[1]):
+                    hint = "; it is channels-first: send frame.transpose(1, 2, 0)"
+                elif frame.ndim == 3 and frame.shape[2] == 3:
+                    hint = "; resize the frame, or declare the camera's real size in cameras="
+                raise ObservationError(
+                    f"camera {name!r}: frame of shape {list(frame.shape)}, declared "
+                    f"{list(shape)} (height, width, 3 RGB){hint}"
+                )
+            if frame.dtype != np.uint8:
+                raise ObservationError(
+                    f"camera {name!r}: frames are uint8 (0-255 RGB), got {frame.dtype}; convert "
+                    "them, e.g. (frame * 255).clip(0, 255).astype(np.uint8) for [0, 1] floats"
+                )
+
+    @staticmethod
+    def _checked_vector(values: Any, name: str, size: int) -> np.ndarray:
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: Inf, refused
+                vector = np.asarray(values, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise ObservationError(f"{name} must be {size} numbers") from None
+        if vector.shape != (size,):
+            raise ObservationError(
+                f"{name} has shape {list(vector.shape)}; the declared robot has {size} values"
+            )
+        if not np.isfinite(vector).all():
+            raise ObservationError(f"{name} contains NaN or Inf (or values beyond float32)")
+        return vector
 
     def set_teleop(self, joints: Sequence[str]) -> None:
         """Hand these joints to the operator (all others to the policy)."""
