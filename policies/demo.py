@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from policies.act.config import ACTConfig
+from policies.act.config import ACTConfig, camera_fields
 from policies.act.model import ACT
 from policies.base import CameraSpec, PolicySpec
 from policies.checkpoints.tempo_format import save_checkpoint
@@ -38,15 +38,11 @@ def make_demo_policy(
 ) -> TensorPolicy:
     """The demo ACT policy in memory (FP32, eval mode, CPU); `state_history` > 1 makes it read
     that many past joint states."""
-    shapes = {(height, width) for _, height, width in cameras}
-    if len(shapes) != 1:
-        raise ValueError(f"the demo needs cameras of one frame shape, got {sorted(shapes)}")
-    height, width = shapes.pop()
+    if not cameras:
+        raise ValueError("the demo ACT needs at least one camera")
     n_joints = len(joint_names)
     config = ACTConfig(
-        n_cameras=len(cameras),
-        image_height=height,
-        image_width=width,
+        **camera_fields([(height, width) for _, height, width in cameras]),
         state_dim=state_size,
         action_dim=n_joints,
         chunk_size=chunk_size,

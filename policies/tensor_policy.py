@@ -43,29 +43,18 @@ class TensorPolicy:
         return self.codec if self.codec is not None else InputCodec(self.spec)
 
 
-def check_stackable(spec: PolicySpec) -> tuple[int, int]:
-    """(height, width) shared by every camera, for models that batch all cameras as one tensor
-    (1 x 1 without cameras); raises ValueError naming the shapes when they differ."""
-    groups = frame_groups(spec)
-    if len(groups) > 1:
-        raise ValueError(
-            "all cameras must have the same frame shape to be batched, got "
-            + ", ".join(f"{c.name}={c.height}x{c.width}" for c in spec.cameras)
-        )
-    return groups[0].height, groups[0].width
-
-
 def example_inputs(
     spec: PolicySpec, batch: int = 1, device: str | torch.device = "cpu", seed: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random inputs shaped for `spec` (for warm-up, parity checks and tests)."""
-    height, width = check_stackable(spec)
+) -> tuple[torch.Tensor, ...]:
+    """Random default-codec inputs shaped for `spec`: one uint8 frame tensor per camera shape
+    (`frame_groups`), then the state history (for warm-up, parity checks and tests)."""
     gen = torch.Generator().manual_seed(seed)
-    images = torch.randint(
-        0, 256, (batch, len(spec.cameras), height, width, 3), dtype=torch.uint8, generator=gen
-    )
+    frames = [
+        torch.randint(0, 256, (batch, *group.shape), dtype=torch.uint8, generator=gen)
+        for group in frame_groups(spec)
+    ]
     state = torch.randn(batch, spec.state_history, spec.state_size, generator=gen)
-    return images.to(device), state.to(device)
+    return tuple(t.to(device) for t in (*frames, state))
 
 
 class EagerPolicy:

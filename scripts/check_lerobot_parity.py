@@ -7,7 +7,7 @@ LeRobot >= 0.4, its pre/post-processor pipelines), loads the directory with Temp
 `load_checkpoint`, and feeds both the same uint8 frames and states:
 
     LeRobot: frames / 255 -> preprocessor -> predict_action_chunk -> postprocessor
-    Tempo:   module(frames uint8 (B, n_cam, H, W, 3), state (B, 1, S))
+    Tempo:   module(*frames, state (B, 1, S)), frames uint8 (B, n, H, W, 3) per camera shape
 
 It prints the relative error max|tempo - lerobot| / max|lerobot| of the actions in robot units
 and of the normalized actions (the network alone), and exits 1 if any exceeds the tolerance.
@@ -44,6 +44,11 @@ class Case:
     action_dim: int = 6
     options: dict[str, Any] = field(default_factory=dict)
     modes: dict[str, str] = field(default_factory=dict)
+    sizes: tuple[tuple[int, int], ...] | None = None  # per camera, when the shapes differ
+
+    @property
+    def frame_sizes(self) -> tuple[tuple[int, int], ...]:
+        return self.sizes or ((self.height, self.width),) * self.cameras
 
 
 SMALL_OPTIONS = dict(
@@ -76,6 +81,14 @@ CASES = [
         modes={"VISUAL": "MIN_MAX"},
     ),  # fmt: skip
 ]
+CASES.append(
+    Case(
+        "cameras of different shapes (64x80, 48x64, 64x80): one backbone batch per shape",
+        cameras=3,
+        sizes=((64, 80), (48, 64), (64, 80)),
+        options=SMALL_OPTIONS,
+    )
+)
 ALOHA = Case(
     "LeRobot default (ALOHA): resnet18, 3 cameras 480x640, 14 joints, chunk 100",
     cameras=3, height=480, width=640, state_dim=14, action_dim=14, options={},
@@ -90,10 +103,8 @@ def build_lerobot(case: Case, seed: int) -> tuple[Any, Any, Any, dict[str, Any]]
 
     torch.manual_seed(seed)
     inputs = {
-        f"observation.images.cam{i}": PolicyFeature(
-            type=FeatureType.VISUAL, shape=(3, case.height, case.width)
-        )
-        for i in range(case.cameras)
+        f"observation.images.cam{i}": PolicyFeature(type=FeatureType.VISUAL, shape=(3, h, w))
+        for i, (h, w) in enumerate(case.frame_sizes)
     }
     inputs["observation.state"] = PolicyFeature(type=FeatureType.STATE, shape=(case.state_dim,))
     if case.env_dim:
@@ -158,9 +169,12 @@ def run_case(case: Case, seed: int, keep: Path | None) -> tuple[dict[str, float]
 
     gen = torch.Generator().manual_seed(seed + 1)
     batch_size = 2
-    frames = torch.randint(
-        0, 256, (batch_size, case.cameras, case.height, case.width, 3), generator=gen
-    ).to(torch.uint8)
+    per_camera = [
+        torch.randint(0, 256, (batch_size, h, w, 3), generator=gen).to(torch.uint8)
+        for h, w in case.frame_sizes
+    ]
+    groups = tempo.config.frame_groups  # Tempo takes one tensor per camera shape
+    frames = [torch.stack([per_camera[i] for i in cams], dim=1) for _, cams in groups]
     state_stats = stats["observation.state"]
     state = state_stats["mean"] + state_stats["std"] * torch.randn(
         batch_size, case.state_dim, generator=gen
@@ -174,7 +188,7 @@ def run_case(case: Case, seed: int, keep: Path | None) -> tuple[dict[str, float]
         if case.env_dim:
             batch["observation.environment_state"] = env.clone()
         for i in range(case.cameras):
-            image = frames[:, i].permute(0, 3, 1, 2).float() / 255
+            image = per_camera[i].permute(0, 3, 1, 2).float() / 255
             batch[f"observation.images.cam{i}"] = image.contiguous(memory_format=memory_format)
         if processors is None:
             return policy.predict_action_chunk(batch), None
@@ -187,14 +201,17 @@ def run_case(case: Case, seed: int, keep: Path | None) -> tuple[dict[str, float]
     # two layouts shows the size of that kernel noise.
     reference, normalized_ref = lerobot(channels_last=False)
     reference_cl, _ = lerobot(channels_last=True)
-    tempo_in = (frames, full_state.unsqueeze(1))
+    tempo_in = (*frames, full_state.unsqueeze(1))
     errors = {"actions": relative_error(tempo(*tempo_in), reference)}
     cl = copy.deepcopy(tempo).use_channels_last()
     errors["actions, channels-last"] = relative_error(cl(*tempo_in), reference_cl)
     if normalized_ref is not None:
-        pixels = prepare_images(
-            frames, tempo.pixel_scale, tempo.image_norm, None, True
-        ).contiguous()
+        pixels = [
+            prepare_images(
+                group, tempo.pixel_scale, tempo.image_norm, None, True, torch.tensor(cams)
+            ).contiguous()
+            for group, (_, cams) in zip(frames, groups, strict=True)
+        ]
         robot, env_state = prepare_state(
             full_state.unsqueeze(1), tempo.state_norm, tempo.env_state_norm, None, case.state_dim
         )

@@ -7,7 +7,8 @@ LeRobot checkpoint maps onto this config field by field (see `policies.checkpoin
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,10 +27,20 @@ class ACTConfig(BaseModel):
     n_cameras: int = Field(
         ge=0,
         le=16,
-        description="Cameras the model reads; all go through the backbone as one batch.",
+        description="Cameras the model reads; cameras of one frame shape go through the "
+        "backbone as one batch.",
     )
-    image_height: int = Field(ge=1, le=4096, description="Height of every camera frame, pixels.")
-    image_width: int = Field(ge=1, le=4096, description="Width of every camera frame, pixels.")
+    image_height: int = Field(
+        ge=1, le=4096, description="Height of every camera frame (the first, with camera_sizes)."
+    )
+    image_width: int = Field(
+        ge=1, le=4096, description="Width of every camera frame (the first, with camera_sizes)."
+    )
+    camera_sizes: tuple[tuple[int, int], ...] | None = Field(
+        default=None,
+        description="(height, width) of each camera in order, for cameras of different shapes; "
+        "None: every camera is image_height x image_width.",
+    )
     resize: tuple[int, int] | None = Field(
         default=None,
         description="(height, width) the frames are resized to (bilinear) before the backbone; "
@@ -159,6 +170,20 @@ class ACTConfig(BaseModel):
                     f"state_input_mask has {len(self.state_input_mask)} entries but the state has "
                     f"{size} (state_dim + env_state_dim); give one flag per entry"
                 )
+        if self.camera_sizes is not None:
+            if len(self.camera_sizes) != self.n_cameras:
+                raise ValueError(
+                    f"camera_sizes has {len(self.camera_sizes)} entries for {self.n_cameras} "
+                    "cameras; give one (height, width) per camera"
+                )
+            if self.camera_sizes and self.camera_sizes[0] != (self.image_height, self.image_width):
+                raise ValueError(
+                    f"camera_sizes starts with {self.camera_sizes[0]} but image_height x "
+                    f"image_width is {self.image_height}x{self.image_width}; they name the "
+                    "first camera's size"
+                )
+            if any(min(size) < 1 or max(size) > 4096 for size in self.camera_sizes):
+                raise ValueError("camera_sizes must be positive sizes of at most 4096")
         if self.resize is not None and min(self.resize) < 1:
             raise ValueError(f"resize must be two positive sizes, got {self.resize}")
         if (
@@ -169,8 +194,7 @@ class ACTConfig(BaseModel):
                 f"replace_final_stride_with_dilation needs a Bottleneck backbone (resnet50, "
                 f"resnet101, resnet152); {self.vision_backbone}'s blocks cannot dilate"
             )
-        if self.n_cameras > 0:
-            height, width = self.backbone_input_size
+        for height, width in self.backbone_sizes:
             if min(height, width) < 32:
                 raise ValueError(
                     f"frames reach the backbone at {height}x{width}; the ResNet needs at least "
@@ -184,8 +208,31 @@ class ACTConfig(BaseModel):
         return self
 
     @property
+    def frame_sizes(self) -> tuple[tuple[int, int], ...]:
+        """(height, width) of each camera's frames, in camera order."""
+        if self.camera_sizes is not None:
+            return self.camera_sizes
+        return ((self.image_height, self.image_width),) * self.n_cameras
+
+    @property
+    def frame_groups(self) -> tuple[tuple[tuple[int, int], tuple[int, ...]], ...]:
+        """((height, width), camera indices) per distinct frame shape, in the order a shape
+        first appears: the frame tensors `forward` takes (policies.inputs.frame_groups)."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for index, size in enumerate(self.frame_sizes):
+            groups.setdefault(size, []).append(index)
+        return tuple((size, tuple(indices)) for size, indices in groups.items())
+
+    @property
+    def backbone_sizes(self) -> tuple[tuple[int, int], ...]:
+        """(height, width) at which each camera's frames reach the backbone."""
+        if self.resize is not None:
+            return (self.resize,) * self.n_cameras
+        return self.frame_sizes
+
+    @property
     def backbone_input_size(self) -> tuple[int, int]:
-        """(height, width) of the frames the backbone sees."""
+        """(height, width) of the first camera's frames at the backbone."""
         if self.resize is not None:
             return self.resize
         return (self.image_height, self.image_width)
@@ -194,3 +241,16 @@ class ACTConfig(BaseModel):
     def state_size(self) -> int:
         """Length of one state vector as the caller sends it."""
         return self.state_dim + self.env_state_dim
+
+
+def camera_fields(sizes: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """The config fields describing cameras of these (height, width) sizes, in order:
+    camera_sizes only when they differ (so one-shape configs stay as they always were)."""
+    sizes = [(int(h), int(w)) for h, w in sizes]
+    first = sizes[0] if sizes else (1, 1)
+    return {
+        "n_cameras": len(sizes),
+        "image_height": first[0],
+        "image_width": first[1],
+        "camera_sizes": tuple(sizes) if len(set(sizes)) > 1 else None,
+    }

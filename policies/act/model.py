@@ -5,7 +5,8 @@ Read top to bottom, `forward` is the paper's inference path:
 
 1. Every camera frame goes through a ResNet; its layer4 feature map, projected to `dim_model`
    by a 1x1 convolution, gives one token per feature-map cell, with a fixed 2D sinusoidal
-   position embedding. All cameras run as one batch.
+   position embedding. Cameras of one frame shape run as one batch; the tokens follow the
+   cameras' order (as LeRobot concatenates them, camera by camera).
 2. The robot's joint state becomes one token (a linear projection), an optional environment
    state another, and the style latent z a third. z comes from a VAE encoder in training; at
    inference it is zero, so its token is the projection's bias. These 1D tokens get learned
@@ -18,11 +19,15 @@ Read top to bottom, `forward` is the paper's inference path:
 Module and parameter names match LeRobot's `ACT` (without its `model.` prefix), so LeRobot
 weights load as they are (see `policies.checkpoints.lerobot`).
 
-Contract (policies/tensor_policy.py): forward(images uint8 (B, n_cam, H, W, 3), state float32
-(B, state_history, state_size)) -> actions float32 (B, chunk_size, action_dim) in robot units.
+Contract (policies/inputs.py): forward(*frames, state) -> actions float32 (B, chunk_size,
+action_dim) in robot units, where frames is one uint8 tensor (B, n, H, W, 3) per distinct camera
+shape (in the order a shape first appears among the cameras; one tensor when all cameras share a
+shape) and state is float32 (B, state_history, state_size).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import einops
 import torch
@@ -73,19 +78,26 @@ class ACT(nn.Module):
             persistent=False,
         )
 
-        # 1. Image tokens.
+        # 1. Image tokens. One frame tensor per camera shape; tokens in camera order.
+        self.frame_groups = config.frame_groups
+        self._groups_in_order = [indices for _, indices in self.frame_groups] == (
+            [tuple(range(config.n_cameras))] if config.n_cameras else []
+        )  # one shape: one batch whose tokens are already in camera order
         if config.n_cameras > 0:
             dilate = config.replace_final_stride_with_dilation
             self.backbone = ResNet(config.vision_backbone, dilate_layer4=dilate)
             channels = backbone_channels(config.vision_backbone)
             self.encoder_img_feat_input_proj = nn.Conv2d(channels, dim, kernel_size=1)
-            rows, cols = feature_map_size(*config.backbone_input_size, dilate_layer4=dilate)
-            cell_pos = sinusoidal_position_embedding_2d(rows, cols, dim)
-            self.register_buffer(
-                "image_pos_embed", cell_pos.repeat(config.n_cameras, 1), persistent=False
-            )
+            cell_pos = [
+                sinusoidal_position_embedding_2d(*feature_map_size(*size, dilate), dim)
+                for size in config.backbone_sizes
+            ]
+            self.register_buffer("image_pos_embed", torch.cat(cell_pos), persistent=False)
         else:
             self.register_buffer("image_pos_embed", torch.zeros(0, dim), persistent=False)
+        for g, (_, indices) in enumerate(self.frame_groups):  # each group's image statistics
+            index = torch.tensor(indices, dtype=torch.long)
+            self.register_buffer(f"frame_group_{g}", index, persistent=False)
 
         # 2. 1D tokens: latent, robot state, environment state.
         self.register_buffer("latent_zero", torch.zeros(1, config.latent_dim), persistent=False)
@@ -118,13 +130,23 @@ class ACT(nn.Module):
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
-    def forward(self, images: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """forward(*frames, state): one uint8 frame tensor per camera shape, then the state."""
         config = self.config
-        pixels = None
+        *frames, state = inputs
+        pixels = []
         if config.n_cameras > 0:
-            pixels = prepare_images(
-                images, self.pixel_scale, self.image_norm, config.resize, config.resize_antialias
-            ).contiguous(memory_format=self.pixel_format)
+            for g, group in enumerate(frames):
+                cameras = None if self._groups_in_order else getattr(self, f"frame_group_{g}")
+                prepared = prepare_images(
+                    group,
+                    self.pixel_scale,
+                    self.image_norm,
+                    config.resize,
+                    config.resize_antialias,
+                    cameras,
+                )
+                pixels.append(prepared.contiguous(memory_format=self.pixel_format))
         robot_state, env_state = prepare_state(
             state, self.state_norm, self.env_state_norm, self.state_mask, config.state_dim
         )
@@ -132,12 +154,13 @@ class ACT(nn.Module):
         return self.action_norm.unnormalize(actions)
 
     def predict_normalized(
-        self, pixels: torch.Tensor | None, robot_state: torch.Tensor, env_state: torch.Tensor
+        self, pixels: Sequence[torch.Tensor], robot_state: torch.Tensor, env_state: torch.Tensor
     ) -> torch.Tensor:
         """The network alone: normalized inputs -> normalized actions (B, chunk_size, action_dim).
 
-        pixels: (B * n_cam, 3, h, w), cameras of one sample adjacent; robot_state:
-        (B, state_history * state_dim); env_state: (B, env_state_dim).
+        pixels: per camera shape (the frame groups), (B * n, 3, h, w) with the cameras of one
+        sample adjacent (empty without cameras); robot_state: (B, state_history * state_dim);
+        env_state: (B, env_state_dim).
         """
         config = self.config
         batch = robot_state.shape[0]
@@ -151,10 +174,8 @@ class ACT(nn.Module):
         encoder_in = torch.stack(tokens, dim=1)  # (B, n_1d, D)
 
         # 1. The image tokens, camera by camera, each feature map row-major.
-        if pixels is not None:
-            features = self.encoder_img_feat_input_proj(self.backbone(pixels))
-            cells = einops.rearrange(features, "(b n) d h w -> b (n h w) d", b=batch)
-            encoder_in = torch.cat([encoder_in, cells], dim=1)
+        if pixels:
+            encoder_in = torch.cat([encoder_in, self._image_tokens(pixels, batch)], dim=1)
         encoder_pos = torch.cat([self.encoder_1d_feature_pos_embed.weight, self.image_pos_embed])
         encoder_pos = encoder_pos.unsqueeze(0)
 
@@ -169,6 +190,19 @@ class ACT(nn.Module):
 
         # 5. One action per query.
         return self.action_head(decoded)
+
+    def _image_tokens(self, pixels: Sequence[torch.Tensor], batch: int) -> torch.Tensor:
+        """(B, total cells, D): one backbone batch per frame group, then camera order."""
+        if self._groups_in_order:
+            features = self.encoder_img_feat_input_proj(self.backbone(pixels[0]))
+            return einops.rearrange(features, "(b n) d h w -> b (n h w) d", b=batch)
+        per_camera: dict[int, torch.Tensor] = {}
+        for group, (_, indices) in zip(pixels, self.frame_groups, strict=True):
+            features = self.encoder_img_feat_input_proj(self.backbone(group))
+            cells = einops.rearrange(features, "(b n) d h w -> b n (h w) d", b=batch)
+            for position, camera in enumerate(indices):
+                per_camera[camera] = cells[:, position]
+        return torch.cat([per_camera[i] for i in range(self.config.n_cameras)], dim=1)
 
     def use_channels_last(self, enabled: bool = True) -> ACT:
         """Run the backbone in channels-last memory format, weights and input alike.

@@ -54,12 +54,18 @@ class Normalizer(nn.Module):
         elif mode != "identity":
             raise ValueError(f"unknown normalization mode {mode!r}")
 
-    def normalize(self, x: torch.Tensor, view: tuple[int, ...] | None = None) -> torch.Tensor:
+    def normalize(
+        self,
+        x: torch.Tensor,
+        view: tuple[int, ...] | None = None,
+        rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`rows` (a long tensor) picks rows of the statistics first, e.g. some cameras'."""
         if self.mode == "mean_std":
-            mean, std = self._stat("mean", view), self._stat("std", view)
+            mean, std = self._stat("mean", view, rows), self._stat("std", view, rows)
             return (x - mean) / (std + self.eps)
         if self.mode == "min_max":
-            low, high = self._stat("min", view), self._stat("max", view)
+            low, high = self._stat("min", view, rows), self._stat("max", view, rows)
             return 2 * (x - low) / self._range(low, high) - 1
         return x
 
@@ -71,8 +77,12 @@ class Normalizer(nn.Module):
             return (y + 1) / 2 * self._range(low, high) + low
         return y
 
-    def _stat(self, name: str, view: tuple[int, ...] | None) -> torch.Tensor:
+    def _stat(
+        self, name: str, view: tuple[int, ...] | None, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         stat: torch.Tensor = getattr(self, name)
+        if rows is not None:
+            stat = stat.index_select(0, rows)
         return stat if view is None else stat.view(view)
 
     def _range(self, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
@@ -89,16 +99,19 @@ def prepare_images(
     norm: Normalizer,
     resize: tuple[int, int] | None,
     antialias: bool,
+    cameras: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """uint8 (B, n_cam, H, W, 3) -> normalized float (B * n_cam, 3, h, w), channels-last in memory.
 
     Pixels are divided by 255 (`pixel_scale`, a buffer, so the result takes the module's dtype),
     normalized per camera and channel while still in HWC layout, then viewed as NCHW: the
-    permute moves no data, so the result is a channels-last tensor.
+    permute moves no data, so the result is a channels-last tensor. `cameras` (long indices)
+    says whose statistics apply when these are some of the model's cameras (one frame group);
+    None: all of them, in order.
     """
     batch, n_cam, height, width, _ = images.shape
     pixels = images / pixel_scale
-    pixels = norm.normalize(pixels, view=(n_cam, 1, 1, 3))
+    pixels = norm.normalize(pixels, view=(n_cam, 1, 1, 3), rows=cameras)
     pixels = pixels.reshape(batch * n_cam, height, width, 3).permute(0, 3, 1, 2)
     if resize is not None:
         pixels = F.interpolate(

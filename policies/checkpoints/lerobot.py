@@ -40,13 +40,18 @@ Modes: MEAN_STD -> mean_std (mean, std); MIN_MAX -> min_max (min, max); QUANTILE
 current ones; the old layout's MIN_MAX added 1e-8 to the range, a relative difference of
 1e-8 / (max - min), below FP32 noise for any real joint range.
 
-Names: camera `observation.images.top` is named `top` (`observation.image` -> `image`). LeRobot
-configs carry no joint names: pass `joint_names` (e.g. from the dataset's
-`meta/info.json` -> features.action.names), or get `joint_0`, `joint_1`, ...
+Names: camera `observation.images.top` is named `top` (`observation.image` -> `image`). Cameras
+may differ in shape (each shape is one backbone batch; tokens stay in camera order). LeRobot
+configs carry no joint names: pass `joint_names` (policy.joint_names), else they come from the
+dataset's `meta/info.json` (features.action.names) when it sits next to the checkpoint or where
+`train_config.json`'s dataset.root says, else `joint_0`, `joint_1`, ...
+
+Execution: `n_action_steps` and `temporal_ensemble_coeff` become the spec's `execution`
+(policies.checkpoints.execution), which the daemon follows unless its config sets inference.*.
 
 Refused, each with a sentence naming it: other policy types, n_obs_steps != 1, backbones other
-than resnet18/34/50/101/152, the `glu` activation, dilation on a BasicBlock ResNet, cameras of
-different shapes, input features other than cameras / `observation.state` /
+than resnet18/34/50/101/152, the `glu` activation, dilation on a BasicBlock ResNet, input
+features other than cameras / `observation.state` /
 `observation.environment_state`, processor steps that change values (other than
 rename / batch / device / (un)normalizer), unknown normalization modes, and config options
 Tempo does not know (unless `allow_unknown_options`).
@@ -67,7 +72,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller.errors import CheckpointError
-from policies.act.config import ACTConfig
+from policies.act.config import ACTConfig, camera_fields
 from policies.base import CameraSpec, PolicySpec
 from policies.checkpoints.execution import lerobot_execution
 from policies.checkpoints.files import (
@@ -217,8 +222,8 @@ def read_lerobot_act(
     try:
         spec = PolicySpec(
             cameras=tuple(
-                CameraSpec(name=name, height=features.height, width=features.width)
-                for name in features.camera_names
+                CameraSpec(name=name, height=height, width=width)
+                for name, (height, width) in zip(features.camera_names, features.sizes, strict=True)
             ),
             state_size=config.state_size,
             joint_names=tuple(joint_names),
@@ -315,9 +320,7 @@ def _act_config(
     }  # fmt: skip
     values.update(norm.modes)
     values.update(
-        n_cameras=len(features.camera_keys),
-        image_height=features.height,
-        image_width=features.width,
+        **camera_fields(features.sizes),
         state_dim=features.state_dim,
         env_state_dim=features.env_state_dim,
         action_dim=features.action_dim,

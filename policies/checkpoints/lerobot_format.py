@@ -48,8 +48,7 @@ class Features:
 
     camera_keys: list[str]
     camera_names: list[str]
-    height: int
-    width: int
+    sizes: list[tuple[int, int]]  # (height, width) per camera, in camera order
     state_dim: int
     env_state_dim: int
     action_dim: int
@@ -63,7 +62,8 @@ class Features:
                 f"{path} needs input_features and output_features objects (LeRobot fills them "
                 "from the dataset when training)"
             )
-        camera_keys, shapes = [], set()
+        camera_keys: list[str] = []
+        sizes: list[tuple[int, int]] = []
         state_dim = env_dim = 0
         for key, feature in inputs.items():
             kind, shape = _feature(key, feature, path)
@@ -74,7 +74,7 @@ class Features:
                         "(3, height, width) images"
                     )
                 camera_keys.append(key)
-                shapes.add((shape[1], shape[2]))
+                sizes.append((shape[1], shape[2]))
             elif kind == "STATE" and key == STATE_KEY and len(shape) == 1:
                 state_dim = shape[0]
             elif kind == "ENV" and key == ENV_KEY and len(shape) == 1:
@@ -84,11 +84,6 @@ class Features:
                     f"{path}: input feature '{key}' ({kind}, shape {shape}) is not supported; "
                     f"Tempo's ACT reads cameras, {STATE_KEY} and {ENV_KEY}"
                 )
-        if len(shapes) > 1:
-            raise CheckpointError(
-                f"{path}: cameras have different shapes {sorted(shapes)}; Tempo runs all cameras "
-                "as one batch and needs one shape"
-            )
         if set(outputs) != {ACTION_KEY}:
             raise CheckpointError(
                 f"{path}: output_features must be exactly '{ACTION_KEY}', got {sorted(outputs)}"
@@ -99,12 +94,10 @@ class Features:
                 f"{path}: output '{ACTION_KEY}' must be an ACTION of shape (n,), got {kind} "
                 f"{action_shape}"
             )
-        height, width = shapes.pop() if shapes else (1, 1)
         return cls(
             camera_keys=camera_keys,
             camera_names=[_camera_name(key) for key in camera_keys],
-            height=height,
-            width=width,
+            sizes=sizes,
             state_dim=state_dim,
             env_state_dim=env_dim,
             action_dim=action_shape[0],

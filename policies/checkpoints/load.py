@@ -89,12 +89,15 @@ def summarize(spec: PolicySpec, config: ACTConfig, weights: Path) -> list[str]:
     cameras = ", ".join(f"{c.name} {c.height}x{c.width}" for c in spec.cameras) or "none"
     lines = [f"cameras ({len(spec.cameras)}): {cameras}"]
     if config.n_cameras:
-        height, width = config.backbone_input_size
-        rows, cols = feature_map_size(height, width, config.replace_final_stride_with_dilation)
-        dilated = ", layer4 dilated" if config.replace_final_stride_with_dilation else ""
+        dilate = config.replace_final_stride_with_dilation
+        maps = [feature_map_size(h, w, dilate) for h, w in config.backbone_sizes]
+        fed = sorted(set(config.backbone_sizes), key=config.backbone_sizes.index)
+        shapes = sorted(set(maps), key=maps.index)
         lines.append(
-            f"backbone: {config.vision_backbone}{dilated}, frames fed at {height}x{width}, "
-            f"feature map {rows}x{cols} ({rows * cols * config.n_cameras} image tokens)"
+            f"backbone: {config.vision_backbone}{', layer4 dilated' if dilate else ''}, frames "
+            f"fed at {', '.join(f'{h}x{w}' for h, w in fed)}, feature map "
+            f"{', '.join(f'{r}x{c}' for r, c in shapes)} ({sum(r * c for r, c in maps)} image "
+            f"tokens; {len(config.frame_groups)} backbone batch(es), one per frame shape)"
         )
     hidden = config.state_input_mask.count(False) if config.state_input_mask else 0
     lines += [

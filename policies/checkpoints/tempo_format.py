@@ -140,11 +140,11 @@ def check_spec_matches(spec: PolicySpec, config: ACTConfig, where: str) -> None:
     problems = []
     if len(spec.cameras) != config.n_cameras:
         problems.append(f"{len(spec.cameras)} cameras in spec, {config.n_cameras} in model")
-    for camera in spec.cameras:
-        if (camera.height, camera.width) != (config.image_height, config.image_width):
+    for camera, (height, width) in zip(spec.cameras, config.frame_sizes, strict=False):
+        if (camera.height, camera.width) != (height, width):
             problems.append(
                 f"camera '{camera.name}' is {camera.height}x{camera.width} in spec, the model "
-                f"reads {config.image_height}x{config.image_width}"
+                f"reads {height}x{width}"
             )
     pairs = [
         ("state_size", spec.state_size, config.state_size),

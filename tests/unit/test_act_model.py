@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -14,8 +15,13 @@ from torch import nn
 
 from policies.act import ACT, ACTConfig
 from policies.act.backbone import ResNet, feature_map_size
-from policies.act.preprocess import Normalizer
+from policies.act.config import camera_fields
+from policies.act.preprocess import Normalizer, prepare_images, prepare_state
 from policies.act.transformer import Attention, sinusoidal_position_embedding_2d
+from policies.base import first_context
+from policies.demo import make_demo_policy
+from policies.inputs import example_frames, frame_groups
+from policies.tensor_policy import EagerPolicy
 
 # torchvision.models.resnet18(norm_layer=FrozenBatchNorm2d).state_dict() without fc.weight,
 # fc.bias, in torchvision's order.
@@ -386,3 +392,105 @@ def test_normalizer_round_trip(mode: str, low: float, span: float, value: float)
     # Exact inverses but for mean_std's eps (LeRobot divides by std + eps, multiplies by std).
     tolerance = 1e-8 / span * (abs(value - low) + 1) + 1e-12
     torch.testing.assert_close(norm.unnormalize(norm.normalize(x)), x, rtol=0, atol=tolerance)
+
+
+# ---- Cameras of different shapes -----------------------------------------------------------
+
+MIXED = ((32, 48), (40, 40), (32, 48))  # cameras 0 and 2 share a shape: groups [0, 2], [1]
+
+
+def mixed_inputs(config: ACTConfig, batch: int = 2, seed: int = 0) -> list[torch.Tensor]:
+    """Per camera, uint8 (batch, H_i, W_i, 3), then the state."""
+    gen = torch.Generator().manual_seed(seed)
+    frames = [
+        torch.randint(0, 256, (batch, h, w, 3), dtype=torch.uint8, generator=gen)
+        for h, w in config.frame_sizes
+    ]
+    return [*frames, torch.randn(batch, config.state_history, config.state_size, generator=gen)]
+
+
+def grouped(config: ACTConfig, per_camera: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The same observation as the model takes it: one tensor per frame shape, then the state."""
+    *frames, state = per_camera
+    groups = [torch.stack([frames[i] for i in cams], dim=1) for _, cams in config.frame_groups]
+    return [*groups, state]
+
+
+def camera_by_camera(model: ACT, per_camera: list[torch.Tensor]) -> torch.Tensor:
+    """LeRobot's way: each camera alone through the backbone (its own statistics), its cells
+    appended in camera order, then the rest of the network."""
+    config = model.config
+    *frames, state = per_camera
+    tokens = []
+    for i, frame in enumerate(frames):
+        pixels = prepare_images(
+            frame.unsqueeze(1),
+            model.pixel_scale,
+            model.image_norm,
+            config.resize,
+            config.resize_antialias,
+            torch.tensor([i]),
+        )
+        features = model.encoder_img_feat_input_proj(model.backbone(pixels))
+        tokens.append(features.flatten(2).transpose(1, 2))  # (B, h*w, D), row-major cells
+    model_tokens = model._image_tokens
+    try:
+        model._image_tokens = lambda pixels, batch: torch.cat(tokens, dim=1)  # type: ignore[method-assign]
+        robot, env = prepare_state(
+            state, model.state_norm, model.env_state_norm, model.state_mask, config.state_dim
+        )
+        return model.action_norm.unnormalize(model.predict_normalized([frames[0]], robot, env))
+    finally:
+        model._image_tokens = model_tokens  # type: ignore[method-assign]
+
+
+@torch.no_grad()
+def test_cameras_of_different_shapes_match_camera_by_camera() -> None:
+    torch.manual_seed(8)
+    config = tiny_config(**camera_fields(MIXED))
+    assert [cams for _, cams in config.frame_groups] == [(0, 2), (1,)]
+    model = ACT(config).eval()
+    with torch.no_grad():  # distinct statistics per camera, so a mix-up shows
+        model.image_norm.mean.copy_(torch.rand(3, 3) * 0.5)
+        model.image_norm.std.copy_(torch.rand(3, 3) + 0.5)
+    per_camera = mixed_inputs(config)
+    actions = model(*grouped(config, per_camera))
+    assert actions.shape == (2, 5, 4)
+    torch.testing.assert_close(actions, camera_by_camera(model, per_camera), rtol=1e-5, atol=1e-5)
+    # Position embeddings: each camera its own feature map's, in camera order.
+    expected = torch.cat(
+        [sinusoidal_position_embedding_2d(*feature_map_size(h, w), 16) for h, w in MIXED]
+    )
+    torch.testing.assert_close(model.image_pos_embed, expected)
+
+
+@torch.no_grad()
+def test_the_token_order_follows_the_cameras() -> None:
+    """Swapping two cameras of the same shape changes the answer: tokens are not pooled."""
+    torch.manual_seed(9)
+    config = tiny_config(**camera_fields(MIXED))
+    model = ACT(config).eval()
+    per_camera = mixed_inputs(config)
+    swapped = [per_camera[2], per_camera[1], per_camera[0], per_camera[3]]
+    first = model(*grouped(config, per_camera))
+    assert not torch.allclose(first, model(*grouped(config, swapped)))
+
+
+def test_mixed_shapes_fit_the_default_input_codec() -> None:
+    """The model's frame groups are the runner's (policies.inputs.frame_groups)."""
+    policy = make_demo_policy(cameras=(("a", 32, 48), ("b", 40, 40), ("c", 32, 48)))
+    groups = frame_groups(policy.spec)
+    config = policy.module.config
+    assert [g.cameras for g in groups] == [("a", "c"), ("b",)]
+    assert [(g.height, g.width) for g in groups] == [size for size, _ in config.frame_groups]
+    images = example_frames(policy.spec, seed=1)
+    context = first_context(policy.spec, np.zeros(6, np.float32))
+    chunk = EagerPolicy(policy).predict(images, context).actions
+    assert chunk.shape == (20, 6) and np.isfinite(chunk).all()
+
+
+def test_camera_sizes_must_fit_the_cameras() -> None:
+    with pytest.raises(ValidationError, match="camera_sizes has 2 entries for 3 cameras"):
+        tiny_config(n_cameras=3, camera_sizes=((32, 48), (40, 40)))
+    with pytest.raises(ValidationError, match="first camera's size"):
+        tiny_config(n_cameras=2, camera_sizes=((40, 40), (32, 48)))

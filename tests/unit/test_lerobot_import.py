@@ -48,8 +48,8 @@ def lerobot_config(module: ACT, mapping: dict[str, str]) -> dict[str, Any]:
     """config.json as LeRobot 0.4 writes it (draccus dump of ACTConfig)."""
     c = module.config
     inputs: dict[str, Any] = {
-        key: {"type": "VISUAL", "shape": [3, c.image_height, c.image_width]}
-        for key in CAMERAS[: c.n_cameras]
+        key: {"type": "VISUAL", "shape": [3, *size]}
+        for key, size in zip(CAMERAS[: c.n_cameras], c.frame_sizes, strict=True)
     }
     inputs["observation.state"] = {"type": "STATE", "shape": [c.state_dim]}
     if c.env_state_dim:
@@ -179,18 +179,20 @@ def processor_dir(reference: ACT, tmp_path_factory: pytest.TempPathFactory) -> P
     return write_processor_layout(root / "new", reference, MEAN_STD, MEAN_STD_NAMES)
 
 
-def inputs(module: ACT, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    c = module.config
+def inputs(module: ACT, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Two samples: one uint8 frame tensor per camera shape, then the state."""
     gen = torch.Generator().manual_seed(seed)
-    shape = (2, c.n_cameras, c.image_height, c.image_width, 3)
-    images = torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen)
-    return images, torch.randn(2, 1, c.state_size, generator=gen)
+    frames = [
+        torch.randint(0, 256, (2, len(cams), *size, 3), dtype=torch.uint8, generator=gen)
+        for size, cams in module.config.frame_groups
+    ]
+    return (*frames, torch.randn(2, 1, module.config.state_size, generator=gen))
 
 
 @torch.no_grad()
 def assert_same_outputs(loaded: ACT, reference: ACT) -> None:
-    images, state = inputs(reference)
-    torch.testing.assert_close(loaded(images, state), reference(images, state), rtol=0, atol=0)
+    args = inputs(reference)
+    torch.testing.assert_close(loaded(*args), reference(*args), rtol=0, atol=0)
 
 
 def test_processor_layout_loads_and_matches(processor_dir: Path, reference: ACT) -> None:
@@ -299,10 +301,6 @@ def refusal(directory: Path, **kwargs: Any) -> str:
         (lambda d: d.update(input_shapes={}), "pre-2025 config layout"),
         (lambda d: d.update(n_heads=3), "dim_model (16) must be divisible by n_heads (3)"),
         (
-            lambda d: d["input_features"]["observation.images.wrist"].update(shape=[3, 32, 48]),
-            "cameras have different shapes",
-        ),
-        (
             lambda d: d["input_features"].update(
                 {"observation.audio": {"type": "AUDIO", "shape": [1, 16000]}}
             ),
@@ -315,6 +313,18 @@ def test_config_refusals(processor_dir: Path, tmp_path: Path, edit: Any, expecte
     directory = variant(processor_dir, tmp_path)
     edit_json(directory / "config.json", edit)
     assert expected in refusal(directory)
+
+
+def test_cameras_of_different_shapes_load_and_match(tmp_path: Path) -> None:
+    reference = tempo_model(camera_sizes=((32, 32), (40, 48)))
+    directory = write_processor_layout(tmp_path / "mixed", reference, MEAN_STD, MEAN_STD_NAMES)
+    policy = load_checkpoint(directory)
+    assert [(c.name, c.height, c.width) for c in policy.spec.cameras] == [
+        ("front", 32, 32),
+        ("wrist", 40, 48),
+    ]
+    assert_same_outputs(policy.module, reference)
+    assert "cameras (2): front 32x32, wrist 40x48" in describe_checkpoint(directory)
 
 
 def test_unknown_options_can_be_allowed(processor_dir: Path, tmp_path: Path) -> None:

@@ -315,3 +315,22 @@ def test_a_model_broken_in_eager_fp32_is_a_policy_error(cache_dir) -> None:
 def test_unknown_fault_tier_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown tiers"):
         Runner(build_tiny_policy(), device="cpu", faults={"grpah": FaultPlan()})
+
+
+def test_an_act_with_cameras_of_different_shapes_is_served() -> None:
+    """One staged frame tensor per camera shape, through the runner, equals the eager
+    reference; the runner's start-up parity checks pass on it."""
+    from policies.base import first_context
+    from policies.demo import make_demo_policy
+    from policies.inputs import example_frames
+
+    cameras = (("top", 32, 48), ("wrist", 40, 40), ("side", 32, 48))
+    policy = make_demo_policy(cameras=cameras, chunk_size=6, seed=2)
+    config = RunnerConfig(top_tier="eager_fp32", warmup_steps=1, parity_observations=1)
+    runner = Runner(policy, config, device="cpu")
+    runner.start()
+    images = example_frames(policy.spec, seed=5)
+    context = first_context(policy.spec, np.linspace(-0.5, 0.5, 6, dtype=np.float32))
+    served = runner.predict(images, context).actions
+    reference = EagerPolicy(make_demo_policy(cameras=cameras, chunk_size=6, seed=2))
+    np.testing.assert_allclose(served, reference.predict(images, context).actions, atol=1e-5)
