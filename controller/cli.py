@@ -194,17 +194,6 @@ def cmd_checkpoint_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json_safe(value: object) -> object:
-    """NaN (an empty window, before the first sample) is not JSON: it becomes null."""
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     from controller.observe.status_server import request_status
 
@@ -218,7 +207,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         return 1
     if args.json:
-        print(json.dumps(_json_safe(status), indent=2))
+        from controller.observe.status import json_safe
+
+        print(json.dumps(json_safe(status), indent=2))
         return 0
     from controller.observe.status_view import render_status
 

@@ -41,3 +41,15 @@ def guard_totals(
     for counts in open_counts:
         totals.update(counts)
     return dict(totals)
+
+
+def json_safe(value: Any) -> Any:
+    """NaN (a percentile of no samples) is not JSON: it becomes null, in nested dicts and
+    lists too (`tempo status --json`, `tempo demo --json`)."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from controller.observe.status import json_safe
 from controller.observe.status_server import request_status
 
 READY_TIMEOUT_S = 600.0  # a first compile of a large model can take minutes
@@ -47,6 +48,47 @@ def _tempo_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "controller.cli", *args]
 
 
+_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
+# Loggers whose INFO lines are the daemon's start-up progress (loading, compiling, checks).
+_PROGRESS_LOGGERS = ("controller.inference", "controller.app", "controller.daemon.service")
+
+
+class _DaemonLog:
+    """The daemon's log, read on a thread: kept for a failed start, and shown on stderr from
+    the user's --log-level up; until the daemon is ready, its start-up progress is shown too,
+    so a long compile is not silence."""
+
+    def __init__(self, stream: IO[str], level: str, quiet: bool) -> None:
+        self.lines: list[str] = []
+        self.starting = True
+        self._level = _LEVELS.get(level, 30)
+        self._quiet = quiet
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line)
+            if self._shown(line):
+                sys.stderr.write(line)
+                sys.stderr.flush()
+
+    def _shown(self, line: str) -> bool:
+        # setup_logging's format: "<date> <time> LEVEL logger: message"
+        parts = line.split(" ", 4)
+        level = _LEVELS.get(parts[2], 0) if len(parts) > 3 else 50  # not a log line: show it
+        if level >= self._level:
+            return True
+        progress = len(parts) > 3 and parts[3].startswith(_PROGRESS_LOGGERS)
+        return self.starting and not self._quiet and level >= 20 and progress
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
 class _LineReader:
     """Keeps the newest JSON line a child process prints (read on a thread: pipes block)."""
 
@@ -71,13 +113,32 @@ class _LineReader:
 
 
 def _status_line(status: dict[str, Any], driver: dict[str, Any]) -> str:
+    """Holds are the robot's (ticks it held for any reason), as in the summary."""
     tier = status.get("policy", {}).get("tier", "eager")
     return (
         f"rate {status['achieved_hz']:6.1f}/{status['control_hz']:.0f} Hz | "
         f"obs->action p50 {driver.get('latency_ms_p50', float('nan')):5.1f} "
         f"p99 {driver.get('latency_ms_p99', float('nan')):5.1f} ms | "
         f"missed {status['missed_ticks']} | robots {len(status['robots'])} | "
-        f"tier {tier} | holds {status['holds_sent']} | guards {_interventions(status)}"
+        f"tier {tier} | robot holds {driver.get('holds', 0)} | guards {_interventions(status)}"
+    )
+
+
+def step_versus_period(status: dict[str, Any]) -> str | None:
+    """A sentence when the serving tier's measured step is longer than the control period:
+    each chunk then lands a step or more after its observation, and its first rows are late."""
+    policy = status.get("policy") or {}
+    tier = policy.get("tier")
+    reports = {t.get("name"): t for t in policy.get("tiers", [])}
+    step_s = (reports.get(tier) or {}).get("step_s")
+    period_ms = 1000.0 / status["control_hz"]
+    if not step_s or step_s * 1000.0 <= period_ms:
+        return None
+    return (
+        f"note: a policy step takes {step_s * 1000.0:.0f} ms on tier {tier}, longer than the "
+        f"control period ({period_ms:.0f} ms at {status['control_hz']:g} Hz): each chunk arrives "
+        "a step or more after its observation and its first actions are skipped. A GPU (or a "
+        "lower control.rate_hz) closes the gap."
     )
 
 
@@ -92,24 +153,26 @@ def run_demo(seconds: float, config_args: Sequence[str], as_json: bool, log_leve
         bind = f"ipc://{Path(tmp) / 'tempo.sock'}"
         status_bind = f"ipc://{Path(tmp) / 'status.sock'}"
         endpoints = ["--set", f"server.bind={bind}", "--set", f"server.status_bind={status_bind}"]
-        log_path = Path(tmp) / "daemon.log"
-        with open(log_path, "w") as log_file:
-            daemon = subprocess.Popen(
-                _tempo_command("serve", *config_args, *endpoints, "--log-level", log_level),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-            )
-            try:
-                return _drive(
-                    daemon, seconds, config_args, endpoints, status_bind, as_json, log_path
-                )
-            finally:
-                if daemon.poll() is None:
-                    daemon.send_signal(signal.SIGTERM)
-                    try:
-                        daemon.wait(5)
-                    except subprocess.TimeoutExpired:
-                        daemon.kill()
+        # The daemon logs at INFO at least, so its start-up progress can be shown; what is
+        # shown after that is what the user's --log-level asks for.
+        daemon_level = "DEBUG" if log_level == "DEBUG" else "INFO"
+        daemon = subprocess.Popen(
+            _tempo_command("serve", *config_args, *endpoints, "--log-level", daemon_level),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        log = _DaemonLog(daemon.stdout, log_level, quiet=as_json)  # type: ignore[arg-type]
+        try:
+            return _drive(daemon, seconds, config_args, endpoints, status_bind, as_json, log)
+        finally:
+            if daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)
+                try:
+                    daemon.wait(5)
+                except subprocess.TimeoutExpired:
+                    daemon.kill()
+            log.join(2.0)
 
 
 def _drive(
@@ -119,23 +182,25 @@ def _drive(
     endpoints: Sequence[str],
     status_bind: str,
     as_json: bool,
-    log_path: Path,
+    log: _DaemonLog,
 ) -> int:
     say = (lambda text: None) if as_json else (lambda text: print(text, flush=True))
     say("tempo demo: starting the daemon (loading and warming up the policy) ...")
     started = time.monotonic()
     while request_status(status_bind, timeout_s=0.5) is None:
         if daemon.poll() is not None or time.monotonic() - started > READY_TIMEOUT_S:
-            print(
-                "tempo demo: the daemon did not start; its log:\n" + log_path.read_text(),
-                file=sys.stderr,
-            )
+            log.join(2.0)
+            print("tempo demo: the daemon did not start; its log:\n" + log.text(), file=sys.stderr)
             return 1
+    log.starting = False
     say(
         f"tempo demo: daemon ready in {time.monotonic() - started:.1f} s; "
         "starting the simulated robot"
     )
     baseline = request_status(status_bind) or {}
+    note = step_versus_period(baseline) if baseline else None
+    if note:
+        say(f"tempo demo: {note}")
     robot = subprocess.Popen(
         _tempo_command(
             "sim-robot", *config_args, *endpoints, "--seconds", str(seconds), "--json-lines"
@@ -162,7 +227,7 @@ def _drive(
         return 1
     summary = _summary(baseline, final_status, driver)
     if as_json:
-        print(json.dumps(summary))
+        print(json.dumps(json_safe(summary)))
     else:
         say("tempo demo: summary")
         for key, value in summary.items():
@@ -184,7 +249,8 @@ def _summary(
         "tick_lateness_us_p99": after["tick_lateness_us_p99"],
         "actions_applied": driver["actions_applied"],
         "driver_action_hz": driver["action_hz"],
-        "holds": driver["holds"],
+        "holds": driver["holds"],  # ticks the robot held (any reason), as on the status line
+        "daemon_holds_sent": after["holds_sent"] - before.get("holds_sent", 0),
         "expired_actions": driver["expired"],
         "observations": driver["observations"],
         "inference_ms_p50": after["inference_ms_p50"],

@@ -1,0 +1,39 @@
+"""The demo's status line and notes (controller.sim.demo), on made-up status snapshots."""
+
+from __future__ import annotations
+
+from controller.observe.status import json_safe
+from controller.sim.demo import _status_line, step_versus_period
+
+
+def status(step_s: float | None, control_hz: float = 50.0) -> dict:
+    return {
+        "achieved_hz": 50.0,
+        "control_hz": control_hz,
+        "missed_ticks": 0,
+        "robots": [{}],
+        "holds_sent": 7,
+        "guard_interventions": {},
+        "policy": {"tier": "eager_fp32", "tiers": [{"name": "eager_fp32", "step_s": step_s}]},
+    }
+
+
+def test_a_step_longer_than_the_control_period_is_said() -> None:
+    note = step_versus_period(status(0.025))
+    assert note is not None and "25 ms" in note and "control period (20 ms" in note
+    assert step_versus_period(status(0.010)) is None
+    assert step_versus_period(status(0.025, control_hz=20.0)) is None  # 50 ms period
+    assert step_versus_period(status(None)) is None
+
+
+def test_status_line_holds_are_the_robots_as_in_the_summary() -> None:
+    line = _status_line(status(0.01), {"holds": 3, "latency_ms_p50": 1.0, "latency_ms_p99": 2.0})
+    assert "robot holds 3" in line and "7" not in line.split("robot holds")[1]
+
+
+def test_json_safe_turns_nan_into_null() -> None:
+    assert json_safe({"a": float("nan"), "b": [1.0, float("nan")], "c": 2}) == {
+        "a": None,
+        "b": [1.0, None],
+        "c": 2,
+    }
