@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,8 +57,17 @@ def _needs_serve_extra(command: str, distribution: str) -> str:
     return sentence
 
 
-def add_config_args(parser: argparse.ArgumentParser) -> None:
+def add_config_args(parser: argparse.ArgumentParser, *, policy_path: bool = False) -> None:
+    """--config, --set and --log-level; with policy_path, also --policy.path DIR."""
     parser.add_argument("--config", type=Path, help="YAML file (every field has a default)")
+    if policy_path:
+        parser.add_argument(
+            "--policy.path",
+            dest="policy_path",
+            type=Path,
+            help="serve this checkpoint (Tempo's or a LeRobot ACT directory); short for "
+            "--set policy.kind=checkpoint --set policy.path=DIR",
+        )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -78,13 +88,9 @@ def _config_args(args: argparse.Namespace) -> list[str]:
 
 
 def _load(args: argparse.Namespace) -> TempoConfig:
-    from controller.config import load_config
+    from controller.config import load_config, with_policy_path
 
-    overrides = list(args.overrides)
-    policy_path = getattr(args, "policy_path", None)
-    if policy_path is not None:
-        overrides = ["policy.kind=checkpoint", f"policy.path={policy_path}", *overrides]
-    return load_config(args.config, overrides)
+    return load_config(args.config, with_policy_path(args.overrides, args))
 
 
 def setup_logging(level: str) -> None:
@@ -173,8 +179,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
     from policies.checkpoints.load import describe_checkpoint
 
-    print(describe_checkpoint(args.directory))
-    return 0
+    problems: list[str] = []
+    print(describe_checkpoint(args.directory, problems))
+    for problem in problems:  # described, but it cannot be served: say so in the exit code
+        print(f"tempo: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def cmd_checkpoint_import(args: argparse.Namespace) -> int:
@@ -220,7 +229,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_keys_generate(args: argparse.Namespace) -> int:
     from controller.wire.keys import cmd_keys_generate as generate
 
-    print(generate(args.directory, args.name))
+    print(generate(args.directory, args.name, args.role))
     return 0
 
 
@@ -242,14 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the daemon")
-    add_config_args(serve)
-    serve.add_argument(
-        "--policy.path",
-        dest="policy_path",
-        type=Path,
-        help="serve this checkpoint (Tempo's or a LeRobot ACT directory); short for "
-        "--set policy.kind=checkpoint --set policy.path=DIR",
-    )
+    add_config_args(serve, policy_path=True)
     serve.set_defaults(func=cmd_serve)
 
     config = sub.add_parser("config", help="configuration tools")
@@ -333,6 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     generate = keys_sub.add_parser("generate", help="write NAME.key and NAME.key_secret")
     generate.add_argument("--dir", type=Path, required=True, dest="directory")
     generate.add_argument("--name", required=True)
+    generate.add_argument(
+        "--role",
+        choices=["daemon", "driver"],
+        help="whose key pair this is, for the instructions printed (default: daemon if --name "
+        "is daemon, else driver)",
+    )
     generate.set_defaults(func=cmd_keys_generate)
     return parser
 
@@ -341,6 +349,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return _run(argv)
+    except BrokenPipeError:
+        # The reader went away (`tempo status | head`): not an error of ours. Point stdout at
+        # /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # what a shell reports for SIGPIPE
     except ModuleNotFoundError as exc:
         distribution = _missing_serve_extra(exc)
         if distribution is None:

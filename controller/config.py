@@ -307,6 +307,15 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+def with_policy_path(overrides: Iterable[str], args: Any) -> list[str]:
+    """The overrides a command's --policy.path DIR stands for (policy.kind=checkpoint,
+    policy.path=DIR), before the user's own --set; `args` is the parsed command line."""
+    path = getattr(args, "policy_path", None)
+    if path is None:
+        return list(overrides)
+    return ["policy.kind=checkpoint", f"policy.path={path}", *overrides]
+
+
 def load_config(path: Path | None = None, overrides: Iterable[str] = ()) -> TempoConfig:
     """Defaults, then the YAML file, then each override; validated once at the end."""
     tree: dict[str, Any] = {}

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from controller.errors import ErrorCode
 from controller.observe.histogram import coarse_cumulative
 
 log = logging.getLogger(__name__)
@@ -179,11 +180,25 @@ class TempoCollector:
             yield from self._scalar("counter", name, help_text, status.get(key))
         errors = status.get("protocol_errors")
         if isinstance(errors, dict):
+            # Every code from the start (0 until it happens), so an alert rule has a series.
             family = self._family(
                 "counter", PREFIX + "protocol_errors", "Refused driver messages by code.", ["code"]
             )
-            for code, count in sorted(errors.items()):
+            counts = {code.value: 0 for code in ErrorCode} | dict(errors)
+            for code, count in sorted(counts.items()):
                 family.add_metric(self._values(code), count)
+            yield family
+        totals = status.get("guard_interventions")
+        if isinstance(totals, dict):
+            family = self._family(
+                "counter",
+                PREFIX + "daemon_guard_interventions",
+                "Actions changed or vetoed by a guard, by guard, over every robot since start "
+                "(robots that disconnected included).",
+                ["guard"],
+            )
+            for guard, count in sorted(totals.items()):
+                family.add_metric(self._values(guard), count)
             yield family
 
     def _robots(self, robots: list[dict[str, Any]]) -> Iterator[Any]:

@@ -20,6 +20,8 @@ Exported (base units, Prometheus naming conventions):
     tempo_ticks_total, tempo_missed_ticks_total, tempo_actions_sent_total, tempo_holds_sent_total,
     tempo_inferences_total, tempo_inference_failures_total, tempo_chunks_rejected_total,
     tempo_messages_received_total, tempo_send_dropped_total, tempo_protocol_errors_total{code}
+    (every code, 0 until it happens), tempo_daemon_guard_interventions_total{guard} (all robots
+    since start, those gone included)
     tempo_robots_connected, tempo_robot_last_observation_age_seconds{robot},
     tempo_robot_guard_state{robot,state}, tempo_guard_interventions_total{robot,guard},
     tempo_robot_held_ticks_total{robot}, tempo_robot_events_total{robot,event}

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controller.config import load_config
+from controller.config import load_config, with_policy_path
 from controller.errors import ConfigError
 
 log = logging.getLogger("tempo")
@@ -33,7 +33,7 @@ def _at_least_two(text: str) -> int:
 
 def add_profile_parser(
     sub: Any,
-    add_config_args: Callable[[argparse.ArgumentParser], None],
+    add_config_args: Callable[..., None],
     setup_logging: Callable[[str], None],
 ) -> argparse.ArgumentParser:
     """Add `profile` to the `tempo` subparsers; add_config_args and setup_logging are the
@@ -45,7 +45,7 @@ def add_profile_parser(
         "`tempo profile compare A.yaml [B.yaml]`, run two configurations interleaved and say "
         "which is faster (B = A plus the --set overrides when only A is given).",
     )
-    add_config_args(profile)
+    add_config_args(profile, policy_path=True)
     profile.add_argument(
         "targets",
         nargs="*",
@@ -104,6 +104,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"  {message}", file=sys.stderr, flush=True)
 
     targets: list[str] = list(args.targets)
+    policy = with_policy_path([], args)  # --policy.path: both sides of a comparison
     overrides: list[str] = list(args.overrides)
     if targets and targets[0] == "compare":
         files = [Path(t) for t in targets[1:]]
@@ -116,8 +117,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         from controller.tools.compare import render_compare, run_compare
 
         if len(files) == 2:
-            config_a = load_config(files[0], overrides)
-            config_b = load_config(files[1], overrides)
+            config_a = load_config(files[0], policy + overrides)
+            config_b = load_config(files[1], policy + overrides)
             names = (_name(files[0], [], "A"), _name(files[1], [], "B"))
         else:
             if not overrides:
@@ -126,8 +127,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
                     "--set overrides that make B"
                 )
             base = files[0] if files else None
-            config_a = load_config(base, [])
-            config_b = load_config(base, overrides)
+            config_a = load_config(base, policy)
+            config_b = load_config(base, policy + overrides)
             names = (_name(base, [], "defaults"), _name(base, overrides, "defaults"))
         comparison = run_compare(
             config_a,
@@ -151,7 +152,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if len(targets) > 1 or (targets and args.config is not None):
         raise ConfigError("tempo profile takes one config file (positional or --config)")
     config_path = Path(targets[0]) if targets else args.config
-    config = load_config(config_path, overrides)
+    config = load_config(config_path, policy + overrides)
     from controller.tools.profiling import render_profile, run_profile
 
     result = run_profile(

@@ -245,20 +245,36 @@ def generate_keys(directory: Path, name: str) -> tuple[Path, Path]:
     return public_path, secret_path
 
 
-def cmd_keys_generate(directory: Path, name: str) -> str:
-    """`tempo keys generate --dir DIR --name NAME`: write a key pair, return what to print."""
+def cmd_keys_generate(directory: Path, name: str, role: str | None = None) -> str:
+    """`tempo keys generate --dir DIR --name NAME [--role daemon|driver]`: write a key pair,
+    return what to do with it. Without --role, a pair named `daemon` is the daemon's and any
+    other name a driver's (the text says so, and how to ask for the other)."""
+    chosen = ""
+    if role is None:
+        role = "daemon" if name == "daemon" else "driver"
+        other = {"daemon": "a driver's", "driver": "the daemon's"}[role]
+        chosen = (
+            f" (from its name; --role {'driver' if role == 'daemon' else 'daemon'} for {other})"
+        )
+    if role not in ("daemon", "driver"):
+        raise SecurityError(f"--role must be daemon or driver, not {role!r}")
     public_path, secret_path = generate_keys(directory, name)
-    return "\n".join(
-        [
-            f"wrote {public_path} (public: may be copied)",
-            f"wrote {secret_path} (SECRET: mode 0600, never copy it to another machine)",
-            "",
-            "For the daemon's key pair (on the robot PC):",
+    lines = [
+        f"wrote {public_path} (public: may be copied)",
+        f"wrote {secret_path} (SECRET: mode 0600, never copy it to another machine)",
+        "",
+    ]
+    if role == "daemon":
+        lines += [
+            f"This is the daemon's key pair{chosen}. On the robot PC:",
             f"  security.server_secret_key: {secret_path}",
             f"  copy {public_path} to each driver and pass it as server_public_key",
-            "For a driver's key pair (on the driver's machine):",
+        ]
+    else:
+        lines += [
+            f"This is a driver's key pair{chosen}. On the driver's machine:",
             f"  pass {secret_path} as the driver's client_secret_key",
             f"  copy {public_path} into the daemon's security.authorized_keys directory, "
             "then restart the daemon",
         ]
-    )
+    return "\n".join(lines)

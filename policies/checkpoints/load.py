@@ -63,11 +63,13 @@ def load_checkpoint(
     return policy
 
 
-def describe_checkpoint(directory: str | Path) -> str:
+def describe_checkpoint(directory: str | Path, problems: list[str] | None = None) -> str:
     """A human-readable summary of a Tempo checkpoint or a LeRobot ACT directory.
 
     A Tempo checkpoint is described from its config and the safetensors header, without loading
     weights; a LeRobot directory is read in full, since converting it is how it is checked.
+    What would stop the checkpoint from being served (unreadable or missing weights) is also
+    appended to `problems` when given.
     """
     directory = locate_checkpoint(directory)
     kind, raw = detect_format(directory)
@@ -81,11 +83,15 @@ def describe_checkpoint(directory: str | Path) -> str:
         parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
         header = [f"format: Tempo checkpoint (format_version {FORMAT_VERSION}), policy type act"]
         spec, config = parsed.spec, parsed.model
-    return "\n".join(header + summarize(spec, config, directory / WEIGHTS_FILE)) + "\n"
+    lines = summarize(spec, config, directory / WEIGHTS_FILE, problems)
+    return "\n".join(header + lines) + "\n"
 
 
-def summarize(spec: PolicySpec, config: ACTConfig, weights: Path) -> list[str]:
-    """Lines describing an ACT policy's interface, architecture and weights file."""
+def summarize(
+    spec: PolicySpec, config: ACTConfig, weights: Path, problems: list[str] | None = None
+) -> list[str]:
+    """Lines describing an ACT policy's interface, architecture and weights file; a weights
+    file that is unreadable or missing is also appended to `problems` when given."""
     cameras = ", ".join(f"{c.name} {c.height}x{c.width}" for c in spec.cameras) or "none"
     lines = [f"cameras ({len(spec.cameras)}): {cameras}"]
     if config.n_cameras:
@@ -134,6 +140,10 @@ def summarize(spec: PolicySpec, config: ACTConfig, weights: Path) -> list[str]:
             lines.append(f"weights: {weights.name}, {size_mb:.1f} MB, {count} tensors")
         except Exception as exc:  # describe a bad header rather than fail
             lines.append(f"weights: {weights.name} is unreadable ({exc})")
+            if problems is not None:
+                problems.append(f"{weights} is unreadable ({exc}); it cannot be served")
     else:
         lines.append(f"weights: {weights.name} is missing")
+        if problems is not None:
+            problems.append(f"{weights} is missing; this checkpoint cannot be served")
     return lines

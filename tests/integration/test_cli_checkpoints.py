@@ -94,3 +94,17 @@ def test_serve_a_lerobot_directory_directly(tmp_path):
     finally:
         process.terminate()
         assert process.wait(5) == 0
+
+
+def test_inspect_exits_nonzero_when_the_weights_cannot_be_read(tmp_path):
+    source = write_processor_layout(tmp_path / "lerobot", tempo_model(), MEAN_STD, MEAN_STD_NAMES)
+    converted = tmp_path / "tempo"
+    assert tempo("checkpoint", "import-lerobot", str(source), str(converted)).returncode == 0
+    weights = converted / "model.safetensors"
+    weights.write_bytes(b"\x00" * 16)  # a header that is not one
+    result = tempo("checkpoint", "inspect", str(converted))
+    assert result.returncode == 1
+    assert "is unreadable" in result.stdout and "cannot be served" in result.stderr
+    weights.unlink()
+    result = tempo("checkpoint", "inspect", str(converted))
+    assert result.returncode == 1 and "is missing" in result.stderr

@@ -91,3 +91,34 @@ def test_sim_robot_refuses_bad_options(capsys, options, message):
     assert cli.main(["sim-robot", *options, "--seconds", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tempo: ") and message in err
+
+
+def test_a_closed_pipe_is_not_a_traceback(tmp_path):
+    """`tempo config show | head -1`: the reader leaves early; tempo ends quietly."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "controller.cli", "config", "show"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # nobody reads: the first write raises BrokenPipeError
+    stderr = process.stderr.read().decode()
+    assert process.wait(60) == 141
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+
+
+def test_profile_takes_policy_path_like_serve():
+    args = cli.build_parser().parse_args(["profile", "--policy.path", "/ckpt", "--set", "x.y=1"])
+    from controller.config import with_policy_path
+
+    assert with_policy_path(args.overrides, args) == [
+        "policy.kind=checkpoint",
+        "policy.path=/ckpt",
+        "x.y=1",
+    ]
+    serve = cli.build_parser().parse_args(["serve", "--policy.path", "/ckpt"])
+    assert serve.policy_path == Path("/ckpt")

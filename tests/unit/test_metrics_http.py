@@ -77,6 +77,7 @@ def status() -> dict[str, Any]:
         "messages": 700,
         "send_dropped": 0,
         "protocol_errors": {"shape": 3},
+        "guard_interventions": {"velocity_limited": 9, "position_clamped": 0},
         "robots": [
             {
                 "robot": "arm-left",
@@ -157,7 +158,16 @@ def test_counters_gauges_robots_and_tier_follow_the_naming_conventions(scraped: 
     assert samples(families["tempo_ticks"], "tempo_ticks_total")[0].value == 625
     assert samples(families["tempo_missed_ticks"], "tempo_missed_ticks_total")[0].value == 2
     errors = samples(families["tempo_protocol_errors"], "tempo_protocol_errors_total")
-    assert errors[0].labels["code"] == "shape" and errors[0].value == 3
+    by_code = {s.labels["code"]: s.value for s in errors}
+    assert by_code["shape"] == 3
+    assert by_code["non_finite"] == 0 and by_code["malformed"] == 0  # every code, from the start
+    totals = samples(
+        families["tempo_daemon_guard_interventions"], "tempo_daemon_guard_interventions_total"
+    )
+    assert {s.labels["guard"]: s.value for s in totals} == {
+        "velocity_limited": 9,
+        "position_clamped": 0,
+    }
     age = families["tempo_robot_last_observation_age_seconds"].samples[0]
     assert age.labels["robot"] == "arm-left" and age.value == pytest.approx(0.004)
     state = {s.labels["state"]: s.value for s in families["tempo_robot_guard_state"].samples}

@@ -327,11 +327,19 @@ def test_generate_keys_refuses_bad_names(tmp_path, name):
 def test_cmd_keys_generate_says_where_each_file_goes(tmp_path):
     text = cmd_keys_generate(tmp_path, "daemon")
     assert str(tmp_path / "daemon.key") in text
-    assert str(tmp_path / "daemon.key_secret") in text
-    assert "security.server_secret_key" in text
+    assert f"security.server_secret_key: {tmp_path / 'daemon.key_secret'}" in text
+    assert "pass it as server_public_key" in text
+    assert "client_secret_key" not in text and "--role driver" in text
+
+
+def test_a_drivers_key_pair_gets_only_the_drivers_instructions(tmp_path):
+    """A driver's secret must never be offered as the daemon's server_secret_key."""
+    text = cmd_keys_generate(tmp_path, "driver")
+    assert f"pass {tmp_path / 'driver.key_secret'} as the driver's client_secret_key" in text
     assert "security.authorized_keys" in text
-    assert "server_public_key" in text
-    assert "client_secret_key" in text
+    assert "server_secret_key" not in text
+    text = cmd_keys_generate(tmp_path / "other", "robot-pc", role="daemon")
+    assert "security.server_secret_key" in text and "from its name" not in text
 
 
 # -- the client side --------------------------------------------------------------------------
