@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the config sections only type the arguments; policies never
 
     from controller.config import PolicyConfig, RobotConfig
 
-BenchmarkPolicy = Literal["tiny", "act-aloha"]
+BenchmarkPolicy = Literal["tiny", "act-demo", "act-aloha"]
 
 
 def build_tensor_policy(
@@ -66,15 +66,20 @@ def describe_source(policy: PolicyConfig) -> str:
 def build_benchmark_policy(name: BenchmarkPolicy) -> tuple[TensorPolicy, str]:
     """(policy, description) of a benchmark policy with random weights, on the CPU.
 
-    tiny: the tiny conv+MLP test policy (seconds to compile). act-aloha: ACT at LeRobot's ALOHA
+    tiny: the tiny conv+MLP test policy (seconds to compile). act-demo: the small ACT `tempo
+    demo` serves (random weights). act-aloha: ACT at LeRobot's ALOHA
     defaults (3 cameras 480x640, 14 joints, chunk 100); the tiny policy at those shapes when
     `policies.act` cannot be imported."""
     from policies.tiny import build_tiny_policy, tiny_spec
 
     if name == "tiny":
         return build_tiny_policy(), "tiny conv+MLP test policy"
+    if name == "act-demo":
+        from policies.demo import make_demo_policy
+
+        return make_demo_policy(), "the demo's small ACT (one 96x128 camera, 6 joints)"
     if name != "act-aloha":
-        raise ValueError(f"unknown benchmark policy {name!r}; known: tiny, act-aloha")
+        raise ValueError(f"unknown benchmark policy {name!r}; known: tiny, act-demo, act-aloha")
     try:
         import policies.act  # noqa: F401
     except ImportError:
