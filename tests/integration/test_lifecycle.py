@@ -37,7 +37,9 @@ def test_sigterm_sends_hold_and_exits_cleanly(tmp_path):
         hold = wait_for(lambda: (c := client.receive(0.01)).reason == "daemon_stopping" and c)
         assert hold.kind == "hold"
         assert process.wait(5) == 0
-        assert time.monotonic() - started < 1.5
+        # Well under a second on an idle machine; the bound must hold on a loaded one too
+        # (a shutdown that hangs is caught by wait(5) above).
+        assert time.monotonic() - started < 4.0
         client.close()
 
 
