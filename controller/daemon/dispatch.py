@@ -326,7 +326,11 @@ class Dispatcher:
     def peer_gone(self, identity: bytes) -> None:
         session_id = self.by_identity.get(identity)
         if session_id is not None:
-            self.close(session_id, "connection lost (closed, killed, or heartbeat timeout)")
+            self.close(
+                session_id,
+                "connection lost: closed, killed, heartbeat timeout, or a message larger than "
+                "the policy's spec allows (ZeroMQ drops those)",
+            )
 
     def close(self, session_id: str, reason: str) -> None:
         session = self.sessions.pop(session_id, None)

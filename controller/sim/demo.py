@@ -176,7 +176,7 @@ def run_demo(seconds: float, config_args: Sequence[str], as_json: bool, log_leve
 
 
 def _drive(
-    daemon: subprocess.Popen[bytes],
+    daemon: subprocess.Popen[str],
     seconds: float,
     config_args: Sequence[str],
     endpoints: Sequence[str],

@@ -33,9 +33,12 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+if TYPE_CHECKING:
+    from policies.catalog import BenchmarkPolicy
 
 log = logging.getLogger("bench_policy")
 
@@ -102,7 +105,7 @@ def policy_from_flags(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return catalog.build_benchmark_policy(benchmark_name(args))
 
 
-def benchmark_name(args: argparse.Namespace) -> str:
+def benchmark_name(args: argparse.Namespace) -> BenchmarkPolicy:
     """The built-in policy the flags name; none named: ACT at ALOHA shapes on a GPU, the demo's
     small ACT on a CPU (where ALOHA-sized steps take seconds)."""
     if args.tiny:

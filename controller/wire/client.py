@@ -108,6 +108,7 @@ class TempoClient:
             # its configured ones.
             self.spec["limits"] = {j: [float(lo), float(hi)] for j, (lo, hi) in limits.items()}
         self._camera_shapes = {n: (int(h), int(w), 3) for n, (h, w) in cameras.items()}
+        self._state_size, self._n_joints = int(state_size), len(joints)
         self.stale_after_ns = int(stale_after_s * 1e9)
         self.silence_reconnect_ns = int(silence_reconnect_s * 1e9)
         self.handshake_timeout_ns = int(handshake_timeout_s * 1e9)
@@ -243,9 +244,9 @@ class TempoClient:
         teleop lengths, finite values."""
         arrays: dict[str, np.ndarray] = dict(images)  # checked first, connected or not
         self._check_images(arrays)
-        arrays["state"] = self._checked_vector(state, "state", self.spec["state_size"])
+        arrays["state"] = self._checked_vector(state, "state", self._state_size)
         if teleop is not None:
-            arrays["teleop"] = self._checked_vector(teleop, "teleop", len(self.spec["joints"]))
+            arrays["teleop"] = self._checked_vector(teleop, "teleop", self._n_joints)
         self._check_connection()
         if self.welcome is None:
             self.counters.dropped_observations += 1
