@@ -189,6 +189,8 @@ def render_status(status: dict[str, Any]) -> str:
         f"ticks {_num(status.get('ticks'))}   missed {_num(status.get('missed_ticks'))}",
     ]
     lines += _policy_lines(status.get("policy") or {}, status)
+    if status.get("execution"):  # which chunk execution is in effect, and where it came from
+        lines.append(f"execution: {status['execution']}")
     robots = status.get("robots") or []
     totals = status.get("guard_interventions")  # kept across disconnects (newer daemons)
     if isinstance(totals, dict):

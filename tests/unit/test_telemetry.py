@@ -378,6 +378,8 @@ def test_status_table_shows_what_an_operator_asks_first() -> None:
     assert "policy compiled (fp16) on cuda:0 (NVIDIA H200); also ready: graph, eager_fp32" in text
     assert "demoted" in text and "graph -> compiled (overrun)" in text
     assert "guard interventions 3 (velocity_limited 3)" in text and "protocol errors 2" in text
+    line = "query every 100 step(s), play the newest chunk (query_period from checkpoint)"
+    assert f"execution: {line}" in render_status({**status_dict(), "execution": line})
     since_start = render_status({**status_dict(), "guard_interventions": {"non_finite": 5}})
     assert "guard interventions 5 (non_finite 5)" in since_start  # totals across disconnects
     model = next(line for line in text.splitlines() if line.startswith("model "))
