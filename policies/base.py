@@ -49,7 +49,7 @@ class Execution(BaseModel):
         default=None, ge=-10, le=10, description="Ensembling weight exp(-k*i) (temporal only)."
     )
     source: str = Field(
-        default="", max_length=500, description="Where these settings come from, in words."
+        default="", max_length=4000, description="Where these settings come from, in words."
     )
 
     @model_validator(mode="after")
