@@ -134,14 +134,15 @@ class ACTConfig(BaseModel):
         default=4, ge=1, le=64, description="Layers of that VAE encoder (when use_vae)."
     )
 
-    # ---- What the training setup suggested for execution (informational) --------------------
+    # ---- LeRobot's execution settings, as its config gave them ------------------------------
     n_action_steps: int | None = Field(
         default=None, ge=1, description="Actions LeRobot executed per chunk, if known."
     )
     temporal_ensemble_coeff: float | None = Field(
         default=None,
-        description="LeRobot's temporal-ensembling weight for this model, if known. Tempo's "
-        "ensembler is set in the serving config; this is a hint, not a setting.",
+        description="LeRobot's temporal-ensembling weight for this model, if known. What the "
+        "daemon executes is the spec's `execution` (policies.checkpoints.execution translates "
+        "these two into it), unless the config's inference section overrides it.",
     )
 
     @model_validator(mode="after")
