@@ -16,6 +16,7 @@ The codec itself has its property tests in tests/unit/test_protocol.py.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import math
 import subprocess
@@ -496,20 +497,31 @@ ALTERNATIVES: dict[str, set[str | None]] = {
 STALL_RETRIES = 3
 
 
+def rerun_on_stall(test: Callable[..., None]) -> Callable[..., None]:
+    """A stall of the whole test process (the pacer itself skipped a tick: garbage collection
+    of pytest's objects, or the OS descheduling us on a loaded 2-core machine) is not the
+    message's doing. A test whose verdict shows one is run again, up to STALL_RETRIES times;
+    a message that really costs a tick costs it every time and fails on the last run."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        for attempt in range(STALL_RETRIES + 1):
+            try:
+                test(*args, **kwargs)
+                return
+            except AssertionError as failure:
+                text = str(failure)
+                stalled = "pacer missed" in text and "pacer missed 0 ticks" not in text
+                if not stalled or attempt == STALL_RETRIES:
+                    raise
+
+    return run
+
+
 @pytest.mark.parametrize("name", list(CASES))
+@rerun_on_stall
 def test_hostile_message(arena: Arena, name: str) -> None:
-    # A stall of the whole test process (the pacer itself skipped a tick: garbage collection
-    # of pytest's objects, or the OS descheduling us on a loaded 2-core machine) is not the
-    # message's doing. Such a case is run again, up to STALL_RETRIES times; a message that
-    # really costs a tick costs it every time and fails on the last.
-    for attempt in range(STALL_RETRIES + 1):
-        try:
-            attack_and_judge(arena, name)
-            return
-        except AssertionError as failure:
-            stalled = "pacer missed" in str(failure) and "pacer missed 0 ticks" not in str(failure)
-            if not stalled or attempt == STALL_RETRIES:
-                raise
+    attack_and_judge(arena, name)
 
 
 def attack_and_judge(arena: Arena, name: str) -> None:
@@ -534,6 +546,7 @@ def attack_and_judge(arena: Arena, name: str) -> None:
         arena.judge(mark, collections.Counter(expected))
 
 
+@rerun_on_stall
 def test_header_at_the_size_limit_costs_the_loop_no_tick(arena: Arena) -> None:
     """Legal in size (just under the header limit: 64 KiB today), but filled with empty maps,
     one byte each (63,000 today) for the decoder to build and walk on the loop thread. Besides
@@ -569,6 +582,7 @@ def test_header_at_the_size_limit_costs_the_loop_no_tick(arena: Arena) -> None:
         )
 
 
+@rerun_on_stall
 def test_oversize_frame_drops_the_connection(arena: Arena) -> None:
     """A frame bigger than any legal one: ZeroMQ's MAXMSGSIZE drops the connection before Python
     sees it (an `error` reply, if some layer answers instead, must say not_allowed)."""
@@ -610,6 +624,7 @@ print(code, flush=True)
 """
 
 
+@rerun_on_stall
 def test_100000_frames_in_one_message(arena: Arena) -> None:
     """ZeroMQ has no limit on the parts of one message, and all of them are received before
     decode counts them: 100,000 empty frames must not cost the loop a tick."""
@@ -632,6 +647,7 @@ def test_100000_frames_in_one_message(arena: Arena) -> None:
         attacker.wait(5)
 
 
+@rerun_on_stall
 def test_hijacking_another_drivers_session_is_refused(arena: Arena) -> None:
     victim = arena.good_session
     with attacker_for(arena, with_session=False) as attacker:
@@ -660,6 +676,7 @@ def test_hijacking_another_drivers_session_is_refused(arena: Arena) -> None:
     assert session.last_obs_seq < 10**9
 
 
+@rerun_on_stall
 def test_flood_of_10000_messages_in_about_a_second(arena: Arena) -> None:
     n = 10_000
     with attacker_for(arena, with_session=False) as attacker:
