@@ -39,7 +39,7 @@ from zmq.utils.monitor import recv_monitor_message
 from controller.errors import ErrorCode
 from controller.observe.histogram import window
 from controller.observe.status_server import StatusServer, request_status
-from controller.observe.telemetry import TICK_LATENESS
+from controller.observe.telemetry import RECEIVE, TICK_LATENESS
 from controller.wire.protocol import decode, encode
 from tests.conftest import (
     StreamingDriver,
@@ -50,6 +50,7 @@ from tests.conftest import (
 )
 
 RATE_HZ = 100
+PERIOD_MS = 1000 / RATE_HZ
 JOINTS = [f"joint_{i}" for i in range(6)]
 SPEC = {
     "joints": JOINTS,
@@ -74,6 +75,7 @@ class Mark:
     errors: collections.Counter[str]
     session: str
     lateness: dict[str, Any]  # tick-lateness histogram snapshot, with buckets
+    receive: dict[str, Any]  # message-handling histogram snapshot, with buckets
 
 
 class Arena:
@@ -85,6 +87,7 @@ class Arena:
         self.driver = driver
         self.endpoint = config.server.bind
         self.lateness = daemon.telemetry.section(TICK_LATENESS)
+        self.receive = daemon.telemetry.section(RECEIVE)
 
     @property
     def good_session(self) -> str:
@@ -118,15 +121,26 @@ class Arena:
             errors=collections.Counter(self.daemon.dispatcher.errors),
             session=self.good_session,
             lateness=self.lateness.snapshot(buckets=True),
+            receive=self.receive.snapshot(buckets=True),
         )
+
+    def receive_ms_since(self, mark: Mark) -> float:
+        """The longest the loop spent handling one message since `mark` (decode and route)."""
+        worst = window(mark.receive, self.receive.snapshot(buckets=True))["max_s"]
+        return 0.0 if worst is None else worst * 1e3
 
     def lateness_ms_since(self, mark: Mark) -> float:
         """The worst tick lateness since `mark` (from the daemon's tick-lateness histogram)."""
         worst = window(mark.lateness, self.lateness.snapshot(buckets=True))["max_s"]
         return 0.0 if worst is None else worst * 1e3
 
-    def judge(self, mark: Mark, expected_errors: collections.Counter[str]) -> None:
-        """Everything a hostile message must not do, checked after the attack."""
+    def judge(
+        self, mark: Mark, expected_errors: collections.Counter[str], strict: bool = False
+    ) -> None:
+        """Everything a hostile message must not do, checked after the attack. A tick the
+        pacer skipped while no message took the loop long is the machine's doing and is
+        tolerated, unless `strict` (for attacks whose cost is outside message handling: such a
+        test reruns on a stall instead, see rerun_on_stall)."""
         # Let a few ticks pass after the attack, so that a stalled loop shows as a gap.
         after = len(self.driver.records)
         wait_for(lambda: len(self.driver.records) >= after + SETTLE_RECORDS, timeout=5)
@@ -151,10 +165,22 @@ class Arena:
         )
         gaps = [(a.step, b.step) for a, b in itertools.pairwise(window) if b.step != a.step + 1]
         holds = [r for r in window if r.kind != "action"]
-        assert not gaps, f"the good driver missed ticks {gaps}; {evidence}"
-        assert not holds, f"the good driver got holds {holds}; {evidence}"
         assert all(r.finite for r in window)
-        assert missed == 0, evidence
+        handled_ms = self.receive_ms_since(mark)
+        evidence += f"; slowest message handled in {handled_ms:.2f} ms"
+        if strict or missed == 0 or handled_ms >= PERIOD_MS / 4:
+            assert not gaps, f"the good driver missed ticks {gaps}; {evidence}"
+            assert not holds, f"the good driver got holds {holds}; {evidence}"
+            assert missed == 0, evidence
+        else:
+            # The pacer skipped ticks while no message took the loop long: the whole process
+            # was descheduled (a loaded machine), not stalled by the attack. Only the ticks the
+            # pacer skipped may be missing, and only holds for want of a fresh action.
+            gap_steps = sum(b - a - 1 for a, b in gaps)
+            assert gap_steps <= missed, f"the good driver missed ticks {gaps}; {evidence}"
+            assert len(holds) <= missed and all(
+                r.reason in ("no_action", "stale_observation") for r in holds
+            ), f"the good driver got holds {holds}; {evidence}"
         assert counters.lost == mark.lost and counters.duplicated == mark.duplicated, evidence
         assert counters.reconnects == mark.reconnects
         assert self.good_session == mark.session
@@ -641,7 +667,8 @@ def test_100000_frames_in_one_message(arena: Arena) -> None:
         attacker.stdin.write("go\n")
         attacker.stdin.flush()
         assert attacker.stdout.readline().strip() == NOT_ALLOWED
-        arena.judge(mark, collections.Counter([NOT_ALLOWED]))
+        # Receiving 100,000 parts happens before message handling: judged strictly.
+        arena.judge(mark, collections.Counter([NOT_ALLOWED]), strict=True)
     finally:
         attacker.kill()
         attacker.wait(5)
