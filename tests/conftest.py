@@ -176,6 +176,7 @@ class StreamingDriver:
         self.images = {"front": np.zeros((96, 128, 3), np.uint8)}
         self.state = np.zeros(6, np.float32)
         self.returned: list[Any] = []
+        self.sent_ns: list[int] = []  # when each observation went out (a stalled driver shows)
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="good-driver", daemon=True)
@@ -196,6 +197,7 @@ class StreamingDriver:
                 now = time.monotonic()
                 if now >= next_obs:
                     self.client.send_observation(self.images, self.state)
+                    self.sent_ns.append(time.monotonic_ns())
                     next_obs = max(next_obs + self.obs_period_s, now)
                 command = self.client.receive(timeout_s=0.005)
                 if not self.returned or self.returned[-1][1] is not command:
