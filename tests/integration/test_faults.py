@@ -450,9 +450,18 @@ def test_policy_exceptions_and_nan_chunks_never_reach_the_robot(tmp_path):
             end = outcomes[end_call][0]
             return [r for r in records if start <= r.received_ns <= end]
 
-        # Two failures in three: the chunks that landed carry the robot, no hold.
+        # Two failures in three: the chunks that landed carry the robot, no hold, as long as
+        # good chunks came well within a chunk's length of each other. On a loaded machine
+        # the calls themselves can come far apart (the control, measured in this run): then
+        # the steps no chunk covers are held, for want of an action and for no other reason.
         gaps, holds = gaps_and_holds(during(41, 99))
-        assert not holds, holds
+        good_calls = [t for t, what in outcomes[41:100] if what == "ok"]
+        longest_ns = max(b - a for a, b in itertools.pairwise(good_calls))
+        chunk_ns = policy.spec.chunk_size * 1e9 / RATE_HZ
+        if longest_ns < chunk_ns / 2:
+            assert not holds, holds
+        else:
+            assert all(r.reason == "no_action" for r in holds), holds
         # Every call failing for longer than a chunk: holds, because nothing covers the step.
         stretch = during(100, 159)
         assert any(r.kind == "hold" and r.reason == "no_action" for r in stretch), stretch
