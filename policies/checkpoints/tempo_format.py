@@ -1,9 +1,10 @@
-"""Tempo's own checkpoint format: writing it, and reading it into an ACT module.
+"""Tempo's own checkpoint format: writing it, and reading it into a module.
 
 A Tempo checkpoint is a directory with two files:
 
     config.json          {"format": "tempo", "format_version": 1, "policy_type": "act",
                           "spec": <PolicySpec>, "model": <ACTConfig>}
+                         or "policy_type": "flow" with "model": <FlowConfig>
     model.safetensors    every parameter and persistent buffer of the module, normalization
                          statistics included, float32
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -28,6 +29,8 @@ from controller.errors import CheckpointError
 from policies.act.config import ACTConfig
 from policies.act.model import ACT
 from policies.base import PolicySpec
+from policies.flow.config import FlowConfig
+from policies.flow.model import FlowMatchingPolicy
 from policies.checkpoints.files import (
     CONFIG_FILE,
     FORMAT,
@@ -42,7 +45,7 @@ _NAMES_SHOWN = 4
 
 
 class CheckpointConfig(BaseModel):
-    """The `config.json` of a Tempo checkpoint."""
+    """The `config.json` of a Tempo checkpoint of an ACT policy."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -53,6 +56,27 @@ class CheckpointConfig(BaseModel):
     model: ACTConfig
 
 
+class FlowCheckpointConfig(BaseModel):
+    """The `config.json` of a Tempo checkpoint of a flow-matching policy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["tempo"]
+    format_version: Literal[1]
+    policy_type: Literal["flow"]
+    spec: PolicySpec
+    model: FlowConfig
+
+
+AnyCheckpointConfig = Union[CheckpointConfig, FlowCheckpointConfig]  # noqa: UP007
+ModelConfig = Union[ACTConfig, FlowConfig]  # noqa: UP007
+_BY_TYPE: dict[str, type[CheckpointConfig] | type[FlowCheckpointConfig]] = {
+    "act": CheckpointConfig,
+    "flow": FlowCheckpointConfig,
+}
+SAVED_MODULES = (ACT, FlowMatchingPolicy)
+
+
 # ---- Saving ------------------------------------------------------------------------------------
 
 
@@ -60,9 +84,10 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
     """Write `policy` as a Tempo checkpoint into `directory` (created if needed; the two files
     are replaced atomically if present). Returns the directory."""
     module = policy.module
-    if not isinstance(module, ACT):
+    if not isinstance(module, SAVED_MODULES):
         raise CheckpointError(
-            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT models only"
+            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT and flow "
+            "policies (save a served wrapper's inner policy)"
         )
     check_spec_matches(policy.spec, module.config, "the policy being saved")
     directory = Path(directory)
@@ -78,7 +103,11 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
         name: tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
         for name, tensor in module.state_dict().items()
     }
-    metadata = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "policy_type": "act"}
+    metadata = {
+        "format": FORMAT,
+        "format_version": str(FORMAT_VERSION),
+        "policy_type": module.policy_type,
+    }
     _atomic_write(directory / WEIGHTS_FILE, lambda path: save_file(tensors, path, metadata))
     text = json.dumps(document, indent=2) + "\n"
     _atomic_write(directory / CONFIG_FILE, lambda path: Path(path).write_text(text))
@@ -106,7 +135,7 @@ def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
     return TensorPolicy(spec=parsed.spec, module=module)
 
 
-def parse_tempo_config(raw: dict[str, Any], path: Path) -> CheckpointConfig:
+def parse_tempo_config(raw: dict[str, Any], path: Path) -> AnyCheckpointConfig:
     """Validate a Tempo config.json; the error names the first invalid field."""
     version = raw.get("format_version")
     if version != FORMAT_VERSION:
@@ -114,15 +143,22 @@ def parse_tempo_config(raw: dict[str, Any], path: Path) -> CheckpointConfig:
             f"{path} has format_version {version!r}; this Tempo reads version {FORMAT_VERSION} "
             "(upgrade Tempo, or re-export the checkpoint)"
         )
+    policy_type = raw.get("policy_type")
+    schema = _BY_TYPE.get(policy_type) if isinstance(policy_type, str) else None
+    if schema is None:
+        raise CheckpointError(
+            f"{path}: policy_type {policy_type!r} is not one this Tempo serves "
+            f"({', '.join(_BY_TYPE)}); upgrade Tempo, or check the file"
+        )
     try:
-        parsed = CheckpointConfig.model_validate(raw)
+        parsed = schema.model_validate(raw)
     except ValidationError as exc:
         raise CheckpointError(f"{path}: {describe_validation_error(exc)}") from None
     check_spec_matches(parsed.spec, parsed.model, str(path))
     return parsed
 
 
-def check_spec_matches(spec: PolicySpec, config: ACTConfig, where: str) -> None:
+def check_spec_matches(spec: PolicySpec, config: ModelConfig, where: str) -> None:
     """The PolicySpec and the model config must describe the same interface."""
     problems = []
     if len(spec.cameras) != config.n_cameras:
@@ -144,11 +180,14 @@ def check_spec_matches(spec: PolicySpec, config: ACTConfig, where: str) -> None:
         raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
 
 
-def build_module(config: ACTConfig, tensors: dict[str, torch.Tensor], source: Path) -> ACT:
-    """An ACT module for `config` holding `tensors`, which must fit it exactly."""
+def build_module(
+    config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path
+) -> ACT | FlowMatchingPolicy:
+    """The module (ACT or flow policy) for `config` holding `tensors`, which must fit it exactly."""
     tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
+    module: ACT | FlowMatchingPolicy
     with torch.no_grad():
-        module = ACT(config)
+        module = ACT(config) if isinstance(config, ACTConfig) else FlowMatchingPolicy(config)
     load_weights(module, tensors, source)
     return module.eval()
 

@@ -88,10 +88,11 @@ class FlowMatchingPolicy(nn.Module):
         self.velocity_head = nn.Linear(dim, config.action_dim)
 
         # The Euler steps' times are fixed by the config, so their embeddings are constants.
-        times = torch.arange(config.n_steps, dtype=torch.float64) / config.n_steps
-        self.times = [float(t) for t in times]
+        self.times = [k / config.n_steps for k in range(config.n_steps)]
         self.register_buffer(
-            "step_time_embed", sinusoidal_time_embedding(times, dim), persistent=False
+            "step_time_embed",
+            sinusoidal_time_embedding(torch.tensor(self.times, dtype=torch.float64), dim),
+            persistent=False,
         )
         self.pixel_format = torch.contiguous_format
         nn.init.normal_(self.action_pos_embed, std=0.02)
