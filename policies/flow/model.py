@@ -124,11 +124,15 @@ class FlowMatchingPolicy(nn.Module):
         memory = self.context_norm(tokens)
         return [layer.cross_attn.project_memory(memory) for layer in self.expert_layers]
 
-    def velocity(self, actions: torch.Tensor, step: int, context: Context) -> torch.Tensor:
+    def velocity(
+        self, actions: torch.Tensor, step: int | torch.Tensor, context: Context
+    ) -> torch.Tensor:
         """3. The action expert: v(A^t, o, t) for Euler step `step` (t = step / n_steps), in the
-        normalized action space, (B, chunk_size, action_dim)."""
-        batch = actions.shape[0]
-        time = self.step_time_embed[step].expand(batch, self.config.chunk_size, -1)
+        normalized action space, (B, chunk_size, action_dim). `step` may be a (B,) tensor of
+        steps, one per sample (training)."""
+        batch, dim = actions.shape[0], self.config.dim_model
+        time = self.step_time_embed[step].reshape(-1, 1, dim)
+        time = time.expand(batch, self.config.chunk_size, dim)
         x = torch.cat([self.action_in(actions), time], dim=-1)
         x = self.action_time_out(F.silu(self.action_time_in(x))) + self.action_pos_embed
         for layer, (keys, values) in zip(self.expert_layers, context, strict=True):
