@@ -36,6 +36,8 @@ def build_tensor_policy(
     if policy.kind == "reach":
         from policies.reach import build_reach_policy
 
+        if policy.rtc.mode != "off":
+            raise ConfigError("policy.rtc needs a flow policy checkpoint; reach has no flow")
         if robot is None:
             raise ConfigError("policy.kind 'reach' needs the robot section (joints, cameras)")
         cameras = [CameraSpec(name=c.name, height=c.height, width=c.width) for c in robot.cameras]
@@ -53,7 +55,15 @@ def build_tensor_policy(
 
     if policy.path is None:  # the config validator makes this unreachable; say why anyway
         raise ConfigError("policy.kind 'checkpoint' needs policy.path")
-    return load_checkpoint(policy.path, device=device)
+    loaded = load_checkpoint(policy.path, device=device)
+    if policy.rtc.mode == "off":
+        return loaded
+    from policies.flow.rtc import serve_with_rtc
+
+    try:
+        return serve_with_rtc(loaded, policy.rtc)
+    except ValueError as exc:
+        raise ConfigError(f"policy.rtc: {exc}") from None
 
 
 def describe_source(policy: PolicyConfig) -> str:

@@ -29,6 +29,7 @@ from controller.errors import CheckpointError
 from policies.act.config import ACTConfig
 from policies.act.model import ACT
 from policies.base import PolicySpec
+from policies.flow.codec import FlowCodec
 from policies.flow.config import FlowConfig
 from policies.flow.model import FlowMatchingPolicy
 from policies.checkpoints.files import (
@@ -132,7 +133,8 @@ def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
     parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
     tensors = read_tensors(directory / WEIGHTS_FILE)
     module = build_module(parsed.model, tensors, directory / WEIGHTS_FILE)
-    return TensorPolicy(spec=parsed.spec, module=module)
+    codec = FlowCodec(parsed.spec) if isinstance(module, FlowMatchingPolicy) else None
+    return TensorPolicy(spec=parsed.spec, module=module, codec=codec)
 
 
 def parse_tempo_config(raw: dict[str, Any], path: Path) -> AnyCheckpointConfig:

@@ -1,5 +1,10 @@
-"""What a flow policy's module reads, from one robot's observation and context.
+"""What a flow policy's module reads, from one robot's observation and context (its
+`InputCodec`s; the frames come first, as for every policy, see `policies.inputs`).
 
+    FlowCodec   state, noise                               -> FlowMatchingPolicy
+    RTCCodec    state, noise, prefix, prefix_len, delay    -> RealTimeChunking
+
+    state        float32 (state_history, state_size), as the default codec
     noise        float32 (H, action_dim): the starting point of sampling, drawn on the host from a
                  generator seeded by (seed, context.step), so a chunk is a pure function of the
                  observation and its context, and every tier can be checked against the reference
@@ -15,7 +20,60 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import RobotContext
+from collections.abc import Sequence
+
+from policies.base import Plan, PolicySpec, RobotContext
+from policies.inputs import InputCodec, TensorInput
+
+NOISE_SEED = 0x5EED
+
+
+class FlowCodec(InputCodec):
+    """The state history, then the chunk's starting noise."""
+
+    def __init__(self, spec: PolicySpec, seed: int = NOISE_SEED) -> None:
+        super().__init__(spec)
+        self.seed = seed
+
+    @property
+    def inputs(self) -> tuple[TensorInput, ...]:
+        noise = TensorInput("noise", (self.spec.chunk_size, self.spec.action_dim))
+        return (*super().inputs, noise)
+
+    def encode(self, context: RobotContext, out: Sequence[np.ndarray]) -> None:
+        super().encode(context, out[:1])
+        fill_noise(self.seed, context.step, out[1])
+
+
+class RTCCodec(FlowCodec):
+    """FlowCodec's inputs, then the previous plan as the RTC prefix and the inference delay."""
+
+    @property
+    def inputs(self) -> tuple[TensorInput, ...]:
+        prefix = TensorInput("prefix", (self.spec.chunk_size, self.spec.action_dim))
+        scalars = (TensorInput("prefix_len", (), "int64"), TensorInput("delay", (), "int64"))
+        return (*super().inputs, prefix, *scalars)
+
+    def encode(self, context: RobotContext, out: Sequence[np.ndarray]) -> None:
+        super().encode(context, out[:2])
+        out[3][...] = fill_prefix(context, out[2])
+        out[4][...] = max(int(context.inference_delay), 0)
+
+    def example(self, seed: int) -> RobotContext:
+        """A random context with a previous plan and a delay, so that start-up parity checks
+        run the guidance (without a plan the mask is zero and nothing is guided)."""
+        base = super().example(seed)
+        rng = np.random.default_rng(seed + 1)
+        size = self.spec.chunk_size
+        executed = int(rng.integers(1, max(size // 2, 1) + 1))  # steps since the plan began
+        actions = rng.standard_normal((size, self.spec.action_dim)).astype(np.float32)
+        return RobotContext(
+            step=100 + executed,
+            episode_start=False,
+            state_history=base.state_history,
+            previous_plan=Plan(start_step=100 + executed, actions=actions[executed:]),
+            inference_delay=int(rng.integers(0, executed + 1)),
+        )
 
 
 def fill_noise(seed: int, step: int, out: np.ndarray) -> None:

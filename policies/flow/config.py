@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from policies.act.config import Backbone, NormMode
 
@@ -106,3 +106,9 @@ class RTCConfig(BaseModel):
         "chunk lands) to 0 (the end of the previous chunk's actions): exp (the paper's), "
         "linear, ones (no decay), zeros (only the first d actions guided).",
     )
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        # YAML reads a bare `off` as false (`--set policy.rtc.mode=off`): it means off here.
+        return "off" if value is False else value

@@ -15,6 +15,7 @@ import torch
 
 from policies.base import CameraSpec, PolicySpec
 from policies.demo import DEFAULT_JOINTS, HOME_POSE, IMAGENET_MEAN, IMAGENET_STD
+from policies.flow.codec import FlowCodec
 from policies.flow.config import FlowConfig
 from policies.flow.model import FlowMatchingPolicy
 from policies.tensor_policy import TensorPolicy
@@ -76,7 +77,7 @@ def make_demo_flow_policy(
         head = module.velocity_head
         head.weight.mul_(VELOCITY_BOUND / dim_model**0.5 / head.weight.norm(dim=1, keepdim=True))
         head.bias.zero_()
-    return TensorPolicy(spec=spec, module=module.eval())
+    return TensorPolicy(spec=spec, module=module.eval(), codec=FlowCodec(spec))
 
 
 def make_demo_flow_checkpoint(directory: str | Path, *, seed: int = 0) -> Path:
@@ -113,4 +114,5 @@ def make_flow_aloha_policy(seed: int = 0) -> TensorPolicy:
         chunk_size=50,
     )
     torch.manual_seed(seed)
-    return TensorPolicy(spec=spec, module=FlowMatchingPolicy(config).eval())
+    module = FlowMatchingPolicy(config).eval()
+    return TensorPolicy(spec=spec, module=module, codec=FlowCodec(spec))

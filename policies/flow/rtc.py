@@ -33,8 +33,10 @@ import math
 import torch
 from torch import nn
 
+from policies.flow.codec import FlowCodec, RTCCodec
 from policies.flow.config import MaskSchedule, RTCConfig
 from policies.flow.model import Context, FlowMatchingPolicy
+from policies.tensor_policy import TensorPolicy
 
 
 def soft_mask(
@@ -182,3 +184,21 @@ class RealTimeChunking(nn.Module):
     def use_channels_last(self, enabled: bool = True) -> RealTimeChunking:
         self.flow.use_channels_last(enabled)
         return self
+
+
+def serve_with_rtc(policy: TensorPolicy, config: RTCConfig) -> TensorPolicy:
+    """`policy` (a flow policy) served with real-time chunking: its module wrapped, its codec
+    the RTC one. Mode `off` returns it unchanged. ValueError for a policy that is not a flow."""
+    if config.mode == "off":
+        return policy
+    module = policy.module
+    if isinstance(module, RealTimeChunking):
+        module = module.flow
+    if not isinstance(module, FlowMatchingPolicy):
+        raise ValueError(
+            f"real-time chunking needs a flow policy; this one is {type(module).__name__} "
+            "(set policy.rtc.mode=off)"
+        )
+    seed = policy.codec.seed if isinstance(policy.codec, FlowCodec) else None
+    codec = RTCCodec(policy.spec) if seed is None else RTCCodec(policy.spec, seed)
+    return TensorPolicy(spec=policy.spec, module=RealTimeChunking(module, config), codec=codec)
