@@ -295,10 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     demo.add_argument(
         "--policy",
-        choices=["act", "reach"],
+        choices=["act", "reach", "flow"],
         default="act",
         help="act: a small ACT with random weights, made on first run (default); "
-        "reach: the built-in scripted policy",
+        "reach: the built-in scripted policy; "
+        "flow: a small flow-matching policy with random weights, served with real-time chunking",
     )
     demo.set_defaults(func=cmd_demo)
 

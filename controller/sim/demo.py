@@ -35,6 +35,20 @@ def demo_policy_args(policy: str) -> list[str]:
     random weights and a fixed seed: the model path is real, the behaviour is not trained."""
     if policy == "reach":
         return ["--set", "policy.kind=reach"]
+    if policy == "flow":
+        flow_dir = demo_checkpoint_dir().with_name("demo-flow")
+        if not (flow_dir / "config.json").exists():
+            from policies.flow.demo import make_demo_flow_checkpoint
+
+            make_demo_flow_checkpoint(flow_dir)
+        settings = [
+            "policy.kind=checkpoint",
+            f"policy.path={flow_dir}",
+            "policy.rtc.mode=exact",  # real-time chunking: the old chunk plays until the new lands
+            "inference.ensemble=newest",
+            "inference.query_period=10",  # the execution horizon s: at least the delay on a CPU
+        ]
+        return [arg for setting in settings for arg in ("--set", setting)]
     directory = demo_checkpoint_dir()
     if not (directory / "config.json").exists():
         from policies.demo import make_demo_checkpoint
