@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.policy != "act":
         from policies.checkpoints.tempo_format import save_checkpoint
-        from policies.flow.demo import make_demo_flow_policy, make_flow_aloha_policy
+        from policies.demo import make_demo_flow_policy, make_flow_aloha_policy
 
         make = make_flow_aloha_policy if args.policy == "flow-aloha" else make_demo_flow_policy
         print(f"wrote {save_checkpoint(args.directory, make(seed=args.seed))}")

@@ -34,9 +34,9 @@ from controller.action.guards import GuardsConfig
 from controller.action.pipeline import ActionPipeline
 from controller.action.teleop import TeleopConfig
 from policies.base import RobotContext
+from policies.demo import make_demo_flow_policy
 from policies.flow.codec import fill_noise, fill_prefix
 from policies.flow.config import RTCConfig
-from policies.flow.demo import make_demo_flow_policy
 from policies.flow.model import FlowMatchingPolicy
 from policies.flow.rtc import RealTimeChunking
 
@@ -55,7 +55,8 @@ def make_policy(chunk: int, train_steps: int, seed: int) -> tuple[FlowMatchingPo
         seed=seed,
     )
     module = policy.module
-    assert isinstance(module, FlowMatchingPolicy)
+    if not isinstance(module, FlowMatchingPolicy):
+        raise TypeError("the demo flow policy's module is a FlowMatchingPolicy")
     if train_steps:
         train(module, train_steps, seed)
     return module.eval(), policy.spec
@@ -113,7 +114,11 @@ def simulate(
     rtc = RealTimeChunking(module, rtc_config.model_copy(update={"mode": mode}))
     ensemble = "temporal" if method == "ensembling" else "newest"
     pipeline = ActionPipeline(
-        spec, GuardsConfig(), TeleopConfig(), RATE_HZ, ensemble=ensemble  # type: ignore[arg-type]
+        spec,
+        GuardsConfig(),
+        TeleopConfig(),
+        RATE_HZ,
+        ensemble=ensemble,  # type: ignore[arg-type]
     )
     chunk = module.config.chunk_size
     image = torch.zeros(1, 1, 32, 32, 3, dtype=torch.uint8)
@@ -191,8 +196,10 @@ def main() -> None:
         f"{'trained ' + str(args.train_steps) + ' steps' if args.train_steps else 'random weights'}"
         f", RTC beta {args.beta}, {args.schedule} mask"
     )
-    print(f"{'method':<15}{'d':>3}{'jump rad':>11}{'inside rad':>12}{'jerk rad/s^3':>14}"
-          f"{'jump vs switching':>19}")
+    print(
+        f"{'method':<15}{'d':>3}{'jump rad':>11}{'inside rad':>12}{'jerk rad/s^3':>14}"
+        f"{'jump vs switching':>19}"
+    )
     reductions: dict[str, list[float]] = {m: [] for m in methods}
     for d in args.delays:
         baseline = None
@@ -209,8 +216,10 @@ def main() -> None:
     if reductions["rtc-exact"]:
         for method in methods[1:]:
             worst = min(reductions[method])
-            print(f"d = 2..4: {method} reduces the boundary jump at least {worst:.1f}x "
-                  "against plain switching" + (" (target >= 5x)" if method == "rtc-exact" else ""))
+            print(
+                f"d = 2..4: {method} reduces the boundary jump at least {worst:.1f}x "
+                "against plain switching" + (" (target >= 5x)" if method == "rtc-exact" else "")
+            )
 
 
 if __name__ == "__main__":

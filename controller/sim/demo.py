@@ -38,9 +38,10 @@ def demo_policy_args(policy: str) -> list[str]:
     if policy == "flow":
         flow_dir = demo_checkpoint_dir().with_name("demo-flow")
         if not (flow_dir / "config.json").exists():
-            from policies.flow.demo import make_demo_flow_checkpoint
+            from policies.checkpoints.tempo_format import save_checkpoint
+            from policies.demo import make_demo_flow_policy
 
-            make_demo_flow_checkpoint(flow_dir)
+            save_checkpoint(flow_dir, make_demo_flow_policy())
         settings = [
             "policy.kind=checkpoint",
             f"policy.path={flow_dir}",

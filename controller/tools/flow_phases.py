@@ -31,7 +31,9 @@ from policies.flow.rtc import RealTimeChunking
 from policies.inputs import example_frames
 
 
-def flow_parts(module: torch.nn.Module) -> tuple[FlowMatchingPolicy, RealTimeChunking | None] | None:
+def flow_parts(
+    module: torch.nn.Module,
+) -> tuple[FlowMatchingPolicy, RealTimeChunking | None] | None:
     """(the flow policy, its RTC wrapper or None) of a served module; None for other policies."""
     if isinstance(module, RealTimeChunking):
         return module.flow, module
@@ -57,6 +59,47 @@ class _Timer:
         return begin.elapsed_time(end) / 1e3
 
 
+def _measure_once(
+    module: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    flow: FlowMatchingPolicy,
+    rtc: RealTimeChunking | None,
+    timer: _Timer,
+) -> tuple[float, ...]:
+    """(forward, encode, base loop, RTC loop, n VJPs, n expert calls), seconds, on `inputs`."""
+    images, state, noise = inputs[0], inputs[1], inputs[2]
+    n = flow.config.n_steps
+    holder: dict[str, Any] = {}
+    total = timer(lambda: module(*inputs))
+    encode = timer(lambda: holder.__setitem__("context", flow.encode(images, state)))
+    context = holder["context"]
+
+    def base_loop() -> None:
+        x = noise
+        for step in range(n):
+            x = x + flow.velocity(x, step, context) / n
+
+    base = timer(base_loop)
+    if rtc is None:
+        return total, encode, base, 0.0, 0.0, 0.0
+    target, mask = rtc.guidance_targets(inputs[3], inputs[4], inputs[5])
+
+    def rtc_loop() -> None:
+        guided_target, guided_mask = rtc.guidance_targets(inputs[3], inputs[4], inputs[5])
+        x = noise
+        for step in range(n):
+            x = rtc.denoise(x, step, context, guided_target, guided_mask, noise)
+
+    loop = timer(rtc_loop)
+    vjp = fwd = 0.0
+    if rtc.rtc.mode == "exact":
+        vjp = timer(
+            lambda: [rtc.correction_exact(noise, s, context, target, mask) for s in range(n)]
+        )
+        fwd = timer(lambda: [flow.velocity(noise, s, context) for s in range(n)])
+    return total, encode, base, loop, vjp, fwd
+
+
 def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row]:
     """Rows (group "phases", shares of the eager RTC or flow forward) for a flow policy."""
     path = runner.step_path
@@ -70,7 +113,9 @@ def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row
         half = None
     timer = _Timer(path.device)
     n = flow.config.n_steps
-    columns: dict[str, list[float]] = {k: [] for k in ("total", "encode", "base", "loop", "vjp", "fwd")}
+    columns: dict[str, list[float]] = {
+        k: [] for k in ("total", "encode", "base", "loop", "vjp", "fwd")
+    }
 
     def autocast() -> Any:
         if half is None:
@@ -81,62 +126,57 @@ def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row
         for i in range(iterations + 2):
             seed = 7 + i % 4
             path.upload(example_frames(runner.spec, seed), codec.example(seed))
-            inputs = path.staging.tensors
-            images, state, noise = inputs[0], inputs[1], inputs[2]
-            holder: dict[str, Any] = {}
-            total = timer(lambda: path.module(*inputs))
-            encode = timer(lambda: holder.__setitem__("ctx", flow.encode(images, state)))
-            context = holder["ctx"]
-
-            def base_loop() -> None:
-                x = noise
-                for step in range(n):
-                    x = x + flow.velocity(x, step, context) / n
-
-            base = timer(base_loop)
-            loop = vjp = fwd = 0.0
-            if rtc is not None:
-                prefix, prefix_len, delay = inputs[3], inputs[4], inputs[5]
-
-                def rtc_loop() -> None:
-                    target, mask = rtc.guidance_targets(prefix, prefix_len, delay)
-                    x = noise
-                    for step in range(n):
-                        x = rtc.denoise(x, step, context, target, mask, noise)
-
-                loop = timer(rtc_loop)
-                if rtc.rtc.mode == "exact":
-                    target, mask = rtc.guidance_targets(prefix, prefix_len, delay)
-                    vjp = timer(
-                        lambda: [
-                            rtc.correction_exact(noise, s, context, target, mask) for s in range(n)
-                        ]
-                    )
-                    fwd = timer(lambda: [flow.velocity(noise, s, context) for s in range(n)])
+            measured = _measure_once(path.module, path.staging.tensors, flow, rtc, timer)
             path.staging.mark_consumed()
             if i < 2:
                 continue  # first calls: allocator and kernel caches
-            for key, value in zip(columns, (total, encode, base, loop, vjp, fwd), strict=True):
+            for key, value in zip(columns, measured, strict=True):
                 columns[key].append(value)
     c = {k: np.asarray(v) for k, v in columns.items()}
     how = "CUDA events, eager" if timer.cuda else "wall clock, eager"
     label = f"eager {'RTC ' + rtc.rtc.mode if rtc is not None else 'flow'} forward ({precision})"
     rows = [
         Row("phase:total", label, "phases", c["total"], how, "phase:total"),
-        Row("phase:encode", "encoding (once per inference)", "phases", c["encode"], how,
-            "phase:total"),
-        Row("phase:base", f"base denoising ({n} expert steps)", "phases", c["base"], how,
-            "phase:total"),
+        Row(
+            "phase:encode",
+            "encoding (once per inference)",
+            "phases",
+            c["encode"],
+            how,
+            "phase:total",
+        ),
+        Row(
+            "phase:base",
+            f"base denoising ({n} expert steps)",
+            "phases",
+            c["base"],
+            how,
+            "phase:total",
+        ),
     ]
     if rtc is not None:
         autograd = np.clip(c["vjp"] - c["fwd"], 0.0, None)
         guidance = c["loop"] - c["base"] - autograd
         rows.append(
-            Row("phase:guidance", f"guidance ({rtc.rtc.mode})", "phases", guidance,
-                "derived: RTC loop - base - autograd", "phase:total", derived=True)
+            Row(
+                "phase:guidance",
+                f"guidance ({rtc.rtc.mode})",
+                "phases",
+                guidance,
+                "derived: RTC loop - base - autograd",
+                "phase:total",
+                derived=True,
+            )
         )
         rows.append(
-            Row("phase:autograd", "autograd correction (VJP beyond a forward)", "phases",
-                autograd, "derived: n VJPs - n expert calls", "phase:total", derived=True)
+            Row(
+                "phase:autograd",
+                "autograd correction (VJP beyond a forward)",
+                "phases",
+                autograd,
+                "derived: n VJPs - n expert calls",
+                "phase:total",
+                derived=True,
+            )
         )
     return rows

@@ -1,6 +1,6 @@
-"""`tempo profile compare CONFIG --rtc`: does real-time chunking pay on this machine? A flow policy's
-configuration with RTC off against each RTC mode, in one process, interleaved, with a verdict
-line per mode.
+"""`tempo profile compare CONFIG --rtc`: does real-time chunking pay on this machine? A flow
+policy's configuration with RTC off against each RTC mode, in one process, interleaved, with a
+verdict line per mode.
 
     result = run_rtc_compare(config, iterations=200)
     print(render_rtc_compare(result))
@@ -170,8 +170,7 @@ def run_rtc_compare(
             entry.verdict = (
                 f"{text}; policy step p50 {_ms(np.median(off_predict))} -> "
                 f"{_ms(np.median(predict))}, p99 {_ms(np.percentile(off_predict, 99))} -> "
-                f"{_ms(np.percentile(predict, 99))}; "
-                + _fits(entry.delay_steps, period)
+                f"{_ms(np.percentile(predict, 99))}; " + _fits(entry.delay_steps, period)
             )
         result.modes.append(entry)
     return result

@@ -21,7 +21,6 @@ from policies.act.backbone import feature_map_size
 from policies.act.config import ACTConfig
 from policies.act.model import ACT
 from policies.base import PolicySpec
-from policies.flow.config import FlowConfig
 from policies.checkpoints.files import CONFIG_FILE, WEIGHTS_FILE, detect_format
 from policies.checkpoints.lerobot import read_lerobot_act
 from policies.checkpoints.tempo_format import (
@@ -29,6 +28,7 @@ from policies.checkpoints.tempo_format import (
     parse_tempo_config,
     read_tempo_checkpoint,
 )
+from policies.flow.config import FlowConfig
 from policies.tensor_policy import TensorPolicy
 
 

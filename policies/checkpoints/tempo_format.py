@@ -29,9 +29,6 @@ from controller.errors import CheckpointError
 from policies.act.config import ACTConfig
 from policies.act.model import ACT
 from policies.base import PolicySpec
-from policies.flow.codec import FlowCodec
-from policies.flow.config import FlowConfig
-from policies.flow.model import FlowMatchingPolicy
 from policies.checkpoints.files import (
     CONFIG_FILE,
     FORMAT,
@@ -39,6 +36,9 @@ from policies.checkpoints.files import (
     describe_validation_error,
     read_tensors,
 )
+from policies.flow.codec import FlowCodec
+from policies.flow.config import FlowConfig
+from policies.flow.model import FlowMatchingPolicy
 from policies.tensor_policy import TensorPolicy
 
 FORMAT_VERSION = 1

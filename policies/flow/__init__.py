@@ -8,7 +8,8 @@
                 inpaint) as a module wrapping any flow policy
     codec.py    what the runner feeds the module: frames, state, noise, and for RTC the prefix
                 and the inference delay
-    demo.py     small random-weight flow policies for the demo, CPU runs and benchmarks
+
+Random-weight flow policies for the demo and benchmarks are in `policies.demo`.
 
 This package's __init__ imports nothing, so importing `policies.flow.config` stays torch-free.
 """

@@ -18,9 +18,9 @@ The RTC mask and weights are built from these on the device (`policies.flow.rtc`
 
 from __future__ import annotations
 
-import numpy as np
-
 from collections.abc import Sequence
+
+import numpy as np
 
 from policies.base import Plan, PolicySpec, RobotContext
 from policies.inputs import InputCodec, TensorInput

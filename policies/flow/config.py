@@ -30,7 +30,10 @@ class FlowConfig(BaseModel):
     image_width: int = Field(ge=32, le=4096, description="Width of every camera frame, pixels.")
     state_dim: int = Field(ge=1, le=1024, description="Joint-state entries per step.")
     state_history: int = Field(
-        default=1, ge=1, le=64, description="Past state vectors the state token reads, oldest first."
+        default=1,
+        ge=1,
+        le=64,
+        description="Past state vectors the state token reads, oldest first.",
     )
     action_dim: int = Field(ge=1, le=1024, description="Entries per action (commanded joints).")
     chunk_size: int = Field(

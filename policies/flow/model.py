@@ -113,7 +113,9 @@ class FlowMatchingPolicy(nn.Module):
         """1. Raw frames and state -> every expert layer's cross-attention keys and values."""
         batch = images.shape[0]
         pixels = prepare_images(images, self.pixel_scale, self.image_norm, None, False)
-        features = self.image_proj(self.backbone(pixels.contiguous(memory_format=self.pixel_format)))
+        features = self.image_proj(
+            self.backbone(pixels.contiguous(memory_format=self.pixel_format))
+        )
         cells = einops.rearrange(features, "(b n) d h w -> b (n h w) d", b=batch)
         camera = self.camera_embed.repeat_interleave(self.cells_per_camera, dim=0)
         cells = cells + self.image_pos_embed + camera
@@ -142,7 +144,8 @@ class FlowMatchingPolicy(nn.Module):
     # ---- serving options ----------------------------------------------------------------------
 
     def use_channels_last(self, enabled: bool = True) -> FlowMatchingPolicy:
-        """Run the backbone channels-last (faster with cuDNN in half precision); before compiling."""
+        """Run the backbone channels-last (faster with cuDNN in half precision); call it before
+        compiling."""
         memory_format = torch.channels_last if enabled else torch.contiguous_format
         self.backbone.to(memory_format=memory_format)  # type: ignore[call-overload]
         self.image_proj.to(memory_format=memory_format)  # type: ignore[call-overload]

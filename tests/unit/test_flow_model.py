@@ -11,8 +11,8 @@ import torch
 from controller.errors import CheckpointError
 from policies.checkpoints.load import describe_checkpoint, load_checkpoint
 from policies.checkpoints.tempo_format import save_checkpoint
+from policies.demo import make_demo_flow_policy
 from policies.flow.config import FlowConfig
-from policies.flow.demo import make_demo_flow_policy
 from policies.flow.model import FlowMatchingPolicy
 
 
@@ -28,8 +28,12 @@ def small_demo() -> tuple[FlowMatchingPolicy, tuple[torch.Tensor, ...]]:
 def test_forward_is_encode_once_then_n_euler_steps_of_the_expert() -> None:
     module, (images, state, noise) = small_demo()
     calls = {"backbone": 0, "expert": 0}
-    module.backbone.register_forward_hook(lambda *_: calls.__setitem__("backbone", calls["backbone"] + 1))
-    module.velocity_head.register_forward_hook(lambda *_: calls.__setitem__("expert", calls["expert"] + 1))
+    module.backbone.register_forward_hook(
+        lambda *_: calls.__setitem__("backbone", calls["backbone"] + 1)
+    )
+    module.velocity_head.register_forward_hook(
+        lambda *_: calls.__setitem__("expert", calls["expert"] + 1)
+    )
     with torch.no_grad():
         out = module(images, state, noise)
         # The same path by hand: x <- x + v / n from the noise, then unnormalized.
@@ -95,5 +99,12 @@ def test_checkpoint_refuses_an_unknown_policy_type_and_a_mismatched_spec(tmp_pat
 
 def test_config_refuses_heads_that_do_not_divide_the_width() -> None:
     with pytest.raises(ValueError, match="divisible by n_heads"):
-        FlowConfig(n_cameras=1, image_height=32, image_width=32, state_dim=2, action_dim=2,
-                   dim_model=30, n_heads=4)
+        FlowConfig(
+            n_cameras=1,
+            image_height=32,
+            image_width=32,
+            state_dim=2,
+            action_dim=2,
+            dim_model=30,
+            n_heads=4,
+        )

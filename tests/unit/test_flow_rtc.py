@@ -84,7 +84,7 @@ def test_guidance_weights_per_step() -> None:
     np.testing.assert_allclose(unclipped[1], 0.82 / 0.09, rtol=1e-5)
 
 
-# ---- the guided sampler ------------------------------------------------------------------------------
+# ---- the guided sampler --------------------------------------------------------------------------
 
 
 def test_exact_correction_is_the_gradient_of_the_weighted_error() -> None:
@@ -146,7 +146,9 @@ def test_large_beta_keeps_the_first_d_actions_on_the_prefix(mode: str) -> None:
     assert before > 0.3
     assert after < 0.01 * before, (before, after)
     # The overlap is pulled toward the prefix too, less and less; past it nothing is asked.
-    assert (guided[0, d:6] - prefix[0, d:6]).abs().mean() < (unguided[0, d:6] - prefix[0, d:6]).abs().mean()
+    assert (guided[0, d:6] - prefix[0, d:6]).abs().mean() < (
+        unguided[0, d:6] - prefix[0, d:6]
+    ).abs().mean()
 
 
 def test_off_mode_is_the_flow_policy_itself() -> None:
