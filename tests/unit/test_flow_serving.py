@@ -155,3 +155,22 @@ def test_profile_breaks_rtc_into_phases_and_compare_gives_a_verdict_per_mode(
     for mode in ("exact", "stop_grad", "inpaint"):
         assert f"verdict rtc {mode}: " in text
     assert all(m.fits is not None for m in compared.modes)
+
+
+def test_newest_execution_plays_the_old_chunk_for_d_steps_then_the_new_one() -> None:
+    """RTC's execution is the ensembler's `newest` mode: no averaging, late rows dropped."""
+    from controller.action.ensembler import ChunkEnsembler
+
+    ensembler = ChunkEnsembler(H, 1, mode="newest")
+    old = np.arange(H, dtype=np.float32)[:, None]
+    new = 100 + np.arange(H, dtype=np.float32)[:, None]
+    ensembler.add_chunk(0, old, 0)
+    out = np.zeros(1)
+    played = []
+    d, s = 2, 4
+    for step in range(s, s + 5):
+        if step == s + d:  # the chunk of step s lands d steps late
+            assert ensembler.add_chunk(s, new, step) == d  # its first d rows are past: dropped
+        assert ensembler.action_at(step, out)
+        played.append(float(out[0]))
+    assert played == [4.0, 5.0, 102.0, 103.0, 104.0]
