@@ -181,6 +181,11 @@ class RealTimeChunking(nn.Module):
         (correction,) = pullback(mask * (target - predicted))
         return correction, velocity
 
+    def extra_repr(self) -> str:
+        # In the repr, so that the compile cache tells the modes apart (their tensors are equal).
+        rtc = self.rtc
+        return f"mode={rtc.mode}, beta={rtc.beta}, schedule={rtc.schedule}"
+
     def use_channels_last(self, enabled: bool = True) -> RealTimeChunking:
         self.flow.use_channels_last(enabled)
         return self
