@@ -24,6 +24,8 @@ units. Real-time chunking wraps this module (`policies.flow.rtc`) and reuses its
 
 from __future__ import annotations
 
+from typing import cast
+
 import einops
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -124,7 +126,7 @@ class FlowMatchingPolicy(nn.Module):
         for layer in self.context_layers:
             tokens = layer(tokens)
         memory = self.context_norm(tokens)
-        return [layer.cross_attn.project_memory(memory) for layer in self.expert_layers]
+        return [layer.cross_attn.project_memory(memory) for layer in self.experts()]
 
     def velocity(
         self, actions: torch.Tensor, step: int | torch.Tensor, context: Context
@@ -137,9 +139,12 @@ class FlowMatchingPolicy(nn.Module):
         time = time.expand(batch, self.config.chunk_size, dim)
         x = torch.cat([self.action_in(actions), time], dim=-1)
         x = self.action_time_out(F.silu(self.action_time_in(x))) + self.action_pos_embed
-        for layer, (keys, values) in zip(self.expert_layers, context, strict=True):
+        for layer, (keys, values) in zip(self.experts(), context, strict=True):
             x = layer(x, keys, values)
         return self.velocity_head(self.expert_norm(x))
+
+    def experts(self) -> list[ExpertLayer]:
+        return cast(list[ExpertLayer], list(self.expert_layers))
 
     # ---- serving options ----------------------------------------------------------------------
 

@@ -177,7 +177,9 @@ class RealTimeChunking(nn.Module):
             v = self.flow.velocity(a, step, context)
             return a + (1 - t) * v, v
 
-        predicted, pullback, velocity = torch.func.vjp(predicted_end, actions, has_aux=True)
+        predicted, pullback, velocity = torch.func.vjp(  # type: ignore[misc]
+            predicted_end, actions, has_aux=True
+        )
         (correction,) = pullback(mask * (target - predicted))
         return correction, velocity
 
