@@ -89,9 +89,11 @@ def add_profile_parser(
     )
     profile.add_argument(
         "--rtc",
-        action="store_true",
+        nargs="*",
+        choices=["exact", "stop_grad", "inpaint"],
+        metavar="MODE",
         help="compare: a flow policy's config with real-time chunking off against each RTC "
-        "mode (exact, stop_grad, inpaint), with a verdict line per mode",
+        "mode (default all: exact stop_grad inpaint), with a verdict line per mode",
     )
     profile.set_defaults(func=cmd_profile, setup_logging=setup_logging)
     return profile
@@ -122,7 +124,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             raise ConfigError("--torch-profiler works with `tempo profile CONFIG`, not compare")
         from controller.tools.compare import render_compare, run_compare
 
-        if args.rtc:
+        if args.rtc is not None:
             return _compare_rtc(args, files, overrides, progress)
         if len(files) == 2:
             config_a = load_config(files[0], overrides)
@@ -185,12 +187,13 @@ def _compare_rtc(
 ) -> int:
     if len(files) > 1:
         raise ConfigError("tempo profile compare --rtc takes one config file (a flow policy)")
-    from controller.tools.rtc_compare import render_rtc_compare, run_rtc_compare
+    from controller.tools.rtc_compare import RTC_MODES, render_rtc_compare, run_rtc_compare
 
     config = load_config(files[0] if files else None, overrides)
     result = run_rtc_compare(
         config,
         args.iterations,
+        modes=tuple(args.rtc) or RTC_MODES,
         replay=args.replay,
         warmup=args.warmup,
         confidence=args.confidence,
