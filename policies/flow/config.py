@@ -101,7 +101,9 @@ class RTCConfig(BaseModel):
         gt=0,
         le=1e4,
         description="Upper bound of the guidance weight (the paper's beta); it matters near "
-        "t = 0, where the weight grows without bound.",
+        "t = 0, where the weight grows without bound. Each Euler step moves by up to "
+        "beta / n_steps times the error: far above 1 the sampler overshoots (measured with "
+        "scripts/rtc_smoothness.py: beta 200 at 10 steps diverged).",
     )
     schedule: MaskSchedule = Field(
         default="exp",
