@@ -301,7 +301,7 @@ class Dispatcher:
     def peer_gone(self, identity: bytes) -> None:
         session_id = self.by_identity.get(identity)
         if session_id is not None:
-            self.close(session_id, "connection lost (closed, killed, or heartbeat timeout)")
+            self.close(session_id, "connection lost (the driver closed it or was killed)")
 
     def close(self, session_id: str, reason: str) -> None:
         session = self.sessions.pop(session_id, None)

@@ -54,6 +54,12 @@ class RouterTransport:
         self.limits = limits
         self.socket = context.socket(zmq.ROUTER)
         configure_common(self.socket, limits)
+        # No receive high-water mark on the daemon's side. With one, a peer that floods fills
+        # its queue, libzmq stops reading that connection, and if the peer then closes it while
+        # a PING of its own is still unread, libzmq 4.3.5 aborts the process when it answers
+        # that PING (see controller/wire/sockets.py). Without one, reading never stops; a flood
+        # costs memory until the loop has drained it (the drain keeps to each tick's slack).
+        self.socket.setsockopt(zmq.RCVHWM, 0)
         # Sending to a peer that is gone raises instead of vanishing silently.
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._poller = zmq.Poller()
@@ -149,8 +155,8 @@ class RouterTransport:
         except zmq.ZMQError as exc:
             self.send_dropped += 1
             if exc.errno == zmq.EHOSTUNREACH and self.on_peer_gone is not None:
-                # ZeroMQ dropped the connection: closed, killed, or silent past the heartbeat
-                # timeout (a frozen driver). ROUTER_MANDATORY is what makes this visible.
+                # ZeroMQ dropped the connection: the driver closed it or was killed (a frozen
+                # driver is closed by the session timeout). ROUTER_MANDATORY makes this visible.
                 self.on_peer_gone(identity)
             return False
         self.sent += 1

@@ -756,3 +756,133 @@ def test_any_observation_from_a_session_is_served_or_refused_cleanly(
     for _, kind, fields, action in recorder.sent:
         if kind == "action":
             assert np.isfinite(action).all(), fields
+
+
+# -- floods at full speed: the daemon in its own process, so that an abort is a failure ---------
+
+# A flooder in its own process: `junk` sends one-byte junk from a DEALER with the ZMTP heartbeat
+# options the protocol document used to recommend, reconnecting every half second (each close
+# of a connection whose queue is full is what libzmq 4.3.5 stumbled on); `obs` says hello and
+# then sends valid observations of its own session without reading. Prints the count it sent.
+FLOODER = """
+import sys, time, numpy as np, zmq
+from controller.wire.protocol import encode
+endpoint, mode, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+spec = {"joints": [f"joint_{i}" for i in range(6)],
+        "cameras": [{"name": "front", "height": 96, "width": 128}], "state_size": 6}
+context = zmq.Context()
+def socket():
+    s = context.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.HEARTBEAT_IVL, 100)
+    s.setsockopt(zmq.HEARTBEAT_TIMEOUT, 300)
+    s.setsockopt(zmq.HEARTBEAT_TTL, 300)
+    s.connect(endpoint)
+    return s
+sent, seq = 0, 0
+print("ready", flush=True)
+sys.stdin.readline()
+deadline = time.monotonic() + seconds
+while time.monotonic() < deadline:
+    s = socket()
+    if mode == "obs":
+        s.send_multipart(encode("hello", robot="flood", seq=1, time_ns=time.monotonic_ns(),
+                                fields={"spec": spec}))
+        session = None
+        while session is None and s.poll(2000):
+            reply = s.recv_multipart()
+            import msgpack
+            header = msgpack.unpackb(reply[0])
+            if header["kind"] == "welcome":
+                session = header["session"]
+        arrays = {"front": np.zeros((96, 128, 3), np.uint8), "state": np.zeros(6, np.float32)}
+    reconnect = time.monotonic() + (seconds if mode == "obs" else 0.5)
+    while time.monotonic() < min(deadline, reconnect):
+        if mode == "obs":
+            seq += 1
+            frames = encode("obs", robot="flood", seq=seq, time_ns=time.monotonic_ns(),
+                            fields={"session": session}, arrays=arrays)
+        else:
+            frames = [b"\\xc1"]
+        try:
+            s.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            sent += 1
+        except zmq.Again:
+            pass
+    s.close(0)
+print(sent, flush=True)
+"""
+
+
+def test_floods_at_full_speed_cannot_kill_the_daemon(tmp_path: Any) -> None:
+    """Three rounds of a few seconds each, while a good driver streams: one heartbeat-enabled
+    DEALER sends junk as fast as it can and two sessions send valid observations as fast as
+    they can. After each round the daemon's process is alive and answers status, the good
+    driver kept its session, received no NaN, and every gap in its steps is a tick the daemon's
+    pacer itself missed (the machine was busy), none a command the attack made it lose."""
+    from controller.observe.status_server import request_status
+    from tests.conftest import daemon_process
+
+    rounds, seconds = 3, 3.0
+    with daemon_process(tmp_path, f"control.rate_hz={RATE_HZ}") as process:
+        endpoint = f"ipc://{tmp_path}/tempo.sock"
+        status_endpoint = f"ipc://{tmp_path}/status.sock"
+        good = StreamingDriver(endpoint, obs_period_s=0.015).start()
+        try:
+            wait_for(lambda: len(good.records) > 20, timeout=10)
+            session = good.client.welcome.session
+            reconnects = good.client.counters.reconnects
+            for round_ in range(rounds):
+                before = request_status(status_endpoint, timeout_s=2)
+                assert before is not None
+                since = len(good.records)
+                flooders = [
+                    subprocess.Popen(
+                        [sys.executable, "-c", FLOODER, endpoint, mode, str(seconds)],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                    for mode in ("junk", "obs", "obs")
+                ]
+                try:
+                    for flooder in flooders:
+                        assert flooder.stdout.readline().strip() == "ready"
+                    for flooder in flooders:
+                        flooder.stdin.write("go\n")
+                        flooder.stdin.flush()
+                    sent = [int(f.stdout.readline()) for f in flooders]
+                finally:
+                    for flooder in flooders:
+                        flooder.kill()
+                        flooder.wait(5)
+                assert process.poll() is None, f"the daemon died (exit {process.returncode})"
+                after = len(good.records)
+                wait_for(lambda: len(good.records) >= after + SETTLE_RECORDS, timeout=10)
+                status = request_status(status_endpoint, timeout_s=5)
+                assert status is not None, "the status socket stopped answering"
+                window = good.records[since:]
+                missed = status["missed_ticks"] - before["missed_ticks"]
+                gaps = [
+                    (a.step, b.step)
+                    for a, b in itertools.pairwise(window)
+                    if b.step != a.step + 1
+                ]
+                skipped = sum(b - a - 1 for a, b in gaps)
+                holds = collections.Counter(r.reason for r in window if r.kind == "hold")
+                print(
+                    f"round {round_ + 1}: sent junk {sent[0]}, observations {sent[1]} + "
+                    f"{sent[2]}; good driver: {len(window)} commands, gaps {gaps} "
+                    f"({skipped} steps), pacer missed {missed}, holds {dict(holds)}"
+                )
+                assert good.client.welcome.session == session, "the good driver lost its session"
+                assert good.client.counters.reconnects == reconnects
+                assert any(r["session"] == session for r in status["robots"])
+                assert all(r.finite for r in window)
+                assert skipped <= missed, (
+                    f"the good driver missed {skipped} steps {gaps} but the daemon's pacer only "
+                    f"{missed}: the attack cost it commands"
+                )
+        finally:
+            good.stop()
+        assert process.poll() is None
