@@ -858,15 +858,13 @@ def test_floods_at_full_speed_cannot_kill_the_daemon(tmp_path: Any) -> None:
                         flooder.wait(5)
                 assert process.poll() is None, f"the daemon died (exit {process.returncode})"
                 after = len(good.records)
-                wait_for(lambda: len(good.records) >= after + SETTLE_RECORDS, timeout=10)
+                wait_for(lambda n=after: len(good.records) >= n + SETTLE_RECORDS, timeout=10)
                 status = request_status(status_endpoint, timeout_s=5)
                 assert status is not None, "the status socket stopped answering"
                 window = good.records[since:]
                 missed = status["missed_ticks"] - before["missed_ticks"]
                 gaps = [
-                    (a.step, b.step)
-                    for a, b in itertools.pairwise(window)
-                    if b.step != a.step + 1
+                    (a.step, b.step) for a, b in itertools.pairwise(window) if b.step != a.step + 1
                 ]
                 skipped = sum(b - a - 1 for a, b in gaps)
                 holds = collections.Counter(r.reason for r in window if r.kind == "hold")
