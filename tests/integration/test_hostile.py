@@ -307,6 +307,23 @@ def with_state_frame(session: str, seq: int, edit: Callable[[dict], None]) -> li
     return frames
 
 
+def hello_as(robot: str, **spec: Any) -> list[Any]:
+    return encode("hello", robot=robot, seq=1, time_ns=1, fields={"spec": dict(SPEC, **spec)})
+
+
+def repeated_key(raw: bytes, key: str, value: Any) -> bytes:
+    """The msgpack map `raw` with one more entry for `key`, which it already has."""
+    assert raw[0] & 0xF0 == 0x80, "a fixmap"
+    return bytes([raw[0] + 1]) + raw[1:] + pack(key) + pack(value)
+
+
+def with_array(frames: list[Any]) -> list[Any]:
+    """The message with a float32 array declared and attached (its kind carries none)."""
+    h = msgpack.unpackb(bytes(memoryview(frames[0])))
+    h["arrays"] = [{"name": "state", "dtype": "float32", "shape": [6]}]
+    return [pack(h), STATE.tobytes()]
+
+
 @dataclass(frozen=True)
 class Case:
     """Messages to send, each with the error code it must get (None: it must be accepted)."""
@@ -479,6 +496,53 @@ CASES: dict[str, Case] = {
     # The driver's clock in the header at the edge of what msgpack carries.
     "time_ns_max_uint64": on_session(lambda s, q: obs(s, q, time_ns=2**64 - 1), MALFORMED),
     "time_ns_min_int64": on_session(lambda s, q: obs(s, q, time_ns=-(2**63)), MALFORMED),
+    # -- round two: each of these was accepted, or answered with the wrong code
+    "robot_name_with_a_newline": raw(lambda: hello_as("evil\n2026-01-01 INFO forged"), NOT_ALLOWED),
+    "robot_name_with_ansi_escapes": raw(lambda: hello_as("\x1b[31mred\x1b[0m"), NOT_ALLOWED),
+    "robot_name_of_4000_bytes": raw(lambda: hello_as("r" * 4000), NOT_ALLOWED),
+    "robot_name_empty": raw(lambda: hello_as(""), NOT_ALLOWED),
+    "hello_limits_infinite": raw(
+        lambda: hello_as("evil", limits={"joint_0": [-math.inf, math.inf]}), NOT_ALLOWED
+    ),
+    "hello_limits_nan": raw(
+        lambda: hello_as("evil", limits={"joint_0": [math.nan, 1.0]}), NOT_ALLOWED
+    ),
+    "repeated_kind_key_obs_then_bye": on_session(
+        lambda s, q: [repeated_key(obs(s, q)[0], "kind", "bye"), *obs(s, q)[1:]], MALFORMED
+    ),
+    "driver_sends_hold_without_its_fields": raw([pack(header(kind="hold"))], NOT_ALLOWED),
+    "driver_sends_welcome_without_its_fields": raw([pack(header(kind="welcome"))], NOT_ALLOWED),
+    "arrays_on_hello": raw(lambda: with_array(hello_as("evil")), MALFORMED),
+    "arrays_on_teleop": on_session(
+        lambda s, q: with_array(
+            encode("teleop", robot="evil", seq=q, time_ns=1, fields={"session": s, "joints": []})
+        ),
+        MALFORMED,
+    ),
+    "arrays_on_bye": on_session(
+        lambda s, q: with_array(
+            encode("bye", robot="evil", seq=q, time_ns=1, fields={"session": s})
+        ),
+        MALFORMED,
+    ),
+    "two_hundred_frames": raw(lambda: [VALID_HEADER] + [b""] * 199, NOT_ALLOWED),
+    "obs_time_ns_zero": on_session(lambda s, q: obs(s, q, time_ns=0), "clock"),
+    "obs_clock_goes_backwards": Case(
+        lambda a, arena: [
+            (obs(a.session, 5, time_ns=10**12), None),
+            (obs(a.session, 6, time_ns=10**12 - 1), "clock"),
+        ],
+        session=True,
+    ),
+    "obs_resume_nil": on_session(lambda s, q: obs(s, q, resume=None), None),
+    # Finite in float32, but beyond what the model represents after normalization (half
+    # precision's range for the reach policy, which does not normalize).
+    "state_of_1e19": on_session(
+        lambda s, q: obs(s, q, np.array([0, 0, 1e19, 0, 0, 0], np.float32)), "out_of_range"
+    ),
+    "teleop_of_3_4e38": on_session(
+        lambda s, q: obs(s, q, extra={"teleop": np.full(6, 3.4e38, np.float32)}), "out_of_range"
+    ),
 }
 
 # Where the right answer is a judgement call: the codes the daemon may answer with (None: it
