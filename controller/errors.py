@@ -10,7 +10,8 @@
     ├── DaemonUnavailable           client side: no answer from the daemon within the timeout
     ├── PolicyError                 the policy failed to produce a usable chunk
     │   └── InputFault              ... because of the robot's observation (the reference fails too)
-    └── SecurityError               a bind or key setup that would expose the robot is refused
+    ├── SecurityError               a bind or key setup that would expose the robot is refused
+    └── BindError                   a socket cannot bind its endpoint (in use, bad path, ...)
 
 Only `ProtocolError` and `SpecMismatchError` travel on the wire, as an `error` message with a code
 and the sentence; nothing else (and never a traceback) is sent to a client.
@@ -93,3 +94,7 @@ class InputFault(PolicyError):
 
 class SecurityError(TempoError):
     """A setup that would expose the robot to the network is refused."""
+
+
+class BindError(TempoError):
+    """A daemon socket cannot bind its endpoint; the sentence names it and what to do."""

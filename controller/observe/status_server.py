@@ -15,16 +15,29 @@ from typing import Any
 import msgpack
 import zmq
 
+from controller.errors import BindError
+from controller.wire.binding import bind
+
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 4096
 
 
 class StatusServer:
-    def __init__(self, context: zmq.Context, bind: str, snapshot: Callable[[], dict[str, Any]]):
+    def __init__(
+        self,
+        context: zmq.Context,
+        bind: str,
+        snapshot: Callable[[], dict[str, Any]] | None = None,
+    ):
+        """Without `snapshot`, start() binds and requests wait until `serve(snapshot)`: the
+        daemon binds before its policy loads, and answers once it is ready."""
         self.context = context
         self.bind = bind
         self.snapshot = snapshot
+        self._serving = threading.Event()
+        if snapshot is not None:
+            self._serving.set()
         self.endpoint = ""
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -48,16 +61,10 @@ class StatusServer:
             while not self._stop.is_set():
                 try:
                     self._serve_one(socket)
-                except zmq.ZMQError as exc:
-                    # Whatever a client sent, status must keep answering: start a fresh socket.
-                    log.warning("status socket failed (%s); opening it again", exc)
-                    socket.close(0)
-                    socket = self._open()
-                    if socket is None:
-                        return
+                except zmq.ZMQError as exc:  # a ROUTER has no state a request can break
+                    log.warning("status request failed (%s); still serving", exc)
         finally:
-            if socket is not None:
-                socket.close(0)
+            socket.close(0)
 
     def _open(self) -> zmq.Socket | None:
         """A bound ROUTER: it answers each request whatever its parts (a REP socket refuses to
@@ -66,16 +73,20 @@ class StatusServer:
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
         try:
-            socket.bind(self.bind)
-            self.endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
-        except zmq.ZMQError as exc:
+            self.endpoint = bind(socket, self.bind, "server.status_bind")
+        except BindError as exc:
             self._error = exc
             socket.close(0)
             return None
         return socket
 
+    def serve(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        """Start answering requests with `snapshot()` (requests that came earlier, too)."""
+        self.snapshot = snapshot
+        self._serving.set()
+
     def _serve_one(self, socket: zmq.Socket) -> None:
-        if not socket.poll(100):
+        if not self._serving.wait(0.1) or not socket.poll(100):
             return
         # [identity, (empty delimiter from REQ), request parts...]: any request is a status
         # request; its content is not parsed. Parts are read one by one, at most a few kept.
@@ -87,8 +98,11 @@ class StatusServer:
             if first and not part:
                 envelope.append(part)  # the REQ delimiter: echoed so a REQ client can read
             first = False
+        snapshot = self.snapshot
         try:
-            packed = msgpack.packb(self.snapshot(), use_bin_type=True)
+            if snapshot is None:  # unreachable: requests wait for serve(); say so anyway
+                raise RuntimeError("status requested before the daemon was ready")
+            packed = msgpack.packb(snapshot(), use_bin_type=True)
         except Exception:  # e.g. a policy's status() with numpy scalars: keep serving
             log.exception("status snapshot failed")
             error = {"error": "the daemon could not build its status; see its log"}

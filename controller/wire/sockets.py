@@ -28,5 +28,6 @@ def configure_common(socket: zmq.Socket, limits: Limits = DEFAULT_LIMITS) -> Non
     socket.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
     socket.setsockopt(zmq.SNDHWM, SEND_HWM)
     socket.setsockopt(zmq.HEARTBEAT_IVL, 0)  # the default, stated: see the module docstring
+    socket.setsockopt(zmq.IPV6, 1)  # tcp://[::1]:PORT works too (IPv4 addresses still do)
     # A single frame larger than any legal one is refused by ZeroMQ before it reaches Python.
     socket.setsockopt(zmq.MAXMSGSIZE, limits.max_array_bytes + limits.max_header_bytes)
