@@ -731,6 +731,26 @@ def test_flood_of_10000_messages_in_about_a_second(arena: Arena) -> None:
         assert sent_s < 2.0, f"the daemon took {sent_s:.2f} s to take 10,000 messages"
 
 
+@pytest.mark.parametrize("socket_type", ["DEALER", "REQ"])
+def test_status_answers_after_any_request(arena: Arena, socket_type: str) -> None:
+    """A request of several parts (it killed the old REP-based status thread for good), an
+    empty one, and an oversize one; then `tempo status` still answers, and the good driver
+    noticed nothing."""
+    arena.ready()
+    mark = arena.mark()
+    context = zmq.Context.instance()
+    for parts in ([b"status", b"and more"], [b""], [b"x" * 10_000], [b"a"] * 50):
+        socket = context.socket(getattr(zmq, socket_type))
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.connect(arena.config.server.status_bind)
+        socket.send_multipart(parts)
+        socket.poll(500)  # an answer, or none (the oversize part drops the connection)
+        socket.close(0)
+    status = request_status(arena.config.server.status_bind, timeout_s=2)
+    assert status is not None and status["robots"], "status stopped answering"
+    arena.judge(mark, collections.Counter())
+
+
 # -- property: whatever a session's driver sends, no internal error and no bad action ----------
 
 
