@@ -272,6 +272,7 @@ class Daemon:
             "inferences": self.worker.inferences,
             "inference_failures": self.worker.failures,
             "chunks_rejected": self.worker.non_finite,
+            "input_faults": self.worker.input_faults,  # refused: the reference fails on them too
             "actions_sent": self.loop.actions_sent,
             "holds_sent": self.loop.holds_sent,
             "messages": self.dispatcher.messages,
