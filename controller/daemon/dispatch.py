@@ -16,6 +16,7 @@ import numpy as np
 
 from controller.action.pipeline import ActionPipeline
 from controller.config import InferenceConfig, ServerConfig
+from controller.daemon.connection_budget import ConnectionBudget
 from controller.daemon.handshake import (
     check_driver_spec,
     check_robot_name,
@@ -69,6 +70,9 @@ class Dispatcher:
         self.closed_guard_counts: collections.Counter[str] = collections.Counter()
         self.messages = 0
         self._error_seq = 0
+        # A flood from one connection is dropped unread past its budget: a driver sends about
+        # one observation per tick; four per tick and a hundred more a second is plenty.
+        self.budget = ConnectionBudget(max_messages=int(4 * control_hz) + 100)
         self._observation_arrays = frozenset(spec.camera_names) | {"state"}
         # What the model represents (state) and any robot can be commanded (teleop): values
         # past these are refused like NaN, before they reach the model or the guards.
@@ -86,7 +90,10 @@ class Dispatcher:
 
     def handle(self, identity: bytes, frames: list[Any], now_ns: int) -> None:
         self.messages += 1
+        if not self.budget.admit(identity, now_ns):
+            return  # this connection sent too much, or too much junk, just now: dropped unread
         message: Message | None = None
+        errors = self._error_seq
         try:
             # A kind only the daemon sends is refused as such before its fields are checked.
             message = decode(frames, self.limits, kinds=DRIVER_KINDS)
@@ -102,6 +109,12 @@ class Dispatcher:
                 ErrorCode.INTERNAL,
                 "the daemon failed on this message; see its log",
                 message,
+            )
+        if self._error_seq != errors and self.budget.refused(identity, now_ns):
+            log.warning(
+                "a connection caused more than %d refusals within a second; its messages are "
+                "dropped unread for the rest of that second",
+                self.budget.max_refusals,
             )
 
     def reply_error(

@@ -281,6 +281,8 @@ class Daemon:
             "late_actions_dropped": self.loop.late_actions_dropped,
             "tick_failures": self.loop.internal_errors,
             "oversize_message_parts_dropped": self.transport.parts_discarded,
+            # From connections over their budget (controller/daemon/connection_budget.py).
+            "muted_messages_dropped": self.dispatcher.budget.dropped,
             "guard_interventions": guard_totals(
                 self.dispatcher.closed_guard_counts,
                 (s.pipeline.guards.counters for s in sessions),
