@@ -101,6 +101,7 @@ class InferenceWorker:
             self.input_faults += 1
             session.counters["input_faults"] += 1
             session.refused.append(Refusal(request.obs_seq, str(exc)))
+            self._warn(f"robot {session.robot}: observation {request.obs_seq} refused: {exc}")
             return
         except Exception as exc:  # noqa: BLE001 - any failure: keep serving from existing chunks
             self.failures += 1
