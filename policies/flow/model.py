@@ -143,6 +143,11 @@ class FlowMatchingPolicy(nn.Module):
             x = layer(x, keys, values)
         return self.velocity_head(self.expert_norm(x))
 
+    def state_bounds(self, limit: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(low, high) per state entry: the raw values whose normalization stays within +-limit
+        (see policies.tensor_policy.with_state_bounds)."""
+        return self.state_norm.input_bounds(limit)
+
     def experts(self) -> list[ExpertLayer]:
         return cast(list[ExpertLayer], list(self.expert_layers))
 

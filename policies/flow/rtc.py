@@ -183,6 +183,9 @@ class RealTimeChunking(nn.Module):
         (correction,) = pullback(mask * (target - predicted))
         return correction, velocity
 
+    def state_bounds(self, limit: float) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.flow.state_bounds(limit)
+
     def extra_repr(self) -> str:
         # In the repr, so that the compile cache tells the modes apart (their tensors are equal).
         rtc = self.rtc
