@@ -61,15 +61,16 @@ def device_poisoned(runner: Runner) -> bool:
 
 
 class _Pinned:
-    """The slots' mapping registered with CUDA (page-locked), so uploads from it are DMA."""
+    """The slots' mapping registered with CUDA (page-locked), so uploads from it are one DMA
+    each (the runner's staging is told where it lies)."""
 
-    def __init__(self, slots: FrameSlots) -> None:
+    def __init__(self, slots: FrameSlots, runner: Runner) -> None:
         self._pointer = slots.buffer.ctypes.data
-        self.ok = False
-        cudart = torch.cuda.cudart()
-        error = cudart.cudaHostRegister(self._pointer, slots.size, 0)
+        error = torch.cuda.cudart().cudaHostRegister(self._pointer, slots.size, 0)
         self.ok = int(error) == 0
-        if not self.ok:
+        if self.ok:
+            runner.step_path.staging.add_pinned_region(self._pointer, slots.size)
+        else:
             log.warning("could not pin the observation slots for DMA (CUDA error %s)", error)
 
     def release(self) -> None:
@@ -110,7 +111,7 @@ def serve_control_process(build_runner: Callable[[], Runner], endpoint: str) -> 
             return 0  # `stop` before serving began
         slots = FrameSlots.attach(attach["path"], spec, int(attach["count"]))
         if torch.cuda.is_available() and not str(runner.status().get("device")).startswith("cpu"):
-            pinned = _Pinned(slots)
+            pinned = _Pinned(slots, runner)
         socket.send(pack("ready", pinned=bool(pinned and pinned.ok)))
         return _serve(runner, socket, slots)
     finally:
