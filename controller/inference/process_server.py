@@ -17,6 +17,7 @@ later call) is `fatal`: this process exits and the control process starts a fres
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -94,6 +95,10 @@ def serve_control_process(build_runner: Callable[[], Runner], endpoint: str) -> 
         socket.close(linger=1000)
         context.term()
         return 2
+    # Everything built so far lives as long as the process: keep it out of every collection
+    # (a full collection over torch's objects takes milliseconds, in the middle of a step).
+    gc.collect()
+    gc.freeze()
     spec = runner.spec
     socket.send(
         pack(
