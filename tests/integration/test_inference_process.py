@@ -19,6 +19,7 @@ import pytest
 from controller.errors import PolicyError
 from controller.inference.remote_policy import RemotePolicy
 from controller.observe.status_server import request_status
+from controller.observe.status_view import render_status
 from policies.base import first_context
 from tests.conftest import StreamingDriver, daemon_process, ipc_config, wait_for
 
@@ -33,8 +34,9 @@ def _status(tmp_path: Path) -> dict:
     return status
 
 
-def _child_pid(tmp_path: Path) -> int:
-    return int(_status(tmp_path)["policy"]["process"]["pid"])
+def _child_pid(tmp_path: Path) -> int | None:
+    """The inference process's pid; None between a death and the restart."""
+    return _status(tmp_path)["policy"]["process"]["pid"]
 
 
 def _loaded_libraries(pid: int) -> str:
@@ -65,7 +67,7 @@ def _check_outage(driver: StreamingDriver, seq_at_fault: int) -> None:
 
 def test_control_process_never_loads_torch(tmp_path: Path) -> None:
     with daemon_process(tmp_path) as daemon:
-        child = _child_pid(tmp_path)
+        child = wait_for(lambda: _child_pid(tmp_path))
         assert "libtorch" not in _loaded_libraries(daemon.pid)
         assert "libtorch" in _loaded_libraries(child)
 
@@ -79,17 +81,19 @@ def test_driver_is_held_then_served_fresh_after_the_inference_process_dies(
         driver = StreamingDriver(f"ipc://{tmp_path}/tempo.sock").start()
         try:
             _actions_after(driver, 20)
-            child = _child_pid(tmp_path)
+            child = wait_for(lambda: _child_pid(tmp_path))
             seq_at_fault = driver.client._seq
             os.kill(child, signal.SIGKILL if fault == "sigkill" else signal.SIGSTOP)
             wait_for(lambda: any(r.reason == "inference_restarting" for r in driver.records), 30)
-            wait_for(lambda: _child_pid(tmp_path) != child, 60)
+            wait_for(lambda: _child_pid(tmp_path) not in (None, child), 60)
             _actions_after(driver, 20)
         finally:
             driver.stop()
         _check_outage(driver, seq_at_fault)
-        restarts = _status(tmp_path)["policy"]["process"]["restarts"]
-        assert restarts[0]["cause"] == ("exited" if fault == "sigkill" else "hung")
+        status = _status(tmp_path)
+        cause = "exited" if fault == "sigkill" else "hung"
+        assert status["policy"]["process"]["restarts"][0]["cause"] == cause
+        assert f"{cause}: " in render_status(status)  # `tempo status` shows the cause
         assert not Path(f"/proc/{child}").exists()  # the hung one was killed, not left behind
 
 
