@@ -17,18 +17,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import zmq
+
 from controller.config import TempoConfig
 from controller.daemon.security import check_bind_allowed, check_local_only
-from controller.daemon.service import Daemon
+from controller.daemon.service import Daemon, open_transport, unopened_transport
 from controller.daemon.systemd import notify
-from controller.errors import ConfigError
+from controller.daemon.transport import RouterTransport
 from controller.inference.remote_policy import RemotePolicy
 from controller.observe.metrics_http import MetricsServer, check_available
 from controller.observe.status_server import StatusServer
 from controller.observe.telemetry import Telemetry
 from policies.base import Policy
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch: the control process imports none of it
     from controller.inference.runner import Runner
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,18 @@ def run_inference_process(config: TempoConfig, channel: str) -> int:
     return serve_control_process(lambda: build_policy(config), channel)
 
 
+def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> Policy:
+    """The configured policy, ready: in its own supervised process (stopped by `cleanup`), or in
+    this one when `supervision.inference_process` is off."""
+    if not config.supervision.inference_process:
+        return build_policy(config)
+    # The config file outlives the first start: every restart reads it again.
+    directory = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="tempo-")))
+    remote = start_inference_process(config, directory / "config.json")
+    cleanup.callback(remote.stop)
+    return remote
+
+
 def serve(
     config: TempoConfig,
     *,
@@ -83,43 +97,51 @@ def serve(
     check_bind_allowed(config.server.bind, config.security)
     check_local_only(config.server.status_bind, "server.status_bind")
     check_available(config.metrics)  # prometheus-client missing: say so before the slow load
+    # Bind both sockets before the load too: a taken endpoint is one sentence (BindError, exit
+    # 2) before minutes of compiling, and the endpoint is held from now on.
+    context = zmq.Context.instance()
+    transport = open_transport(config, unopened_transport(config, context))
+    status = StatusServer(context, config.server.status_bind)  # answers once the daemon runs
     with contextlib.ExitStack() as cleanup:
-        if policy is None and config.supervision.inference_process:
-            # The config file outlives the first start: every restart reads it again.
-            directory = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="tempo-")))
-            remote = start_inference_process(config, directory / "config.json")
-            cleanup.callback(remote.stop)
-            policy = remote
-        elif policy is None:
-            policy = build_policy(config)
-        return _serve_policy(config, policy, stop, on_ready, install_signals)
+        try:
+            status_endpoint = status.start()
+            if policy is None:
+                policy = _start_policy(config, cleanup)
+        except BaseException:
+            status.stop()
+            transport.close()
+            if transport.curve is not None:
+                transport.curve.stop()
+            raise
+        sockets = (context, transport, status, status_endpoint)
+        return _serve_policy(config, policy, sockets, stop, on_ready, install_signals)
 
 
 def _serve_policy(
     config: TempoConfig,
     policy: Policy,
+    sockets: tuple[zmq.Context, RouterTransport, StatusServer, str],
     stop: threading.Event,
     on_ready: Callable[[Daemon], Any] | None,
     install_signals: bool,
 ) -> int:
+    """Serve a ready policy until `stop`; the sockets are bound already."""
+    context, transport, status, status_endpoint = sockets
     telemetry = Telemetry.from_config(config.telemetry)
     attach = getattr(policy, "attach_telemetry", None)  # the Runner: upload, model, postprocess
     if callable(attach):
         attach(telemetry)
-    daemon = Daemon(config, policy, telemetry=telemetry)
-    status = StatusServer(daemon.context, config.server.status_bind, daemon.status)
+    daemon = Daemon(config, policy, context, telemetry=telemetry, transport=transport)
     metrics = MetricsServer(lambda: telemetry.snapshot(buckets=True), daemon.status, config.metrics)
     if install_signals:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
-    endpoint = daemon.start()
     try:
-        status_endpoint = status.start()
-    except Exception as exc:
-        daemon.stop()
-        raise ConfigError(
-            f"cannot bind the status socket {config.server.status_bind}: {exc}"
-        ) from None
+        endpoint = daemon.start()
+    except BaseException:
+        status.stop()
+        raise
+    status.serve(daemon.status)
     try:
         metrics_url = metrics.start()  # None unless metrics.enabled
     except Exception:
