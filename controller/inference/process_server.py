@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -82,6 +84,12 @@ class _Pinned:
 
 def serve_control_process(build_runner: Callable[[], Runner], endpoint: str) -> int:
     """Serve requests from the control process at `endpoint` until `stop` or a fatal error."""
+    # The control process decides when this one ends (it sends `stop`): a SIGTERM to the whole
+    # group (systemd, Ctrl-C in a terminal) must not end it first, or the control process
+    # would count a crash and start another while it shuts down.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    parent = os.getppid()
     context = zmq.Context()
     socket = context.socket(zmq.PAIR)
     socket.setsockopt(zmq.LINGER, 1000)
@@ -118,7 +126,7 @@ def serve_control_process(build_runner: Callable[[], Runner], endpoint: str) -> 
         if torch.cuda.is_available() and not str(runner.status().get("device")).startswith("cpu"):
             pinned = _Pinned(slots, runner)
         socket.send(pack("ready", pinned=bool(pinned and pinned.ok)))
-        return _serve(runner, socket, slots)
+        return _serve(runner, socket, slots, parent)
     finally:
         if pinned is not None:
             pinned.release()
@@ -128,11 +136,14 @@ def serve_control_process(build_runner: Callable[[], Runner], endpoint: str) -> 
         context.term()
 
 
-def _serve(runner: Runner, socket: zmq.Socket, slots: FrameSlots) -> int:
+def _serve(runner: Runner, socket: zmq.Socket, slots: FrameSlots, parent: int) -> int:
     last_status = 0.0
     while True:
         slots.beat()
         if not socket.poll(IDLE_POLL_MS):
+            if os.getppid() != parent:  # the control process died: nobody to serve
+                log.error("the control process is gone; the inference process exits")
+                return 0
             continue
         message = unpack(socket.recv())
         kind = message["kind"]

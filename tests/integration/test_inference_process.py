@@ -134,3 +134,15 @@ def test_a_restart_that_dies_during_its_startup_checks_is_retried(tmp_path: Path
     finally:
         policy.stop()
     assert policy.pid is None  # stop() waited for the process
+
+
+def test_the_inference_process_ends_when_the_control_process_dies(tmp_path: Path) -> None:
+    with daemon_process(tmp_path) as daemon:
+        child = wait_for(lambda: _child_pid(tmp_path))
+        os.kill(daemon.pid, signal.SIGKILL)
+        daemon.wait(5)
+        wait_for(lambda: not Path(f"/proc/{child}").exists() or _zombie(child), 10)
+
+
+def _zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
