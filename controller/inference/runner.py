@@ -358,6 +358,11 @@ class Runner:
         return self._ladder.serving
 
     @property
+    def outputs(self) -> tuple[str, ...]:
+        """Names of the policy's extra outputs (its memory), after the chunk."""
+        return self._codec.outputs
+
+    @property
     def ready_tiers(self) -> list[str]:
         return list(self._ladder.tiers)
 
