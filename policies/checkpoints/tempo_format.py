@@ -1,9 +1,10 @@
-"""Tempo's own checkpoint format: writing it, and reading it into an ACT module.
+"""Tempo's own checkpoint format: writing it, and reading it into an ACT or TD-MPC2 module.
 
 A Tempo checkpoint is a directory with two files:
 
     config.json          {"format": "tempo", "format_version": 1, "policy_type": "act",
                           "spec": <PolicySpec>, "model": <ACTConfig>}
+                         or "policy_type": "tdmpc2" with "model": <TDMPC2Config>
     model.safetensors    every parameter and persistent buffer of the module, normalization
                          statistics included, float32
 
@@ -35,6 +36,8 @@ from policies.checkpoints.files import (
     describe_validation_error,
     read_tensors,
 )
+from policies.tdmpc2.config import TDMPC2Config
+from policies.tdmpc2.planner import TDMPC2Policy
 from policies.tensor_policy import TensorPolicy
 
 FORMAT_VERSION = 1
@@ -53,6 +56,18 @@ class CheckpointConfig(BaseModel):
     model: ACTConfig
 
 
+class TDMPC2CheckpointConfig(BaseModel):
+    """The `config.json` of a Tempo checkpoint of a TD-MPC2 agent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["tempo"]
+    format_version: Literal[1]
+    policy_type: Literal["tdmpc2"]
+    spec: PolicySpec
+    model: TDMPC2Config
+
+
 # ---- Saving ------------------------------------------------------------------------------------
 
 
@@ -60,9 +75,10 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
     """Write `policy` as a Tempo checkpoint into `directory` (created if needed; the two files
     are replaced atomically if present). Returns the directory."""
     module = policy.module
-    if not isinstance(module, ACT):
+    if not isinstance(module, ACT | TDMPC2Policy):
         raise CheckpointError(
-            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT models only"
+            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT and "
+            "TD-MPC2 models only"
         )
     check_spec_matches(policy.spec, module.config, "the policy being saved")
     directory = Path(directory)
@@ -78,7 +94,11 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
         name: tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
         for name, tensor in module.state_dict().items()
     }
-    metadata = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "policy_type": "act"}
+    metadata = {
+        "format": FORMAT,
+        "format_version": str(FORMAT_VERSION),
+        "policy_type": module.policy_type,
+    }
     _atomic_write(directory / WEIGHTS_FILE, lambda path: save_file(tensors, path, metadata))
     text = json.dumps(document, indent=2) + "\n"
     _atomic_write(directory / CONFIG_FILE, lambda path: Path(path).write_text(text))
@@ -106,7 +126,9 @@ def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
     return TensorPolicy(spec=parsed.spec, module=module)
 
 
-def parse_tempo_config(raw: dict[str, Any], path: Path) -> CheckpointConfig:
+def parse_tempo_config(
+    raw: dict[str, Any], path: Path
+) -> CheckpointConfig | TDMPC2CheckpointConfig:
     """Validate a Tempo config.json; the error names the first invalid field."""
     version = raw.get("format_version")
     if version != FORMAT_VERSION:
@@ -115,15 +137,19 @@ def parse_tempo_config(raw: dict[str, Any], path: Path) -> CheckpointConfig:
             "(upgrade Tempo, or re-export the checkpoint)"
         )
     try:
-        parsed = CheckpointConfig.model_validate(raw)
+        kind = TDMPC2CheckpointConfig if raw.get("policy_type") == "tdmpc2" else CheckpointConfig
+        parsed = kind.model_validate(raw)
     except ValidationError as exc:
         raise CheckpointError(f"{path}: {describe_validation_error(exc)}") from None
     check_spec_matches(parsed.spec, parsed.model, str(path))
     return parsed
 
 
-def check_spec_matches(spec: PolicySpec, config: ACTConfig, where: str) -> None:
+def check_spec_matches(spec: PolicySpec, config: ACTConfig | TDMPC2Config, where: str) -> None:
     """The PolicySpec and the model config must describe the same interface."""
+    if isinstance(config, TDMPC2Config):
+        _check_tdmpc2_spec(spec, config, where)
+        return
     problems = []
     if len(spec.cameras) != config.n_cameras:
         problems.append(f"{len(spec.cameras)} cameras in spec, {config.n_cameras} in model")
@@ -144,11 +170,26 @@ def check_spec_matches(spec: PolicySpec, config: ACTConfig, where: str) -> None:
         raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
 
 
-def build_module(config: ACTConfig, tensors: dict[str, torch.Tensor], source: Path) -> ACT:
-    """An ACT module for `config` holding `tensors`, which must fit it exactly."""
+def _check_tdmpc2_spec(spec: PolicySpec, config: TDMPC2Config, where: str) -> None:
+    pairs = [
+        ("cameras", len(spec.cameras), 0),
+        ("state_size (obs_dim)", spec.state_size, config.obs_dim),
+        ("state_history", spec.state_history, 1),
+        ("chunk_size (horizon)", spec.chunk_size, config.horizon),
+        ("action size (joint_names)", spec.action_dim, config.action_dim),
+    ]
+    problems = [f"{name} {a} in spec, {b} in model" for name, a, b in pairs if a != b]
+    if problems:
+        raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
+
+
+def build_module(
+    config: ACTConfig | TDMPC2Config, tensors: dict[str, torch.Tensor], source: Path
+) -> ACT | TDMPC2Policy:
+    """The module for `config` (ACT or TD-MPC2) holding `tensors`, which must fit it exactly."""
     tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
     with torch.no_grad():
-        module = ACT(config)
+        module = ACT(config) if isinstance(config, ACTConfig) else TDMPC2Policy(config)
     load_weights(module, tensors, source)
     return module.eval()
 

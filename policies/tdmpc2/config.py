@@ -22,6 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from policies.base import PolicySpec
+
 ModelSize = Literal[1, 5, 19, 48, 317]
 
 MODEL_SIZES: dict[int, dict[str, int]] = {
@@ -159,3 +161,23 @@ class TDMPC2Config(BaseModel):
         low = self.action_low or (-1.0,) * self.action_dim
         high = self.action_high or (1.0,) * self.action_dim
         return tuple(low), tuple(high)
+
+
+def tdmpc2_spec(config: TDMPC2Config, joint_names: tuple[str, ...] | None = None) -> PolicySpec:
+    """The robot interface of a TD-MPC2 agent: its state vector in, a chunk of `horizon` actions
+    out, no cameras. Raises ValueError when `joint_names` has the wrong length."""
+    names = (
+        tuple(joint_names) if joint_names else tuple(f"joint_{i}" for i in range(config.action_dim))
+    )
+    if len(names) != config.action_dim:
+        raise ValueError(
+            f"{len(names)} joint names were given for an agent with {config.action_dim} action "
+            "entries; give one name per entry"
+        )
+    return PolicySpec(
+        cameras=(),
+        state_size=config.obs_dim,
+        joint_names=names,
+        chunk_size=config.horizon,
+        state_history=1,
+    )
