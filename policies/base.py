@@ -128,3 +128,9 @@ def first_context(spec: PolicySpec, state: np.ndarray, step: int = 0) -> RobotCo
     history = np.empty((spec.state_history, spec.state_size), dtype=np.float32)
     history[:] = np.asarray(state, dtype=np.float32)
     return RobotContext(step=step, episode_start=True, state_history=history)
+
+
+def window_context(state_history: np.ndarray, step: int = 0) -> RobotContext:
+    """A context that is just a state window (state_history, state_size): for tools and
+    benchmarks that feed recorded or random windows, outside any robot's session."""
+    return RobotContext(step=step, episode_start=True, state_history=state_history)
