@@ -41,6 +41,7 @@ from controller.errors import CheckpointError
 from policies.checkpoints.tempo_format import load_weights, save_checkpoint
 from policies.tdmpc2.config import TDMPC2Config, tdmpc2_spec
 from policies.tdmpc2.planner import TDMPC2Policy
+from policies.tdmpc2.serving import tdmpc2_policy
 from policies.tensor_policy import TensorPolicy
 
 logger = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ def read_official(
         spec = tdmpc2_spec(config, joint_names)
     except ValueError as exc:
         raise CheckpointError(f"importing {source}: {exc}") from None
-    return TensorPolicy(spec=spec, module=module.eval()), layout
+    return tdmpc2_policy(module.eval(), spec), layout
 
 
 def _check_fits(

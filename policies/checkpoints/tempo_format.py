@@ -38,6 +38,7 @@ from policies.checkpoints.files import (
 )
 from policies.tdmpc2.config import TDMPC2Config
 from policies.tdmpc2.planner import TDMPC2Policy
+from policies.tdmpc2.serving import tdmpc2_policy
 from policies.tensor_policy import TensorPolicy
 
 FORMAT_VERSION = 1
@@ -123,6 +124,8 @@ def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
     parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
     tensors = read_tensors(directory / WEIGHTS_FILE)
     module = build_module(parsed.model, tensors, directory / WEIGHTS_FILE)
+    if isinstance(module, TDMPC2Policy):
+        return tdmpc2_policy(module, parsed.spec)
     return TensorPolicy(spec=parsed.spec, module=module)
 
 

@@ -1,8 +1,9 @@
 """TD-MPC2's planner as one torch module: MPPI in the latent space of the world model, exactly as
 the official `TDMPC2._plan` does it, with every shape fixed so one CUDA graph holds a whole plan.
 
-    module(obs, prev_mean, episode_start, fixed_noise) -> (actions, mean)
+    module(frames, obs, prev_mean, episode_start, fixed_noise) -> (actions, mean)
 
+        frames         uint8 (B, 0, 1, 1, 3)         no cameras (the runner's empty frame tensor)
         obs            float32 (B, obs_dim)          the state observation
         prev_mean      float32 (B, horizon, action)  this robot's previous plan mean (memory)
         episode_start  float32 (B, 1)                1: no warm start (a new episode)
@@ -130,6 +131,7 @@ class TDMPC2Policy(nn.Module):
 
     def forward(
         self,
+        frames: torch.Tensor,
         obs: torch.Tensor,
         prev_mean: torch.Tensor,
         episode_start: torch.Tensor,

@@ -15,7 +15,7 @@ from controller.errors import CheckpointError
 from policies.checkpoints.load import describe_checkpoint, load_checkpoint
 from policies.checkpoints.tdmpc2 import import_official, read_official
 from policies.tdmpc2.planner import TDMPC2Policy
-from tests.unit.test_tdmpc2_planner import small_config
+from tests.unit.test_tdmpc2_planner import NO_FRAMES, small_config
 
 Q_FIELDS = ("weight", "bias", "ln.weight", "ln.bias")
 
@@ -61,6 +61,7 @@ def plan(policy: TDMPC2Policy) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
         return policy(
+            NO_FRAMES,
             torch.randn(1, c.obs_dim, generator=gen),
             torch.rand(1, c.horizon, c.action_dim, generator=gen),
             torch.zeros(1, 1),

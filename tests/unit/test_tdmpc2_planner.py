@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from policies.tdmpc2.config import TDMPC2Config
 from policies.tdmpc2.planner import NoiseBank, TDMPC2Policy
 
+NO_FRAMES = torch.zeros(1, 0, 1, 1, 3, dtype=torch.uint8)  # the runner's frames without cameras
+
 
 def small_config(**overrides: object) -> TDMPC2Config:
     values: dict[str, object] = dict(
@@ -117,6 +119,7 @@ def ref_plan(policy, obs, prev_mean, t0, noise: NoiseBank, explore=False):
 def run(policy: TDMPC2Policy, obs, prev_mean, episode_start: float, fixed: float = 1.0):
     with torch.no_grad():
         return policy(
+            NO_FRAMES,
             obs.unsqueeze(0),
             prev_mean.unsqueeze(0),
             torch.tensor([[episode_start]]),
@@ -169,11 +172,12 @@ def test_shapes_bounds_and_fresh_noise() -> None:
     obs = torch.randn(batch, c.obs_dim)
     prev = torch.zeros(batch, c.horizon, c.action_dim)
     ones = torch.ones(batch, 1)
+    frames = torch.zeros(batch, 0, 1, 1, 3, dtype=torch.uint8)
     with torch.no_grad():
-        actions, mean = policy(obs, prev, ones, torch.zeros(batch, 1))
-        again, _ = policy(obs, prev, ones, torch.zeros(batch, 1))
-        fixed, _ = policy(obs, prev, ones, ones)
-        fixed_again, _ = policy(obs, prev, ones, ones)
+        actions, mean = policy(frames, obs, prev, ones, torch.zeros(batch, 1))
+        again, _ = policy(frames, obs, prev, ones, torch.zeros(batch, 1))
+        fixed, _ = policy(frames, obs, prev, ones, ones)
+        fixed_again, _ = policy(frames, obs, prev, ones, ones)
     assert actions.shape == mean.shape == (batch, c.horizon, c.action_dim)
     assert actions.dtype == mean.dtype == torch.float32
     assert (actions >= torch.tensor(low)).all() and (actions <= torch.tensor(high)).all()
