@@ -95,6 +95,14 @@ class TDMPC2Config(BaseModel):
     action_high: tuple[float, ...] | None = Field(
         default=None, description="Robot value of action +1, per entry (default +1)."
     )
+    compute: Literal["fp32", "autocast"] = Field(
+        default="fp32",
+        description="fp32: the module turns autocast off, so every tier (graph and compiled "
+        "included) plans in FP32 and makes the same elite choices as the FP32 reference. "
+        "autocast: matmuls in the runner's half precision (faster); a plan is a discontinuous "
+        "function of the predicted values, so some plans then choose other elites than FP32 "
+        "and the start-up parity check can fail at the default parity_rtol.",
+    )
     noise_seed: int = Field(
         default=0, ge=0, description="Seed of the fixed noise bank (reproducible plans only)."
     )

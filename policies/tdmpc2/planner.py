@@ -24,6 +24,11 @@ One plan (`mode: plan`):
 4. One elite sequence is drawn by a Gumbel-max draw over the final scores; with `explore` the
    final std times standard-normal noise is added; clamped to [-1, 1]; mapped to robot units.
 
+Numerics: with `compute: fp32` (the default) the module turns autocast off, so every tier plans
+in FP32; MPPI's elite choices are discontinuous in the predicted values, and half-precision
+matmuls flip some of them against FP32 (measured on a random 1M agent: 2 of 4 fixed-noise plans
+chose another elite in FP16), so only FP32 tiers agree with the reference to parity_rtol.
+
 The whole sequence is returned, not only its first action: played newest-first
 (`inference.ensemble: newest`), a plan that lands every step gives the robot the official
 receding-horizon action, and when a plan is late the robot follows the rest of the last one
@@ -132,6 +137,20 @@ class TDMPC2Policy(nn.Module):
     def forward(
         self,
         frames: torch.Tensor,
+        obs: torch.Tensor,
+        prev_mean: torch.Tensor,
+        episode_start: torch.Tensor,
+        fixed_noise: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.config.compute == "autocast":  # a setting, fixed at construction
+            actions, mean = self._step(obs, prev_mean, episode_start, fixed_noise)
+        else:  # fp32: keep the runner's autocast out, so every tier makes FP32's choices
+            with torch.autocast(obs.device.type, enabled=False):
+                actions, mean = self._step(obs, prev_mean, episode_start, fixed_noise)
+        return actions.float(), mean.float()
+
+    def _step(
+        self,
         obs: torch.Tensor,
         prev_mean: torch.Tensor,
         episode_start: torch.Tensor,

@@ -202,3 +202,15 @@ def test_fast_mode_is_the_prior_mean_rollout() -> None:
             z = planner.model.dynamics(torch.cat([z, a], dim=-1))
     torch.testing.assert_close(mean[0], torch.cat(expected))
     torch.testing.assert_close(actions, mean)  # bounds default to [-1, 1]
+
+
+def test_fp32_compute_ignores_the_runners_autocast() -> None:
+    policy = TDMPC2Policy(small_config()).eval()
+    c = policy.config
+    obs, prev = torch.randn(c.obs_dim), torch.rand(c.horizon, c.action_dim)
+    plain = run(policy, obs, prev, 0.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # what the half tiers wrap a step in
+        under_autocast = run(policy, obs, prev, 0.0)
+    for x, y in zip(plain, under_autocast, strict=True):
+        assert y.dtype == torch.float32
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
