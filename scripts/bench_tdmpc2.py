@@ -20,6 +20,11 @@ one process, on random weights:
   fixed-noise examples.
 - fast mode: the policy prior's mean rollout (`mode: prior`), served from its top tier.
 
+Tempo's planner computes in FP32 in every tier (`compute: fp32`): the tier labels say fp32
+whatever the runner's precision. --autocast adds a planner with half-precision matmuls, started
+whatever its parity error (reported: its elite choices can differ from FP32's). --tf32 allows
+TF32 matmuls process-wide, the reference included.
+
 Prints one table per shape with the reference measured in the same run, and writes
 bench_tdmpc2.json under $OUT when set.
 """
@@ -45,7 +50,8 @@ from controller.inference.runner_config import RunnerConfig
 from policies.base import RobotContext
 from policies.tdmpc2.config import TDMPC2Config
 from policies.tdmpc2.model import WorldModel
-from policies.tdmpc2.serving import MEAN, random_tdmpc2_policy, with_mode
+from policies.tdmpc2.planner import TDMPC2Policy
+from policies.tdmpc2.serving import MEAN, random_tdmpc2_policy, tdmpc2_policy
 
 log = logging.getLogger("bench_tdmpc2")
 
@@ -202,7 +208,7 @@ def time_runner(runner: Any, obs_dim: int, args: argparse.Namespace) -> dict[str
     return results
 
 
-def runner_config(args: argparse.Namespace, cuda: bool) -> RunnerConfig:
+def runner_config(args: argparse.Namespace, cuda: bool, parity_rtol: float) -> RunnerConfig:
     top = args.top_tier or (
         "graph" if cuda else ("compiled" if args.cpu_compiled else "eager_fp32")
     )
@@ -211,8 +217,17 @@ def runner_config(args: argparse.Namespace, cuda: bool) -> RunnerConfig:
         precision=args.precision,
         cache_dir=Path(tempfile.mkdtemp(prefix="tempo-bench-tdmpc2-")),
         step_budget_ms=None,
-        parity_rtol=args.parity_rtol,
+        parity_rtol=parity_rtol,
     )
+
+
+def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any], float]]:
+    """(label, config changes, parity_rtol) of each Tempo variant timed."""
+    out: list[tuple[str, dict[str, Any], float]] = [("plan", {}, args.parity_rtol)]
+    if args.autocast:  # elite choices may differ from FP32: start it whatever its parity error
+        out.append(("plan-autocast", {"compute": "autocast"}, 1.0))
+    out.append(("fast", {"mode": "prior"}, args.parity_rtol))
+    return out
 
 
 def bench_one(task: str, size: int, device: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -233,13 +248,19 @@ def bench_one(task: str, size: int, device: str, args: argparse.Namespace) -> di
         OfficialStylePlanner(model, config, torch_device), obs_dim, args
     )
     log.info("%s %sM reference: p50 %.3f ms", task, size, row["reference"]["p50_ms"])
-    runner = start_runner(policy, runner_config(args, cuda), device)
-    row["tiers"] = time_runner(runner, obs_dim, args)
-    row["serving_tier"] = runner.tier
-    del runner
-    fast = start_runner(with_mode(policy, "prior"), runner_config(args, cuda), device)
-    row["fast_mode"] = time_runner(fast, obs_dim, args)
-    del fast
+    row["variants"] = {}
+    for label, changes, rtol in variants(args):
+        module = TDMPC2Policy(config.model_copy(update=changes), model=model).eval()
+        began = time.perf_counter()
+        runner = start_runner(
+            tdmpc2_policy(module, policy.spec), runner_config(args, cuda, rtol), device
+        )
+        row["variants"][label] = {
+            "start_s": time.perf_counter() - began,
+            "serving_tier": runner.tier,
+            "tiers": time_runner(runner, obs_dim, args),
+        }
+        del runner
     return row
 
 
@@ -271,10 +292,11 @@ def print_table(rows: list[dict[str, Any]], device: str) -> None:
     print("-" * len(header))
     for row in rows:
         print(_line(row, "reference (official-style)", row["reference"], None, None))
-        for group, results in (("plan", row["tiers"]), ("fast", row["fast_mode"])):
-            for name, r in results.items():
+        for group, variant in row["variants"].items():
+            for name, r in variant["tiers"].items():
                 gpu = r.get("model_gpu", {}).get("p50_ms")
-                label = f"{group} {name} {r['precision']}"
+                compute = "fp32" if group != "plan-autocast" else r["precision"]
+                label = f"{group} {name} {compute}"
                 print(_line(row, label, r["step"], gpu, r["parity_error"]))
     if device.startswith("cuda"):
         print(
@@ -304,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     cuda = device == "cuda"
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
     args.iters = args.iters or (300 if cuda else 5)
     args.warmup = args.warmup or (20 if cuda else 2)
     sizes = [int(s) for s in (args.sizes or ("5,48" if cuda else "1,5")).split(",")]
@@ -312,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         for size in sizes:
             rows.append(bench_one(task, size, device, args))
     name = torch.cuda.get_device_name() if cuda else f"cpu ({torch.get_num_threads()} threads)"
+    name += ", TF32 matmuls on" if args.tf32 else ""
     print_table(rows, f"{device} {name}" if cuda else name)
     if os.environ.get("OUT"):
         out = Path(os.environ["OUT"])

@@ -90,3 +90,22 @@ def test_compiled_tier_serves_without_recompiles() -> None:
     assert runner.status()["tier"] == "compiled"  # a recompile would have raised and demoted
     assert not runner.demotions
     torch.compiler.reset()
+
+
+def test_policy_planner_section_selects_fast_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from controller.config import PolicyConfig
+    from controller.errors import ConfigError
+    from policies.catalog import build_tensor_policy
+    from policies.demo import make_demo_checkpoint, make_demo_tdmpc2_checkpoint
+
+    path = make_demo_tdmpc2_checkpoint(tmp_path / "tdmpc2")
+    section = PolicyConfig(kind="checkpoint", path=path, planner={"mode": "prior"})
+    assert build_tensor_policy(section).module.config.mode == "prior"
+    assert build_tensor_policy(PolicyConfig(kind="checkpoint", path=path)).module.config.mode == (
+        "plan"
+    )
+    act = make_demo_checkpoint(tmp_path / "act")
+    with pytest.raises(ConfigError, match="TD-MPC2 checkpoints"):
+        build_tensor_policy(
+            PolicyConfig(kind="checkpoint", path=act, planner={"fallback_budget_ms": 5})
+        )
