@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -50,7 +50,7 @@ from controller.inference.build import resolve_device, start_runner
 from controller.inference.runner_config import RunnerConfig
 from policies.base import RobotContext
 from policies.tdmpc2.config import TDMPC2Config
-from policies.tdmpc2.model import WorldModel
+from policies.tdmpc2.model import StackedLinear, WorldModel
 from policies.tdmpc2.planner import TDMPC2Policy
 from policies.tdmpc2.serving import MEAN, random_tdmpc2_policy, tdmpc2_policy
 
@@ -92,19 +92,21 @@ class OfficialStylePlanner:
 
     def q_avg(self, z: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         h = torch.cat([z, a], dim=-1).unsqueeze(0)  # every head, as the vmapped ensemble does
-        for index, layer in enumerate(self.m.qs.layers):
+        layers = cast(list[StackedLinear], list(self.m.qs.layers))
+        for layer in layers:
             h = torch.baddbmm(
                 layer.bias.unsqueeze(1), h.expand(layer.weight.shape[0], -1, -1),
                 layer.weight.transpose(1, 2),
             )  # fmt: skip
-            if index < 2:
+            if layer.ln is not None:
                 h = F.layer_norm(h, h.shape[-1:])
                 h = F.mish(h * layer.ln.weight.unsqueeze(1) + layer.ln.bias.unsqueeze(1))
         heads = torch.randperm(self.c.num_q, device=h.device)[:2]
         return self.two_hot_inv(h[heads]).sum(0) / 2
 
     def estimate_value(self, z: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        g, discount = 0, 1.0
+        g: torch.Tensor | float = 0.0
+        discount = 1.0
         termination = torch.zeros(self.c.num_samples, 1, device=z.device)
         for t in range(self.c.horizon):
             za = torch.cat([z, actions[t]], dim=-1)
@@ -233,28 +235,29 @@ def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any], float]
 
 def bench_one(task: str, size: int, device: str, args: argparse.Namespace) -> dict[str, Any]:
     obs_dim, action_dim = TASKS[task]
-    config = TDMPC2Config(
-        obs_dim=obs_dim, action_dim=action_dim, model_size=size, horizon=args.horizon
-    )  # type: ignore[arg-type]
+    config = TDMPC2Config.model_validate(
+        {"obs_dim": obs_dim, "action_dim": action_dim, "model_size": size, "horizon": args.horizon}
+    )
     policy = random_tdmpc2_policy(config)
+    module = cast(TDMPC2Policy, policy.module)
     cuda = device == "cuda"
     row: dict[str, Any] = {
         "task": task, "obs_dim": obs_dim, "action_dim": action_dim, "model_size": size,
-        "parameters_m": sum(p.numel() for p in policy.module.parameters()) / 1e6,
+        "parameters_m": sum(p.numel() for p in module.parameters()) / 1e6,
         "iterations": config.planning_iterations, "horizon": config.horizon,
     }  # fmt: skip
     torch_device = torch.device(device)
-    model = policy.module.model.to(torch_device).eval()
+    model = module.model.to(torch_device).eval()
     row["reference"] = time_reference(
         OfficialStylePlanner(model, config, torch_device), obs_dim, args
     )
     log.info("%s %sM reference: p50 %.3f ms", task, size, row["reference"]["p50_ms"])
     row["variants"] = {}
     for label, changes, rtol in variants(args):
-        module = TDMPC2Policy(config.model_copy(update=changes), model=model).eval()
+        variant = TDMPC2Policy(config.model_copy(update=changes), model=model).eval()
         began = time.perf_counter()
         runner = start_runner(
-            tdmpc2_policy(module, policy.spec), runner_config(args, cuda, rtol), device
+            tdmpc2_policy(variant, policy.spec), runner_config(args, cuda, rtol), device
         )
         row["variants"][label] = {
             "start_s": time.perf_counter() - began,

@@ -68,39 +68,56 @@ def mlp(
     return nn.Sequential(*layers)
 
 
+class StackedNorm(nn.Module):
+    """LayerNorm affine parameters of every head: (num_q, dim) each."""
+
+    def __init__(self, num_q: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(num_q, dim))
+        self.bias = nn.Parameter(torch.zeros(num_q, dim))
+
+
+class StackedLinear(nn.Module):
+    """One layer of every head: weight (num_q, out, in), bias (num_q, out), and for hidden
+    layers a LayerNorm and Mish after it."""
+
+    def __init__(self, num_q: int, fan_in: int, fan_out: int, hidden: bool) -> None:
+        super().__init__()
+        bound = 1.0 / fan_in**0.5  # nn.Linear's own initialisation, per head
+        self.weight = nn.Parameter(torch.empty(num_q, fan_out, fan_in).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(num_q, fan_out).uniform_(-bound, bound))
+        self.ln = StackedNorm(num_q, fan_out) if hidden else None
+
+    def forward(self, h: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """h (B, 1 or k, N, in), heads (B, k) -> (B, k, N, out) for the chosen heads."""
+        h = torch.matmul(h, self.weight[heads].transpose(-1, -2)) + self.bias[heads].unsqueeze(2)
+        if self.ln is None:
+            return h
+        h = F.layer_norm(h, h.shape[-1:])
+        h = h * self.ln.weight[heads].unsqueeze(2) + self.ln.bias[heads].unsqueeze(2)
+        return F.mish(h)
+
+
 class QEnsemble(nn.Module):
     """num_q MLPs of identical shape (NormedLinear, NormedLinear, Linear) with stacked
-    parameters: `<layer>.weight` is (num_q, out, in). `forward` evaluates only the chosen heads,
-    in one batched matmul per layer."""
+    parameters: `layers.<i>.weight` is (num_q, out, in). `forward` evaluates only the chosen
+    heads, in one batched matmul per layer."""
 
     def __init__(self, num_q: int, in_dim: int, hidden: int, out_dim: int) -> None:
         super().__init__()
-        dims = [(in_dim, hidden), (hidden, hidden), (hidden, out_dim)]
-        self.layers = nn.ModuleList()
-        for index, (fan_in, fan_out) in enumerate(dims):
-            layer = nn.Module()
-            layer.weight = nn.Parameter(torch.empty(num_q, fan_out, fan_in))
-            layer.bias = nn.Parameter(torch.zeros(num_q, fan_out))
-            if index < 2:
-                layer.ln = nn.Module()
-                layer.ln.weight = nn.Parameter(torch.ones(num_q, fan_out))
-                layer.ln.bias = nn.Parameter(torch.zeros(num_q, fan_out))
-            self.layers.append(layer)
-        for layer in self.layers:  # nn.Linear's own initialisation, per head
-            bound = 1.0 / layer.weight.shape[-1] ** 0.5
-            nn.init.uniform_(layer.weight, -bound, bound)
-            nn.init.uniform_(layer.bias, -bound, bound)
+        self.layers = nn.ModuleList(
+            [
+                StackedLinear(num_q, in_dim, hidden, hidden=True),
+                StackedLinear(num_q, hidden, hidden, hidden=True),
+                StackedLinear(num_q, hidden, out_dim, hidden=False),
+            ]
+        )
 
     def forward(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         """x (B, N, in), heads (B, k) int64 -> logits (B, k, N, out) of the chosen heads."""
         h = x.unsqueeze(1)  # (B, 1, N, in): broadcast over the k heads
-        for index, layer in enumerate(self.layers):
-            weight = layer.weight[heads]  # (B, k, out, in)
-            h = torch.matmul(h, weight.transpose(-1, -2)) + layer.bias[heads].unsqueeze(2)
-            if index < 2:
-                h = F.layer_norm(h, h.shape[-1:])
-                h = h * layer.ln.weight[heads].unsqueeze(2) + layer.ln.bias[heads].unsqueeze(2)
-                h = F.mish(h)
+        for layer in self.layers:
+            h = layer(h, heads)
         return h
 
 
