@@ -274,7 +274,7 @@ def _line(
     cells = [
         f"{row['task']:9s}",
         f"{row['model_size']:>4d}M",
-        f"{label:27s}",
+        f"{label:30s}",
         f"{timing['p50_ms']:9.3f}",
         f"{timing['p99_ms']:9.3f}",
         f"{gpu:8.3f}" if gpu is not None else " " * 8,
@@ -287,7 +287,7 @@ def _line(
 def print_table(rows: list[dict[str, Any]], device: str) -> None:
     print(f"\nTD-MPC2 per action on {device} (reference: official-style eager FP32, same run)")
     names = ["task", "size", "variant", "p50 ms", "p99 ms", "GPU p50", "x ref", "parity"]
-    widths = [9, 5, 27, 9, 9, 8, 7, 8]
+    widths = [9, 5, 30, 9, 9, 8, 7, 8]
     header = " ".join(
         f"{n:{w}s}" if i < 3 else f"{n:>{w}s}"
         for i, (n, w) in enumerate(zip(names, widths, strict=True))
@@ -326,6 +326,14 @@ def main(argv: list[str] | None = None) -> int:
         "--cpu-compiled", action="store_true", help="also the compiled tier on a CPU"
     )
     parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument(
+        "--autocast", action="store_true", help="also plan with half-precision matmuls"
+    )
+    parser.add_argument(
+        "--tf32",
+        action="store_true",
+        help="allow TF32 matmuls process-wide (the reference and every FP32 tier alike)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     device = resolve_device(args.device, setting="--device")
