@@ -82,7 +82,8 @@ def summarize_tdmpc2(spec: PolicySpec, config: TDMPC2Config, weights: Path) -> l
         + (", termination head)" if c.episodic else ")"),
         f"mode: {c.mode}; planner: {c.num_samples} samples ({c.num_pi_trajs} from the prior), "
         f"{c.num_elites} elites, {c.planning_iterations} iterations, horizon {c.horizon} "
-        f"(chunk of {spec.chunk_size}), discount {c.discount}, explore {c.explore}",
+        f"(chunk of {spec.chunk_size}), discount {c.discount}, explore {c.explore}, compute "
+        f"{c.compute}",
     ]
     return lines + _weights_line(weights)
 
