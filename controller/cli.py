@@ -110,6 +110,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(config)
 
 
+def cmd_inference_process(args: argparse.Namespace) -> int:
+    """The policy's own process, started by `tempo serve` (not meant to be run by hand)."""
+    from controller.app import run_inference_process
+    from controller.config import TempoConfig
+
+    config = TempoConfig.model_validate_json(args.config_json.read_text())
+    setup_logging(config.logging.level)
+    return run_inference_process(config, args.channel)
+
+
 def cmd_config_show(args: argparse.Namespace) -> int:
     from controller.config import dump_config
 
@@ -290,7 +300,8 @@ def _add_profile_parser(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tempo", description="Real-time robot policy controller.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # metavar: the choices are listed by their help lines, so a parser without help is hidden.
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the daemon")
     add_config_args(serve)
@@ -302,6 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--set policy.kind=checkpoint --set policy.path=DIR",
     )
     serve.set_defaults(func=cmd_serve)
+
+    # Started by `tempo serve` for its inference process; hidden from the help.
+    child = sub.add_parser("inference-process")
+    child.add_argument("--config-json", type=Path, required=True)
+    child.add_argument("--channel", required=True)
+    child.set_defaults(func=cmd_inference_process)
 
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)

@@ -233,6 +233,28 @@ class SecurityConfig(BaseModel):
         return self.server_secret_key is not None and self.authorized_keys is not None
 
 
+class SupervisionConfig(_Section):
+    """Where the policy runs, and how its process is watched (the `supervision:` section)."""
+
+    inference_process: bool = Field(
+        default=True,
+        description="Run the policy in its own supervised process, so the control loop never "
+        "shares an interpreter with torch; a crashed or hung one is restarted while every "
+        "robot is held. false: in the daemon's own process (debugging).",
+    )
+    hang_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="An inference process silent this long while serving is killed and restarted.",
+    )
+    start_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long the inference process may take to load, compile and check.",
+    )
+
+
 class LoggingConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -251,6 +273,7 @@ class TempoConfig(_Section):
     security: SecurityConfig = SecurityConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     metrics: MetricsConfig = MetricsConfig()
+    supervision: SupervisionConfig = SupervisionConfig()
     logging: LoggingConfig = LoggingConfig()
 
 

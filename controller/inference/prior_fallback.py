@@ -95,6 +95,18 @@ class PriorFallback:
         }
         return status
 
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The planner's extra outputs (its mean); the prior's codec returns the same."""
+        return tuple(getattr(self._planner, "outputs", ()))
+
+    def add_pinned_region(self, address: int, size: int) -> None:
+        """Both runners upload frames from this page-locked memory by DMA."""
+        for policy in (self._planner, self._prior):
+            pin = getattr(policy, "add_pinned_region", None)
+            if callable(pin):
+                pin(address, size)
+
     def attach_telemetry(self, telemetry: Any) -> None:
         """The planner's steps are timed like any runner's (the prior's are not)."""
         attach = getattr(self._planner, "attach_telemetry", None)
