@@ -31,20 +31,33 @@ from controller.observe.telemetry import Telemetry
 from policies.base import Policy
 
 if TYPE_CHECKING:  # torch: the control process imports none of it
+    from controller.inference.prior_fallback import PriorFallback
     from controller.inference.runner import Runner
 
 log = logging.getLogger(__name__)
 
 
-def build_policy(config: TempoConfig, progress: Callable[[str], None] | None = None) -> Runner:
+def build_policy(
+    config: TempoConfig, progress: Callable[[str], None] | None = None
+) -> Runner | PriorFallback:
     """Load the policy and make it ready to serve: every tier built, warmed up and checked
-    against the FP32 reference (see controller.inference.runner)."""
+    against the FP32 reference (see controller.inference.runner). A TD-MPC2 planner with a
+    fallback budget also gets its policy prior ready (controller.inference.prior_fallback)."""
     from controller.inference.build import resolve_device, start_runner
+    from controller.inference.prior_fallback import PriorFallback
     from policies.catalog import build_tensor_policy
 
     device = resolve_device(config.policy.device)
     tensor_policy = build_tensor_policy(config.policy, config.robot, device=device)
-    return start_runner(tensor_policy, config.runner, device, progress)
+    runner = start_runner(tensor_policy, config.runner, device, progress)
+    planner = config.policy.planner
+    if planner.fallback_budget_ms is None:
+        return runner
+    from policies.tdmpc2.serving import with_mode
+
+    prior = start_runner(with_mode(tensor_policy, "prior"), config.runner, device, progress)
+    budget_s = planner.fallback_budget_ms / 1e3
+    return PriorFallback(runner, prior, budget_s, planner.fallback_k, planner.fallback_n)
 
 
 def start_inference_process(config: TempoConfig, config_file: Path) -> RemotePolicy:

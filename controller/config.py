@@ -112,6 +112,36 @@ class RobotConfig(_Section):
     )
 
 
+class PlannerConfig(_Section):
+    """How a TD-MPC2 checkpoint is served (the `policy.planner:` section)."""
+
+    mode: Literal["checkpoint", "plan", "prior"] = Field(
+        default="checkpoint",
+        description="plan: MPPI planning; prior: fast mode (the policy prior's mean, no "
+        "planning); checkpoint: what the checkpoint's config says.",
+    )
+    fallback_budget_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=10_000,
+        description="When planning overruns this budget fallback_k times in the last "
+        "fallback_n plans, serve the policy prior for the next fallback_n steps (logged and "
+        "counted in status). null: always plan.",
+    )
+    fallback_k: int = Field(default=3, ge=1, le=1000, description="Overruns that switch ...")
+    fallback_n: int = Field(
+        default=20, ge=1, le=1000, description="... within the last n plans; prior steps after."
+    )
+
+    @model_validator(mode="after")
+    def _k_within_n(self) -> PlannerConfig:
+        if self.fallback_k > self.fallback_n:
+            raise ValueError(
+                f"fallback_k ({self.fallback_k}) must be at most fallback_n ({self.fallback_n})"
+            )
+        return self
+
+
 class PolicyConfig(_Section):
     """Which policy the daemon serves."""
 
@@ -138,6 +168,9 @@ class PolicyConfig(_Section):
         description="Real-time chunking for a flow policy (mode off|exact|stop_grad|inpaint, "
         "beta, schedule); the execution horizon is inference.query_period, and the robot plays "
         "the old chunk until the new one lands (needs inference.ensemble: newest).",
+    )
+    planner: PlannerConfig = Field(
+        default=PlannerConfig(), description="TD-MPC2 checkpoints: planning, fast mode, fallback."
     )
 
     @model_validator(mode="after")

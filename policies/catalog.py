@@ -57,6 +57,20 @@ def build_tensor_policy(
         raise ConfigError("policy.kind 'checkpoint' needs policy.path")
     # The daemon refuses states the checkpoint's normalization cannot represent (PolicySpec).
     loaded = with_state_bounds(load_checkpoint(policy.path, device=device))
+    planner = policy.planner
+    if planner.mode != "checkpoint" or planner.fallback_budget_ms is not None:
+        from policies.tdmpc2.serving import with_mode
+
+        try:
+            if planner.mode != "checkpoint":
+                loaded = with_mode(loaded, planner.mode)
+            elif planner.fallback_budget_ms is not None:
+                with_mode(loaded, "prior")  # refuse a fallback for a policy without a prior
+        except ValueError:
+            raise ConfigError(
+                f"policy.planner applies to TD-MPC2 checkpoints; {policy.path} holds another "
+                "policy (leave policy.planner at its defaults)"
+            ) from None
     if policy.rtc.mode == "off":
         return loaded
     from policies.flow.rtc import serve_with_rtc

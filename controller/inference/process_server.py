@@ -23,7 +23,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -41,17 +41,28 @@ from controller.inference.process_messages import (
     unpack_array,
     unpack_memory,
 )
-from controller.inference.runner import Runner
-from policies.base import Plan, RobotContext
+from policies.base import Plan, Policy, RobotContext
 
 log = logging.getLogger(__name__)
+
+
+class ServedPolicy(Policy, Protocol):
+    """What this process serves: a started Runner, or a wrapper of runners (PriorFallback)."""
+
+    @property
+    def outputs(self) -> tuple[str, ...]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def add_pinned_region(self, address: int, size: int) -> None: ...
+
 
 IDLE_POLL_MS = 50  # the heartbeat period while no request comes
 STATUS_EVERY_S = 0.5  # the runner's status rides on a chunk at most this often
 EXIT_FATAL = 3
 
 
-def device_poisoned(runner: Runner) -> bool:
+def device_poisoned(runner: ServedPolicy) -> bool:
     """Whether the CUDA context is unusable: after an illegal access or a device-side assert,
     every CUDA call fails, synchronize included."""
     if runner.status().get("device", "").startswith("cpu"):
@@ -67,12 +78,12 @@ class _Pinned:
     """The slots' mapping registered with CUDA (page-locked), so uploads from it are one DMA
     each (the runner's staging is told where it lies)."""
 
-    def __init__(self, slots: FrameSlots, runner: Runner) -> None:
+    def __init__(self, slots: FrameSlots, runner: ServedPolicy) -> None:
         self._pointer = slots.buffer.ctypes.data
         error = torch.cuda.cudart().cudaHostRegister(self._pointer, slots.size, 0)
         self.ok = int(error) == 0
         if self.ok:
-            runner.step_path.staging.add_pinned_region(self._pointer, slots.size)
+            runner.add_pinned_region(self._pointer, slots.size)
         else:
             log.warning("could not pin the observation slots for DMA (CUDA error %s)", error)
 
@@ -82,7 +93,7 @@ class _Pinned:
             self.ok = False
 
 
-def serve_control_process(build_runner: Callable[[], Runner], endpoint: str) -> int:
+def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: str) -> int:
     """Serve requests from the control process at `endpoint` until `stop` or a fatal error."""
     # The control process decides when this one ends (it sends `stop`): a SIGTERM to the whole
     # group (systemd, Ctrl-C in a terminal) must not end it first, or the control process
@@ -136,7 +147,7 @@ def serve_control_process(build_runner: Callable[[], Runner], endpoint: str) -> 
         context.term()
 
 
-def _serve(runner: Runner, socket: zmq.Socket, slots: FrameSlots, parent: int) -> int:
+def _serve(runner: ServedPolicy, socket: zmq.Socket, slots: FrameSlots, parent: int) -> int:
     last_status = 0.0
     while True:
         slots.beat()
@@ -171,7 +182,7 @@ def _serve(runner: Runner, socket: zmq.Socket, slots: FrameSlots, parent: int) -
         socket.send(pack("chunk", id=request_id, **reply))
 
 
-def _infer(runner: Runner, slots: FrameSlots, message: dict[str, Any]) -> dict[str, Any]:
+def _infer(runner: ServedPolicy, slots: FrameSlots, message: dict[str, Any]) -> dict[str, Any]:
     index, generation = int(message["slot"]), int(message["generation"])
     if not 0 <= index < slots.count:
         raise ValueError(f"observation slot {index} does not exist")

@@ -1,10 +1,11 @@
-"""Tempo's own checkpoint format: writing it, and reading it into a module.
+"""Tempo's own checkpoint format: writing it, and reading it into a module (ACT, flow, TD-MPC2).
 
 A Tempo checkpoint is a directory with two files:
 
     config.json          {"format": "tempo", "format_version": 1, "policy_type": "act",
                           "spec": <PolicySpec>, "model": <ACTConfig>}
                          or "policy_type": "flow" with "model": <FlowConfig>
+                         or "policy_type": "tdmpc2" with "model": <TDMPC2Config>
     model.safetensors    every parameter and persistent buffer of the module, normalization
                          statistics included, float32
 
@@ -39,6 +40,9 @@ from policies.checkpoints.files import (
 from policies.flow.codec import FlowCodec
 from policies.flow.config import FlowConfig
 from policies.flow.model import FlowMatchingPolicy
+from policies.tdmpc2.config import TDMPC2Config
+from policies.tdmpc2.planner import TDMPC2Policy
+from policies.tdmpc2.serving import tdmpc2_policy
 from policies.tensor_policy import TensorPolicy
 
 FORMAT_VERSION = 1
@@ -69,13 +73,26 @@ class FlowCheckpointConfig(BaseModel):
     model: FlowConfig
 
 
-AnyCheckpointConfig = Union[CheckpointConfig, FlowCheckpointConfig]  # noqa: UP007
-ModelConfig = Union[ACTConfig, FlowConfig]  # noqa: UP007
-_BY_TYPE: dict[str, type[CheckpointConfig] | type[FlowCheckpointConfig]] = {
+class TDMPC2CheckpointConfig(BaseModel):
+    """The `config.json` of a Tempo checkpoint of a TD-MPC2 agent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["tempo"]
+    format_version: Literal[1]
+    policy_type: Literal["tdmpc2"]
+    spec: PolicySpec
+    model: TDMPC2Config
+
+
+AnyCheckpointConfig = Union[CheckpointConfig, FlowCheckpointConfig, TDMPC2CheckpointConfig]  # noqa: UP007
+ModelConfig = Union[ACTConfig, FlowConfig, TDMPC2Config]  # noqa: UP007
+_BY_TYPE: dict[str, type[AnyCheckpointConfig]] = {
     "act": CheckpointConfig,
     "flow": FlowCheckpointConfig,
+    "tdmpc2": TDMPC2CheckpointConfig,
 }
-SAVED_MODULES = (ACT, FlowMatchingPolicy)
+SAVED_MODULES = (ACT, FlowMatchingPolicy, TDMPC2Policy)
 
 
 # ---- Saving ------------------------------------------------------------------------------------
@@ -87,8 +104,8 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
     module = policy.module
     if not isinstance(module, SAVED_MODULES):
         raise CheckpointError(
-            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT and flow "
-            "policies (save a served wrapper's inner policy)"
+            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT, flow "
+            "and TD-MPC2 policies (save a served wrapper's inner policy)"
         )
     check_spec_matches(policy.spec, module.config, "the policy being saved")
     directory = Path(directory)
@@ -133,6 +150,8 @@ def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
     parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
     tensors = read_tensors(directory / WEIGHTS_FILE)
     module = build_module(parsed.model, tensors, directory / WEIGHTS_FILE)
+    if isinstance(module, TDMPC2Policy):
+        return tdmpc2_policy(module, parsed.spec)
     codec = FlowCodec(parsed.spec) if isinstance(module, FlowMatchingPolicy) else None
     return TensorPolicy(spec=parsed.spec, module=module, codec=codec)
 
@@ -162,6 +181,9 @@ def parse_tempo_config(raw: dict[str, Any], path: Path) -> AnyCheckpointConfig:
 
 def check_spec_matches(spec: PolicySpec, config: ModelConfig, where: str) -> None:
     """The PolicySpec and the model config must describe the same interface."""
+    if isinstance(config, TDMPC2Config):
+        _check_tdmpc2_spec(spec, config, where)
+        return
     problems = []
     if len(spec.cameras) != config.n_cameras:
         problems.append(f"{len(spec.cameras)} cameras in spec, {config.n_cameras} in model")
@@ -182,14 +204,33 @@ def check_spec_matches(spec: PolicySpec, config: ModelConfig, where: str) -> Non
         raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
 
 
+def _check_tdmpc2_spec(spec: PolicySpec, config: TDMPC2Config, where: str) -> None:
+    pairs = [
+        ("cameras", len(spec.cameras), 0),
+        ("state_size (obs_dim)", spec.state_size, config.obs_dim),
+        ("state_history", spec.state_history, 1),
+        ("chunk_size (horizon)", spec.chunk_size, config.horizon),
+        ("action size (joint_names)", spec.action_dim, config.action_dim),
+    ]
+    problems = [f"{name} {a} in spec, {b} in model" for name, a, b in pairs if a != b]
+    if problems:
+        raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
+
+
 def build_module(
     config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path
-) -> ACT | FlowMatchingPolicy:
-    """The module (ACT or flow policy) for `config` holding `tensors`, which must fit it exactly."""
+) -> ACT | FlowMatchingPolicy | TDMPC2Policy:
+    """The module (ACT, flow policy or TD-MPC2) for `config` holding `tensors`, which must fit
+    it exactly."""
     tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
-    module: ACT | FlowMatchingPolicy
+    module: ACT | FlowMatchingPolicy | TDMPC2Policy
     with torch.no_grad():
-        module = ACT(config) if isinstance(config, ACTConfig) else FlowMatchingPolicy(config)
+        if isinstance(config, ACTConfig):
+            module = ACT(config)
+        elif isinstance(config, FlowConfig):
+            module = FlowMatchingPolicy(config)
+        else:
+            module = TDMPC2Policy(config)
     load_weights(module, tensors, source)
     return module.eval()
 
