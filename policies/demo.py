@@ -242,7 +242,7 @@ def make_flow_aloha_policy(seed: int = 0) -> TensorPolicy:
     return TensorPolicy(spec=spec, module=module, codec=FlowCodec(spec))
 
 
-# ---- TD-MPC2 (policies.tdmpc2) --------------------------------------------------------------------
+# ---- TD-MPC2 (policies.tdmpc2) ------------------------------------------------------------------
 
 
 def make_demo_tdmpc2_checkpoint(
