@@ -57,6 +57,9 @@ class Execution(BaseModel):
         if self.ensemble == "temporal" and self.temporal_k is None:
             raise ValueError("temporal ensembling needs temporal_k")
         return self
+# The largest finite float16. The half-precision tiers cannot represent a normalized input past
+# it, so it bounds what a robot may send (PolicySpec.state_range) and what teleop may command.
+HALF_MAX = 65504.0
 
 
 class PolicySpec(BaseModel):
@@ -80,6 +83,12 @@ class PolicySpec(BaseModel):
         description="How the policy's chunks are meant to be executed (from its checkpoint); "
         "None: the daemon's inference config alone decides.",
     )
+    state_bounds: tuple[tuple[float, float], ...] | None = Field(
+        default=None,
+        description="Per state value, the [low, high] range in robot units that the model "
+        "represents after its own normalization (`with_state_bounds` in policies.tensor_policy "
+        "reads it from the module). None: +-HALF_MAX, for a model that does not normalize.",
+    )
 
     @model_validator(mode="after")
     def _names_unique(self) -> PolicySpec:
@@ -93,7 +102,23 @@ class PolicySpec(BaseModel):
                 f"execution.query_period ({self.execution.query_period}) cannot exceed "
                 f"chunk_size ({self.chunk_size}): steps between chunks would have no action"
             )
+        if self.state_bounds is not None:
+            if len(self.state_bounds) != self.state_size:
+                raise ValueError("state_bounds needs one [low, high] pair per state value")
+            for low, high in self.state_bounds:
+                if not (np.isfinite(low) and np.isfinite(high) and low < high):
+                    raise ValueError("each state_bounds pair must be finite with low < high")
         return self
+
+    def state_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high), float32 arrays of state_size: the state values the model represents."""
+        if self.state_bounds is None:
+            high = np.full(self.state_size, HALF_MAX, dtype=np.float32)
+            return -high, high
+        bounds = np.asarray(self.state_bounds, dtype=np.float64)
+        limit = float(np.finfo(np.float32).max)
+        clipped = np.clip(bounds, -limit, limit).astype(np.float32)
+        return clipped[:, 0].copy(), clipped[:, 1].copy()
 
     @property
     def action_dim(self) -> int:

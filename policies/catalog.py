@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from controller.errors import ConfigError
 from policies.base import CameraSpec
-from policies.tensor_policy import TensorPolicy
+from policies.tensor_policy import TensorPolicy, with_state_bounds
 
 if TYPE_CHECKING:  # the config sections only type the arguments; policies never import them
     import torch
@@ -36,6 +36,8 @@ def build_tensor_policy(
     if policy.kind == "reach":
         from policies.reach import build_reach_policy
 
+        if policy.rtc.mode != "off":
+            raise ConfigError("policy.rtc needs a flow policy checkpoint; reach has no flow")
         if robot is None:
             raise ConfigError("policy.kind 'reach' needs the robot section (joints, cameras)")
         cameras = [CameraSpec(name=c.name, height=c.height, width=c.width) for c in robot.cameras]
@@ -53,7 +55,32 @@ def build_tensor_policy(
 
     if policy.path is None:  # the config validator makes this unreachable; say why anyway
         raise ConfigError("policy.kind 'checkpoint' needs policy.path")
-    return load_checkpoint(policy.path, device=device, joint_names=policy.joint_names)
+    # The daemon refuses states the checkpoint's normalization cannot represent (PolicySpec).
+    loaded = with_state_bounds(
+        load_checkpoint(policy.path, device=device, joint_names=policy.joint_names)
+    )
+    planner = policy.planner
+    if planner.mode != "checkpoint" or planner.fallback_budget_ms is not None:
+        from policies.tdmpc2.serving import with_mode
+
+        try:
+            if planner.mode != "checkpoint":
+                loaded = with_mode(loaded, planner.mode)
+            elif planner.fallback_budget_ms is not None:
+                with_mode(loaded, "prior")  # refuse a fallback for a policy without a prior
+        except ValueError:
+            raise ConfigError(
+                f"policy.planner applies to TD-MPC2 checkpoints; {policy.path} holds another "
+                "policy (leave policy.planner at its defaults)"
+            ) from None
+    if policy.rtc.mode == "off":
+        return loaded
+    from policies.flow.rtc import serve_with_rtc
+
+    try:
+        return serve_with_rtc(loaded, policy.rtc)
+    except ValueError as exc:
+        raise ConfigError(f"policy.rtc: {exc}") from None
 
 
 def describe_source(policy: PolicyConfig) -> str:

@@ -19,13 +19,13 @@ inference delay, a planner's warm start) declares an `InputCodec` that builds th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import nn
 
-from policies.base import PolicySpec, Prediction, RobotContext, window_context
+from policies.base import HALF_MAX, PolicySpec, Prediction, RobotContext, window_context
 from policies.inputs import InputCodec, frame_groups, stack_frames
 
 
@@ -91,3 +91,20 @@ class EagerPolicy:
     def predict_chunk(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> np.ndarray:
         """The raw step: frames and a (state_history, state_size) window -> the chunk."""
         return self.predict(images, window_context(state)).actions
+
+
+def with_state_bounds(policy: TensorPolicy) -> TensorPolicy:
+    """The policy with `spec.state_bounds` from its module, for a module that normalizes its
+    state: `module.state_bounds(limit)` returns (low, high), each of shape (state_size,), the
+    raw state values whose normalized value stays within +-limit. The limit is HALF_MAX, what the
+    half-precision tiers represent; the daemon refuses an observation outside those bounds. A
+    module without the method (no normalization) leaves the spec as it is (+-HALF_MAX raw)."""
+    bounds = getattr(policy.module, "state_bounds", None)
+    if not callable(bounds):
+        return policy
+    low, high = bounds(HALF_MAX)
+    pairs = tuple(
+        (float(lo), float(hi))
+        for lo, hi in zip(low.detach().cpu().tolist(), high.detach().cpu().tolist(), strict=True)
+    )
+    return replace(policy, spec=policy.spec.model_copy(update={"state_bounds": pairs}))

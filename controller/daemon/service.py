@@ -1,7 +1,8 @@
 """The daemon's threads: the control loop (owns the socket), the inference worker, status.
 
-Built by `controller.app` from a config and a ready policy; constructing it does no I/O,
-`start()` binds and starts the threads, `stop()` sends `hold` to every driver and closes.
+Built by `controller.app` from a config, a ready policy and the socket it bound before loading
+the policy (`open_transport`); constructing it does no I/O, `start()` binds (unless bound
+already) and starts the threads, `stop()` sends `hold` to every driver and closes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from controller.errors import ConfigError, SecurityError
 from controller.inference.worker import InferenceWorker
 from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry
-from controller.wire.protocol import Limits
+from controller.wire.protocol import DEFAULT_LIMITS, Limits
 from policies.base import Policy, PolicySpec
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,30 @@ def check_action_config(spec: PolicySpec, config: TempoConfig) -> ActionPipeline
             "driver sends in hello bound this policy's commands; set them for a real robot"
         )
     return pipeline
+def unopened_transport(
+    config: TempoConfig, context: zmq.Context, limits: Limits = DEFAULT_LIMITS
+) -> RouterTransport:
+    """The daemon's socket as the config describes it (with CurveZMQ when keys are set)."""
+    curve = CurveServer(context, config.security) if config.security.enabled else None
+    return RouterTransport(context, config.server.bind, limits, curve=curve)
+
+
+def open_transport(config: TempoConfig, transport: RouterTransport) -> RouterTransport:
+    """Bind the daemon's socket: SecurityError for an exposed bind without keys, BindError
+    (one sentence) when the endpoint cannot be bound. Before the policy is loaded, so that
+    these come before a long compile; the limits are narrowed to the policy at start."""
+    try:
+        # Beyond localhost only with CurveZMQ keys; refused here before anything listens.
+        check_bind_allowed(config.server.bind, config.security)
+        if transport.curve is not None:
+            transport.curve.start()
+        transport.open()
+    except Exception:
+        if transport.curve is not None:
+            transport.curve.stop()
+        transport.close()
+        raise
+    return transport
 
 
 class Daemon:
@@ -91,7 +116,10 @@ class Daemon:
         policy: Policy,
         context: zmq.Context | None = None,
         telemetry: Telemetry | None = None,
+        transport: RouterTransport | None = None,
     ):
+        """`transport`: the daemon's socket, already bound by `open_transport` before the
+        policy was loaded (the composition root does that); None: built here, bound by start."""
         self.config = config
         # One registry for the whole path; app.serve passes the one the runner records into.
         self.telemetry = telemetry or Telemetry.from_config(config.telemetry)
@@ -101,10 +129,10 @@ class Daemon:
         # The config's inference fields, else the checkpoint's execution settings, else defaults.
         self.inference, self.execution = resolve_execution(config.inference, policy.spec)
         self.limits = limits_for(policy.spec)
-        self.curve = CurveServer(self.context, config.security) if config.security.enabled else None
-        self.transport = RouterTransport(
-            self.context, config.server.bind, self.limits, curve=self.curve
-        )
+        if transport is None:
+            transport = unopened_transport(config, self.context, self.limits)
+        self.transport = transport
+        self.curve = transport.curve
         self.worker = InferenceWorker(policy, self.telemetry)
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
         self.dispatcher = Dispatcher(
@@ -126,6 +154,8 @@ class Daemon:
             config.control.action_valid_ticks,
             config.server.session_timeout_s,
             telemetry=self.telemetry,
+            # A policy in a supervised process says when it is restarting (RemotePolicy).
+            serving=lambda: bool(getattr(policy, "serving", True)),
         )
         # Receive/decode: the handler wrapped once (the bound method itself when telemetry is off).
         self._handle = self.telemetry.section(RECEIVE)(self.dispatcher.handle)
@@ -144,18 +174,17 @@ class Daemon:
         self.transport.receive_until(until_ns, self._handle)
 
     def start(self) -> str:
-        """Bind and start serving; returns the bound endpoint."""
+        """Bind (unless bound already) and start serving; returns the bound endpoint."""
+        if not self.transport.endpoint:
+            open_transport(self.config, self.transport)
         try:
-            # Beyond localhost only with CurveZMQ keys; refused here before anything listens.
-            check_bind_allowed(self.config.server.bind, self.config.security)
-            if self.curve is not None:
-                self.curve.start()
-            self.endpoint = self.transport.open()
+            self.transport.narrow(self.limits)  # the policy's frame size, now that it is known
         except Exception:
+            self.transport.close()
             if self.curve is not None:
                 self.curve.stop()
-            self.transport.close()
             raise
+        self.endpoint = self.transport.endpoint
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.worker.start()
         gc.collect()
@@ -266,6 +295,7 @@ class Daemon:
             "inferences": self.worker.inferences,
             "inference_failures": self.worker.failures,
             "chunks_rejected": self.worker.non_finite,
+            "input_faults": self.worker.input_faults,  # refused: the reference fails on them too
             "actions_sent": self.loop.actions_sent,
             "holds_sent": self.loop.holds_sent,
             "messages": self.dispatcher.messages,
@@ -274,6 +304,8 @@ class Daemon:
             "late_actions_dropped": self.loop.late_actions_dropped,
             "tick_failures": self.loop.internal_errors,
             "oversize_message_parts_dropped": self.transport.parts_discarded,
+            # From connections over their budget (controller/daemon/connection_budget.py).
+            "muted_messages_dropped": self.dispatcher.budget.dropped,
             "guard_interventions": guard_totals(
                 self.dispatcher.closed_guard_counts,
                 (s.pipeline.guards.counters for s in sessions),

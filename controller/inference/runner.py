@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
-from controller.errors import PolicyError
+from controller.errors import InputFault, PolicyError
 from controller.inference.compile_cache import CompileCache, cache_key
 from controller.inference.faults import FaultPlan, FaultyTier
 from controller.inference.ladder import (
@@ -54,6 +54,7 @@ from controller.inference.step_path import StepPath
 from controller.inference.tiers import EagerTier, Tier, build_tiers
 from controller.observe.telemetry import Telemetry
 from policies.base import PolicySpec, Prediction, RobotContext, window_context
+from policies.inputs import InputCodec
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class Runner:
         self._tiers: dict[str, Tier] = {}
         self._reports: dict[str, TierReport] = {}
         self._ladder = ServingLadder(self._config)
-        self._counts = {"steps": 0, "failed_steps": 0, "reruns": 0}
+        self._counts = {"steps": 0, "failed_steps": 0, "reruns": 0, "input_faults": 0}
         self._last_error = ""
         self._seed = 0
         self._start_s: float | None = None
@@ -151,6 +152,13 @@ class Runner:
                         raise NonFiniteOutput("the chunk has NaN or Inf values")
                     break
                 except Exception as exc:
+                    if isinstance(exc, NonFiniteOutput) and self._reference_fails_too(path):
+                        # The input is at fault, not the tier: refuse it, demote nothing.
+                        self._counts["input_faults"] += 1
+                        raise InputFault(
+                            "the policy's FP32 reference also returns NaN or Inf for this "
+                            "observation, so the observation was refused (no tier was demoted)"
+                        ) from None
                     self._counts["failed_steps"] += 1
                     self._last_error = f"{name}: {first_line(exc)}"
                     cause = "non_finite" if isinstance(exc, NonFiniteOutput) else "exception"
@@ -175,6 +183,15 @@ class Runner:
             self._counts["steps"] += 1
             ladder.record_step(self._clock() - started)
             return outputs
+
+    def _reference_fails_too(self, path: StepPath) -> bool:
+        """Run eager FP32 (the reference) on the observation still in the static inputs: does
+        it fail as well? Then the observation, not the tier, is at fault."""
+        try:
+            return not all_finite(path.execute(self._reference))
+        except Exception as exc:  # the reference cannot say: blame the tier, as before
+            log.warning("fault attribution: the reference failed (%s)", first_line(exc))
+            return False
 
     # ---- start-up ----------------------------------------------------------------------------
 
@@ -262,9 +279,7 @@ class Runner:
 
     def _fresh_references(self) -> tuple[list[Example], list[list[np.ndarray]]]:
         count = self._config.parity_observations
-        examples = [
-            random_example(self.spec, self._codec, self._next_seed()) for _ in range(count)
-        ]
+        examples = [random_example(self.spec, self._codec, self._next_seed()) for _ in range(count)]
         return examples, reference_outputs(self._checked_path(), self._reference, examples)
 
     def _checked_path(self) -> StepPath:
@@ -342,6 +357,15 @@ class Runner:
         """Name of the serving tier (None before start)."""
         return self._ladder.serving
 
+    def add_pinned_region(self, address: int, size: int) -> None:
+        """Frames in this page-locked host memory are uploaded by one DMA (see staging)."""
+        self._checked_path().staging.add_pinned_region(address, size)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Names of the policy's extra outputs (its memory), after the chunk."""
+        return self._codec.outputs
+
     @property
     def ready_tiers(self) -> list[str]:
         return list(self._ladder.tiers)
@@ -350,6 +374,11 @@ class Runner:
     def module(self) -> torch.nn.Module:
         """The policy's module: the one every tier runs (on the runner's device once started)."""
         return self._policy.module
+
+    @property
+    def codec(self) -> InputCodec:
+        """How a robot's context becomes the module's inputs (for tools that fill the staging)."""
+        return self._codec
 
     @property
     def step_path(self) -> StepPath:

@@ -5,6 +5,7 @@
     tempo bench --act-aloha              # ACT, LeRobot's ALOHA shapes, random weights
     tempo bench CHECKPOINT_DIR --json out.json --plot latency.png
     tempo bench --tiny --device cpu      # the tiny test policy (seconds)
+    tempo bench --tdmpc2 ...             # TD-MPC2's planner (controller.tools.bench_tdmpc2)
 
 The targets (BENCHMARKS: ACT at ALOHA shapes on an NVIDIA H200) are compared only for that
 policy on that GPU; elsewhere the table says why they are not. Progress is logged while it

@@ -36,6 +36,8 @@ from policies.checkpoints.tempo_format import (
     parse_tempo_config,
     read_tempo_checkpoint,
 )
+from policies.flow.config import FlowConfig
+from policies.tdmpc2.config import TDMPC2Config
 from policies.tensor_policy import TensorPolicy
 
 
@@ -81,10 +83,38 @@ def describe_checkpoint(directory: str | Path, problems: list[str] | None = None
         spec, config = imported.policy.spec, cast(ACT, imported.policy.module).config
     else:
         parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
-        header = [f"format: Tempo checkpoint (format_version {FORMAT_VERSION}), policy type act"]
+        header = [
+            f"format: Tempo checkpoint (format_version {FORMAT_VERSION}), policy type "
+            f"{parsed.policy_type}"
+        ]
+        if isinstance(parsed.model, FlowConfig):
+            lines = summarize_flow(parsed.spec, parsed.model, directory / WEIGHTS_FILE, problems)
+            return "\n".join(header + lines) + "\n"
+        if isinstance(parsed.model, TDMPC2Config):
+            lines = summarize_tdmpc2(parsed.spec, parsed.model, directory / WEIGHTS_FILE, problems)
+            return "\n".join(header + lines) + "\n"
         spec, config = parsed.spec, parsed.model
     lines = summarize(spec, config, directory / WEIGHTS_FILE, problems)
     return "\n".join(header + lines) + "\n"
+
+
+def summarize_tdmpc2(
+    spec: PolicySpec, config: TDMPC2Config, weights: Path, problems: list[str] | None = None
+) -> list[str]:
+    """Lines describing a TD-MPC2 agent: sizes, planner settings, weights file."""
+    c = config
+    lines = [
+        f"state: {spec.state_size} entries; joints ({spec.action_dim}): "
+        + ", ".join(spec.joint_names),
+        f"world model: size {c.model_size}M (latent {c.latent_dim}, mlp {c.mlp_dim}, encoder "
+        f"{c.enc_dim} x {c.num_enc_layers} layers, {c.num_q} Q heads"
+        + (", termination head)" if c.episodic else ")"),
+        f"mode: {c.mode}; planner: {c.num_samples} samples ({c.num_pi_trajs} from the prior), "
+        f"{c.num_elites} elites, {c.planning_iterations} iterations, horizon {c.horizon} "
+        f"(chunk of {spec.chunk_size}), discount {c.discount}, explore {c.explore}, compute "
+        f"{c.compute}",
+    ]
+    return lines + describe_weights(weights, problems)
 
 
 def summarize(
@@ -132,6 +162,41 @@ def summarize(
         p.numel() for name, p in module.named_parameters() if name.startswith("vae_encoder")
     )
     lines.append(f"parameters: {n_params:,} ({n_serving:,} used when serving)")
+    return lines + describe_weights(weights, problems)
+
+
+def summarize_flow(
+    spec: PolicySpec, config: FlowConfig, weights: Path, problems: list[str] | None = None
+) -> list[str]:
+    """Lines describing a flow-matching policy's interface, architecture and weights file."""
+    from policies.flow.model import FlowMatchingPolicy
+
+    cameras = ", ".join(f"{c.name} {c.height}x{c.width}" for c in spec.cameras)
+    rows, cols = feature_map_size(config.image_height, config.image_width)
+    with torch.device("meta"):
+        n_params = sum(p.numel() for p in FlowMatchingPolicy(config).parameters())
+    lines = [
+        f"cameras ({len(spec.cameras)}): {cameras}",
+        f"backbone: {config.vision_backbone}, feature map {rows}x{cols} "
+        f"({rows * cols * config.n_cameras} image tokens)",
+        f"state: {spec.state_size} entries x history {spec.state_history}",
+        f"joints ({spec.action_dim}): {', '.join(spec.joint_names)}",
+        f"chunk size (H): {spec.chunk_size}, {config.n_steps} Euler steps",
+        f"transformer: dim_model {config.dim_model}, {config.n_heads} heads, feedforward "
+        f"{config.dim_feedforward}, {config.n_context_layers} context / "
+        f"{config.n_expert_layers} action-expert layer(s)",
+        f"normalization: images {config.image_norm}, state {config.state_norm}, actions "
+        f"{config.action_norm}",
+        f"parameters: {n_params:,}",
+    ]
+    return lines + describe_weights(weights, problems)
+
+
+def describe_weights(weights: Path, problems: list[str] | None = None) -> list[str]:
+    """One line about the safetensors file: size and tensor count, or why it is unreadable;
+    a file missing or unreadable (the checkpoint cannot be served) is also appended to
+    `problems` when given."""
+    lines: list[str] = []
     if weights.is_file():
         try:
             with safe_open(str(weights), framework="pt") as handle:

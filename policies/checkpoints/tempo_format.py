@@ -1,11 +1,13 @@
-"""Tempo's own checkpoint format: writing it, and reading it into an ACT module.
+"""Tempo's own checkpoint format: writing it, and reading it into a module (ACT, flow, TD-MPC2).
 
 A Tempo checkpoint is a directory with two files:
 
     config.json          {"format": "tempo", "format_version": 1, "policy_type": "act",
-                          "spec": <PolicySpec>, "model": <ACTConfig>}; the spec's optional
-                          `execution` records how chunks are executed (query period,
-                          ensembling; see policies.checkpoints.execution)
+                          "spec": <PolicySpec>, "model": <ACTConfig>}
+                         or "policy_type": "flow" with "model": <FlowConfig>
+                         or "policy_type": "tdmpc2" with "model": <TDMPC2Config>;
+                         the spec's optional `execution` records how chunks are executed
+                         (query period, ensembling; see policies.checkpoints.execution)
     model.safetensors    every parameter and persistent buffer of the module, normalization
                          statistics included, float32
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -38,6 +40,12 @@ from policies.checkpoints.files import (
     describe_validation_error,
     read_tensors,
 )
+from policies.flow.codec import FlowCodec
+from policies.flow.config import FlowConfig
+from policies.flow.model import FlowMatchingPolicy
+from policies.tdmpc2.config import TDMPC2Config
+from policies.tdmpc2.planner import TDMPC2Policy
+from policies.tdmpc2.serving import tdmpc2_policy
 from policies.tensor_policy import TensorPolicy
 
 FORMAT_VERSION = 1
@@ -45,7 +53,7 @@ _NAMES_SHOWN = 4
 
 
 class CheckpointConfig(BaseModel):
-    """The `config.json` of a Tempo checkpoint."""
+    """The `config.json` of a Tempo checkpoint of an ACT policy."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -56,6 +64,40 @@ class CheckpointConfig(BaseModel):
     model: ACTConfig
 
 
+class FlowCheckpointConfig(BaseModel):
+    """The `config.json` of a Tempo checkpoint of a flow-matching policy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["tempo"]
+    format_version: Literal[1]
+    policy_type: Literal["flow"]
+    spec: PolicySpec
+    model: FlowConfig
+
+
+class TDMPC2CheckpointConfig(BaseModel):
+    """The `config.json` of a Tempo checkpoint of a TD-MPC2 agent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["tempo"]
+    format_version: Literal[1]
+    policy_type: Literal["tdmpc2"]
+    spec: PolicySpec
+    model: TDMPC2Config
+
+
+AnyCheckpointConfig = Union[CheckpointConfig, FlowCheckpointConfig, TDMPC2CheckpointConfig]  # noqa: UP007
+ModelConfig = Union[ACTConfig, FlowConfig, TDMPC2Config]  # noqa: UP007
+_BY_TYPE: dict[str, type[AnyCheckpointConfig]] = {
+    "act": CheckpointConfig,
+    "flow": FlowCheckpointConfig,
+    "tdmpc2": TDMPC2CheckpointConfig,
+}
+SAVED_MODULES = (ACT, FlowMatchingPolicy, TDMPC2Policy)
+
+
 # ---- Saving ------------------------------------------------------------------------------------
 
 
@@ -63,9 +105,10 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
     """Write `policy` as a Tempo checkpoint into `directory` (created if needed; the two files
     are replaced atomically if present). Returns the directory."""
     module = policy.module
-    if not isinstance(module, ACT):
+    if not isinstance(module, SAVED_MODULES):
         raise CheckpointError(
-            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT models only"
+            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT, flow "
+            "and TD-MPC2 policies (save a served wrapper's inner policy)"
         )
     check_spec_matches(policy.spec, module.config, "the policy being saved")
     directory = Path(directory)
@@ -81,7 +124,11 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
         name: tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
         for name, tensor in module.state_dict().items()
     }
-    metadata = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "policy_type": "act"}
+    metadata = {
+        "format": FORMAT,
+        "format_version": str(FORMAT_VERSION),
+        "policy_type": module.policy_type,
+    }
     _atomic_write(directory / WEIGHTS_FILE, lambda path: save_file(tensors, path, metadata))
     text = json.dumps(document, indent=2) + "\n"
     _atomic_write(directory / CONFIG_FILE, lambda path: Path(path).write_text(text))
@@ -106,10 +153,13 @@ def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
     parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
     tensors = read_tensors(directory / WEIGHTS_FILE)
     module = build_module(parsed.model, tensors, directory / WEIGHTS_FILE)
-    return TensorPolicy(spec=parsed.spec, module=module)
+    if isinstance(module, TDMPC2Policy):
+        return tdmpc2_policy(module, parsed.spec)
+    codec = FlowCodec(parsed.spec) if isinstance(module, FlowMatchingPolicy) else None
+    return TensorPolicy(spec=parsed.spec, module=module, codec=codec)
 
 
-def parse_tempo_config(raw: dict[str, Any], path: Path) -> CheckpointConfig:
+def parse_tempo_config(raw: dict[str, Any], path: Path) -> AnyCheckpointConfig:
     """Validate a Tempo config.json; the error names the first invalid field."""
     version = raw.get("format_version")
     if version != FORMAT_VERSION:
@@ -117,14 +167,23 @@ def parse_tempo_config(raw: dict[str, Any], path: Path) -> CheckpointConfig:
             f"{path} has format_version {version!r}; this Tempo reads version {FORMAT_VERSION} "
             "(upgrade Tempo, or re-export the checkpoint)"
         )
+    policy_type = raw.get("policy_type")
+    schema = _BY_TYPE.get(policy_type) if isinstance(policy_type, str) else None
+    if schema is None:
+        raise CheckpointError(
+            f"{path}: policy_type {policy_type!r} is not one this Tempo serves "
+            f"({', '.join(_BY_TYPE)}); upgrade Tempo, or check the file"
+        )
     try:
-        parsed = CheckpointConfig.model_validate(raw)
+        parsed = schema.model_validate(raw)
     except ValidationError as exc:
         raise CheckpointError(f"{path}: {describe_validation_error(exc)}") from None
     check_spec_matches(parsed.spec, parsed.model, str(path))
     model = parsed.model
-    if parsed.spec.execution is None and (
-        model.n_action_steps is not None or model.temporal_ensemble_coeff is not None
+    if (
+        isinstance(model, ACTConfig)
+        and parsed.spec.execution is None
+        and (model.n_action_steps is not None or model.temporal_ensemble_coeff is not None)
     ):  # written before the spec recorded execution: the model config's LeRobot values say it
         execution = lerobot_execution(
             model.n_action_steps, model.temporal_ensemble_coeff, f"{path} model"
@@ -135,12 +194,19 @@ def parse_tempo_config(raw: dict[str, Any], path: Path) -> CheckpointConfig:
     return parsed
 
 
-def check_spec_matches(spec: PolicySpec, config: ACTConfig, where: str) -> None:
+def check_spec_matches(spec: PolicySpec, config: ModelConfig, where: str) -> None:
     """The PolicySpec and the model config must describe the same interface."""
+    if isinstance(config, TDMPC2Config):
+        _check_tdmpc2_spec(spec, config, where)
+        return
     problems = []
     if len(spec.cameras) != config.n_cameras:
         problems.append(f"{len(spec.cameras)} cameras in spec, {config.n_cameras} in model")
-    for camera, (height, width) in zip(spec.cameras, config.frame_sizes, strict=False):
+    if isinstance(config, ACTConfig):
+        sizes = config.frame_sizes  # ACT's cameras may differ in shape
+    else:
+        sizes = ((config.image_height, config.image_width),) * config.n_cameras
+    for camera, (height, width) in zip(spec.cameras, sizes, strict=False):
         if (camera.height, camera.width) != (height, width):
             problems.append(
                 f"camera '{camera.name}' is {camera.height}x{camera.width} in spec, the model "
@@ -157,11 +223,33 @@ def check_spec_matches(spec: PolicySpec, config: ACTConfig, where: str) -> None:
         raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
 
 
-def build_module(config: ACTConfig, tensors: dict[str, torch.Tensor], source: Path) -> ACT:
-    """An ACT module for `config` holding `tensors`, which must fit it exactly."""
+def _check_tdmpc2_spec(spec: PolicySpec, config: TDMPC2Config, where: str) -> None:
+    pairs = [
+        ("cameras", len(spec.cameras), 0),
+        ("state_size (obs_dim)", spec.state_size, config.obs_dim),
+        ("state_history", spec.state_history, 1),
+        ("chunk_size (horizon)", spec.chunk_size, config.horizon),
+        ("action size (joint_names)", spec.action_dim, config.action_dim),
+    ]
+    problems = [f"{name} {a} in spec, {b} in model" for name, a, b in pairs if a != b]
+    if problems:
+        raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
+
+
+def build_module(
+    config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path
+) -> ACT | FlowMatchingPolicy | TDMPC2Policy:
+    """The module (ACT, flow policy or TD-MPC2) for `config` holding `tensors`, which must fit
+    it exactly."""
     tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
+    module: ACT | FlowMatchingPolicy | TDMPC2Policy
     with torch.no_grad():
-        module = ACT(config)
+        if isinstance(config, ACTConfig):
+            module = ACT(config)
+        elif isinstance(config, FlowConfig):
+            module = FlowMatchingPolicy(config)
+        else:
+            module = TDMPC2Policy(config)
     load_weights(module, tensors, source)
     return module.eval()
 
