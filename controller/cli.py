@@ -194,6 +194,38 @@ def cmd_checkpoint_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level or "WARNING")
+    from pydantic import ValidationError
+
+    from controller.tools.quantize import quantize_checkpoint
+    from policies.quant.config import QuantSettings
+
+    try:
+        settings = QuantSettings(
+            method=args.method,
+            layers=args.layers,
+            block_size=args.block_size,
+            activations=args.activations,
+            compiled_path=args.compiled_path,
+            packed_weights=args.packed_weights,
+        )
+    except ValidationError as exc:
+        raise ConfigError(f"tempo quantize: {exc.errors()[0]['msg']}") from None
+    report = quantize_checkpoint(
+        args.checkpoint,
+        args.out,
+        args.observations,
+        settings,
+        reference_observations=args.reference_observations,
+        recorded=args.recorded,
+        device=args.device,
+        progress=print,
+    )
+    print("\n".join(report.lines()))
+    return 0
+
+
 def _json_safe(value: object) -> object:
     """NaN (an empty window, before the first sample) is not JSON: it becomes null."""
     if isinstance(value, float) and value != value:
@@ -329,6 +361,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept LeRobot config options Tempo does not know (they are listed)",
     )
     convert.set_defaults(func=cmd_checkpoint_import)
+
+    quantize = sub.add_parser(
+        "quantize", help="calibrate a checkpoint and write it with W4A8 (DuQuant) layers"
+    )
+    quantize.add_argument("checkpoint", type=Path, help="FP32 checkpoint (Tempo or LeRobot ACT)")
+    quantize.add_argument("out", type=Path, help="directory for the quantized checkpoint")
+    quantize.add_argument("--observations", type=int, default=32, help="calibration observations")
+    quantize.add_argument(
+        "--recorded", type=Path, help=".npz of recorded observations (images, state) to "
+        "calibrate on instead of ones synthesized from the spec"
+    )
+    quantize.add_argument("--method", choices=["duquant", "rtn"], default="duquant")
+    quantize.add_argument(
+        "--layers", choices=["transformer", "transformer+head"], default="transformer"
+    )
+    quantize.add_argument("--block-size", type=int, default=64, help="rotation block, 16-128")
+    quantize.add_argument("--activations", choices=["static", "dynamic"], default="static")
+    quantize.add_argument(
+        "--compiled-path", choices=["int8", "dequant"], default="int8",
+        help="what the compiled and graph tiers run (int8 GEMM or dequantized weights)",
+    )
+    quantize.add_argument(
+        "--packed-weights", action="store_true", help="hold 4-bit codes two per byte in memory"
+    )
+    quantize.add_argument(
+        "--reference-observations", type=int, default=4,
+        help="observations whose FP32 chunks the checkpoint keeps for start-up parity",
+    )
+    quantize.add_argument("--device", default="cpu", help="where calibration runs (cpu, cuda)")
+    quantize.add_argument(
+        "--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    quantize.set_defaults(func=cmd_quantize)
 
     sub.add_parser(
         "bench",

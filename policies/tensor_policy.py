@@ -25,12 +25,25 @@ from torch import nn
 from policies.base import PolicySpec, Prediction, RobotContext
 
 
+@dataclass(frozen=True, eq=False)
+class ReferenceChunks:
+    """Chunks another model produced on given observations, which every serving tier must
+    reproduce within the runner's `reference_parity_rtol` at start-up: a quantized policy
+    carries its FP32 unquantized model's."""
+
+    images: np.ndarray  # uint8 (n, n_cameras, height, width, 3), cameras in spec order
+    state: np.ndarray  # float32 (n, state_history, state_size)
+    chunks: np.ndarray  # float32 (n, chunk_size, action_dim)
+    source: str = "the FP32 unquantized model"
+
+
 @dataclass
 class TensorPolicy:
-    """A spec and the module that implements it."""
+    """A spec and the module that implements it (and, optionally, reference chunks)."""
 
     spec: PolicySpec
     module: nn.Module
+    reference: ReferenceChunks | None = None
 
 
 def check_stackable(spec: PolicySpec) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from policies.base import PolicySpec
-from policies.tensor_policy import check_stackable
+from policies.tensor_policy import ReferenceChunks, check_stackable
 
 if TYPE_CHECKING:
     from controller.inference.step_path import StepPath
@@ -33,6 +33,7 @@ class TierReport:
     build_s: float | None = None
     parity_error: float | None = None  # largest relative error over the parity observations
     step_s: float | None = None  # median predict path time during the parity check
+    reference_error: float | None = None  # against the policy's ReferenceChunks, if it has any
     served_steps: int = 0
 
     def as_dict(self) -> dict[str, object]:
@@ -62,6 +63,14 @@ def random_observation(spec: PolicySpec, seed: int) -> Observation:
     }
     state = rng.standard_normal((spec.state_history, spec.state_size)).astype(np.float32)
     return images, state
+
+
+def reference_observations(spec: PolicySpec, reference: ReferenceChunks) -> list[Observation]:
+    """The observations of a policy's ReferenceChunks, as the step path takes them."""
+    return [
+        ({c.name: reference.images[i, k] for k, c in enumerate(spec.cameras)}, reference.state[i])
+        for i in range(reference.chunks.shape[0])
+    ]
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
@@ -126,9 +135,11 @@ def check_parity(
     observations: list[Observation],
     references: list[np.ndarray],
     rtol: float,
+    setting: str = "parity_rtol",
 ) -> tuple[float, float]:
     """Largest relative error against the references, and the median step time (upload, run,
-    download). Raises at the first non-finite output or error above `rtol`."""
+    download). Raises at the first non-finite output or error above `rtol` (the message names
+    `setting`, the option that set it)."""
     errors, times = [], []
     for index, ((images, state), ref) in enumerate(zip(observations, references, strict=True)):
         began = time.perf_counter()
@@ -139,7 +150,7 @@ def check_parity(
         errors.append(relative_error(out, ref))
         if errors[-1] > rtol:
             raise ValueError(
-                f"parity error {errors[-1]:.2e} exceeds parity_rtol {rtol:.0e} on observation "
+                f"parity error {errors[-1]:.2e} exceeds {setting} {rtol:.0e} on observation "
                 f"{index}"
             )
     return max(errors), float(np.median(times))

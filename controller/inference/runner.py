@@ -45,6 +45,7 @@ from controller.inference.ladder import (
     first_line,
     heartbeat,
     random_observation,
+    reference_observations,
     reference_outputs,
 )
 from controller.inference.runner_config import TIER_ORDER, RunnerConfig, TierName
@@ -282,14 +283,35 @@ class Runner:
             for _ in range(self._config.warmup_steps):
                 self._checked_path().execute(tier, *observations[0])
             report.parity_error, report.step_s = self._parity(tier, observations, references)
+            against = ""
+            if self._policy.reference is not None:
+                report.reference_error = self._reference_parity(tier)
+                against = f", {report.reference_error:.1e} against {self._policy.reference.source}"
             report.state = "ready"
             say(
-                f"{name}: ready ({report.precision}, parity error {report.parity_error:.1e}, "
+                f"{name}: ready ({report.precision}, parity error {report.parity_error:.1e}"
+                f"{against}, "
                 f"{report.step_s * 1e3:.2f} ms/step, built in {report.build_s:.1f} s)"
             )
         except Exception as exc:
             self._skip(name, first_line(exc))
             say(f"{name}: skipped: {report.reason}")
+
+    def _reference_parity(self, tier: Tier) -> float:
+        """Largest relative error of `tier` against the policy's reference chunks."""
+        reference = self._policy.reference
+        if reference is None:
+            raise PolicyError("the policy has no reference chunks")
+        observations = reference_observations(self.spec, reference)
+        chunks = list(reference.chunks)
+        rtol = self._config.reference_parity_rtol
+        try:
+            error, _ = check_parity(
+                self._checked_path(), tier, observations, chunks, rtol, "reference_parity_rtol"
+            )
+        except ValueError as exc:
+            raise ValueError(f"against {reference.source}: {exc}") from None
+        return error
 
     # ---- re-promotion ------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The front door for checkpoint directories: load one, or describe it, whatever its format.
 
-    policy = load_checkpoint("ckpt/", device="cuda")   # a TensorPolicy, FP32, eval mode
+    policy = load_checkpoint("ckpt/", device="cuda")   # a TensorPolicy, FP32 (or W4A8), eval
     print(describe_checkpoint("ckpt/"))                # spec, architecture, weights file
 
 A directory is a Tempo checkpoint (`config.json` with `"format": "tempo"`,
@@ -23,6 +23,7 @@ from policies.act.model import ACT
 from policies.base import PolicySpec
 from policies.checkpoints.files import CONFIG_FILE, WEIGHTS_FILE, detect_format
 from policies.checkpoints.lerobot import read_lerobot_act
+from policies.checkpoints.quantized import read_quantized_checkpoint
 from policies.checkpoints.tempo_format import (
     FORMAT_VERSION,
     parse_tempo_config,
@@ -37,6 +38,8 @@ def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -
     kind, raw = detect_format(directory)
     if kind == "lerobot":
         policy = read_lerobot_act(directory).policy
+    elif raw.get("quantization") is not None:
+        policy = read_quantized_checkpoint(directory, raw)
     else:
         policy = read_tempo_checkpoint(directory, raw)
     policy.module.to(device).eval()
@@ -60,6 +63,13 @@ def describe_checkpoint(directory: str | Path) -> str:
     else:
         parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
         header = [f"format: Tempo checkpoint (format_version {FORMAT_VERSION}), policy type act"]
+        if parsed.quantization is not None:
+            q = parsed.quantization
+            header.append(
+                f"quantization: {q.scheme} {q.settings.method}, {len(q.layers)} layers, "
+                f"{q.settings.activations} activation scales, calibrated on {q.observations} "
+                f"observations ({q.source})"
+            )
         spec, config = parsed.spec, parsed.model
     return "\n".join(header + summarize(spec, config, directory / WEIGHTS_FILE)) + "\n"
 
