@@ -219,6 +219,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         settings,
         reference_observations=args.reference_observations,
         recorded=args.recorded,
+        pi0_packs=args.pi0_packs,
         device=args.device,
         progress=print,
     )
@@ -369,8 +370,16 @@ def build_parser() -> argparse.ArgumentParser:
     quantize.add_argument("out", type=Path, help="directory for the quantized checkpoint")
     quantize.add_argument("--observations", type=int, default=32, help="calibration observations")
     quantize.add_argument(
-        "--recorded", type=Path, help=".npz of recorded observations (images, state) to "
-        "calibrate on instead of ones synthesized from the spec"
+        "--recorded",
+        type=Path,
+        help=".npz of recorded observations (images, state) to "
+        "calibrate on instead of ones synthesized from the spec",
+    )
+    quantize.add_argument(
+        "--pi0-packs",
+        type=Path,
+        help="take the transforms from the pi0 DuQuant port's "
+        "per-layer .npz packs in this directory instead of calibrating them",
     )
     quantize.add_argument("--method", choices=["duquant", "rtn"], default="duquant")
     quantize.add_argument(
@@ -379,14 +388,18 @@ def build_parser() -> argparse.ArgumentParser:
     quantize.add_argument("--block-size", type=int, default=64, help="rotation block, 16-128")
     quantize.add_argument("--activations", choices=["static", "dynamic"], default="static")
     quantize.add_argument(
-        "--compiled-path", choices=["int8", "dequant"], default="int8",
+        "--compiled-path",
+        choices=["int8", "dequant"],
+        default="int8",
         help="what the compiled and graph tiers run (int8 GEMM or dequantized weights)",
     )
     quantize.add_argument(
         "--packed-weights", action="store_true", help="hold 4-bit codes two per byte in memory"
     )
     quantize.add_argument(
-        "--reference-observations", type=int, default=4,
+        "--reference-observations",
+        type=int,
+        default=4,
         help="observations whose FP32 chunks the checkpoint keeps for start-up parity",
     )
     quantize.add_argument("--device", default="cpu", help="where calibration runs (cpu, cuda)")

@@ -150,7 +150,6 @@ def check_parity(
         errors.append(relative_error(out, ref))
         if errors[-1] > rtol:
             raise ValueError(
-                f"parity error {errors[-1]:.2e} exceeds {setting} {rtol:.0e} on observation "
-                f"{index}"
+                f"parity error {errors[-1]:.2e} exceeds {setting} {rtol:.0e} on observation {index}"
             )
     return max(errors), float(np.median(times))

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -29,9 +30,11 @@ from controller.inference.ladder import random_observation, relative_error
 from policies.base import PolicySpec
 from policies.checkpoints.load import load_checkpoint
 from policies.checkpoints.quantized import save_quantized_checkpoint
+from policies.quant.act import split_attention
 from policies.quant.apply import quantize_module
-from policies.quant.config import Quantization, QuantSettings
+from policies.quant.config import LayerLayout, Quantization, QuantSettings
 from policies.quant.layer import memory_bytes
+from policies.quant.pi0_packs import import_pi0_packs
 from policies.tensor_policy import ReferenceChunks, TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -119,10 +122,13 @@ def quantize_checkpoint(
     *,
     reference_observations: int = 4,
     recorded: Path | None = None,
+    pi0_packs: Path | None = None,
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
 ) -> QuantizeReport:
-    """Quantize the FP32 checkpoint `source` into `destination` (see the module docstring)."""
+    """Quantize the FP32 checkpoint `source` into `destination` (see the module docstring).
+    With `pi0_packs`, the transforms come from the pi0 DuQuant port's per-layer .npz packs
+    (matched by layer name) instead of calibration, with per-token activation scales."""
     say = progress or (lambda message: log.info("%s", message))
     if observations < 1:
         raise ConfigError("--observations must be at least 1")
@@ -137,6 +143,27 @@ def quantize_checkpoint(
     spec, module = policy.spec, policy.module.eval()
     ref_images, ref_state = stacked_observations(spec, reference_observations, _REFERENCE_SEED)
     fp32_chunks = run_module(module, ref_images, ref_state, torch_device)
+    if pi0_packs is not None:
+        started = time.perf_counter()
+        split_attention(module)
+        try:
+            layouts = import_pi0_packs(module, pi0_packs, settings.compiled_path)
+        except ValueError as exc:
+            raise CheckpointError(f"--pi0-packs: {exc}") from None
+        settings = settings.model_copy(update={"activations": "dynamic"})
+        say(f"imported {len(layouts)} DuQuant packs from {pi0_packs}")
+        return _finish(
+            destination,
+            spec,
+            module,
+            settings,
+            layouts,
+            "pi0-duquant-packs",
+            0,
+            (ref_images, ref_state, fp32_chunks),
+            time.perf_counter() - started,
+            torch_device,
+        )
     if recorded is not None:
         images, state = read_recorded(recorded, spec)
         images, state = images[:observations], state[:observations]
@@ -150,16 +177,43 @@ def quantize_checkpoint(
 
     started = time.perf_counter()
     layouts = quantize_module(module, settings, run_calibration)
-    calibration_s = time.perf_counter() - started
+    return _finish(
+        destination,
+        spec,
+        module,
+        settings,
+        layouts,
+        "calibrated",
+        int(images.shape[0]),
+        (ref_images, ref_state, fp32_chunks),
+        time.perf_counter() - started,
+        torch_device,
+    )
+
+
+def _finish(
+    destination: Path,
+    spec: PolicySpec,
+    module: torch.nn.Module,
+    settings: QuantSettings,
+    layouts: dict[str, LayerLayout],
+    source: Literal["calibrated", "pi0-duquant-packs"],
+    observations: int,
+    reference_set: tuple[np.ndarray, np.ndarray, np.ndarray],
+    calibration_s: float,
+    torch_device: torch.device,
+) -> QuantizeReport:
+    """Measure the quantized model against the FP32 chunks, then write the checkpoint."""
+    ref_images, ref_state, fp32_chunks = reference_set
     quantized_chunks = run_module(module, ref_images, ref_state, torch_device)
     error = max(relative_error(q, r) for q, r in zip(quantized_chunks, fp32_chunks, strict=True))
     reference = ReferenceChunks(images=ref_images, state=ref_state, chunks=fp32_chunks)
     record = Quantization(
-        source="calibrated",
+        source=source,
         settings=settings,
-        observations=int(images.shape[0]),
+        observations=observations,
         layers=layouts,
-        fp32_reference_observations=reference_observations,
+        fp32_reference_observations=int(fp32_chunks.shape[0]),
     )
     written = save_quantized_checkpoint(
         destination, TensorPolicy(spec=spec, module=module, reference=reference), record

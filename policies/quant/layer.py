@@ -101,8 +101,9 @@ class QuantLinear(nn.Module):
         packed: bool = False,
     ) -> QuantLinear:
         """Quantize `weight` (out, in) under `plan`; act_scale None means per-token scales.
-        out_rot (blocks applied to the output, whose transpose was applied to the weight's
-        rows) is for imported packs."""
+        out_rot (orthogonal blocks, for imported packs): the weight's rows become
+        blockdiag(out_rot) W before quantizing, and forward multiplies the output by
+        blockdiag(out_rot) again, which undoes it."""
         out_features, in_features = weight.shape
         layout = LayerLayout(
             in_features=in_features,
@@ -116,9 +117,7 @@ class QuantLinear(nn.Module):
             static=act_scale is not None,
         )
         layer = cls(layout, compiled_path, packed)
-        transformed = plan.transform_weight(weight.detach().to("cpu", torch.float64))
-        if out_rot is not None:  # rows: W <- blockdiag(out_rot)^T W, undone on the output
-            transformed = rotate_blocks(transformed.t(), out_rot.double()).t()
+        transformed = cls.transformed_weight(weight, plan, out_rot)
         q, scale = quantize_weight(transformed, clip_search)
         with torch.no_grad():
             codes = torch.zeros(layer.out_padded, layer.width, dtype=torch.int8)
@@ -138,6 +137,17 @@ class QuantLinear(nn.Module):
                 if buffer is not None and value is not None:
                     buffer.copy_(value.to(buffer.dtype))
         return layer.to(weight.device)
+
+    @staticmethod
+    def transformed_weight(
+        weight: torch.Tensor, plan: Plan, out_rot: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The weight the layer quantizes, in float64: W T^-T, rows through blockdiag(out_rot)
+        when given (forward multiplies the output by it again, which undoes it)."""
+        transformed = plan.transform_weight(weight.detach().to("cpu", torch.float64))
+        if out_rot is not None:
+            transformed = rotate_blocks(transformed.t(), out_rot.double().transpose(1, 2)).t()
+        return transformed
 
     def codes(self) -> torch.Tensor:
         """The int8 weight codes (out_padded, width), unpacked when held packed."""
