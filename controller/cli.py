@@ -385,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     quantize.add_argument(
         "--layers", choices=["transformer", "transformer+head"], default="transformer"
     )
-    quantize.add_argument("--block-size", type=int, default=64, help="rotation block, 16-128")
+    quantize.add_argument("--block-size", type=int, default=32, help="rotation block, 16-128")
     quantize.add_argument("--activations", choices=["static", "dynamic"], default="static")
     quantize.add_argument(
         "--compiled-path",

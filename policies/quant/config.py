@@ -31,7 +31,9 @@ class QuantSettings(BaseModel):
         "projections and MLPs) or transformer+head (the action head too).",
     )
     block_size: int = Field(
-        default=64, ge=16, le=128, description="Channels per rotation block (multiple of 8)."
+        default=32, ge=16, le=128, description="Channels per rotation block (multiple of 8). "
+        "Each layer holds two (width x block) FP32 rotations: 4 * block / out_features of the "
+        "layer's FP16 weight."
     )
     alpha: float = Field(
         default=0.5,

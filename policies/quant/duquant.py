@@ -136,8 +136,12 @@ def duquant_plan(
         raise ValueError(f"smoothing alpha must lie in [0, 1], got {alpha}")
     width = math.ceil(in_features / block) * block
     w = weight.detach().to("cpu", torch.float64)
-    x_max = _pad(stats.channel_max.clamp_min(1e-8), width, 1.0)
-    w_max = _pad(w.abs().amax(dim=0).clamp_min(1e-8), width, 1.0)
+    # A channel that calibration never saw active (a ReLU dead on every calibration token)
+    # must not get a near-zero scale: live at serving time, x / s would swamp the layer's
+    # int8 range. Floors at 1% of the mean channel.
+    x_max = _floored(stats.channel_max.to(torch.float64))
+    w_max = _floored(w.abs().amax(dim=0))
+    x_max, w_max = _pad(x_max, width, 1.0), _pad(w_max, width, 1.0)
     smooth = (x_max.pow(alpha) / w_max.pow(1.0 - alpha)).clamp(1e-4, 1e4)
     # The rows the greedy search looks at: the peak tokens, smoothed. (Not the vector of
     # channel maxima: its entries are all positive, so rotating it adds them coherently and
@@ -205,6 +209,10 @@ def zigzag_permutation(magnitude: torch.Tensor, block: int) -> torch.Tensor:
         lap, offset = divmod(rank, n_blocks)
         blocks[offset if lap % 2 == 0 else n_blocks - 1 - offset].append(channel)
     return torch.tensor([c for b in blocks for c in b], dtype=torch.int64)
+
+
+def _floored(v: torch.Tensor) -> torch.Tensor:
+    return v.clamp_min(max(1e-8, 0.01 * float(v.mean())))
 
 
 def _pad(v: torch.Tensor, width: int, value: float) -> torch.Tensor:
