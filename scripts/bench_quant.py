@@ -1,7 +1,7 @@
 """W4A8 DuQuant ACT against the unquantized ACT, through Tempo's tier ladder, in one run.
 
-    python scripts/bench_quant.py --device cuda          # ACT at ALOHA size (3 x 480x640, 14 joints)
-    python scripts/bench_quant.py --device cpu           # a small camera-less ACT (about a minute)
+    python scripts/bench_quant.py --device cuda   # ACT at ALOHA size (3 x 480x640, 14 joints)
+    python scripts/bench_quant.py --device cpu    # a small camera-less ACT (minutes)
 
 Prints one table:
 - step time of every ready tier (model alone: CUDA events on a GPU, wall time on a CPU), for

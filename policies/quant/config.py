@@ -31,16 +31,20 @@ class QuantSettings(BaseModel):
         "projections and MLPs) or transformer+head (the action head too).",
     )
     block_size: int = Field(
-        default=32, ge=16, le=128, description="Channels per rotation block (multiple of 8). "
+        default=32,
+        ge=16,
+        le=128,
+        description="Channels per rotation block (multiple of 8). "
         "Each layer holds two (width x block) FP32 rotations: 4 * block / out_features of the "
-        "layer's FP16 weight."
+        "layer's FP16 weight.",
     )
-    alpha: float = Field(
+    alpha: float | None = Field(
         default=0.5,
         ge=0.0,
         le=1.0,
-        description="Smoothing strength (0: none, 1: all of the "
-        "input's range moved into the weight).",
+        description="Smoothing strength: s = max|x|^alpha / max|W|^(1 - alpha) per input "
+        "channel (1: all of the input's range moved into the weight). null: no smoothing, "
+        "rotations and permutation only.",
     )
     rotation_steps: int = Field(
         default=32,

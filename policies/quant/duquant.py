@@ -125,14 +125,14 @@ def duquant_plan(
     weight: torch.Tensor,
     stats: ActivationStats,
     block: int,
-    alpha: float = 0.5,
+    alpha: float | None = 0.5,
     steps: int = 32,
     seed: int = 0,
 ) -> Plan:
-    """Smoothing, R1, zigzag permutation and R2 for a layer with `weight` (out, in) whose inputs
-    gave `stats`."""
+    """Smoothing (none when alpha is None), R1, zigzag permutation and R2 for a layer with
+    `weight` (out, in) whose inputs gave `stats`."""
     in_features = weight.shape[1]
-    if not 0.0 <= alpha <= 1.0:
+    if alpha is not None and not 0.0 <= alpha <= 1.0:
         raise ValueError(f"smoothing alpha must lie in [0, 1], got {alpha}")
     width = math.ceil(in_features / block) * block
     w = weight.detach().to("cpu", torch.float64)
@@ -142,17 +142,21 @@ def duquant_plan(
     x_max = _floored(stats.channel_max.to(torch.float64))
     w_max = _floored(w.abs().amax(dim=0))
     x_max, w_max = _pad(x_max, width, 1.0), _pad(w_max, width, 1.0)
-    smooth = (x_max.pow(alpha) / w_max.pow(1.0 - alpha)).clamp(1e-4, 1e4)
+    if alpha is None:
+        smooth = torch.ones(width, dtype=torch.float64)
+    else:
+        smooth = (x_max.pow(alpha) / w_max.pow(1.0 - alpha)).clamp(1e-4, 1e4)
     # The rows the greedy search looks at: the peak tokens, smoothed. (Not the vector of
     # channel maxima: its entries are all positive, so rotating it adds them coherently and
     # says nothing about the peaks of real tokens.)
     rows = _pad_rows(stats.rows.to(torch.float64), width) / smooth
     spread = spreading_rotation(block, seed)
-    rot1 = greedy_block_rotation(rows, block, steps, spread)
-    rotated = rotate_blocks(rows, rot1)
+    w_cols = _pad_rows(w, width) * smooth  # W diag(s): the weight's columns in x's basis
+    rot1 = greedy_block_rotation(rows, block, steps, spread, w_cols)
+    rotated, w_rotated = rotate_blocks(rows, rot1), rotate_blocks(w_cols, rot1)
     perm = zigzag_permutation(rotated.abs().amax(dim=0), block)
-    rot2 = greedy_block_rotation(rotated[:, perm], block, steps, spread)
-    return Plan(in_features, block, smooth, rot1, perm, rot2)
+    rot2 = greedy_block_rotation(rotated[:, perm], block, steps, spread, w_rotated[:, perm])
+    return Plan(in_features, block, None if alpha is None else smooth, rot1, perm, rot2)
 
 
 def spreading_rotation(block: int, seed: int = 0) -> torch.Tensor:
@@ -171,18 +175,28 @@ def spreading_rotation(block: int, seed: int = 0) -> torch.Tensor:
 
 
 def greedy_block_rotation(
-    rows: torch.Tensor, block: int, steps: int, spread: torch.Tensor
+    rows: torch.Tensor,
+    block: int,
+    steps: int,
+    spread: torch.Tensor,
+    weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per block of `rows` (n, n_blocks * block): up to `steps` greedy rotations, each moving the
     block's current largest channel to the front and spreading it with `spread`; returns the
-    product (n_blocks, block, block) after the step with the smallest peak (identity if none
-    helped)."""
+    product (n_blocks, block, block) after the step with the best score (identity if none
+    helped). The score is the block's activation peak, times, when `weight` (out, n_blocks *
+    block: the weight's columns in the same basis) is given, the mean over output rows of the
+    row's largest value in the block: a rotation that flattens the activation but sharpens
+    4-bit weight rows (uniform weights turn Gaussian when mixed) is not taken."""
     n_blocks = rows.shape[1] // block
     x = rows.reshape(rows.shape[0], n_blocks, block).transpose(0, 1)  # (n_blocks, n, block)
+    w = None
+    if weight is not None:
+        w = weight.reshape(weight.shape[0], n_blocks, block).transpose(0, 1)  # (n_blocks, out, b)
     eye = torch.eye(block, dtype=torch.float64)
     total = eye.expand(n_blocks, -1, -1).clone()
     best = total.clone()
-    best_peak = x.abs().flatten(1).amax(dim=1)
+    best_peak = _score(x, w, total)
     current = x
     for _ in range(steps):
         channel = current.abs().amax(dim=1).argmax(dim=1)  # (n_blocks,)
@@ -192,11 +206,18 @@ def greedy_block_rotation(
         step[index, 0], step[index, channel] = spread[channel], spread[0].expand(n_blocks, -1)
         total = total @ step
         current = x @ total
-        peak = current.abs().flatten(1).amax(dim=1)
+        peak = _score(x, w, total)
         better = peak < best_peak
         best[better] = total[better]
         best_peak = torch.where(better, peak, best_peak)
     return best
+
+
+def _score(x: torch.Tensor, w: torch.Tensor | None, total: torch.Tensor) -> torch.Tensor:
+    peak = (x @ total).abs().flatten(1).amax(dim=1)
+    if w is None:
+        return peak
+    return peak * (w @ total).abs().amax(dim=2).mean(dim=1)
 
 
 def zigzag_permutation(magnitude: torch.Tensor, block: int) -> torch.Tensor:
