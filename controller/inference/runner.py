@@ -8,8 +8,10 @@
 Tiers, highest first: graph (compiled + CUDA graph), compiled, eager_half, eager_fp32 (the
 reference; see `controller.inference.runner_config`). At start every tier from `top_tier` down is
 built, warmed up, and checked against eager_fp32 on several random observations (relative error
-within `parity_rtol`, all outputs finite); a tier that fails any step is skipped, with the reason
-logged and in `status()`. Every tier that passed stays ready as a fallback.
+within `parity_rtol`, all outputs finite); a policy that carries reference chunks (a quantized
+checkpoint: its FP32 unquantized model's) has every tier checked against those too, within
+`reference_parity_rtol`. A tier that fails any step is skipped, with the reason logged and in
+`status()`. Every tier that passed stays ready as a fallback.
 
 While serving, a tier that raises, returns a non-finite chunk, or overruns the step budget k times
 in the last n steps is demoted at once (logged, recorded in `demotions` and `status()`); a failed
