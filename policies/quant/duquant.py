@@ -30,6 +30,8 @@ import torch
 
 from policies.quant.transform import fold_scales, rotate_blocks, transform_columns
 
+_SCORED_WEIGHT_ROWS = 256
+
 
 @dataclass
 class ActivationStats:
@@ -151,7 +153,8 @@ def duquant_plan(
     # says nothing about the peaks of real tokens.)
     rows = _pad_rows(stats.rows.to(torch.float64), width) / smooth
     spread = spreading_rotation(block, seed)
-    w_cols = _pad_rows(w, width) * smooth  # W diag(s): the weight's columns in x's basis
+    # W diag(s): the weight's columns in x's basis; every k-th row is enough to score with.
+    w_cols = _pad_rows(w[:: max(1, w.shape[0] // _SCORED_WEIGHT_ROWS)], width) * smooth
     rot1 = greedy_block_rotation(rows, block, steps, spread, w_cols)
     rotated, w_rotated = rotate_blocks(rows, rot1), rotate_blocks(w_cols, rot1)
     perm = zigzag_permutation(rotated.abs().amax(dim=0), block)
