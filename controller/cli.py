@@ -198,6 +198,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     setup_logging(args.log_level or "WARNING")
     from pydantic import ValidationError
 
+    from controller.inference.build import resolve_device
     from controller.tools.quantize import quantize_checkpoint
     from policies.quant.config import QuantSettings
 
@@ -220,7 +221,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         reference_observations=args.reference_observations,
         recorded=args.recorded,
         pi0_packs=args.pi0_packs,
-        device=args.device,
+        device=resolve_device(args.device, setting="--device"),
         progress=print,
     )
     print("\n".join(report.lines()))
@@ -402,7 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=4,
         help="observations whose FP32 chunks the checkpoint keeps for start-up parity",
     )
-    quantize.add_argument("--device", default="cpu", help="where calibration runs (cpu, cuda)")
+    quantize.add_argument(
+        "--device", choices=["auto", "cpu", "cuda"], default="cpu", help="where the model runs"
+    )
     quantize.add_argument(
         "--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )

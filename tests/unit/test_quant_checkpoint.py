@@ -177,3 +177,23 @@ def test_pi0_duquant_packs_import_without_pickle(tmp_path):
     bad.add_module("bad", torch.nn.Linear(8, 1))
     with pytest.raises(ValueError, match="without pickles"):
         import_pi0_packs(bad, tmp_path)
+
+
+def test_recorded_observations_calibrate_and_malformed_ones_are_refused(tmp_path):
+    from controller.errors import ConfigError
+    from controller.tools.quantize import quantize_checkpoint
+
+    fp32 = small_act_policy()
+    save_checkpoint(tmp_path / "fp32", fp32)
+    images, state = stacked_observations(fp32.spec, 5, seed=1)
+    np.savez(tmp_path / "obs.npz", images=images, state=state)
+    report = quantize_checkpoint(
+        tmp_path / "fp32", tmp_path / "q", 3, SETTINGS, recorded=tmp_path / "obs.npz"
+    )
+    config = json.loads((report.directory / "config.json").read_text())
+    assert config["quantization"]["observations"] == 3 and report.layers == 16
+    np.savez(tmp_path / "bad.npz", images=images, state=state[:, :, :4])
+    with pytest.raises(ConfigError, match="state must be"):
+        quantize_checkpoint(
+            tmp_path / "fp32", tmp_path / "q2", 3, SETTINGS, recorded=tmp_path / "bad.npz"
+        )
