@@ -12,11 +12,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import zmq
+
 from controller.config import TempoConfig
 from controller.daemon.security import check_bind_allowed, check_local_only
-from controller.daemon.service import Daemon
+from controller.daemon.service import Daemon, open_transport, unopened_transport
 from controller.daemon.systemd import notify
-from controller.errors import ConfigError
 from controller.inference.build import resolve_device, start_runner
 from controller.inference.runner import Runner
 from controller.observe.metrics_http import MetricsServer, check_available
@@ -51,26 +52,36 @@ def serve(
     check_bind_allowed(config.server.bind, config.security)
     check_local_only(config.server.status_bind, "server.status_bind")
     check_available(config.metrics)  # prometheus-client missing: say so before the slow load
-    if policy is None:
-        policy = build_policy(config)
+    # Bind both sockets before the load too: a taken endpoint is one sentence (BindError, exit
+    # 2) before minutes of compiling, and the endpoint is held from now on.
+    context = zmq.Context.instance()
+    transport = open_transport(config, unopened_transport(config, context))
+    status = StatusServer(context, config.server.status_bind)  # answers once the daemon runs
+    try:
+        status_endpoint = status.start()
+        if policy is None:
+            policy = build_policy(config)
+    except BaseException:
+        status.stop()
+        transport.close()
+        if transport.curve is not None:
+            transport.curve.stop()
+        raise
     telemetry = Telemetry.from_config(config.telemetry)
     attach = getattr(policy, "attach_telemetry", None)  # the Runner: upload, model, postprocess
     if callable(attach):
         attach(telemetry)
-    daemon = Daemon(config, policy, telemetry=telemetry)
-    status = StatusServer(daemon.context, config.server.status_bind, daemon.status)
+    daemon = Daemon(config, policy, context, telemetry=telemetry, transport=transport)
     metrics = MetricsServer(lambda: telemetry.snapshot(buckets=True), daemon.status, config.metrics)
     if install_signals:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
-    endpoint = daemon.start()
     try:
-        status_endpoint = status.start()
-    except Exception as exc:
-        daemon.stop()
-        raise ConfigError(
-            f"cannot bind the status socket {config.server.status_bind}: {exc}"
-        ) from None
+        endpoint = daemon.start()
+    except BaseException:
+        status.stop()
+        raise
+    status.serve(daemon.status)
     try:
         metrics_url = metrics.start()  # None unless metrics.enabled
     except Exception:

@@ -75,7 +75,15 @@ class ServerConfig(_Section):
         default=5.0,
         gt=0,
         le=3600,
-        description="A session that sends nothing for this long is dropped.",
+        description="A session that sends no observation for this long is closed (teleop or "
+        "other messages alone do not keep it).",
+    )
+    idle_when_full_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="When every slot is taken, a new driver's hello closes the session that has "
+        "sent no observation for longest, if that is at least this long.",
     )
 
     @field_validator("bind", "status_bind")

@@ -9,7 +9,9 @@
     ├── HandshakeRefused            client side: the daemon answered `hello` with `error`
     ├── DaemonUnavailable           client side: no answer from the daemon within the timeout
     ├── PolicyError                 the policy failed to produce a usable chunk
-    └── SecurityError               a bind or key setup that would expose the robot is refused
+    │   └── InputFault              ... because of the robot's observation (the reference fails too)
+    ├── SecurityError               a bind or key setup that would expose the robot is refused
+    └── BindError                   a socket cannot bind its endpoint (in use, bad path, ...)
 
 Only `ProtocolError` and `SpecMismatchError` travel on the wire, as an `error` message with a code
 and the sentence; nothing else (and never a traceback) is sent to a client.
@@ -36,6 +38,9 @@ class ErrorCode(str, Enum):
     STALE = "stale"  # replayed or out-of-order sequence number
     FULL = "full"  # the daemon serves as many robots as it is configured for
     INTERNAL = "internal"  # the daemon failed; details are in its log, not on the wire
+    OUT_OF_RANGE = "out_of_range"  # a state or teleop value the model cannot represent
+    UNUSABLE_INPUT = "unusable_input"  # the policy's reference gives NaN or Inf for this input
+    CLOCK = "clock"  # time_ns is zero or goes backwards within a session
 
 
 class TempoError(Exception):
@@ -82,5 +87,14 @@ class PolicyError(TempoError):
     """The policy could not produce a usable action chunk."""
 
 
+class InputFault(PolicyError):
+    """The policy's FP32 reference turns this observation into NaN or Inf as well: the input
+    is at fault, not the tier serving it. The robot's observation is refused; no tier changes."""
+
+
 class SecurityError(TempoError):
     """A setup that would expose the robot to the network is refused."""
+
+
+class BindError(TempoError):
+    """A daemon socket cannot bind its endpoint; the sentence names it and what to do."""

@@ -34,6 +34,11 @@ class CameraSpec(BaseModel):
         return (self.height, self.width, 3)
 
 
+# The largest finite float16. The half-precision tiers cannot represent a normalized input past
+# it, so it bounds what a robot may send (PolicySpec.state_range) and what teleop may command.
+HALF_MAX = 65504.0
+
+
 class PolicySpec(BaseModel):
     """The interface a policy was trained for; a driver must match it to be served."""
 
@@ -50,6 +55,12 @@ class PolicySpec(BaseModel):
     state_history: int = Field(
         default=1, ge=1, le=64, description="How many past state vectors the policy reads."
     )
+    state_bounds: tuple[tuple[float, float], ...] | None = Field(
+        default=None,
+        description="Per state value, the [low, high] range in robot units that the model "
+        "represents after its own normalization (`with_state_bounds` in policies.tensor_policy "
+        "reads it from the module). None: +-HALF_MAX, for a model that does not normalize.",
+    )
 
     @model_validator(mode="after")
     def _names_unique(self) -> PolicySpec:
@@ -58,7 +69,23 @@ class PolicySpec(BaseModel):
         names = [c.name for c in self.cameras]
         if len(set(names)) != len(names):
             raise ValueError("camera names must be unique")
+        if self.state_bounds is not None:
+            if len(self.state_bounds) != self.state_size:
+                raise ValueError("state_bounds needs one [low, high] pair per state value")
+            for low, high in self.state_bounds:
+                if not (np.isfinite(low) and np.isfinite(high) and low < high):
+                    raise ValueError("each state_bounds pair must be finite with low < high")
         return self
+
+    def state_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high), float32 arrays of state_size: the state values the model represents."""
+        if self.state_bounds is None:
+            high = np.full(self.state_size, HALF_MAX, dtype=np.float32)
+            return -high, high
+        bounds = np.asarray(self.state_bounds, dtype=np.float64)
+        limit = float(np.finfo(np.float32).max)
+        clipped = np.clip(bounds, -limit, limit).astype(np.float32)
+        return clipped[:, 0].copy(), clipped[:, 1].copy()
 
     @property
     def action_dim(self) -> int:
@@ -128,3 +155,9 @@ def first_context(spec: PolicySpec, state: np.ndarray, step: int = 0) -> RobotCo
     history = np.empty((spec.state_history, spec.state_size), dtype=np.float32)
     history[:] = np.asarray(state, dtype=np.float32)
     return RobotContext(step=step, episode_start=True, state_history=history)
+
+
+def window_context(state_history: np.ndarray, step: int = 0) -> RobotContext:
+    """A context that is just a state window (state_history, state_size): for tools and
+    benchmarks that feed recorded or random windows, outside any robot's session."""
+    return RobotContext(step=step, episode_start=True, state_history=state_history)

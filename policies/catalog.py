@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from controller.errors import ConfigError
 from policies.base import CameraSpec
-from policies.tensor_policy import TensorPolicy
+from policies.tensor_policy import TensorPolicy, with_state_bounds
 
 if TYPE_CHECKING:  # the config sections only type the arguments; policies never import them
     import torch
@@ -53,7 +53,8 @@ def build_tensor_policy(
 
     if policy.path is None:  # the config validator makes this unreachable; say why anyway
         raise ConfigError("policy.kind 'checkpoint' needs policy.path")
-    return load_checkpoint(policy.path, device=device)
+    # The daemon refuses states the checkpoint's normalization cannot represent (PolicySpec).
+    return with_state_bounds(load_checkpoint(policy.path, device=device))
 
 
 def describe_source(policy: PolicyConfig) -> str:

@@ -27,8 +27,9 @@ class ReachModule(nn.Module):
         self.register_buffer("target", torch.tensor(list(target), dtype=torch.float32))
         self.register_buffer("progress", 1.0 - torch.exp(-steps / time_constant_steps))
 
-    def forward(self, images: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        current = state[:, -1, :]  # newest state, (batch, joints)
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        # Frames (one tensor per camera shape) are ignored; the state history comes last.
+        current = inputs[-1][:, -1, :]  # newest state, (batch, joints)
         remaining = self.target.unsqueeze(0) - current
         return current.unsqueeze(1) + remaining.unsqueeze(1) * self.progress.view(1, -1, 1)
 

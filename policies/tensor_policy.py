@@ -1,6 +1,7 @@
 """A policy whose whole step is one torch module: the form the runner can accelerate.
 
-The module's contract (every policy family in `policies/` follows it):
+The module's contract (every policy family in `policies/` follows it; `policies.inputs` has the
+general form, with several camera shapes and inputs beyond the state):
 
     forward(images, state) -> actions
         images:  uint8   (batch, n_cameras, height, width, 3), cameras in `spec.cameras` order
@@ -11,18 +12,21 @@ Everything between raw inputs and robot units (uint8 -> float, normalization, un
 happens inside `forward`, with constants held as registered buffers, so that compiling and CUDA
 graph capture cover the whole step. The leading batch dimension is there for several robots at
 once: a module keeps nothing between calls, so robot i's row depends on robot i's inputs only.
+A policy that reads more of the robot's context than its state history (a previous plan, an
+inference delay, a planner's warm start) declares an `InputCodec` that builds those inputs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import nn
 
-from policies.base import PolicySpec, Prediction, RobotContext
+from policies.base import HALF_MAX, PolicySpec, Prediction, RobotContext, window_context
+from policies.inputs import InputCodec, frame_groups, stack_frames
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,22 +43,30 @@ class ReferenceChunks:
 
 @dataclass
 class TensorPolicy:
-    """A spec and the module that implements it (and, optionally, reference chunks)."""
+    """A spec, the module that implements it, and how a robot's context becomes the module's
+    inputs after the frames (None: the state history alone, `InputCodec`'s default); optionally
+    reference chunks every tier must reproduce (a quantized policy's FP32 model's)."""
 
     spec: PolicySpec
     module: nn.Module
+    codec: InputCodec | None = None
     reference: ReferenceChunks | None = None
+
+    @property
+    def inputs(self) -> InputCodec:
+        return self.codec if self.codec is not None else InputCodec(self.spec)
 
 
 def check_stackable(spec: PolicySpec) -> tuple[int, int]:
-    """Cameras go through the model as one batch, so they must share a frame shape."""
-    shapes = {(c.height, c.width) for c in spec.cameras}
-    if len(shapes) > 1:
+    """(height, width) shared by every camera, for models that batch all cameras as one tensor
+    (1 x 1 without cameras); raises ValueError naming the shapes when they differ."""
+    groups = frame_groups(spec)
+    if len(groups) > 1:
         raise ValueError(
             "all cameras must have the same frame shape to be batched, got "
             + ", ".join(f"{c.name}={c.height}x{c.width}" for c in spec.cameras)
         )
-    return shapes.pop() if shapes else (1, 1)
+    return groups[0].height, groups[0].width
 
 
 def example_inputs(
@@ -76,29 +88,48 @@ class EagerPolicy:
 
     def __init__(self, policy: TensorPolicy, device: str | torch.device = "cpu") -> None:
         self._spec = policy.spec
+        self._codec = policy.inputs
         self._device = torch.device(device)
         self._module = policy.module.to(self._device).eval()
-        check_stackable(policy.spec)
 
     @property
     def spec(self) -> PolicySpec:
         return self._spec
 
     @torch.inference_mode()
+    def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
+        """The Policy contract: frames and the codec's inputs in, the chunk (and memory) out."""
+        codec = self._codec
+        host = [np.empty(i.shape, dtype=i.dtype) for i in codec.inputs]
+        codec.encode(context, host)
+        arrays = stack_frames(self._spec, images) + host
+        tensors = [torch.from_numpy(a).unsqueeze(0).to(self._device) for a in arrays]
+        out = self._module(*tensors)
+        outputs = out if isinstance(out, tuple) else (out,)
+        actions = outputs[0][0].float().cpu().numpy()
+        if not codec.outputs:
+            return Prediction(actions)
+        extras = zip(codec.outputs, outputs[1:], strict=True)
+        memory = {name: out[0].float().cpu().numpy() for name, out in extras}
+        return Prediction(actions, memory)
+
     def predict_chunk(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> np.ndarray:
         """The raw step: frames and a (state_history, state_size) window -> the chunk."""
-        if self._spec.cameras:
-            stacked = np.stack([images[c.name] for c in self._spec.cameras])
-        else:
-            stacked = np.zeros((0, 1, 1, 3), dtype=np.uint8)
-        image_t = torch.from_numpy(stacked).unsqueeze(0).to(self._device)
-        state_t = torch.from_numpy(np.ascontiguousarray(state, dtype=np.float32))
-        state_t = state_t.reshape(1, self._spec.state_history, self._spec.state_size).to(
-            self._device
-        )
-        actions = self._module(image_t, state_t)[0]
-        return actions.float().cpu().numpy()
+        return self.predict(images, window_context(state)).actions
 
-    def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
-        """The Policy contract: the module reads this robot's state history."""
-        return Prediction(self.predict_chunk(images, context.state_history))
+
+def with_state_bounds(policy: TensorPolicy) -> TensorPolicy:
+    """The policy with `spec.state_bounds` from its module, for a module that normalizes its
+    state: `module.state_bounds(limit)` returns (low, high), each of shape (state_size,), the
+    raw state values whose normalized value stays within +-limit. The limit is HALF_MAX, what the
+    half-precision tiers represent; the daemon refuses an observation outside those bounds. A
+    module without the method (no normalization) leaves the spec as it is (+-HALF_MAX raw)."""
+    bounds = getattr(policy.module, "state_bounds", None)
+    if not callable(bounds):
+        return policy
+    low, high = bounds(HALF_MAX)
+    pairs = tuple(
+        (float(lo), float(hi))
+        for lo, hi in zip(low.detach().cpu().tolist(), high.detach().cpu().tolist(), strict=True)
+    )
+    return replace(policy, spec=policy.spec.model_copy(update={"state_bounds": pairs}))

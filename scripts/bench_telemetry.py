@@ -64,6 +64,7 @@ from controller.observe.telemetry import (  # noqa: E402
 )
 from controller.tools.compare import paired_bootstrap  # noqa: E402
 from controller.wire.protocol import decode, encode  # noqa: E402
+from policies.base import window_context  # noqa: E402
 from policies.tensor_policy import TensorPolicy  # noqa: E402
 from policies.tiny import build_tiny_policy  # noqa: E402
 
@@ -173,7 +174,7 @@ class Step:
             if timed:
                 s[MAILBOX_WAIT].record_ns(1000)
                 t0 = t = clock()
-            self.path.upload(images, self.state)
+            self.path.upload(images, window_context(self.state))
             if timed:
                 t = s[UPLOAD].lap(t)
             with torch.no_grad():
@@ -181,7 +182,7 @@ class Step:
                 self.path.staging.mark_consumed()
             if timed:
                 t = s[MODEL].lap(t)
-            chunk = self.download.fetch(out)
+            chunk = self.download.fetch(out)[0]
             bool(np.isfinite(chunk).all())
             if timed:
                 t = s[POSTPROCESS].lap(t)

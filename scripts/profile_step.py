@@ -18,6 +18,7 @@ import torch
 from controller.inference.build import start_runner
 from controller.inference.ladder import random_observation
 from controller.inference.runner_config import RunnerConfig
+from policies.base import window_context
 from policies.demo import make_aloha_policy
 
 
@@ -39,7 +40,7 @@ def main() -> None:
     for i in range(args.iters + 20):
         images, state = observations[i % len(observations)]
         t0 = time.perf_counter()
-        path.upload(images, state)
+        path.upload(images, window_context(state))
         sync()
         t1 = time.perf_counter()
         with torch.no_grad(), path.on_stream():

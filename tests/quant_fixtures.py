@@ -1,5 +1,5 @@
-"""Small models for the quantization tests (CPU and GPU): an ACT without cameras, a policy
-module made of one layer, and the naive layer that calibrates itself on its first forward."""
+"""Small models for the quantization tests (CPU and GPU): an ACT without cameras, and the naive
+layer that calibrates itself on its first forward."""
 
 from __future__ import annotations
 
@@ -65,19 +65,3 @@ class NaiveQuantLinear(nn.Module):
             self.act_scale = x.abs().amax() / 127
         q = torch.clamp(torch.round(x / self.act_scale), -127, 127)
         return (q * self.act_scale) @ self.weight.t()
-
-
-class OneLayerPolicy(nn.Module):
-    """A TensorPolicy module around one linear layer: state (1, 1, 16) -> actions (1, 8, 4)."""
-
-    def __init__(self, layer: nn.Module) -> None:
-        super().__init__()
-        self.layer = layer  # 16 -> 4
-        self.register_buffer("ramp", torch.linspace(0.5, 1.5, 24).reshape(1, 24, 1))
-
-    def forward(self, images: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        tokens = state.reshape(state.shape[0], 1, 16) * self.ramp  # 24 tokens: _int_mm's m > 16
-        return self.layer(tokens)[:, :8, :].float()
-
-
-ONE_LAYER_SPEC = PolicySpec(cameras=(), state_size=16, joint_names=JOINTS[:4], chunk_size=8)

@@ -16,13 +16,19 @@ import numpy as np
 
 from controller.action.pipeline import ActionPipeline
 from controller.config import InferenceConfig, ServerConfig
-from controller.daemon.handshake import check_driver_spec, parse_driver_limits, spec_to_wire
+from controller.daemon.connection_budget import ConnectionBudget
+from controller.daemon.handshake import (
+    check_driver_spec,
+    check_robot_name,
+    parse_driver_limits,
+    spec_to_wire,
+)
 from controller.daemon.session import PendingObservation, Session, StateHistory
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
 from controller.inference.worker import InferenceWorker
 from controller.observe.telemetry import PREPROCESS, Telemetry
-from controller.wire.protocol import DEFAULT_LIMITS, Limits, Message, decode
-from policies.base import PolicySpec
+from controller.wire.protocol import DEFAULT_LIMITS, DRIVER_KINDS, Limits, Message, decode
+from policies.base import HALF_MAX, PolicySpec
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +70,15 @@ class Dispatcher:
         self.closed_guard_counts: collections.Counter[str] = collections.Counter()
         self.messages = 0
         self._error_seq = 0
+        # A flood from one connection is dropped unread past its budget: a driver sends about
+        # one observation per tick; four per tick and a hundred more a second is plenty.
+        self.budget = ConnectionBudget(max_messages=int(4 * control_hz) + 100)
         self._observation_arrays = frozenset(spec.camera_names) | {"state"}
+        # What the model represents (state) and any robot can be commanded (teleop): values
+        # past these are refused like NaN, before they reach the model or the guards.
+        self._state_range = spec.state_range()
+        teleop_high = np.full(spec.action_dim, HALF_MAX, dtype=np.float32)
+        self._teleop_range = (-teleop_high, teleop_high)
         # Observation checks, timed as `preprocess` (the method itself when telemetry is off).
         self._check = (
             self._check_observation
@@ -76,16 +90,14 @@ class Dispatcher:
 
     def handle(self, identity: bytes, frames: list[Any], now_ns: int) -> None:
         self.messages += 1
+        if not self.budget.admit(identity, now_ns):
+            return  # this connection sent too much, or too much junk, just now: dropped unread
         message: Message | None = None
+        errors = self._error_seq
         try:
-            message = decode(frames, self.limits)
-            handler = self._handlers.get(message.kind)
-            if handler is None:
-                raise ProtocolError(
-                    ErrorCode.NOT_ALLOWED,
-                    f"drivers may send hello, obs, teleop and bye, not {message.kind!r}",
-                )
-            handler(self, identity, message, now_ns)
+            # A kind only the daemon sends is refused as such before its fields are checked.
+            message = decode(frames, self.limits, kinds=DRIVER_KINDS)
+            self._handlers[message.kind](self, identity, message, now_ns)
         except ProtocolError as exc:
             self.reply_error(identity, exc.code, str(exc), message, exc.reply_version)
         except SpecMismatchError as exc:
@@ -97,6 +109,12 @@ class Dispatcher:
                 ErrorCode.INTERNAL,
                 "the daemon failed on this message; see its log",
                 message,
+            )
+        if self._error_seq != errors and self.budget.refused(identity, now_ns):
+            log.warning(
+                "a connection caused more than %d refusals within a second; its messages are "
+                "dropped unread for the rest of that second",
+                self.budget.max_refusals,
             )
 
     def reply_error(
@@ -121,13 +139,31 @@ class Dispatcher:
         else:  # a driver of an older protocol version: in its version, so it can read why
             self.send(identity, "error", seq=self._error_seq, fields=fields, version=version)
 
+    def tell_refused(self, session: Session) -> None:
+        """Observations the worker refused because of their content (the policy's reference
+        fails on them too): each gets an `error` to its robot, like a refusal on arrival."""
+        while session.refused:
+            refusal = session.refused.popleft()
+            self.errors[ErrorCode.UNUSABLE_INPUT.value] += 1
+            self._error_seq += 1
+            fields = {
+                "code": ErrorCode.UNUSABLE_INPUT.value,
+                "message": refusal.reason[:MAX_ERROR_TEXT],
+                "ref_seq": refusal.obs_seq,
+                "session": session.id,
+            }
+            self.send(session.identity, "error", seq=self._error_seq, fields=fields)
+
     # -- handlers --------------------------------------------------------------------------
 
     def _hello(self, identity: bytes, message: Message, now_ns: int) -> None:
+        check_robot_name(message.header["robot"])
         check_driver_spec(message.header["spec"], self.spec)
         old = self.by_identity.get(identity)
         if old is not None:
             self.close(old, "the driver said hello again")
+        if len(self.sessions) >= self.server.max_robots:
+            self._free_an_idle_slot(now_ns)
         if len(self.sessions) >= self.server.max_robots:
             raise ProtocolError(
                 ErrorCode.FULL,
@@ -156,6 +192,14 @@ class Dispatcher:
                 },
             },
         )
+
+    def _free_an_idle_slot(self, now_ns: int) -> None:
+        """Every slot is taken: close the session that has sent no observation for longest, if
+        that is `server.idle_when_full_s` or more (sessions that only send teleop, or only said
+        hello, must not keep a real driver out)."""
+        idlest = min(self.sessions.values(), key=lambda s: s.idle_since_ns)
+        if now_ns - idlest.idle_since_ns >= self.server.idle_when_full_s * 1e9:
+            self.close(idlest.id, "no observation while every slot was taken")
 
     def _new_session(
         self,
@@ -194,8 +238,12 @@ class Dispatcher:
                 f"observation seq {message.seq} is not newer than {session.last_obs_seq}; dropped",
             )
         images, state, teleop = self._check(message)
+        time_ns = message.header["time_ns"]
+        self._check_clock(session, time_ns)
         session.last_obs_seq = message.seq
-        session.record_clock_offset(message.header["time_ns"], now_ns)
+        session.last_observation_ns = now_ns
+        if not session.record_clock_offset(time_ns, now_ns):
+            session.counters["clock_jumps"] += 1
         session.counters["observations"] += 1
         if message.header.get("episode_start"):
             session.start_episode()  # this robot only: plan, history, memory, chunks in flight
@@ -213,6 +261,25 @@ class Dispatcher:
             state_window=session.history.push(state),
         )
         self.submit_if_due(session, step)
+
+    @staticmethod
+    def _check_clock(session: Session, time_ns: int) -> None:
+        """An observation's time_ns is the driver's monotonic clock: never 0, never earlier than
+        the session's last observation that the clock estimate used."""
+        if time_ns == 0:
+            raise ProtocolError(
+                ErrorCode.CLOCK,
+                "obs time_ns is 0; stamp each observation with the driver's CLOCK_MONOTONIC in "
+                "nanoseconds (protocol section 6)",
+            )
+        if time_ns < session.last_driver_time_ns:
+            session.counters["clock_backwards"] += 1
+            raise ProtocolError(
+                ErrorCode.CLOCK,
+                f"obs time_ns {time_ns} is earlier than this session's previous observation "
+                f"({session.last_driver_time_ns}); a monotonic clock never goes back, so the "
+                "observation was refused (a driver that restarted says hello again)",
+            )
 
     def submit_if_due(self, session: Session, step: int) -> None:
         """Ask the policy at most every `query_period` steps, always on the newest observation,
@@ -247,14 +314,17 @@ class Dispatcher:
                     f"{frame.dtype} {list(frame.shape)}",
                 )
             images[camera.name] = frame
-        state = self._float_vector(arrays["state"], "state", self.spec.state_size)
+        state = self._float_vector(arrays["state"], "state", self._state_range)
         teleop = None
         if "teleop" in arrays:
-            teleop = self._float_vector(arrays["teleop"], "teleop", self.spec.action_dim).copy()
+            teleop = self._float_vector(arrays["teleop"], "teleop", self._teleop_range).copy()
         return images, state, teleop
 
-    @staticmethod
-    def _float_vector(array: np.ndarray, name: str, size: int) -> np.ndarray:
+    def _float_vector(
+        self, array: np.ndarray, name: str, bounds: tuple[np.ndarray, np.ndarray]
+    ) -> np.ndarray:
+        low, high = bounds
+        size = len(low)
         if array.dtype.kind != "f" or array.shape != (size,):
             raise ProtocolError(
                 ErrorCode.SHAPE,
@@ -269,6 +339,17 @@ class Dispatcher:
                 ErrorCode.NON_FINITE,
                 f"{name!r} contains NaN, Inf or values beyond float32's range; the observation "
                 "was refused",
+            )
+        outside = (vector < low) | (vector > high)
+        if outside.any():
+            i = int(np.argmax(outside))
+            joints = self.spec.joint_names
+            label = f" ({joints[i]})" if name == "teleop" or len(joints) == size else ""
+            what = "the policy represents after normalization" if name == "state" else "allowed"
+            raise ProtocolError(
+                ErrorCode.OUT_OF_RANGE,
+                f"{name}[{i}]{label} is {float(vector[i]):.6g}, outside [{float(low[i]):.6g}, "
+                f"{float(high[i]):.6g}], the range {what}; the observation was refused",
             )
         return vector
 
@@ -301,7 +382,7 @@ class Dispatcher:
     def peer_gone(self, identity: bytes) -> None:
         session_id = self.by_identity.get(identity)
         if session_id is not None:
-            self.close(session_id, "connection lost (closed, killed, or heartbeat timeout)")
+            self.close(session_id, "connection lost (the driver closed it or was killed)")
 
     def close(self, session_id: str, reason: str) -> None:
         session = self.sessions.pop(session_id, None)

@@ -6,10 +6,26 @@ so the person wiring a driver knows what to change.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
 from policies.base import PolicySpec
+
+ROBOT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def check_robot_name(name: str) -> None:
+    """The robot's name goes into logs and status: plain ASCII letters, digits, '_', '-' and
+    '.', 1 to 64 of them, so no name can forge a log line or carry terminal escapes."""
+    if not ROBOT_NAME.fullmatch(name):
+        shown = ascii(name[:40]) + ("..." if len(name) > 40 else "")
+        raise ProtocolError(
+            ErrorCode.NOT_ALLOWED,
+            f"robot name {shown} is not allowed: use 1 to 64 ASCII letters, digits, '_', '-' or "
+            "'.'",
+        )
 
 
 def parse_driver_spec(
@@ -87,7 +103,15 @@ def parse_driver_limits(raw: dict[str, Any]) -> dict[str, tuple[float, float]]:
             raise ProtocolError(
                 ErrorCode.MALFORMED, f"hello spec.limits[{joint!r}] must be [lower, upper] numbers"
             )
-        parsed[joint] = (float(bounds[0]), float(bounds[1]))
+        lower, upper = float(bounds[0]), float(bounds[1])
+        if not (math.isfinite(lower) and math.isfinite(upper)):
+            # An infinite robot limit bounds nothing: leave the joint out instead.
+            raise ProtocolError(
+                ErrorCode.NOT_ALLOWED,
+                f"hello spec.limits[{joint!r}] must be finite numbers, got [{lower}, {upper}]; "
+                "leave out a joint the robot does not limit",
+            )
+        parsed[joint] = (lower, upper)
     return parsed
 
 

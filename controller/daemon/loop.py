@@ -51,9 +51,12 @@ class ControlLoop:
 
     def tick(self, step: int, deadline_ns: int, now_ns: int) -> None:
         for session in list(self.dispatcher.sessions.values()):
-            if now_ns - session.last_seen_ns > self.session_timeout_ns:
-                self.dispatcher.close(session.id, "no message within server.session_timeout_s")
+            # Observations keep a session alive; teleop or anything else alone does not.
+            if now_ns - session.idle_since_ns > self.session_timeout_ns:
+                self.dispatcher.close(session.id, "no observation within server.session_timeout_s")
                 continue
+            if session.refused:
+                self.dispatcher.tell_refused(session)
             try:
                 self._tick_session(session, step, deadline_ns, now_ns)
                 # After the send: waking the worker hands it the GIL, which must not delay

@@ -1,7 +1,8 @@
 """The daemon's threads: the control loop (owns the socket), the inference worker, status.
 
-Built by `controller.app` from a config and a ready policy; constructing it does no I/O,
-`start()` binds and starts the threads, `stop()` sends `hold` to every driver and closes.
+Built by `controller.app` from a config, a ready policy and the socket it bound before loading
+the policy (`open_transport`); constructing it does no I/O, `start()` binds (unless bound
+already) and starts the threads, `stop()` sends `hold` to every driver and closes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from controller.errors import SecurityError
 from controller.inference.worker import InferenceWorker
 from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry
-from controller.wire.protocol import Limits
+from controller.wire.protocol import DEFAULT_LIMITS, Limits
 from policies.base import Policy, PolicySpec
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,32 @@ def pipeline_factory(spec: PolicySpec, config: TempoConfig) -> PipelineFactory:
     )
 
 
+def unopened_transport(
+    config: TempoConfig, context: zmq.Context, limits: Limits = DEFAULT_LIMITS
+) -> RouterTransport:
+    """The daemon's socket as the config describes it (with CurveZMQ when keys are set)."""
+    curve = CurveServer(context, config.security) if config.security.enabled else None
+    return RouterTransport(context, config.server.bind, limits, curve=curve)
+
+
+def open_transport(config: TempoConfig, transport: RouterTransport) -> RouterTransport:
+    """Bind the daemon's socket: SecurityError for an exposed bind without keys, BindError
+    (one sentence) when the endpoint cannot be bound. Before the policy is loaded, so that
+    these come before a long compile; the limits are narrowed to the policy at start."""
+    try:
+        # Beyond localhost only with CurveZMQ keys; refused here before anything listens.
+        check_bind_allowed(config.server.bind, config.security)
+        if transport.curve is not None:
+            transport.curve.start()
+        transport.open()
+    except Exception:
+        if transport.curve is not None:
+            transport.curve.stop()
+        transport.close()
+        raise
+    return transport
+
+
 class Daemon:
     def __init__(
         self,
@@ -71,7 +98,10 @@ class Daemon:
         policy: Policy,
         context: zmq.Context | None = None,
         telemetry: Telemetry | None = None,
+        transport: RouterTransport | None = None,
     ):
+        """`transport`: the daemon's socket, already bound by `open_transport` before the
+        policy was loaded (the composition root does that); None: built here, bound by start."""
         self.config = config
         # One registry for the whole path; app.serve passes the one the runner records into.
         self.telemetry = telemetry or Telemetry.from_config(config.telemetry)
@@ -79,10 +109,10 @@ class Daemon:
         self.context = context or zmq.Context.instance()
         self.period_ns = int(round(1e9 / config.control.rate_hz))
         self.limits = limits_for(policy.spec)
-        self.curve = CurveServer(self.context, config.security) if config.security.enabled else None
-        self.transport = RouterTransport(
-            self.context, config.server.bind, self.limits, curve=self.curve
-        )
+        if transport is None:
+            transport = unopened_transport(config, self.context, self.limits)
+        self.transport = transport
+        self.curve = transport.curve
         self.worker = InferenceWorker(policy, self.telemetry)
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
         self.dispatcher = Dispatcher(
@@ -122,18 +152,17 @@ class Daemon:
         self.transport.receive_until(until_ns, self._handle)
 
     def start(self) -> str:
-        """Bind and start serving; returns the bound endpoint."""
+        """Bind (unless bound already) and start serving; returns the bound endpoint."""
+        if not self.transport.endpoint:
+            open_transport(self.config, self.transport)
         try:
-            # Beyond localhost only with CurveZMQ keys; refused here before anything listens.
-            check_bind_allowed(self.config.server.bind, self.config.security)
-            if self.curve is not None:
-                self.curve.start()
-            self.endpoint = self.transport.open()
+            self.transport.narrow(self.limits)  # the policy's frame size, now that it is known
         except Exception:
+            self.transport.close()
             if self.curve is not None:
                 self.curve.stop()
-            self.transport.close()
             raise
+        self.endpoint = self.transport.endpoint
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.worker.start()
         gc.collect()
@@ -243,6 +272,7 @@ class Daemon:
             "inferences": self.worker.inferences,
             "inference_failures": self.worker.failures,
             "chunks_rejected": self.worker.non_finite,
+            "input_faults": self.worker.input_faults,  # refused: the reference fails on them too
             "actions_sent": self.loop.actions_sent,
             "holds_sent": self.loop.holds_sent,
             "messages": self.dispatcher.messages,
@@ -251,6 +281,8 @@ class Daemon:
             "late_actions_dropped": self.loop.late_actions_dropped,
             "tick_failures": self.loop.internal_errors,
             "oversize_message_parts_dropped": self.transport.parts_discarded,
+            # From connections over their budget (controller/daemon/connection_budget.py).
+            "muted_messages_dropped": self.dispatcher.budget.dropped,
             "guard_interventions": guard_totals(
                 self.dispatcher.closed_guard_counts,
                 (s.pipeline.guards.counters for s in sessions),

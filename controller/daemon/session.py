@@ -19,10 +19,13 @@ import numpy as np
 
 from controller.action.pipeline import ActionPipeline
 from controller.inference.mailbox import Mailbox
-from controller.inference.requests import Chunk, InferenceRequest
+from controller.inference.requests import Chunk, InferenceRequest, Refusal
 from policies.base import PolicySpec, RobotContext
 
 OFFSET_WINDOW = 32  # observations the clock-offset estimate looks back over
+# An observation whose clock offset is this far from the estimate is a clock jump (a stamp
+# seconds in the future, say), not a measurement: the estimate ignores it.
+CLOCK_JUMP_NS = 1_000_000_000
 DELAY_WINDOW = 8  # chunks the inference-delay estimate looks back over
 
 
@@ -69,6 +72,8 @@ class Session:
     pipeline: ActionPipeline
     history: StateHistory
     last_seen_ns: int = 0
+    last_observation_ns: int = 0  # when its last accepted observation came (0: none yet)
+    last_driver_time_ns: int = 0  # time_ns of the newest observation the clock estimate used
     last_obs_seq: int = -1
     clock_offset_ns: int = 0  # driver's monotonic clock minus ours (see record_clock_offset)
     send_seq: int = 0
@@ -81,21 +86,36 @@ class Session:
     closed: bool = False
     requests: Mailbox[InferenceRequest] = field(default_factory=Mailbox)
     chunks: collections.deque[Chunk] = field(default_factory=collections.deque)
+    refused: collections.deque[Refusal] = field(default_factory=collections.deque)
     counters: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def __post_init__(self) -> None:
         self._offsets = np.full(OFFSET_WINDOW, np.iinfo(np.int64).min, dtype=np.int64)
         self._offset_index = 0
+        self._offsets_used = 0
         self._delays = np.zeros(DELAY_WINDOW, dtype=np.int64)
         self._delay_index = 0
 
-    def record_clock_offset(self, driver_time_ns: int, received_ns: int) -> None:
+    @property
+    def idle_since_ns(self) -> int:
+        """When the session last did what keeps it alive: an accepted observation (or hello)."""
+        return self.last_observation_ns or self.created_ns
+
+    def record_clock_offset(self, driver_time_ns: int, received_ns: int) -> bool:
         """Estimate the driver's clock minus ours. Each observation gives (true offset - its
         transport delay); the largest of the recent ones is the least delayed, so the best
-        estimate, and deadlines converted with it are never late because of one slow message."""
-        self._offsets[self._offset_index] = driver_time_ns - received_ns
+        estimate, and deadlines converted with it are never late because of one slow message.
+        An offset more than CLOCK_JUMP_NS from the estimate is ignored (False): one stamp far in
+        the future would otherwise make every deadline that late for OFFSET_WINDOW observations."""
+        offset = driver_time_ns - received_ns
+        if self._offsets_used and abs(offset - self.clock_offset_ns) > CLOCK_JUMP_NS:
+            return False
+        self._offsets[self._offset_index] = offset
         self._offset_index = (self._offset_index + 1) % OFFSET_WINDOW
+        self._offsets_used += 1
         self.clock_offset_ns = int(self._offsets.max())
+        self.last_driver_time_ns = driver_time_ns
+        return True
 
     def _record_inference_delay(self, steps: int) -> None:
         """A chunk for step s landed at step s + `steps`."""

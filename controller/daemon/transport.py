@@ -14,10 +14,13 @@ from typing import Any
 import zmq
 
 from controller.daemon.security import CurveServer
+from controller.wire.binding import bind as bind_endpoint
 from controller.wire.protocol import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, encode
 from controller.wire.sockets import configure_common
 
 log = logging.getLogger(__name__)
+
+REBIND_WAIT_S = 1.0  # for the old listener to close when the socket is bound again (narrow)
 
 
 def daemon_frames(
@@ -51,9 +54,16 @@ class RouterTransport:
         curve: CurveServer | None = None,
     ) -> None:
         self.bind = bind
+        self.endpoint = ""
         self.limits = limits
         self.socket = context.socket(zmq.ROUTER)
         configure_common(self.socket, limits)
+        # No receive high-water mark on the daemon's side. With one, a peer that floods fills
+        # its queue, libzmq stops reading that connection, and if the peer then closes it while
+        # a PING of its own is still unread, libzmq 4.3.5 aborts the process when it answers
+        # that PING (see controller/wire/sockets.py). Without one, reading never stops; a flood
+        # costs memory until the loop has drained it (the drain keeps to each tick's slack).
+        self.socket.setsockopt(zmq.RCVHWM, 0)
         # Sending to a peer that is gone raises instead of vanishing silently.
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._poller = zmq.Poller()
@@ -65,13 +75,34 @@ class RouterTransport:
         self.curve = curve
 
     def open(self) -> str:
+        """Bind (BindError, one sentence, when that fails); returns the bound endpoint."""
         if self.curve is not None:
             self.curve.secure(self.socket)  # CURVE server + ZAP_ENFORCE_DOMAIN, before bind
-        self.socket.bind(self.bind)
+        self.endpoint = bind_endpoint(self.socket, self.bind, "server.bind")
         self._poller.register(self.socket, zmq.POLLIN)
-        endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
-        log.info("listening on %s", endpoint)
-        return endpoint
+        log.info("listening on %s", self.endpoint)
+        return self.endpoint
+
+    def narrow(self, limits: Limits) -> None:
+        """Apply tighter limits to the bound socket: the daemon binds before its policy is
+        loaded, and only the policy's spec gives the frame size limit. ZeroMQ copies
+        MAXMSGSIZE into the listener at bind, so the endpoint is bound again, once the old
+        listener is closed (for ipc, closing it unlinks the path: it must not unlink the new
+        one). A driver that connected during the load reconnects by itself."""
+        self.limits = limits
+        size = limits.max_array_bytes + limits.max_header_bytes
+        if size == self.socket.getsockopt(zmq.MAXMSGSIZE):
+            return
+        self.socket.setsockopt(zmq.MAXMSGSIZE, size)
+        monitor = self.socket.get_monitor_socket(zmq.EVENT_CLOSED)
+        try:
+            self.socket.unbind(self.endpoint)
+            if not monitor.poll(int(REBIND_WAIT_S * 1000)):
+                log.warning("the listener on %s took long to close", self.endpoint)
+        finally:
+            self.socket.disable_monitor()
+            monitor.close(0)
+        self.endpoint = bind_endpoint(self.socket, self.endpoint, "server.bind")
 
     def receive_until(self, until_ns: int, handle: Callable[[bytes, list[Any], int], None]) -> None:
         """Hand every message that arrives before `until_ns` to `handle(identity, frames, now)`."""
@@ -149,8 +180,8 @@ class RouterTransport:
         except zmq.ZMQError as exc:
             self.send_dropped += 1
             if exc.errno == zmq.EHOSTUNREACH and self.on_peer_gone is not None:
-                # ZeroMQ dropped the connection: closed, killed, or silent past the heartbeat
-                # timeout (a frozen driver). ROUTER_MANDATORY is what makes this visible.
+                # ZeroMQ dropped the connection: the driver closed it or was killed (a frozen
+                # driver is closed by the session timeout). ROUTER_MANDATORY makes this visible.
                 self.on_peer_gone(identity)
             return False
         self.sent += 1

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from controller.inference.tiers import Tier
+from controller.inference.tiers import Outputs, Tier
 
 
 class InjectedFault(RuntimeError):
@@ -67,20 +67,20 @@ class FaultyTier(Tier):
         self._serving = True
         self.inner.begin_serving()
 
-    def run(self) -> torch.Tensor:
+    def run(self) -> Outputs:
         plan = self.plan
         if not self._serving:
             out = self.inner.run()
             if plan.start_nan:
-                return torch.full_like(out, float("nan"))
-            return out * (1.0 + plan.start_error) if plan.start_error else out
+                return tuple(torch.full_like(o, float("nan")) for o in out)
+            return tuple(o * (1.0 + plan.start_error) for o in out) if plan.start_error else out
         index = self.calls
         self.calls += 1
         if index in plan.raise_on:
             raise InjectedFault(f"injected exception in tier {self.name} at call {index}")
         out = self.inner.run()
         if index in plan.nan_on:
-            return torch.full_like(out, float("nan"))
+            return tuple(torch.full_like(o, float("nan")) for o in out)
         if index in plan.slow_on:
             plan.sleep(plan.slow_s)
         return out

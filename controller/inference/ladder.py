@@ -11,15 +11,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from policies.base import PolicySpec
-from policies.tensor_policy import ReferenceChunks, check_stackable
+from policies.base import PolicySpec, RobotContext, window_context
+from policies.inputs import InputCodec, example_frames
+from policies.tensor_policy import ReferenceChunks
 
 if TYPE_CHECKING:
     from controller.inference.step_path import StepPath
     from controller.inference.tiers import Tier
 
 Progress = Callable[[str], None]
-Observation = tuple[dict[str, np.ndarray], np.ndarray]
+Observation = tuple[dict[str, np.ndarray], np.ndarray]  # frames and a state window
+Example = tuple[dict[str, np.ndarray], RobotContext]  # frames and a robot's context
 
 
 @dataclass
@@ -55,20 +57,25 @@ class Demotion:
 
 
 def random_observation(spec: PolicySpec, seed: int) -> Observation:
-    """A random observation shaped for `spec` (parity checks use a different one each)."""
-    height, width = check_stackable(spec)
+    """A random observation shaped for `spec`: uniform frames, a normal state window."""
     rng = np.random.default_rng(seed)
-    images = {
-        c.name: rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for c in spec.cameras
-    }
     state = rng.standard_normal((spec.state_history, spec.state_size)).astype(np.float32)
-    return images, state
+    return example_frames(spec, seed), state
 
 
-def reference_observations(spec: PolicySpec, reference: ReferenceChunks) -> list[Observation]:
-    """The observations of a policy's ReferenceChunks, as the step path takes them."""
+def random_example(spec: PolicySpec, codec: InputCodec, seed: int) -> Example:
+    """Random frames and the codec's random context (parity checks use a different one each)."""
+    return example_frames(spec, seed), codec.example(seed)
+
+
+def reference_examples(spec: PolicySpec, reference: ReferenceChunks) -> list[Example]:
+    """The observations of a policy's ReferenceChunks as examples (frames, a state-window
+    context): reference chunks exist for policies whose inputs are the default codec's."""
     return [
-        ({c.name: reference.images[i, k] for k, c in enumerate(spec.cameras)}, reference.state[i])
+        (
+            {c.name: reference.images[i, k] for k, c in enumerate(spec.cameras)},
+            window_context(reference.state[i]),
+        )
         for i in range(reference.chunks.shape[0])
     ]
 
@@ -113,14 +120,18 @@ class NonFiniteOutput(RuntimeError):
     """A tier returned NaN or Inf."""
 
 
+def all_finite(outputs: list[np.ndarray]) -> bool:
+    return all(bool(np.isfinite(o).all()) for o in outputs)
+
+
 def reference_outputs(
-    path: StepPath, reference: Tier, observations: list[Observation]
-) -> list[np.ndarray]:
-    """eager_fp32 outputs for `observations`; a non-finite one means the model is broken."""
+    path: StepPath, reference: Tier, examples: list[Example]
+) -> list[list[np.ndarray]]:
+    """eager_fp32 outputs for `examples`; a non-finite one means the model is broken."""
     references = []
-    for images, state in observations:
-        ref = path.execute(reference, images, state)
-        if not np.isfinite(ref).all():
+    for images, context in examples:
+        ref = path.execute(reference, images, context)
+        if not all_finite(ref):
             raise NonFiniteOutput(
                 "the eager FP32 reference returned NaN or Inf on a random observation: the "
                 "model or its weights are broken, so no tier can be checked"
@@ -132,22 +143,22 @@ def reference_outputs(
 def check_parity(
     path: StepPath,
     tier: Tier,
-    observations: list[Observation],
-    references: list[np.ndarray],
+    examples: list[Example],
+    references: list[list[np.ndarray]],
     rtol: float,
     setting: str = "parity_rtol",
 ) -> tuple[float, float]:
-    """Largest relative error against the references, and the median step time (upload, run,
-    download). Raises at the first non-finite output or error above `rtol` (the message names
-    `setting`, the option that set it)."""
+    """Largest relative error against the references (over every output: the chunk and any
+    extras), and the median step time (upload, run, download). Raises at the first non-finite
+    output or error above `rtol` (the message names `setting`, the option that set it)."""
     errors, times = [], []
-    for index, ((images, state), ref) in enumerate(zip(observations, references, strict=True)):
+    for index, ((images, context), ref) in enumerate(zip(examples, references, strict=True)):
         began = time.perf_counter()
-        out = path.execute(tier, images, state)
+        out = path.execute(tier, images, context)
         times.append(time.perf_counter() - began)
-        if not np.isfinite(out).all():
+        if not all_finite(out):
             raise NonFiniteOutput(f"non-finite output on parity observation {index}")
-        errors.append(relative_error(out, ref))
+        errors.append(max(relative_error(o, r) for o, r in zip(out, ref, strict=True)))
         if errors[-1] > rtol:
             raise ValueError(
                 f"parity error {errors[-1]:.2e} exceeds {setting} {rtol:.0e} on observation {index}"

@@ -1,5 +1,6 @@
 """What travels between a robot's session and the inference worker, and what the worker needs of
-a session: its mailbox of requests (newest wins) and its queue of finished chunks."""
+a session: its mailbox of requests (newest wins), its queue of finished chunks, and the
+observations refused because of their content."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ class Chunk:
     memory: Mapping[str, np.ndarray] | None = None  # the policy's new memory (arrays copied)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """An observation the policy could not use because of its content (InputFault): the loop
+    tells the robot with an `error`."""
+
+    obs_seq: int
+    reason: str
+
+
 class RobotQueues(Protocol):
     """One robot as the worker sees it (the daemon's Session is one)."""
 
@@ -48,4 +58,5 @@ class RobotQueues(Protocol):
     closed: bool
     requests: Mailbox[InferenceRequest]
     chunks: collections.deque[Chunk]
+    refused: collections.deque[Refusal]
     counters: collections.Counter[str]

@@ -2,8 +2,8 @@
 
     runner = Runner(policy, RunnerConfig(), device="cuda")
     runner.start(progress=print)            # build, warm up, capture, parity; minutes when cold
-    chunk = runner.predict_chunk(images, state)   # (chunk_size, action_dim) float32, caller-owned
     prediction = runner.predict(images, context)  # the Policy contract (context: RobotContext)
+    chunk = runner.predict_chunk(images, state)   # the raw step on a state window, for tools
 
 Tiers, highest first: graph (compiled + CUDA graph), compiled, eager_half, eager_fp32 (the
 reference; see `controller.inference.runner_config`). At start every tier from `top_tier` down is
@@ -19,8 +19,8 @@ step is re-run on the next tier when that still fits in the budget. Optionally, 
 higher tiers get a fresh parity check and serve again if they pass.
 
 Runner is itself a `Policy` (`predict`); `predict_chunk` is the raw step on a state window, for
-benchmarks and tools. One thread calls predict_chunk (the inference worker); status() and
-demotions may be read from any thread.
+benchmarks and tools. One thread calls predict (the inference worker); status() and demotions
+may be read from any thread.
 """
 
 from __future__ import annotations
@@ -34,20 +34,21 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
-from controller.errors import PolicyError
+from controller.errors import InputFault, PolicyError
 from controller.inference.compile_cache import CompileCache, cache_key
 from controller.inference.faults import FaultPlan, FaultyTier
 from controller.inference.ladder import (
     Demotion,
+    Example,
     NonFiniteOutput,
-    Observation,
     Progress,
     TierReport,
+    all_finite,
     check_parity,
     first_line,
     heartbeat,
-    random_observation,
-    reference_observations,
+    random_example,
+    reference_examples,
     reference_outputs,
 )
 from controller.inference.runner_config import TIER_ORDER, RunnerConfig, TierName
@@ -55,7 +56,7 @@ from controller.inference.serving_ladder import ServingLadder
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import EagerTier, Tier, build_tiers
 from controller.observe.telemetry import Telemetry
-from policies.base import PolicySpec, Prediction, RobotContext
+from policies.base import PolicySpec, Prediction, RobotContext, window_context
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class Runner:
         clock: what step times are measured with (seconds); both for tests."""
         self._telemetry: Telemetry | None = None
         self._policy = policy
+        self._codec = policy.inputs
         self._config = config or RunnerConfig()
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -91,7 +93,7 @@ class Runner:
         self._tiers: dict[str, Tier] = {}
         self._reports: dict[str, TierReport] = {}
         self._ladder = ServingLadder(self._config)
-        self._counts = {"steps": 0, "failed_steps": 0, "reruns": 0}
+        self._counts = {"steps": 0, "failed_steps": 0, "reruns": 0, "input_faults": 0}
         self._last_error = ""
         self._seed = 0
         self._start_s: float | None = None
@@ -104,29 +106,42 @@ class Runner:
     def spec(self) -> PolicySpec:
         return self._policy.spec
 
-    def predict_chunk(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> np.ndarray:
-        """One step: upload, run the serving tier, download. Returns a new float32 array
-        (chunk_size, action_dim) that nothing in the runner touches again.
+    def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
+        """The Policy contract: one robot's observation and context -> its chunk (a new float32
+        array (chunk_size, action_dim) that nothing in the runner touches again) and, for a
+        policy with extra outputs, the robot's new memory. Nothing about the robot stays here.
 
-        If the serving tier raises or returns a non-finite chunk, it is demoted and the same
+        If the serving tier raises or returns a non-finite output, it is demoted and the same
         observation is re-run on the next tier when the time spent so far plus that tier's
         measured step time fits in `step_budget_ms` (always, with no budget); otherwise this call
         raises PolicyError and the next call is served by the new tier. The daemon then keeps
         playing the chunks it already has. PolicyError also when no lower tier is left. A
         malformed observation (camera missing, wrong shape or dtype) raises ValueError.
         """
+        outputs = self._step(images, context)
+        names = self._codec.outputs
+        if not names:
+            return Prediction(outputs[0])
+        return Prediction(outputs[0], dict(zip(names, outputs[1:], strict=True)))
+
+    def predict_chunk(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> np.ndarray:
+        """The raw step on a (state_history, state_size) window, outside any robot's session
+        (benchmarks, tools): `predict` with a context that is just the window."""
+        return self.predict(images, window_context(state)).actions
+
+    def _step(self, images: Mapping[str, np.ndarray], context: RobotContext) -> list[np.ndarray]:
         started = self._clock()
         with self._lock:
             ladder = self._ladder
             if ladder.current is None:
-                raise PolicyError("the runner is not started: call start() before predict_chunk")
+                raise PolicyError("the runner is not started: call start() before predict")
             if ladder.repromote_due():
                 self._try_repromote_locked()
             path = self._path
             if path is None:  # unreachable once started; keeps the type checker honest
-                raise PolicyError("the runner is not started: call start() before predict_chunk")
+                raise PolicyError("the runner is not started: call start() before predict")
             try:
-                path.upload(images, state)
+                path.upload(images, context)
             except ValueError:
                 raise
             except Exception as exc:
@@ -134,11 +149,18 @@ class Runner:
             while True:
                 name = ladder.tiers[ladder.current]
                 try:
-                    chunk = path.execute(self._tiers[name])
-                    if not np.isfinite(chunk).all():
+                    outputs = path.execute(self._tiers[name])
+                    if not all_finite(outputs):
                         raise NonFiniteOutput("the chunk has NaN or Inf values")
                     break
                 except Exception as exc:
+                    if isinstance(exc, NonFiniteOutput) and self._reference_fails_too(path):
+                        # The input is at fault, not the tier: refuse it, demote nothing.
+                        self._counts["input_faults"] += 1
+                        raise InputFault(
+                            "the policy's FP32 reference also returns NaN or Inf for this "
+                            "observation, so the observation was refused (no tier was demoted)"
+                        ) from None
                     self._counts["failed_steps"] += 1
                     self._last_error = f"{name}: {first_line(exc)}"
                     cause = "non_finite" if isinstance(exc, NonFiniteOutput) else "exception"
@@ -162,12 +184,16 @@ class Runner:
             self._reports[name].served_steps += 1
             self._counts["steps"] += 1
             ladder.record_step(self._clock() - started)
-            return chunk
+            return outputs
 
-    def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
-        """The Policy contract: one robot's observation and context -> its chunk. The module
-        reads the robot's state history; nothing about the robot stays in the runner."""
-        return Prediction(self.predict_chunk(images, context.state_history))
+    def _reference_fails_too(self, path: StepPath) -> bool:
+        """Run eager FP32 (the reference) on the observation still in the static inputs: does
+        it fail as well? Then the observation, not the tier, is at fault."""
+        try:
+            return not all_finite(path.execute(self._reference))
+        except Exception as exc:  # the reference cannot say: blame the tier, as before
+            log.warning("fault attribution: the reference failed (%s)", first_line(exc))
+            return False
 
     # ---- start-up ----------------------------------------------------------------------------
 
@@ -188,7 +214,9 @@ class Runner:
 
             if self._device.type == "cuda" and not torch.cuda.is_available():
                 raise PolicyError("the runner was asked for CUDA, but torch sees no CUDA device")
-            self._path = path = StepPath(self.spec, self._policy.module, self._device, self._config)
+            self._path = path = StepPath(
+                self.spec, self._policy.module, self._device, self._config, self._codec
+            )
             names = self._tier_names()
             if {"graph", "compiled"} & set(names) and self._config.cache_dir is not None:
                 key = cache_key(self.spec, path.module, self._config, self._device)
@@ -251,10 +279,10 @@ class Runner:
         self._reports[name].state, self._reports[name].reason = "skipped", reason
         log.log(level, "tier %s skipped: %s", name, reason)
 
-    def _fresh_references(self) -> tuple[list[Observation], list[np.ndarray]]:
+    def _fresh_references(self) -> tuple[list[Example], list[list[np.ndarray]]]:
         count = self._config.parity_observations
-        observations = [random_observation(self.spec, self._next_seed()) for _ in range(count)]
-        return observations, reference_outputs(self._checked_path(), self._reference, observations)
+        examples = [random_example(self.spec, self._codec, self._next_seed()) for _ in range(count)]
+        return examples, reference_outputs(self._checked_path(), self._reference, examples)
 
     def _checked_path(self) -> StepPath:
         if self._path is None:
@@ -262,7 +290,7 @@ class Runner:
         return self._path
 
     def _parity(
-        self, tier: Tier, observations: list[Observation], references: list[np.ndarray]
+        self, tier: Tier, observations: list[Example], references: list[list[np.ndarray]]
     ) -> tuple[float, float]:
         path, rtol = self._checked_path(), self._config.parity_rtol
         return check_parity(path, tier, observations, references, rtol)
@@ -271,8 +299,8 @@ class Runner:
         self,
         name: str,
         tier: Tier,
-        observations: list[Observation],
-        references: list[np.ndarray],
+        observations: list[Example],
+        references: list[list[np.ndarray]],
         say: Progress,
     ) -> None:
         report = self._reports[name]
@@ -304,12 +332,12 @@ class Runner:
         reference = self._policy.reference
         if reference is None:
             raise PolicyError("the policy has no reference chunks")
-        observations = reference_observations(self.spec, reference)
-        chunks = list(reference.chunks)
+        examples = reference_examples(self.spec, reference)
+        chunks = [[chunk] for chunk in reference.chunks]  # the chunk: no extra outputs
         rtol = self._config.reference_parity_rtol
         try:
             error, _ = check_parity(
-                self._checked_path(), tier, observations, chunks, rtol, "reference_parity_rtol"
+                self._checked_path(), tier, examples, chunks, rtol, "reference_parity_rtol"
             )
         except ValueError as exc:
             raise ValueError(f"against {reference.source}: {exc}") from None
@@ -320,7 +348,7 @@ class Runner:
     def try_repromote(self) -> bool:
         """Give the tiers above the serving one a fresh parity check; serve the highest that
         passes. Returns whether the tier changed. Takes several steps' time: call it from the
-        inference thread when a delay is acceptable (predict_chunk calls it after the cool-down
+        inference thread when a delay is acceptable (predict calls it after the cool-down
         when `repromote_after_s` is set)."""
         with self._lock:
             return self._try_repromote_locked()
@@ -364,7 +392,7 @@ class Runner:
     @property
     def step_path(self) -> StepPath:
         """The started runner's step path (staging, stream, download), for profiling tools that
-        time its phases one by one; the serving path itself goes through predict_chunk."""
+        time its phases one by one; the serving path itself goes through predict."""
         return self._checked_path()
 
     @property

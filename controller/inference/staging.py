@@ -33,19 +33,19 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from policies.base import PolicySpec
-from policies.tensor_policy import check_stackable
+from policies.base import PolicySpec, RobotContext
+from policies.inputs import InputCodec, check_frames, frame_groups
+
+_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "int64": torch.int64}
 
 
 class _Slot:
-    """One pinned host copy of an observation and the event of its last upload."""
+    """One pinned host copy of an observation's inputs and the event of its last upload."""
 
-    def __init__(self, image_shape: tuple[int, ...], state_shape: tuple[int, ...]) -> None:
-        self.images = torch.empty(image_shape, dtype=torch.uint8, pin_memory=True)
-        self.state = torch.empty(state_shape, dtype=torch.float32, pin_memory=True)
+    def __init__(self, shapes: list[tuple[tuple[int, ...], torch.dtype]]) -> None:
+        self.tensors = [torch.empty(s, dtype=d, pin_memory=True) for s, d in shapes]
         # numpy views of the pinned memory: np.copyto also takes read-only arrays (zmq frames).
-        self.images_np = self.images.numpy()
-        self.state_np = self.state.numpy()
+        self.arrays = [t.numpy() for t in self.tensors]
         self.uploaded = torch.cuda.Event()
         self.uploaded.record()  # "already done": the first use does not wait
 
@@ -53,9 +53,10 @@ class _Slot:
 class InputStaging:
     """Static input tensors (allocated once) and the host -> device path into them.
 
-    `images` (uint8, (1, n_cameras, H, W, 3)) and `state` (float32, (1, history, size)) are the
-    tensors every tier reads; their addresses never change, so a CUDA graph can be captured over
-    them. On a CPU device the upload is a plain copy into them.
+    `tensors` are what every tier passes to the module, in `forward`'s order: the frame groups
+    (uint8, (1, n, H, W, 3) each, `policies.inputs.frame_groups`), then the codec's inputs
+    (the state history by default). Their addresses never change, so a CUDA graph can be
+    captured over them. On a CPU device the upload is a plain copy into them.
 
     `wait_for_slot=False` with `slots=1` is the naive design, kept only so a test can show the
     race above; never serve with it.
@@ -68,74 +69,75 @@ class InputStaging:
         compute_stream: torch.cuda.Stream | None = None,
         slots: int = 2,
         wait_for_slot: bool = True,
+        codec: InputCodec | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError("staging needs at least one slot")
-        height, width = check_stackable(spec)
         self._spec = spec
-        self._names = spec.camera_names
-        self._frame_shape = (height, width, 3)
-        self._state_shape = (spec.state_history, spec.state_size)
-        image_shape = (1, len(spec.cameras), height, width, 3)
-        state_shape = (1, *self._state_shape)
+        self._codec = codec or InputCodec(spec)
+        groups = frame_groups(spec)
+        # camera name -> (frame tensor index, row): where each frame goes.
+        self._placement = [
+            (name, index, row)
+            for index, group in enumerate(groups)
+            for row, name in enumerate(group.cameras)
+        ]
+        self._n_frames = len(groups)
+        shapes = [((1, *g.shape), torch.uint8) for g in groups] + [
+            ((1, *i.shape), _DTYPES[i.dtype]) for i in self._codec.inputs
+        ]
         self.device = device
-        self.images = torch.zeros(image_shape, dtype=torch.uint8, device=device)
-        self.state = torch.zeros(state_shape, dtype=torch.float32, device=device)
+        self.tensors = tuple(torch.zeros(s, dtype=d, device=device) for s, d in shapes)
         self._cuda = device.type == "cuda"
         self._wait_for_slot = wait_for_slot
         self._next = 0
         if self._cuda:
             self._compute = compute_stream or torch.cuda.current_stream(device)
             self._copy_stream = torch.cuda.Stream(device)
-            self._slots = [_Slot(image_shape, state_shape) for _ in range(slots)]
+            self._slots = [_Slot(shapes) for _ in range(slots)]
             self._consumed = torch.cuda.Event()
             self._consumed.record(self._compute)
+        else:
+            self._host = [t.numpy() for t in self.tensors]
 
-    def check(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> None:
-        """Refuse an observation that does not fit the spec, naming what is wrong."""
-        for name in self._names:
-            frame = images.get(name)
-            if frame is None:
-                raise ValueError(f"observation has no frame for camera {name!r}")
-            if frame.dtype != np.uint8 or frame.shape != self._frame_shape:
-                raise ValueError(
-                    f"camera {name!r}: expected uint8 {self._frame_shape}, "
-                    f"got {frame.dtype} {frame.shape}"
-                )
-        if state.dtype != np.float32 or state.shape != self._state_shape:
-            raise ValueError(
-                f"state: expected float32 {self._state_shape}, got {state.dtype} {state.shape}"
-            )
+    @property
+    def frames(self) -> tuple[torch.Tensor, ...]:
+        """The frame tensors alone (one per camera shape)."""
+        return self.tensors[: self._n_frames]
 
-    def upload(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> None:
+    def upload(self, images: Mapping[str, np.ndarray], context: RobotContext) -> None:
         """Copy one observation into the static tensors; the compute stream waits for it.
+        Raises ValueError, before anything is written, when a frame does not fit the spec;
+        the codec checks its own inputs.
 
         Returns once the host-side copy into pinned memory is done: the caller may reuse or free
         its arrays at once.
         """
-        self.check(images, state)
+        check_frames(self._spec, images)
+        n = self._n_frames
         if not self._cuda:
-            host_images, host_state = self.images.numpy(), self.state.numpy()
-            for i, name in enumerate(self._names):
-                np.copyto(host_images[0, i], images[name])
-            np.copyto(host_state[0], state)
+            self._codec.encode(context, self._host[n:])
+            for name, index, row in self._placement:
+                np.copyto(self._host[index][0, row], images[name])
             return
         slot = self._slots[self._next]
-        self._next = (self._next + 1) % len(self._slots)
         if self._wait_for_slot:
             slot.uploaded.synchronize()  # the slot's previous copy has been read by the GPU
+        # The codec first: it may refuse the context, and then nothing has been enqueued.
+        self._codec.encode(context, [a[0] for a in slot.arrays[n:]])
+        self._next = (self._next + 1) % len(self._slots)
         # Nothing is written to the static tensors before the last step has read them.
         self._copy_stream.wait_event(self._consumed)
         with torch.cuda.stream(self._copy_stream):
             # Camera by camera, so each frame's DMA overlaps the host copy of the next one.
-            for i, name in enumerate(self._names):
+            for name, index, row in self._placement:
                 # np.copyto, single-threaded on purpose: torch's multi-threaded CPU copy was
                 # faster when the machine was idle but took 24 ms a step on an H200 host while
                 # other processes kept its cores busy (its worker threads wait on each other).
-                np.copyto(slot.images_np[0, i], images[name])
-                self.images[0, i].copy_(slot.images[0, i], non_blocking=True)
-            np.copyto(slot.state_np[0], state)
-            self.state.copy_(slot.state, non_blocking=True)
+                np.copyto(slot.arrays[index][0, row], images[name])
+                self.tensors[index][0, row].copy_(slot.tensors[index][0, row], non_blocking=True)
+            for index in range(n, len(self.tensors)):
+                self.tensors[index].copy_(slot.tensors[index], non_blocking=True)
             slot.uploaded.record(self._copy_stream)
         self._compute.wait_event(slot.uploaded)
 
@@ -150,28 +152,36 @@ class InputStaging:
 
 
 class OutputDownload:
-    """The device -> host path of a chunk, through a pinned buffer owned by the runner."""
+    """The device -> host path of a step's outputs (the chunk, then any extras), through pinned
+    buffers owned by the runner, allocated on the first fetch (at start-up)."""
 
     def __init__(self, shape: tuple[int, int], device: torch.device) -> None:
         self._shape = shape
         self._cuda = device.type == "cuda"
+        self._host: list[torch.Tensor] = []
         if self._cuda:
-            self._host = torch.empty(shape, dtype=torch.float32, pin_memory=True)
-            self._host_np = self._host.numpy()
             self._done = torch.cuda.Event()
 
-    def fetch(self, out: torch.Tensor) -> np.ndarray:
-        """Copy `out` ((1, chunk, action_dim) on the device) into a new float32 numpy array.
+    def fetch(self, outputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
+        """Copy each output (batch 1, on the device) into a new float32 numpy array, without
+        the batch dimension; the chunk, (chunk_size, action_dim), comes first.
 
-        Blocks until the copy is done, so graph-owned `out` may be overwritten right after.
+        Blocks until the copy is done, so graph-owned outputs may be overwritten right after.
         """
-        if tuple(out.shape) != (1, *self._shape):
+        if tuple(outputs[0].shape) != (1, *self._shape):
             raise ValueError(
-                f"the model returned shape {tuple(out.shape)}, expected {(1, *self._shape)}"
+                f"the model returned shape {tuple(outputs[0].shape)}, expected "
+                f"{(1, *self._shape)}"
             )
         if not self._cuda:
-            return out[0].detach().to(torch.float32).numpy().copy()
-        self._host.copy_(out[0], non_blocking=True)
+            return [o[0].detach().to(torch.float32).numpy().copy() for o in outputs]
+        if len(self._host) != len(outputs) or any(
+            h.shape != o.shape[1:] for h, o in zip(self._host, outputs, strict=True)
+        ):
+            self._host = [torch.empty(o.shape[1:], dtype=torch.float32, pin_memory=True)
+                          for o in outputs]
+        for host, out in zip(self._host, outputs, strict=True):
+            host.copy_(out[0], non_blocking=True)
         self._done.record()
         self._done.synchronize()
-        return self._host_np.copy()
+        return [host.numpy().copy() for host in self._host]

@@ -24,12 +24,18 @@ from controller.observe.telemetry import (
     UPLOAD,
     Telemetry,
 )
-from policies.base import PolicySpec
+from policies.base import PolicySpec, RobotContext
+from policies.inputs import InputCodec
 
 
 class StepPath:
     def __init__(
-        self, spec: PolicySpec, module: torch.nn.Module, device: torch.device, config: RunnerConfig
+        self,
+        spec: PolicySpec,
+        module: torch.nn.Module,
+        device: torch.device,
+        config: RunnerConfig,
+        codec: InputCodec | None = None,
     ) -> None:
         """Moves the module to `device` (in place, as nn.Module.to does) and allocates buffers."""
         if device.type == "cuda" and not torch.cuda.is_available():
@@ -53,7 +59,7 @@ class StepPath:
             torch.cuda.set_device(device)
             torch.backends.cudnn.benchmark = config.cudnn_benchmark
             self.stream = torch.cuda.Stream(device)
-        self.staging = InputStaging(spec, device, compute_stream=self.stream)
+        self.staging = InputStaging(spec, device, compute_stream=self.stream, codec=codec)
         self._download = OutputDownload((spec.chunk_size, spec.action_dim), device)
         self._timed = False  # start-up steps (warm-up, parity) are not recorded
 
@@ -75,7 +81,7 @@ class StepPath:
 
     @property
     def download(self) -> OutputDownload:
-        """The pinned output buffer a tier's chunk is fetched through into a host array."""
+        """The pinned output buffers a tier's outputs are fetched through into host arrays."""
         return self._download
 
     def on_stream(self) -> contextlib.AbstractContextManager[object]:
@@ -83,11 +89,11 @@ class StepPath:
             return contextlib.nullcontext()
         return torch.cuda.stream(self.stream)
 
-    def upload(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> None:
+    def upload(self, images: Mapping[str, np.ndarray], context: RobotContext) -> None:
         if self._timed:
             started = self._clock()
         with self.on_stream():
-            self.staging.upload(images, state)
+            self.staging.upload(images, context)
         if self._timed:
             self._t_upload.stop(started)
 
@@ -95,12 +101,13 @@ class StepPath:
         self,
         tier: Tier,
         images: Mapping[str, np.ndarray] | None = None,
-        state: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """(Upload,) run and download; returns a new chunk array that only the caller holds."""
+        context: RobotContext | None = None,
+    ) -> list[np.ndarray]:
+        """(Upload,) run and download; returns new arrays that only the caller holds: the
+        chunk, then the policy's extra outputs."""
         with torch.no_grad(), self.on_stream():
-            if images is not None and state is not None:
-                self.staging.upload(images, state)
+            if images is not None and context is not None:
+                self.staging.upload(images, context)
             if not self._timed:
                 out = tier.run()
                 self.staging.mark_consumed()
@@ -112,9 +119,9 @@ class StepPath:
             gpu.end(self.stream)
             t = self._t_model[tier.name].lap(t)
             self.staging.mark_consumed()
-            chunk = self._download.fetch(out)
+            outputs = self._download.fetch(out)
             self._t_post.lap(t)
-            return chunk
+            return outputs
 
     def build(self, tier: Tier) -> None:
         with torch.no_grad(), self.on_stream():

@@ -1,8 +1,9 @@
 """The four ways the runner can execute one step, over the same static input tensors.
 
-Every tier's `run()` reads `InputStaging.images/state`, enqueues the step on the current stream
-and returns the (1, chunk, action_dim) float32 output on the device. The runner copies that output
-out before the next `run()`, because the graph tier returns the same graph-owned tensor each time.
+Every tier's `run()` reads `InputStaging.tensors`, enqueues the step on the current stream and
+returns the outputs on the device, float32: the (1, chunk, action_dim) chunk first, then the
+policy's extras (`policies.inputs`). The runner copies them out before the next `run()`, because
+the graph tier returns the same graph-owned tensors each time.
 
 Why the CUDA graph is captured by hand instead of torch.compile(mode="reduce-overhead"):
 - We own the input buffers, so nothing is copied into graph-owned inputs each step (inductor's
@@ -26,9 +27,12 @@ from torch import nn
 from controller.inference.runner_config import RunnerConfig, TierName
 from controller.inference.staging import InputStaging
 
+Outputs = tuple[torch.Tensor, ...]
+
 
 class _Step(nn.Module):
-    """module(images, state) under autocast (when `half` is set), always returning FP32."""
+    """module(*inputs) under autocast (when `half` is set), always returning a tuple of FP32
+    outputs (a module that returns one tensor gives a 1-tuple)."""
 
     def __init__(self, module: nn.Module, half: torch.dtype | None, device_type: str) -> None:
         super().__init__()
@@ -36,12 +40,14 @@ class _Step(nn.Module):
         self.autocast_dtype = half  # not `half`: that is nn.Module's own method
         self.device_type = device_type
 
-    def forward(self, images: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    def forward(self, *inputs: torch.Tensor) -> Outputs:
         if self.autocast_dtype is None:
-            return self.module(images, state).float()
-        with torch.autocast(self.device_type, dtype=self.autocast_dtype):
-            out = self.module(images, state)
-        return out.float()
+            out = self.module(*inputs)
+        else:
+            with torch.autocast(self.device_type, dtype=self.autocast_dtype):
+                out = self.module(*inputs)
+        outputs = out if isinstance(out, tuple) else (out,)
+        return tuple(o.float() for o in outputs)
 
 
 class Tier:
@@ -53,7 +59,7 @@ class Tier:
     def build(self) -> None:
         """Compile, warm up, capture: everything before the parity check. Raises on failure."""
 
-    def run(self) -> torch.Tensor:
+    def run(self) -> Outputs:
         raise NotImplementedError
 
     def begin_serving(self) -> None:
@@ -69,8 +75,8 @@ class EagerTier(Tier):
         self._step = _Step(module, half, inputs.device.type)
         self._inputs = inputs
 
-    def run(self) -> torch.Tensor:
-        return self._step(self._inputs.images, self._inputs.state)
+    def run(self) -> Outputs:
+        return self._step(*self._inputs.tensors)
 
 
 class CompiledStep:
@@ -87,11 +93,11 @@ class CompiledStep:
         self._config = config
         self._step = _Step(module, half, inputs.device.type)
         self.precision = precision_name(half)
-        self.compiled: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        self.compiled: Callable[..., Outputs] | None = None
         self.compile_s: float | None = None
         self._error: BaseException | None = None
 
-    def _compile(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    def _compile(self) -> Callable[..., Outputs]:
         config = self._config
         options = None
         if config.compile_backend == "inductor":
@@ -116,20 +122,20 @@ class CompiledStep:
             if self.compiled is None:
                 started = time.perf_counter()
                 self.compiled = self._compile()
-                self.compiled(self._inputs.images, self._inputs.state)
+                self.compiled(*self._inputs.tensors)
                 _sync(self._inputs.device)
                 self.compile_s = time.perf_counter() - started
             for _ in range(steps):
-                self.compiled(self._inputs.images, self._inputs.state)
+                self.compiled(*self._inputs.tensors)
             _sync(self._inputs.device)
         except Exception as exc:
             self._error = exc
             raise
 
-    def __call__(self) -> torch.Tensor:
+    def __call__(self) -> Outputs:
         if self.compiled is None:
             raise RuntimeError("the compiled step was used before it was built")
-        return self.compiled(self._inputs.images, self._inputs.state)
+        return self.compiled(*self._inputs.tensors)
 
 
 def _sync(device: torch.device) -> None:
@@ -155,7 +161,7 @@ class CompiledTier(Tier):
     def build(self) -> None:
         self._step.warm(self._warmup)
 
-    def run(self) -> torch.Tensor:
+    def run(self) -> Outputs:
         if not self._serving:
             return self._step()
         with no_recompile():
@@ -178,7 +184,7 @@ class GraphTier(Tier):
         self._warmup = warmup_steps
         self.precision = step.precision
         self._graph: torch.cuda.CUDAGraph | None = None
-        self._out: torch.Tensor | None = None
+        self._out: Outputs | None = None
 
     def build(self) -> None:
         side = torch.cuda.Stream(self._inputs.device)
@@ -197,7 +203,7 @@ class GraphTier(Tier):
         graph.replay()
         torch.cuda.synchronize(self._inputs.device)
 
-    def run(self) -> torch.Tensor:
+    def run(self) -> Outputs:
         if self._graph is None or self._out is None:
             raise RuntimeError("the CUDA graph was used before it was captured")
         self._graph.replay()

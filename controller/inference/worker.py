@@ -18,7 +18,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from controller.inference.requests import Chunk, InferenceRequest, RobotQueues
+from controller.errors import InputFault
+from controller.inference.requests import Chunk, InferenceRequest, Refusal, RobotQueues
 from controller.observe.telemetry import INFERENCE, MAILBOX_WAIT, Telemetry
 from policies.base import Policy
 
@@ -41,6 +42,7 @@ class InferenceWorker:
         self.inferences = 0
         self.failures = 0
         self.non_finite = 0
+        self.input_faults = 0  # observations refused because the reference fails on them too
         self._last_warning_ns = -WARNING_INTERVAL_NS
         self._suppressed = 0
 
@@ -95,6 +97,12 @@ class InferenceWorker:
             self._t_mailbox.record_ns(started - request.received_ns)
         try:
             prediction = self.policy.predict(request.images, request.context)
+        except InputFault as exc:  # this robot's observation is at fault: tell it, count it
+            self.input_faults += 1
+            session.counters["input_faults"] += 1
+            session.refused.append(Refusal(request.obs_seq, str(exc)))
+            self._warn(f"robot {session.robot}: observation {request.obs_seq} refused: {exc}")
+            return
         except Exception as exc:  # noqa: BLE001 - any failure: keep serving from existing chunks
             self.failures += 1
             session.counters["inference_failures"] += 1

@@ -1,6 +1,7 @@
 """A local control socket that answers status requests (`tempo status`, the demo).
 
-Its own thread and its own REP socket, so asking never touches the control loop's socket. It
+Its own thread and its own ROUTER socket, so asking never touches the control loop's socket, and
+no request, however many parts it has, can leave it unable to answer the next one. It
 reads the daemon's counters without locks: a status snapshot may be a tick out of date.
 """
 
@@ -14,16 +15,29 @@ from typing import Any
 import msgpack
 import zmq
 
+from controller.errors import BindError
+from controller.wire.binding import bind
+
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 4096
 
 
 class StatusServer:
-    def __init__(self, context: zmq.Context, bind: str, snapshot: Callable[[], dict[str, Any]]):
+    def __init__(
+        self,
+        context: zmq.Context,
+        bind: str,
+        snapshot: Callable[[], dict[str, Any]] | None = None,
+    ):
+        """Without `snapshot`, start() binds and requests wait until `serve(snapshot)`: the
+        daemon binds before its policy loads, and answers once it is ready."""
         self.context = context
         self.bind = bind
         self.snapshot = snapshot
+        self._serving = threading.Event()
+        if snapshot is not None:
+            self._serving.set()
         self.endpoint = ""
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -39,32 +53,61 @@ class StatusServer:
         return self.endpoint
 
     def _run(self) -> None:
-        socket = self.context.socket(zmq.REP)
+        socket = self._open()
+        self._ready.set()
+        if socket is None:
+            return
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._serve_one(socket)
+                except zmq.ZMQError as exc:  # a ROUTER has no state a request can break
+                    log.warning("status request failed (%s); still serving", exc)
+        finally:
+            socket.close(0)
+
+    def _open(self) -> zmq.Socket | None:
+        """A bound ROUTER: it answers each request whatever its parts (a REP socket refuses to
+        send after a request it did not read whole, and stays stuck)."""
+        socket = self.context.socket(zmq.ROUTER)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
         try:
-            socket.bind(self.bind)
-            self.endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
-        except zmq.ZMQError as exc:
+            self.endpoint = bind(socket, self.bind, "server.status_bind")
+        except BindError as exc:
             self._error = exc
-            self._ready.set()
             socket.close(0)
+            return None
+        return socket
+
+    def serve(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        """Start answering requests with `snapshot()` (requests that came earlier, too)."""
+        self.snapshot = snapshot
+        self._serving.set()
+
+    def _serve_one(self, socket: zmq.Socket) -> None:
+        if not self._serving.wait(0.1) or not socket.poll(100):
             return
-        self._ready.set()
+        # [identity, (empty delimiter from REQ), request parts...]: any request is a status
+        # request; its content is not parsed. Parts are read one by one, at most a few kept.
+        identity = socket.recv(zmq.NOBLOCK)
+        envelope: list[bytes] = []
+        first = True
+        while socket.getsockopt(zmq.RCVMORE):
+            part = socket.recv()
+            if first and not part:
+                envelope.append(part)  # the REQ delimiter: echoed so a REQ client can read
+            first = False
+        snapshot = self.snapshot
         try:
-            while not self._stop.is_set():
-                if not socket.poll(100):
-                    continue
-                socket.recv()  # any request is a status request; its content is not parsed
-                try:
-                    packed = msgpack.packb(self.snapshot(), use_bin_type=True)
-                except Exception:  # e.g. a policy's status() with numpy scalars: keep serving
-                    log.exception("status snapshot failed")
-                    error = {"error": "the daemon could not build its status; see its log"}
-                    packed = msgpack.packb(error, use_bin_type=True)
-                socket.send(packed)
-        finally:
-            socket.close(0)
+            if snapshot is None:  # unreachable: requests wait for serve(); say so anyway
+                raise RuntimeError("status requested before the daemon was ready")
+            packed = msgpack.packb(snapshot(), use_bin_type=True)
+        except Exception:  # e.g. a policy's status() with numpy scalars: keep serving
+            log.exception("status snapshot failed")
+            error = {"error": "the daemon could not build its status; see its log"}
+            packed = msgpack.packb(error, use_bin_type=True)
+        socket.send_multipart([identity, *envelope, packed], flags=zmq.NOBLOCK)
 
     def stop(self) -> None:
         self._stop.set()

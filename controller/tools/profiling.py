@@ -55,7 +55,7 @@ from controller.tools.profile_result import ProfileResult, Row, summarize
 from controller.tools.profile_view import recommend, render_profile
 from controller.tools.replay import ObservationSource
 from controller.tools.torch_trace import torch_trace
-from policies.base import PolicySpec
+from policies.base import PolicySpec, window_context
 from policies.catalog import build_tensor_policy, describe_source
 from policies.tensor_policy import TensorPolicy
 
@@ -150,7 +150,7 @@ class _Phases:
     def run(self, images: dict[str, np.ndarray], state: np.ndarray) -> tuple[float, float, float]:
         path, clock = self.path, time.perf_counter
         started = clock()
-        path.upload(images, state)
+        path.upload(images, window_context(state))
         if self.cuda:
             torch.cuda.synchronize(path.device)
         uploaded = clock()
@@ -169,7 +169,7 @@ class _Phases:
                 path.staging.mark_consumed()
                 model = clock() - began
             fetched = clock()
-            chunk = path.download.fetch(out)
+            chunk = path.download.fetch(out)[0]
             bool(np.isfinite(chunk).all())
             download = clock() - fetched
         return uploaded - started, model, download
@@ -192,12 +192,13 @@ def _breakdown(
 
         def forward() -> Any:
             if half is None:
-                return module(path.staging.images, path.staging.state)
+                return module(*path.staging.tensors)
             with torch.autocast(path.device.type, dtype=half):
-                return module(path.staging.images, path.staging.state)
+                return module(*path.staging.tensors)
 
         for i in range(iterations + 3):
-            path.upload(*source.next())
+            images, state = source.next()
+            path.upload(images, window_context(state))
             measured = timer.measure(forward)
             path.staging.mark_consumed()
             if i < 3:

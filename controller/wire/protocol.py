@@ -44,6 +44,8 @@ _DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 MAX_NDIM = 4
 KINDS = ("hello", "welcome", "obs", "action", "hold", "teleop", "bye", "error")
+DRIVER_KINDS = ("hello", "obs", "teleop", "bye")  # what a driver may send; the rest is ours
+_WITH_ARRAYS = ("obs", "action")  # every other kind carries no array frames
 
 _COMMON = {"version": int, "kind": str, "robot": str, "seq": int, "time_ns": int, "arrays": list}
 # Fields each kind must (required) or may (optional) carry besides the common ones.
@@ -112,6 +114,19 @@ def _refuse_ext(code: int, data: bytes) -> Any:
     )
 
 
+def _map_without_duplicates(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """msgpack would keep the last of two equal keys; another decoder may keep the first, so
+    such a map means different things to different readers: refuse it."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[Any] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ProtocolError(ErrorCode.MALFORMED, f"the header repeats the map key {key!r}")
+            seen.add(key)
+    return result
+
+
 def _unpack_header(raw: Any, limits: Limits) -> dict[str, Any]:
     size = len(raw)
     if size > limits.max_header_bytes:
@@ -119,8 +134,19 @@ def _unpack_header(raw: Any, limits: Limits) -> dict[str, Any]:
             ErrorCode.NOT_ALLOWED,
             f"header frame is {size} bytes; the limit is {limits.max_header_bytes}",
         )
+    header = _unpack(raw, limits)
+    if not isinstance(header, dict):
+        raise ProtocolError(ErrorCode.MALFORMED, "header frame must be a msgpack map")
+    _refuse_foreign_types(header, limits.max_header_values)
+    # Once more with a Python check of every map's keys: only now that the header is known to
+    # be small (a hook per map on 16 KiB of empty maps would cost the loop milliseconds).
+    _unpack(raw, limits, object_pairs_hook=_map_without_duplicates)
+    return header
+
+
+def _unpack(raw: Any, limits: Limits, **hooks: Any) -> Any:
     try:
-        header = msgpack.unpackb(
+        return msgpack.unpackb(
             raw,
             raw=False,
             strict_map_key=True,
@@ -132,6 +158,7 @@ def _unpack_header(raw: Any, limits: Limits) -> dict[str, Any]:
             max_array_len=limits.max_container_len,
             max_map_len=limits.max_container_len,
             max_ext_len=limits.max_header_bytes,
+            **hooks,
         )
     except ProtocolError:
         raise
@@ -144,10 +171,6 @@ def _unpack_header(raw: Any, limits: Limits) -> dict[str, Any]:
             ErrorCode.MALFORMED,
             f"header frame is not a valid msgpack map ({type(exc).__name__}: {exc})",
         ) from None
-    if not isinstance(header, dict):
-        raise ProtocolError(ErrorCode.MALFORMED, "header frame must be a msgpack map")
-    _refuse_foreign_types(header, limits.max_header_values)
-    return header
 
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -183,7 +206,7 @@ def _refuse_foreign_types(header: dict[str, Any], max_values: int) -> None:
             )
 
 
-def _check_fields(header: dict[str, Any]) -> str:
+def _check_fields(header: dict[str, Any], kinds: Sequence[str] = KINDS) -> str:
     for name, expected in _COMMON.items():
         if name not in header:
             raise ProtocolError(ErrorCode.MALFORMED, f"header is missing the field {name!r}")
@@ -207,7 +230,13 @@ def _check_fields(header: dict[str, Any]) -> str:
         raise ProtocolError(
             ErrorCode.NOT_ALLOWED, f"unknown message kind {kind!r}; expected one of {KINDS}"
         )
+    if kind not in kinds:
+        raise ProtocolError(
+            ErrorCode.NOT_ALLOWED, f"this end accepts {', '.join(kinds)}, not {kind!r}"
+        )
     required, optional = _REQUIRED[kind], _OPTIONAL.get(kind, {})
+    for name in [n for n in optional if n in header and header[n] is None]:
+        del header[name]  # nil in an optional field means the field is absent
     for name in required:
         if name not in header:
             raise ProtocolError(ErrorCode.MALFORMED, f"a {kind!r} message needs the field {name!r}")
@@ -221,6 +250,11 @@ def _check_fields(header: dict[str, Any]) -> str:
             raise ProtocolError(
                 ErrorCode.MALFORMED, f"header field {name!r} must be {_type_name(allowed)}"
             )
+    if header["arrays"] and kind not in _WITH_ARRAYS:
+        raise ProtocolError(
+            ErrorCode.MALFORMED,
+            f"a {kind!r} message carries no arrays; only obs and action do (send 'arrays': [])",
+        )
     if not 0 <= header["seq"] < 2**63:
         raise ProtocolError(ErrorCode.MALFORMED, "header field 'seq' must be in [0, 2^63)")
     if not 0 <= header["time_ns"] < 2**63:
@@ -291,19 +325,24 @@ def _array_descriptors(header: dict[str, Any], limits: Limits) -> list[tuple[str
     return out
 
 
-def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
-    """Frames as received (bytes, memoryview or zmq.Frame) -> Message, or ProtocolError."""
+def decode(
+    frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS, kinds: Sequence[str] = KINDS
+) -> Message:
+    """Frames as received (bytes, memoryview or zmq.Frame) -> Message, or ProtocolError.
+    `kinds`: the kinds this end accepts; another known kind is refused with not_allowed."""
     if not frames:
         raise ProtocolError(ErrorCode.MALFORMED, "empty message")
     if len(frames) > limits.max_frames:
+        # The daemon stops reading a message past the limit, so the count is a lower bound.
         raise ProtocolError(
             ErrorCode.NOT_ALLOWED,
-            f"{len(frames)} frames; the limit is {limits.max_frames} (one header + arrays)",
+            f"the message has more than {limits.max_frames} frames, the limit (one header + "
+            f"{limits.max_arrays} arrays)",
         )
     # zmq.Frame exposes .buffer; bytes and arrays are buffers already. Views, never copies.
     buffers = [memoryview(getattr(f, "buffer", f)).cast("B") for f in frames]
     header = _unpack_header(buffers[0], limits)
-    kind = _check_fields(header)
+    kind = _check_fields(header, kinds)
     descriptors = _array_descriptors(header, limits)
     if len(descriptors) != len(buffers) - 1:
         raise ProtocolError(

@@ -131,6 +131,14 @@ class ACT(nn.Module):
         actions = self.predict_normalized(pixels, robot_state, env_state)
         return self.action_norm.unnormalize(actions)
 
+    def state_bounds(self, limit: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(low, high) per state entry (robot state, then environment state): the raw values
+        whose normalization stays within +-limit (see policies.tensor_policy.with_state_bounds).
+        Masked entries too: they are normalized before the mask zeroes them."""
+        robot = self.state_norm.input_bounds(limit)
+        env = self.env_state_norm.input_bounds(limit)
+        return torch.cat([robot[0], env[0]]), torch.cat([robot[1], env[1]])
+
     def predict_normalized(
         self, pixels: torch.Tensor | None, robot_state: torch.Tensor, env_state: torch.Tensor
     ) -> torch.Tensor:

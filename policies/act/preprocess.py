@@ -71,6 +71,21 @@ class Normalizer(nn.Module):
             return (y + 1) / 2 * self._range(low, high) + low
         return y
 
+    def input_bounds(self, limit: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(low, high): the raw values whose normalized value lies within +-limit (the inverse
+        of `normalize` at -limit and +limit), float64, of the feature's shape."""
+        edges = torch.full((2, *self.shape), limit, dtype=torch.float64)
+        edges[0] = -limit
+        if self.mode == "mean_std":
+            mean, std = self.mean.double(), self.std.double()
+            raw = edges * (std + self.eps) + mean
+        elif self.mode == "min_max":
+            low, high = self.min.double(), self.max.double()
+            raw = (edges + 1) / 2 * self._range(low, high) + low
+        else:
+            raw = edges
+        return raw.min(dim=0).values, raw.max(dim=0).values
+
     def _stat(self, name: str, view: tuple[int, ...] | None) -> torch.Tensor:
         stat: torch.Tensor = getattr(self, name)
         return stat if view is None else stat.view(view)

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from controller.inference.staging import InputStaging  # noqa: E402
+from policies.base import RobotContext, window_context  # noqa: E402
 from policies.tiny import tiny_spec  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -22,10 +23,10 @@ SPEC = tiny_spec(cameras=2, height=240, width=320, state_size=14, joints=14)
 STALL_CYCLES = 1_000_000_000  # ~0.5 s of GPU time at 2 GHz: far longer than the host's copies
 
 
-def observation(value: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def observation(value: int) -> tuple[dict[str, np.ndarray], RobotContext]:
     frame = np.full((240, 320, 3), value, dtype=np.uint8)
     images = {name: frame.copy() for name in SPEC.camera_names}
-    return images, np.full((1, 14), float(value), dtype=np.float32)
+    return images, window_context(np.full((1, 14), float(value), dtype=np.float32))
 
 
 def stage_all(staging: InputStaging, compute: torch.cuda.Stream, values: list[int]):  # type: ignore[no-untyped-def]
@@ -36,7 +37,7 @@ def stage_all(staging: InputStaging, compute: torch.cuda.Stream, values: list[in
     for value in values:
         staging.upload(*observation(value))
         with torch.cuda.stream(compute):
-            seen.append((staging.images.clone(), staging.state.clone()))
+            seen.append(tuple(t.clone() for t in staging.tensors))
             staging.mark_consumed()
     torch.cuda.synchronize()
     return seen
@@ -78,8 +79,8 @@ def test_upload_returns_before_the_gpu_copy_and_the_caller_may_reuse_its_arrays(
     staging.upload(images, state)
     for frame in images.values():
         frame.fill(0)  # the caller reuses its buffers at once
-    state.fill(0)
+    state.state_history.fill(0)
     with torch.cuda.stream(compute):
-        snapshot = staging.images.clone()
+        snapshot = staging.frames[0].clone()
     torch.cuda.synchronize()
     assert (snapshot == 7).all().item()

@@ -180,7 +180,12 @@ def guard_state(daemon: Any, session: str) -> str | None:
 
 
 def test_frozen_driver_is_detected_within_500_ms_and_recovers(tmp_path):
-    with served(tmp_path) as (daemon, good), driver_process(daemon.endpoint, "frozen") as frozen:
+    # No ZMTP heartbeats (controller/wire/sockets.py): the session timeout ends a frozen
+    # driver's session, here after 1 s of silence.
+    with (
+        served(tmp_path, None, "server.session_timeout_s=1") as (daemon, good),
+        driver_process(daemon.endpoint, "frozen") as frozen,
+    ):
         wait_for(lambda: frozen.actions_since(0), timeout=20)
         wait_for(lambda: steady(good))
         session = frozen.session()
@@ -190,8 +195,7 @@ def test_frozen_driver_is_detected_within_500_ms_and_recovers(tmp_path):
 
         frozen.signal(signal.SIGSTOP)
         stopped = time.monotonic()
-        # Either ZeroMQ's heartbeat timeout drops the connection (session closed), or the
-        # watchdog holds after 200 ms without observations; whichever comes first.
+        # The watchdog holds after 200 ms without observations.
         state = wait_for(
             lambda: (s := guard_state(daemon, session)) != "ok" and (s or "closed"), timeout=2
         )
@@ -199,8 +203,8 @@ def test_frozen_driver_is_detected_within_500_ms_and_recovers(tmp_path):
         assert detected_s < 0.5, f"a frozen driver went unnoticed for {detected_s:.3f} s"
         assert state in ("hold", "stop", "closed")
         print(f"frozen driver detected after {detected_s * 1e3:.0f} ms ({state})")
-        # Frozen a while longer: by now the heartbeat timeout has dropped the connection.
-        wait_for(lambda: guard_state(daemon, session) is None, timeout=2)
+        # Frozen a while longer: the session timeout closes its session.
+        wait_for(lambda: guard_state(daemon, session) is None, timeout=3)
 
         frozen.signal(signal.SIGCONT)
         resumed = time.monotonic_ns()
@@ -468,3 +472,62 @@ def test_policy_returning_junk_once_is_survived(tmp_path, junk):
         # Refused and counted; or, for a list or object array of finite numbers, converted.
         assert daemon.worker.failures + daemon.worker.non_finite <= 1
         assert all(r.finite for r in good.records)
+
+
+# -- an input the model itself cannot handle -------------------------------------------------------
+
+
+class NanAbove1000:
+    """A module that holds the robot where it is, and returns NaN (in every tier, the FP32
+    reference included) when the first state value exceeds 1000: an input, not a tier, fault."""
+
+    @staticmethod
+    def build() -> Any:
+        import torch
+
+        class Module(torch.nn.Module):
+            def forward(self, frames: Any, state: Any) -> Any:
+                newest = state[:, -1, :]  # (batch, 6)
+                poison = torch.sqrt(1000.0 - newest[:, :1]) * 0.0  # NaN past 1000
+                return (newest + poison).unsqueeze(1).expand(-1, 20, -1).contiguous()
+
+        return Module()
+
+
+def test_an_input_the_reference_fails_on_is_refused_to_its_robot_and_demotes_nothing(tmp_path):
+    from controller.inference.build import start_runner
+    from controller.inference.runner_config import RunnerConfig
+    from policies.tensor_policy import TensorPolicy
+    from tests.conftest import recording_client
+
+    spec = reach(tmp_path).spec
+    runner = start_runner(
+        TensorPolicy(spec, NanAbove1000.build()),
+        RunnerConfig(top_tier="eager_fp32", step_budget_ms=None),
+        "cpu",
+    )
+    tier = runner.tier
+    with served(tmp_path, runner) as (daemon, good):
+        wait_for(lambda: steady(good), timeout=20)
+        since, missed = len(good.records), daemon.pacer.missed_ticks
+        lost = good.client.counters.lost
+        bad = recording_client(daemon.endpoint, "bad")
+        bad.connect()
+        image = {"front": np.zeros((96, 128, 3), np.uint8)}
+        poisoned = np.array([5000.0, 0, 0, 0, 0, 0], np.float32)  # within the state bounds
+        for _ in range(20):
+            bad.send_observation(image, poisoned)
+            bad.receive(timeout_s=0.02)
+        wait_for(lambda: (bad.receive(0.01), bad.counters.error_codes)[1].get("unusable_input"))
+        session = bad.welcome.session
+        assert session in daemon.dispatcher.sessions, "a refused input must not end the session"
+        assert not any(r.kind == "action" for r in bad.records), "the bad robot got an action"
+        bad.close()
+        after = len(good.records)
+        wait_for(lambda: len(good.records) >= after + 5)
+
+        assert runner.tier == tier and runner.demotions == []
+        assert runner.status()["input_faults"] >= 1 and runner.status()["failed_steps"] == 0
+        assert daemon.worker.input_faults >= 1
+        assert daemon.status()["protocol_errors"]["unusable_input"] >= 1
+        assert_served_without_a_miss(daemon, good, since, missed, lost)

@@ -307,6 +307,23 @@ def with_state_frame(session: str, seq: int, edit: Callable[[dict], None]) -> li
     return frames
 
 
+def hello_as(robot: str, **spec: Any) -> list[Any]:
+    return encode("hello", robot=robot, seq=1, time_ns=1, fields={"spec": dict(SPEC, **spec)})
+
+
+def repeated_key(raw: bytes, key: str, value: Any) -> bytes:
+    """The msgpack map `raw` with one more entry for `key`, which it already has."""
+    assert raw[0] & 0xF0 == 0x80, "a fixmap"
+    return bytes([raw[0] + 1]) + raw[1:] + pack(key) + pack(value)
+
+
+def with_array(frames: list[Any]) -> list[Any]:
+    """The message with a float32 array declared and attached (its kind carries none)."""
+    h = msgpack.unpackb(bytes(memoryview(frames[0])))
+    h["arrays"] = [{"name": "state", "dtype": "float32", "shape": [6]}]
+    return [pack(h), STATE.tobytes()]
+
+
 @dataclass(frozen=True)
 class Case:
     """Messages to send, each with the error code it must get (None: it must be accepted)."""
@@ -479,6 +496,53 @@ CASES: dict[str, Case] = {
     # The driver's clock in the header at the edge of what msgpack carries.
     "time_ns_max_uint64": on_session(lambda s, q: obs(s, q, time_ns=2**64 - 1), MALFORMED),
     "time_ns_min_int64": on_session(lambda s, q: obs(s, q, time_ns=-(2**63)), MALFORMED),
+    # -- round two: each of these was accepted, or answered with the wrong code
+    "robot_name_with_a_newline": raw(lambda: hello_as("evil\n2026-01-01 INFO forged"), NOT_ALLOWED),
+    "robot_name_with_ansi_escapes": raw(lambda: hello_as("\x1b[31mred\x1b[0m"), NOT_ALLOWED),
+    "robot_name_of_4000_bytes": raw(lambda: hello_as("r" * 4000), NOT_ALLOWED),
+    "robot_name_empty": raw(lambda: hello_as(""), NOT_ALLOWED),
+    "hello_limits_infinite": raw(
+        lambda: hello_as("evil", limits={"joint_0": [-math.inf, math.inf]}), NOT_ALLOWED
+    ),
+    "hello_limits_nan": raw(
+        lambda: hello_as("evil", limits={"joint_0": [math.nan, 1.0]}), NOT_ALLOWED
+    ),
+    "repeated_kind_key_obs_then_bye": on_session(
+        lambda s, q: [repeated_key(obs(s, q)[0], "kind", "bye"), *obs(s, q)[1:]], MALFORMED
+    ),
+    "driver_sends_hold_without_its_fields": raw([pack(header(kind="hold"))], NOT_ALLOWED),
+    "driver_sends_welcome_without_its_fields": raw([pack(header(kind="welcome"))], NOT_ALLOWED),
+    "arrays_on_hello": raw(lambda: with_array(hello_as("evil")), MALFORMED),
+    "arrays_on_teleop": on_session(
+        lambda s, q: with_array(
+            encode("teleop", robot="evil", seq=q, time_ns=1, fields={"session": s, "joints": []})
+        ),
+        MALFORMED,
+    ),
+    "arrays_on_bye": on_session(
+        lambda s, q: with_array(
+            encode("bye", robot="evil", seq=q, time_ns=1, fields={"session": s})
+        ),
+        MALFORMED,
+    ),
+    "two_hundred_frames": raw(lambda: [VALID_HEADER] + [b""] * 199, NOT_ALLOWED),
+    "obs_time_ns_zero": on_session(lambda s, q: obs(s, q, time_ns=0), "clock"),
+    "obs_clock_goes_backwards": Case(
+        lambda a, arena: [
+            (obs(a.session, 5, time_ns=10**12), None),
+            (obs(a.session, 6, time_ns=10**12 - 1), "clock"),
+        ],
+        session=True,
+    ),
+    "obs_resume_nil": on_session(lambda s, q: obs(s, q, resume=None), None),
+    # Finite in float32, but beyond what the model represents after normalization (half
+    # precision's range for the reach policy, which does not normalize).
+    "state_of_1e19": on_session(
+        lambda s, q: obs(s, q, np.array([0, 0, 1e19, 0, 0, 0], np.float32)), "out_of_range"
+    ),
+    "teleop_of_3_4e38": on_session(
+        lambda s, q: obs(s, q, extra={"teleop": np.full(6, 3.4e38, np.float32)}), "out_of_range"
+    ),
 }
 
 # Where the right answer is a judgement call: the codes the daemon may answer with (None: it
@@ -656,15 +720,37 @@ def test_flood_of_10000_messages_in_about_a_second(arena: Arena) -> None:
         for i in range(n):
             attacker.send([b"\xc1" if i % 2 else VALID_HEADER[:7]])
         sent_s = time.monotonic() - started
-        wait_for(
-            lambda: arena.daemon.dispatcher.errors["malformed"] - mark.errors["malformed"] >= n,
-            timeout=10,
-        )
-        assert arena.daemon.dispatcher.messages - handled >= n
+        dispatcher = arena.daemon.dispatcher
+        wait_for(lambda: dispatcher.messages - handled >= n, timeout=10)
         reply = attacker.error()
         assert reply is not None and reply["code"] == MALFORMED
-        arena.judge(mark, collections.Counter({MALFORMED: n}))
+        # The first refusals are answered; past its budget (100 refusals a second) the connection
+        # is muted and the rest are dropped unread, cheaply (daemon/connection_budget.py).
+        refused = dispatcher.errors["malformed"] - mark.errors["malformed"]
+        muted = arena.daemon.status()["muted_messages_dropped"]
+        assert dispatcher.budget.max_refusals < refused < n and muted > 0
+        arena.judge(mark, collections.Counter({MALFORMED: refused}))
         assert sent_s < 2.0, f"the daemon took {sent_s:.2f} s to take 10,000 messages"
+
+
+@pytest.mark.parametrize("socket_type", ["DEALER", "REQ"])
+def test_status_answers_after_any_request(arena: Arena, socket_type: str) -> None:
+    """A request of several parts (it killed the old REP-based status thread for good), an
+    empty one, and an oversize one; then `tempo status` still answers, and the good driver
+    noticed nothing."""
+    arena.ready()
+    mark = arena.mark()
+    context = zmq.Context.instance()
+    for parts in ([b"status", b"and more"], [b""], [b"x" * 10_000], [b"a"] * 50):
+        socket = context.socket(getattr(zmq, socket_type))
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.connect(arena.config.server.status_bind)
+        socket.send_multipart(parts)
+        socket.poll(500)  # an answer, or none (the oversize part drops the connection)
+        socket.close(0)
+    status = request_status(arena.config.server.status_bind, timeout_s=2)
+    assert status is not None and status["robots"], "status stopped answering"
+    arena.judge(mark, collections.Counter())
 
 
 # -- property: whatever a session's driver sends, no internal error and no bad action ----------
@@ -756,3 +842,143 @@ def test_any_observation_from_a_session_is_served_or_refused_cleanly(
     for _, kind, fields, action in recorder.sent:
         if kind == "action":
             assert np.isfinite(action).all(), fields
+
+
+# -- floods at full speed: the daemon in its own process, so that an abort is a failure ---------
+
+# A flooder in its own process: `junk` sends one-byte junk from a DEALER with the ZMTP heartbeat
+# options the protocol document used to recommend, reconnecting every half second (each close
+# of a connection whose queue is full is what libzmq 4.3.5 stumbled on); `obs` says hello and
+# then sends valid observations of its own session without reading. Prints the count it sent.
+FLOODER = """
+import sys, time, numpy as np, zmq
+from controller.wire.protocol import encode
+endpoint, mode, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+spec = {"joints": [f"joint_{i}" for i in range(6)],
+        "cameras": [{"name": "front", "height": 96, "width": 128}], "state_size": 6}
+context = zmq.Context()
+def socket():
+    s = context.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.HEARTBEAT_IVL, 100)
+    s.setsockopt(zmq.HEARTBEAT_TIMEOUT, 300)
+    s.setsockopt(zmq.HEARTBEAT_TTL, 300)
+    s.connect(endpoint)
+    return s
+sent, seq = 0, 0
+print("ready", flush=True)
+sys.stdin.readline()
+deadline = time.monotonic() + seconds
+while time.monotonic() < deadline:
+    s = socket()
+    if mode == "obs":
+        s.send_multipart(encode("hello", robot="flood", seq=1, time_ns=time.monotonic_ns(),
+                                fields={"spec": spec}))
+        session = None
+        while session is None and s.poll(2000):
+            reply = s.recv_multipart()
+            import msgpack
+            header = msgpack.unpackb(reply[0])
+            if header["kind"] == "welcome":
+                session = header["session"]
+        arrays = {"front": np.zeros((96, 128, 3), np.uint8), "state": np.zeros(6, np.float32)}
+    reconnect = time.monotonic() + (seconds if mode == "obs" else 0.5)
+    while time.monotonic() < min(deadline, reconnect):
+        if mode == "obs":
+            seq += 1
+            frames = encode("obs", robot="flood", seq=seq, time_ns=time.monotonic_ns(),
+                            fields={"session": session}, arrays=arrays)
+        else:
+            frames = [b"\\xc1"]
+        try:
+            s.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            sent += 1
+        except zmq.Again:
+            pass
+    s.close(0)
+print(sent, flush=True)
+"""
+
+
+def resident_mb(pid: int) -> str:
+    """The process's resident memory (Linux), for the printed figures only."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            kb = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    except (OSError, StopIteration, ValueError):
+        return "?"
+    return str(kb // 1024)
+
+
+def test_floods_at_full_speed_cannot_kill_the_daemon(tmp_path: Any) -> None:
+    """Three rounds of a few seconds each, while a good driver streams: one heartbeat-enabled
+    DEALER sends junk as fast as it can and two sessions send valid observations as fast as
+    they can. After each round the daemon's process is alive and answers status, the good
+    driver kept its session, received no NaN, and every gap in its steps is a tick the daemon's
+    pacer itself missed (the machine was busy), none a command the attack made it lose."""
+    from controller.observe.status_server import request_status
+    from tests.conftest import daemon_process
+
+    rounds, seconds = 3, 3.0
+    with daemon_process(tmp_path, f"control.rate_hz={RATE_HZ}") as process:
+        endpoint = f"ipc://{tmp_path}/tempo.sock"
+        status_endpoint = f"ipc://{tmp_path}/status.sock"
+        good = StreamingDriver(endpoint, obs_period_s=0.015).start()
+        try:
+            wait_for(lambda: len(good.records) > 20, timeout=10)
+            session = good.client.welcome.session
+            reconnects = good.client.counters.reconnects
+            for round_ in range(rounds):
+                before = request_status(status_endpoint, timeout_s=2)
+                assert before is not None
+                since = len(good.records)
+                flooders = [
+                    subprocess.Popen(
+                        [sys.executable, "-c", FLOODER, endpoint, mode, str(seconds)],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                    for mode in ("junk", "obs", "obs")
+                ]
+                try:
+                    for flooder in flooders:
+                        assert flooder.stdout.readline().strip() == "ready"
+                    for flooder in flooders:
+                        flooder.stdin.write("go\n")
+                        flooder.stdin.flush()
+                    sent = [int(f.stdout.readline()) for f in flooders]
+                finally:
+                    for flooder in flooders:
+                        flooder.kill()
+                        flooder.wait(5)
+                assert process.poll() is None, f"the daemon died (exit {process.returncode})"
+                after = len(good.records)
+                wait_for(lambda n=after: len(good.records) >= n + SETTLE_RECORDS, timeout=10)
+                status = request_status(status_endpoint, timeout_s=5)
+                assert status is not None, "the status socket stopped answering"
+                window = good.records[since:]
+                missed = status["missed_ticks"] - before["missed_ticks"]
+                gaps = [
+                    (a.step, b.step) for a, b in itertools.pairwise(window) if b.step != a.step + 1
+                ]
+                skipped = sum(b - a - 1 for a, b in gaps)
+                holds = collections.Counter(r.reason for r in window if r.kind == "hold")
+                print(
+                    f"round {round_ + 1}: sent junk {sent[0]}, observations {sent[1]} + "
+                    f"{sent[2]}; good driver: {len(window)} commands, gaps {gaps} "
+                    f"({skipped} steps), pacer missed {missed}, holds {dict(holds)}; daemon "
+                    f"handled {status['messages'] - before['messages']} messages, "
+                    f"resident memory {resident_mb(process.pid)} MB"
+                )
+                assert good.client.welcome.session == session, "the good driver lost its session"
+                assert good.client.counters.reconnects == reconnects
+                assert any(r["session"] == session for r in status["robots"])
+                assert all(r.finite for r in window)
+                assert skipped <= missed, (
+                    f"the good driver missed {skipped} steps {gaps} but the daemon's pacer only "
+                    f"{missed}: the attack cost it commands"
+                )
+        finally:
+            good.stop()
+        assert process.poll() is None

@@ -93,3 +93,81 @@ def test_demo_json_smoke(tmp_path):
     assert summary["actions_applied"] > 0
     assert summary["policy_tier"] == "eager_fp32"  # the CPU default (runner.top_tier auto)
     assert (tmp_path / "tempo" / "demo-act" / "model.safetensors").exists()
+
+
+# -- binding: before the policy loads, one sentence, exit code 2 --------------------------------
+
+
+def serve(*overrides: str) -> subprocess.CompletedProcess[str]:
+    """`tempo serve` with a checkpoint that does not exist: a bind error must come first."""
+    args = [sys.executable, "-m", "controller.cli", "serve"]
+    for override in ("policy.kind=checkpoint", "policy.path=/nonexistent/ckpt", *overrides):
+        args += ["--set", override]
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], *says: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("tempo: ")]
+    assert len(errors) == 1, result.stderr  # (INFO lines may come before it)
+    for fragment in says:
+        assert fragment in errors[0], errors[0]
+
+
+def test_an_address_in_use_is_one_sentence_before_the_policy_loads(tmp_path):
+    import zmq
+
+    taken = zmq.Context.instance().socket(zmq.ROUTER)
+    try:
+        taken.bind("tcp://127.0.0.1:*")
+        endpoint = taken.getsockopt_string(zmq.LAST_ENDPOINT)
+        result = serve(f"server.bind={endpoint}", f"server.status_bind=ipc://{tmp_path}/s.sock")
+    finally:
+        taken.close(0)
+    assert_refused(result, f"cannot bind server.bind {endpoint}", "already in use")
+
+
+def test_a_bad_ipc_path_is_one_sentence(tmp_path):
+    status = f"server.status_bind=ipc://{tmp_path}/s.sock"
+    missing = serve(f"server.bind=ipc://{tmp_path}/no/such/dir/t.sock", status)
+    assert_refused(missing, f"{tmp_path}/no/such/dir does not exist")
+    long = serve(f"server.bind=ipc://{tmp_path}/{'a' * 120}.sock", status)
+    assert_refused(long, "limited to 107")
+    status_missing = serve(
+        f"server.bind=ipc://{tmp_path}/t.sock", f"server.status_bind=ipc://{tmp_path}/x/s.sock"
+    )
+    assert_refused(status_missing, "server.status_bind", "does not exist")
+
+
+def test_a_second_daemon_refuses_the_ipc_path_a_live_one_holds(tmp_path):
+    with daemon_process(tmp_path) as first:
+        second = serve(
+            f"server.bind=ipc://{tmp_path}/tempo.sock",
+            f"server.status_bind=ipc://{tmp_path}/other-status.sock",
+        )
+        assert_refused(second, "a running process", "is listening on it")
+        # The first daemon still owns its endpoint: a driver gets a session and actions.
+        client = client_for(tmp_path)
+        client.connect()
+        wait_for(lambda: (observe(client), client.receive(0.01))[1].kind == "action")
+        client.close()
+        assert first.poll() is None
+
+
+def test_ipv6_loopback_binds(tmp_path):
+    import zmq
+
+    from controller.wire.binding import bind
+    from controller.wire.sockets import configure_common
+
+    socket = zmq.Context.instance().socket(zmq.ROUTER)
+    configure_common(socket)
+    try:
+        endpoint = bind(socket, "tcp://[::1]:*", "server.bind")
+    except Exception as exc:  # a machine without IPv6 loopback: then the sentence says so
+        assert "cannot bind server.bind tcp://[::1]:*" in str(exc)
+        return
+    finally:
+        socket.close(0)
+    assert endpoint.startswith("tcp://[::1]:")

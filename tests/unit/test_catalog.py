@@ -37,6 +37,9 @@ def test_a_checkpoint_is_loaded_from_policy_path(tmp_path: Path) -> None:
     config = load_config(None, ["policy.kind=checkpoint", f"policy.path={directory}"])
     policy = build_tensor_policy(config.policy)  # a checkpoint needs no robot section
     assert policy.spec.camera_names == ("front",) and not policy.module.training
+    # The daemon refuses states its normalization cannot represent: the bounds come along.
+    assert policy.spec.state_bounds is not None
+    assert len(policy.spec.state_bounds) == policy.spec.state_size
     assert describe_source(config.policy) == f"checkpoint {directory}"
     missing = load_config(None, ["policy.kind=checkpoint", f"policy.path={tmp_path / 'none'}"])
     with pytest.raises(CheckpointError, match="does not exist"):

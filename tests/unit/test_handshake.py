@@ -203,3 +203,31 @@ def test_driver_limits_are_parsed_and_checked():
             parse_driver_limits(bad)
         assert refused.value.code is ErrorCode.MALFORMED
         assert "limits" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "name", ["arm\nINFO forged", "\x1b[31mred", "r" * 65, "", "arm 0", "bras-gauche-é", "a/b"]
+)
+def test_a_robot_name_outside_the_safe_set_is_refused(name: str) -> None:
+    from controller.daemon.handshake import check_robot_name
+
+    with pytest.raises(ProtocolError) as info:
+        check_robot_name(name)
+    assert info.value.code is ErrorCode.NOT_ALLOWED
+    assert "\n" not in str(info.value) and "\x1b" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["arm0", "left_arm-2.b", "r" * 64])
+def test_safe_robot_names_pass(name: str) -> None:
+    from controller.daemon.handshake import check_robot_name
+
+    check_robot_name(name)
+
+
+@pytest.mark.parametrize("bounds", [[float("-inf"), float("inf")], [0.0, float("nan")]])
+def test_hello_limits_must_be_finite(bounds: list[float]) -> None:
+    from controller.daemon.handshake import parse_driver_limits
+
+    with pytest.raises(ProtocolError, match="must be finite") as info:
+        parse_driver_limits({"limits": {"j0": bounds}})
+    assert info.value.code is ErrorCode.NOT_ALLOWED

@@ -11,6 +11,7 @@ from controller.inference.build import resolve_device, start_runner  # noqa: E40
 from controller.inference.ladder import random_observation  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
 from controller.inference.runner_config import RunnerConfig  # noqa: E402
+from policies.base import window_context  # noqa: E402
 from policies.tiny import build_tiny_policy  # noqa: E402
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -44,9 +45,10 @@ def test_start_runner_returns_a_started_runner_and_reports_progress() -> None:
     assert runner.module is policy.module
     assert runner.serving_tier.name == runner.tier
     path = runner.step_path
-    path.upload(*random_observation(runner.spec, 3))
+    images, state = random_observation(runner.spec, 3)
+    path.upload(images, window_context(state))
     with torch.no_grad():
-        chunk = path.download.fetch(runner.serving_tier.run())
+        chunk = path.download.fetch(runner.serving_tier.run())[0]
     assert chunk.shape == (runner.spec.chunk_size, runner.spec.action_dim)
 
 

@@ -257,8 +257,10 @@ def test_refuses_an_empty_message():
 
 
 def test_refuses_too_many_frames():
+    # The daemon stops reading an over-long message at the limit: the sentence says "more than
+    # 33", never a count it did not see (it once said "35 frames" when 200 were sent).
     frames = [pack(header())] + [b""] * (DEFAULT_LIMITS.max_arrays + 1)
-    refused(frames, ErrorCode.NOT_ALLOWED, f"{len(frames)} frames", "limit is 33")
+    refused(frames, ErrorCode.NOT_ALLOWED, "more than 33 frames", "32 arrays")
 
 
 def test_refuses_an_oversize_header_before_parsing_it():
@@ -823,3 +825,57 @@ def test_the_worked_example_in_the_protocol_doc_is_what_the_encoder_produces():
     assert bytes(memoryview(frames[1])).hex(" ") == "ff 00 00 00 ff 00 00 00 ff ff ff ff"
     assert bytes(memoryview(frames[2])).hex(" ") == "00 00 80 3f 00 00 00 bf"
     assert decode([documented, *wire(frames[1:])]).arrays["state"].tolist() == [1.0, -0.5]
+
+
+# -- issue "hostile inputs, round two": where the codec and the document used to disagree -------
+
+
+def map_with_repeated_key(pairs: list[tuple[str, Any]]) -> bytes:
+    """A msgpack map written by hand, so that it can hold one key twice."""
+    return bytes([0x80 | len(pairs)]) + b"".join(pack(k) + pack(v) for k, v in pairs)
+
+
+def test_refuses_a_header_that_repeats_a_key():
+    # msgpack keeps the last `kind` (a bye), a decoder that keeps the first reads an obs.
+    pairs = list(header("obs").items()) + [("kind", "bye")]
+    refused([map_with_repeated_key(pairs)], ErrorCode.MALFORMED, "repeats the map key 'kind'")
+
+
+def test_refuses_a_repeated_key_inside_a_nested_map():
+    spec = map_with_repeated_key([("joints", JOINTS), ("joints", ["x"])])
+    h = header("hello")
+    del h["spec"]
+    raw = pack(h)
+    # Append the spec as the map's last entry: bump the fixmap's count by one.
+    raw = bytes([raw[0] + 1]) + raw[1:] + pack("spec") + spec
+    refused([raw], ErrorCode.MALFORMED, "repeats the map key 'joints'")
+
+
+@pytest.mark.parametrize("kind", ["welcome", "action", "hold", "error"])
+def test_a_kind_only_the_daemon_sends_is_not_allowed_from_a_driver(kind):
+    # Without its fields: the kind is refused as such, not as a message missing fields.
+    frames = [pack(header("obs", kind=kind))]
+    with pytest.raises(ProtocolError) as info:
+        decode(frames, kinds=("hello", "obs", "teleop", "bye"))
+    assert info.value.code is ErrorCode.NOT_ALLOWED and repr(kind) in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["hello", "teleop", "bye", "welcome", "hold", "error"])
+def test_refuses_arrays_on_a_kind_that_carries_none(kind):
+    h = header(kind, arrays=[{"name": "state", "dtype": "float32", "shape": [3]}])
+    refused([pack(h), np.zeros(3, np.float32).tobytes()], ErrorCode.MALFORMED, "no arrays")
+
+
+@pytest.mark.parametrize(("kind", "field"), [("obs", "resume"), ("obs", "episode_start")])
+def test_nil_in_an_optional_field_means_absent(kind, field):
+    frames = encode(
+        kind, robot="arm0", seq=1, time_ns=5, fields={"session": "s", field: None}, arrays={}
+    )
+    h = msgpack.unpackb(frames[0])
+    h["arrays"] = []
+    message = decode([pack(h)])
+    assert field not in message.header
+
+
+def test_nil_in_a_required_field_is_refused():
+    refused([pack(header("obs", session=None))], ErrorCode.MALFORMED, "'session'")

@@ -315,3 +315,27 @@ def test_a_model_broken_in_eager_fp32_is_a_policy_error(cache_dir) -> None:
 def test_unknown_fault_tier_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown tiers"):
         Runner(build_tiny_policy(), device="cpu", faults={"grpah": FaultPlan()})
+
+
+def test_an_input_the_reference_fails_on_too_is_refused_and_demotes_nothing(cache_dir) -> None:
+    """Fault attribution on the CPU `compiled` tier: a finite but huge state makes every tier,
+    the FP32 reference included, return NaN. That is the input's fault: InputFault, counted, and
+    the tier keeps serving. A NaN the reference does not share (injected into `compiled` on its
+    next call) is the tier's fault: demoted, the step re-run."""
+    from controller.errors import InputFault
+
+    runner = started(cache_dir, faults={"compiled": FaultPlan(nan_on={1})}, top_tier="compiled")
+    assert runner.tier == "compiled"
+    images, state = random_observation(runner.spec, 21)
+    huge = np.full_like(state, 3e38)  # finite; normalized, beyond float32
+    with pytest.raises(InputFault, match="reference also returns NaN or Inf"):
+        runner.predict_chunk(images, huge)
+    status = runner.status()
+    assert runner.tier == "compiled" and runner.demotions == []
+    assert status["input_faults"] == 1 and status["failed_steps"] == 0
+
+    chunk = runner.predict_chunk(images, state)  # call 1: the injected NaN, not the input's
+    np.testing.assert_allclose(chunk, reference_chunk(0, (images, state)), rtol=1e-4, atol=1e-4)
+    ((demotion),) = runner.demotions
+    assert (demotion.from_tier, demotion.cause) == ("compiled", "non_finite")
+    assert runner.status()["input_faults"] == 1
