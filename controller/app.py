@@ -6,11 +6,16 @@ or checkpoint stops the start with one clear sentence instead of failing while s
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import signal
+import sys
+import tempfile
 import threading
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -18,23 +23,76 @@ from controller.config import TempoConfig
 from controller.daemon.security import check_bind_allowed, check_local_only
 from controller.daemon.service import Daemon, open_transport, unopened_transport
 from controller.daemon.systemd import notify
-from controller.inference.build import resolve_device, start_runner
-from controller.inference.runner import Runner
+from controller.daemon.transport import RouterTransport
+from controller.inference.remote_policy import RemotePolicy
 from controller.observe.metrics_http import MetricsServer, check_available
 from controller.observe.status_server import StatusServer
 from controller.observe.telemetry import Telemetry
 from policies.base import Policy
-from policies.catalog import build_tensor_policy
+
+if TYPE_CHECKING:  # torch: the control process imports none of it
+    from controller.inference.prior_fallback import PriorFallback
+    from controller.inference.runner import Runner
 
 log = logging.getLogger(__name__)
 
 
-def build_policy(config: TempoConfig, progress: Callable[[str], None] | None = None) -> Runner:
+def build_policy(
+    config: TempoConfig, progress: Callable[[str], None] | None = None
+) -> Runner | PriorFallback:
     """Load the policy and make it ready to serve: every tier built, warmed up and checked
-    against the FP32 reference (see controller.inference.runner)."""
+    against the FP32 reference (see controller.inference.runner). A TD-MPC2 planner with a
+    fallback budget also gets its policy prior ready (controller.inference.prior_fallback)."""
+    from controller.inference.build import resolve_device, start_runner
+    from controller.inference.prior_fallback import PriorFallback
+    from policies.catalog import build_tensor_policy
+
     device = resolve_device(config.policy.device)
     tensor_policy = build_tensor_policy(config.policy, config.robot, device=device)
-    return start_runner(tensor_policy, config.runner, device, progress)
+    runner = start_runner(tensor_policy, config.runner, device, progress)
+    planner = config.policy.planner
+    if planner.fallback_budget_ms is None:
+        return runner
+    from policies.tdmpc2.serving import with_mode
+
+    prior = start_runner(with_mode(tensor_policy, "prior"), config.runner, device, progress)
+    budget_s = planner.fallback_budget_ms / 1e3
+    return PriorFallback(runner, prior, budget_s, planner.fallback_k, planner.fallback_n)
+
+
+def start_inference_process(config: TempoConfig, config_file: Path) -> RemotePolicy:
+    """The policy in its own supervised process (`tempo inference-process`), started: loaded,
+    warmed up and checked there. `config_file` receives the config it is started with."""
+    config_file.write_text(json.dumps(config.model_dump(mode="json")))
+    command = [sys.executable, "-m", "controller.cli", "inference-process"]
+    command += ["--config-json", str(config_file)]
+    supervision = config.supervision
+    policy = RemotePolicy(
+        command,
+        hang_timeout_s=supervision.hang_timeout_s,
+        start_timeout_s=supervision.start_timeout_s,
+    )
+    policy.start()
+    return policy
+
+
+def run_inference_process(config: TempoConfig, channel: str) -> int:
+    """The inference process's main: build the policy, serve the control process at `channel`."""
+    from controller.inference.process_server import serve_control_process
+
+    return serve_control_process(lambda: build_policy(config), channel)
+
+
+def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> Policy:
+    """The configured policy, ready: in its own supervised process (stopped by `cleanup`), or in
+    this one when `supervision.inference_process` is off."""
+    if not config.supervision.inference_process:
+        return build_policy(config)
+    # The config file outlives the first start: every restart reads it again.
+    directory = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="tempo-")))
+    remote = start_inference_process(config, directory / "config.json")
+    cleanup.callback(remote.stop)
+    return remote
 
 
 def serve(
@@ -57,16 +115,31 @@ def serve(
     context = zmq.Context.instance()
     transport = open_transport(config, unopened_transport(config, context))
     status = StatusServer(context, config.server.status_bind)  # answers once the daemon runs
-    try:
-        status_endpoint = status.start()
-        if policy is None:
-            policy = build_policy(config)
-    except BaseException:
-        status.stop()
-        transport.close()
-        if transport.curve is not None:
-            transport.curve.stop()
-        raise
+    with contextlib.ExitStack() as cleanup:
+        try:
+            status_endpoint = status.start()
+            if policy is None:
+                policy = _start_policy(config, cleanup)
+        except BaseException:
+            status.stop()
+            transport.close()
+            if transport.curve is not None:
+                transport.curve.stop()
+            raise
+        sockets = (context, transport, status, status_endpoint)
+        return _serve_policy(config, policy, sockets, stop, on_ready, install_signals)
+
+
+def _serve_policy(
+    config: TempoConfig,
+    policy: Policy,
+    sockets: tuple[zmq.Context, RouterTransport, StatusServer, str],
+    stop: threading.Event,
+    on_ready: Callable[[Daemon], Any] | None,
+    install_signals: bool,
+) -> int:
+    """Serve a ready policy until `stop`; the sockets are bound already."""
+    context, transport, status, status_endpoint = sockets
     telemetry = Telemetry.from_config(config.telemetry)
     attach = getattr(policy, "attach_telemetry", None)  # the Runner: upload, model, postprocess
     if callable(attach):

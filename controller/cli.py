@@ -110,6 +110,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(config)
 
 
+def cmd_inference_process(args: argparse.Namespace) -> int:
+    """The policy's own process, started by `tempo serve` (not meant to be run by hand)."""
+    from controller.app import run_inference_process
+    from controller.config import TempoConfig
+
+    config = TempoConfig.model_validate_json(args.config_json.read_text())
+    setup_logging(config.logging.level)
+    return run_inference_process(config, args.channel)
+
+
 def cmd_config_show(args: argparse.Namespace) -> int:
     from controller.config import dump_config
 
@@ -190,6 +200,48 @@ def cmd_checkpoint_import(args: argparse.Namespace) -> int:
     print(
         f"wrote a Tempo checkpoint to {written}; serve it with "
         f"`tempo serve --set policy.kind=checkpoint --set policy.path={written}`"
+    )
+    return 0
+
+
+def _floats(text: str | None, option: str) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: expected comma-separated numbers") from None
+
+
+def cmd_checkpoint_import_tdmpc2(args: argparse.Namespace) -> int:
+    from policies.checkpoints.tdmpc2 import import_official
+
+    planner = {
+        name: value
+        for name, value in (
+            ("horizon", args.horizon),
+            ("iterations", args.iterations),
+            ("mode", args.mode),
+            ("discount", args.discount),
+            ("action_low", _floats(args.action_low, "--action-low")),
+            ("action_high", _floats(args.action_high, "--action-high")),
+        )
+        if value is not None
+    }
+    joint_names = tuple(args.joint_names.split(",")) if args.joint_names else None
+    written, layout = import_official(
+        args.source,
+        args.destination,
+        obs_dim=args.obs_dim,
+        action_dim=args.action_dim,
+        model_size=args.model_size,
+        joint_names=joint_names,
+        **planner,
+    )
+    print(
+        f"wrote a Tempo checkpoint to {written} (official {layout} key layout); serve it with "
+        f"`tempo serve --set policy.kind=checkpoint --set policy.path={written} "
+        "--set inference.ensemble=newest`"
     )
     return 0
 
@@ -282,7 +334,8 @@ def _add_profile_parser(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tempo", description="Real-time robot policy controller.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # metavar: the choices are listed by their help lines, so a parser without help is hidden.
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the daemon")
     add_config_args(serve)
@@ -294,6 +347,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--set policy.kind=checkpoint --set policy.path=DIR",
     )
     serve.set_defaults(func=cmd_serve)
+
+    # Started by `tempo serve` for its inference process; hidden from the help.
+    child = sub.add_parser("inference-process")
+    child.add_argument("--config-json", type=Path, required=True)
+    child.add_argument("--channel", required=True)
+    child.set_defaults(func=cmd_inference_process)
 
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
@@ -329,10 +388,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     demo.add_argument(
         "--policy",
-        choices=["act", "reach"],
+        choices=["act", "reach", "tdmpc2"],
         default="act",
         help="act: a small ACT with random weights, made on first run (default); "
-        "reach: the built-in scripted policy",
+        "reach: the built-in scripted policy; tdmpc2: a TD-MPC2 planner (1M, random weights) "
+        "on the arm's joint state",
     )
     demo.set_defaults(func=cmd_demo)
 
@@ -363,6 +423,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept LeRobot config options Tempo does not know (they are listed)",
     )
     convert.set_defaults(func=cmd_checkpoint_import)
+    tdmpc2 = checkpoint_sub.add_parser(
+        "import-tdmpc2", help="convert an official TD-MPC2 .pt file to Tempo's format"
+    )
+    tdmpc2.add_argument("source", type=Path, help="the official agent's .pt file")
+    tdmpc2.add_argument("destination", type=Path)
+    tdmpc2.add_argument("--obs-dim", type=int, required=True, help="state observation length")
+    tdmpc2.add_argument("--action-dim", type=int, required=True, help="action length")
+    tdmpc2.add_argument(
+        "--model-size", type=int, default=5, choices=[1, 5, 19, 48, 317], help="default 5"
+    )
+    tdmpc2.add_argument("--horizon", type=int, help="planning horizon (default 3)")
+    tdmpc2.add_argument(
+        "--iterations", type=int, help="MPPI iterations (default 6; 8 if >= 20 actions)"
+    )
+    tdmpc2.add_argument("--mode", choices=["plan", "prior"], help="prior: fast mode")
+    tdmpc2.add_argument("--discount", type=float, help="per-step discount (default 0.995)")
+    tdmpc2.add_argument("--action-low", help="robot value of action -1, comma-separated")
+    tdmpc2.add_argument("--action-high", help="robot value of action +1, comma-separated")
+    tdmpc2.add_argument("--joint-names", help="comma-separated (default joint_0, ...)")
+    tdmpc2.set_defaults(func=cmd_checkpoint_import_tdmpc2)
 
     quantize = sub.add_parser(
         "quantize", help="calibrate a checkpoint and write it with W4A8 (DuQuant) layers"
@@ -440,6 +520,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
+    if argv[:2] == ["bench", "--tdmpc2"]:  # TD-MPC2's planner against the official-style one
+        from controller.tools.bench_tdmpc2 import main as bench_tdmpc2
+
+        return bench_tdmpc2(argv[2:])
     if argv[:1] == ["bench"]:  # its own parser: every argument after `bench` is the bench's
         from controller.tools.bench_policy import main as bench_main
 

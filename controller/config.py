@@ -111,6 +111,36 @@ class RobotConfig(_Section):
     )
 
 
+class PlannerConfig(_Section):
+    """How a TD-MPC2 checkpoint is served (the `policy.planner:` section)."""
+
+    mode: Literal["checkpoint", "plan", "prior"] = Field(
+        default="checkpoint",
+        description="plan: MPPI planning; prior: fast mode (the policy prior's mean, no "
+        "planning); checkpoint: what the checkpoint's config says.",
+    )
+    fallback_budget_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=10_000,
+        description="When planning overruns this budget fallback_k times in the last "
+        "fallback_n plans, serve the policy prior for the next fallback_n steps (logged and "
+        "counted in status). null: always plan.",
+    )
+    fallback_k: int = Field(default=3, ge=1, le=1000, description="Overruns that switch ...")
+    fallback_n: int = Field(
+        default=20, ge=1, le=1000, description="... within the last n plans; prior steps after."
+    )
+
+    @model_validator(mode="after")
+    def _k_within_n(self) -> PlannerConfig:
+        if self.fallback_k > self.fallback_n:
+            raise ValueError(
+                f"fallback_k ({self.fallback_k}) must be at most fallback_n ({self.fallback_n})"
+            )
+        return self
+
+
 class PolicyConfig(_Section):
     """Which policy the daemon serves."""
 
@@ -131,6 +161,9 @@ class PolicyConfig(_Section):
     )
     time_constant_steps: float = Field(
         default=25.0, gt=0, description="reach: steps to cover ~63% of the way to the target."
+    )
+    planner: PlannerConfig = Field(
+        default=PlannerConfig(), description="TD-MPC2 checkpoints: planning, fast mode, fallback."
     )
 
     @model_validator(mode="after")
@@ -200,6 +233,28 @@ class SecurityConfig(BaseModel):
         return self.server_secret_key is not None and self.authorized_keys is not None
 
 
+class SupervisionConfig(_Section):
+    """Where the policy runs, and how its process is watched (the `supervision:` section)."""
+
+    inference_process: bool = Field(
+        default=True,
+        description="Run the policy in its own supervised process, so the control loop never "
+        "shares an interpreter with torch; a crashed or hung one is restarted while every "
+        "robot is held. false: in the daemon's own process (debugging).",
+    )
+    hang_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="An inference process silent this long while serving is killed and restarted.",
+    )
+    start_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long the inference process may take to load, compile and check.",
+    )
+
+
 class LoggingConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -218,6 +273,7 @@ class TempoConfig(_Section):
     security: SecurityConfig = SecurityConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     metrics: MetricsConfig = MetricsConfig()
+    supervision: SupervisionConfig = SupervisionConfig()
     logging: LoggingConfig = LoggingConfig()
 
 

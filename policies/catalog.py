@@ -54,7 +54,22 @@ def build_tensor_policy(
     if policy.path is None:  # the config validator makes this unreachable; say why anyway
         raise ConfigError("policy.kind 'checkpoint' needs policy.path")
     # The daemon refuses states the checkpoint's normalization cannot represent (PolicySpec).
-    return with_state_bounds(load_checkpoint(policy.path, device=device))
+    loaded = with_state_bounds(load_checkpoint(policy.path, device=device))
+    planner = policy.planner
+    if planner.mode != "checkpoint" or planner.fallback_budget_ms is not None:
+        from policies.tdmpc2.serving import with_mode
+
+        try:
+            if planner.mode != "checkpoint":
+                loaded = with_mode(loaded, planner.mode)
+            elif planner.fallback_budget_ms is not None:
+                with_mode(loaded, "prior")  # refuse a fallback for a policy without a prior
+        except ValueError:
+            raise ConfigError(
+                f"policy.planner applies to TD-MPC2 checkpoints; {policy.path} holds another "
+                "policy (leave policy.planner at its defaults)"
+            ) from None
+    return loaded
 
 
 def describe_source(policy: PolicyConfig) -> str:

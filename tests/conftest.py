@@ -102,10 +102,17 @@ def daemon_process(tmp_path: Path, *overrides: str) -> Iterator[subprocess.Popen
 class Record:
     """One action or hold as it reached a driver (before `receive` picks the newest)."""
 
-    __slots__ = ("received_ns", "kind", "step", "reason", "session", "finite")
+    __slots__ = ("received_ns", "kind", "step", "reason", "session", "finite", "obs_seq")
 
     def __init__(
-        self, received_ns: int, kind: str, step: int, reason: str, session: Any, finite: bool
+        self,
+        received_ns: int,
+        kind: str,
+        step: int,
+        reason: str,
+        session: Any,
+        finite: bool,
+        obs_seq: int = -1,
     ) -> None:
         self.received_ns = received_ns
         self.kind = kind
@@ -113,6 +120,7 @@ class Record:
         self.reason = reason
         self.session = session
         self.finite = finite
+        self.obs_seq = obs_seq  # an action's: the observation its chunk came from
 
     def __repr__(self) -> str:
         return f"{self.kind}@{self.step}{'/' + self.reason if self.reason else ''}"
@@ -150,6 +158,7 @@ def recording_client(endpoint: str, robot: str = "good", **kwargs: Any) -> Any:
                     command.reason,
                     self._origin,
                     finite,
+                    command.obs_seq,
                 )
             )
             self.origin[id(command)] = self._origin

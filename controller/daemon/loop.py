@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from controller.action.guards import Verdict
 from controller.daemon.dispatch import Dispatcher
@@ -31,8 +32,13 @@ class ControlLoop:
         valid_ticks: float,
         session_timeout_s: float,
         telemetry: Telemetry | None = None,
+        serving: Callable[[], bool] = lambda: True,
     ) -> None:
+        """serving: whether the policy can answer now; while it cannot (its process is
+        restarting), every robot gets `hold` and its plan is dropped, so that what it executes
+        after the restart comes only from chunks of the new process."""
         self.dispatcher = dispatcher
+        self._serving = serving
         telemetry = telemetry or Telemetry(enabled=False)
         # Checked once here: with telemetry off the tick pays one bool test per section.
         self._timed = telemetry.enabled
@@ -50,6 +56,7 @@ class ControlLoop:
         self.internal_errors = 0
 
     def tick(self, step: int, deadline_ns: int, now_ns: int) -> None:
+        serving = self._serving()
         for session in list(self.dispatcher.sessions.values()):
             # Observations keep a session alive; teleop or anything else alone does not.
             if now_ns - session.idle_since_ns > self.session_timeout_ns:
@@ -57,6 +64,9 @@ class ControlLoop:
                 continue
             if session.refused:
                 self.dispatcher.tell_refused(session)
+            if not serving:
+                self._hold_for_restart(session, step)
+                continue
             try:
                 self._tick_session(session, step, deadline_ns, now_ns)
                 # After the send: waking the worker hands it the GIL, which must not delay
@@ -139,6 +149,11 @@ class ControlLoop:
         if verdict is Verdict.ACTION:
             self.late_actions_dropped += 1
         self.send_hold(session, step, HOLD_REASONS.get(pipeline.guards.state, "no_action"))
+
+    def _hold_for_restart(self, session: Session, step: int) -> None:
+        session.chunks.clear()  # planned by a process that is gone: never executed
+        session.pipeline.drop_plan()
+        self.send_hold(session, step, "inference_restarting")
 
     def send_hold(self, session: Session, step: int, reason: str) -> None:
         session.send_seq += 1

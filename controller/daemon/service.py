@@ -134,6 +134,8 @@ class Daemon:
             config.control.action_valid_ticks,
             config.server.session_timeout_s,
             telemetry=self.telemetry,
+            # A policy in a supervised process says when it is restarting (RemotePolicy).
+            serving=lambda: bool(getattr(policy, "serving", True)),
         )
         # Receive/decode: the handler wrapped once (the bound method itself when telemetry is off).
         self._handle = self.telemetry.section(RECEIVE)(self.dispatcher.handle)

@@ -380,6 +380,15 @@ class Runner:
         """Name of the serving tier (None before start)."""
         return self._ladder.serving
 
+    def add_pinned_region(self, address: int, size: int) -> None:
+        """Frames in this page-locked host memory are uploaded by one DMA (see staging)."""
+        self._checked_path().staging.add_pinned_region(address, size)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Names of the policy's extra outputs (its memory), after the chunk."""
+        return self._codec.outputs
+
     @property
     def ready_tiers(self) -> list[str]:
         return list(self._ladder.tiers)

@@ -99,6 +99,18 @@ class InputStaging:
             self._consumed.record(self._compute)
         else:
             self._host = [t.numpy() for t in self.tensors]
+        self._pinned_regions: list[tuple[int, int]] = []
+
+    def add_pinned_region(self, address: int, size: int) -> None:
+        """Host memory at [address, address + size) is page-locked (cudaHostRegister): frames
+        that lie in it are copied to the device by one DMA, without the copy into a staging
+        slot. Its owner must not rewrite a frame until the step that read it has finished."""
+        self._pinned_regions.append((address, address + size))
+
+    def _pinned(self, frame: np.ndarray) -> bool:
+        start = frame.__array_interface__["data"][0]
+        end = start + frame.nbytes
+        return any(lo <= start and end <= hi for lo, hi in self._pinned_regions)
 
     @property
     def frames(self) -> tuple[torch.Tensor, ...]:
@@ -131,11 +143,17 @@ class InputStaging:
         with torch.cuda.stream(self._copy_stream):
             # Camera by camera, so each frame's DMA overlaps the host copy of the next one.
             for name, index, row in self._placement:
-                # np.copyto, single-threaded on purpose: torch's multi-threaded CPU copy was
-                # faster when the machine was idle but took 24 ms a step on an H200 host while
-                # other processes kept its cores busy (its worker threads wait on each other).
-                np.copyto(slot.arrays[index][0, row], images[name])
-                self.tensors[index][0, row].copy_(slot.tensors[index][0, row], non_blocking=True)
+                frame = images[name]
+                if self._pinned_regions and self._pinned(frame):
+                    # Already page-locked (a shared observation slot): one DMA from there.
+                    source = torch.from_numpy(frame)
+                else:
+                    # np.copyto, single-threaded on purpose: torch's multi-threaded CPU copy was
+                    # faster when the machine was idle but took 24 ms a step on an H200 host
+                    # while other processes kept its cores busy (its threads wait on each other).
+                    np.copyto(slot.arrays[index][0, row], frame)
+                    source = slot.tensors[index][0, row]
+                self.tensors[index][0, row].copy_(source, non_blocking=True)
             for index in range(n, len(self.tensors)):
                 self.tensors[index].copy_(slot.tensors[index], non_blocking=True)
             slot.uploaded.record(self._copy_stream)

@@ -154,6 +154,20 @@ def _policy_lines(policy: dict[str, Any], status: dict[str, Any]) -> list[str]:
     skipped = [t for t in policy.get("tiers") or [] if t.get("state") == "skipped"]
     for t in skipped:
         lines.append(f"  skipped at start: {t.get('name')}: {t.get('reason')}")
+    return lines + _process_lines(policy.get("process"))
+
+
+def _process_lines(process: dict[str, Any] | None) -> list[str]:
+    """The inference process (when the policy runs in one): pid, state, restarts and causes."""
+    if not process:
+        return []
+    state = "serving" if process.get("serving") else "restarting: robots held"
+    restarts = process.get("restarts") or []
+    lines = [f"  inference process {process.get('pid')}: {state}; {len(restarts)} restarts"]
+    for restart in restarts[-3:]:
+        when = restart.get("time")
+        stamp = time.strftime("%H:%M:%S", time.localtime(when)) if when else "?"
+        lines.append(f"    {stamp} {restart.get('cause')}: {restart.get('detail')}")
     return lines
 
 

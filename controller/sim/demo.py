@@ -35,6 +35,17 @@ def demo_policy_args(policy: str) -> list[str]:
     random weights and a fixed seed: the model path is real, the behaviour is not trained."""
     if policy == "reach":
         return ["--set", "policy.kind=reach"]
+    if policy == "tdmpc2":
+        directory = demo_checkpoint_dir().with_name("demo-tdmpc2")
+        if not (directory / "config.json").exists():
+            from policies.demo import make_demo_tdmpc2_checkpoint
+
+            make_demo_tdmpc2_checkpoint(directory)
+        # A plan's rows are the planned steps: play the newest plan, not a mean of plans.
+        return [
+            "--set", "policy.kind=checkpoint", "--set", f"policy.path={directory}",
+            "--set", "inference.ensemble=newest",
+        ]  # fmt: skip
     directory = demo_checkpoint_dir()
     if not (directory / "config.json").exists():
         from policies.demo import make_demo_checkpoint

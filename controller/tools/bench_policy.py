@@ -3,6 +3,7 @@
     tempo bench --act-aloha              # ACT, LeRobot's ALOHA shapes, random weights
     tempo bench CHECKPOINT_DIR --json out.json --plot latency.png
     tempo bench --tiny --device cpu      # the tiny test policy (seconds)
+    tempo bench --tdmpc2 ...             # TD-MPC2's planner (controller.tools.bench_tdmpc2)
 
 Per ready tier: the full predict_chunk path (host arrays in -> upload -> model -> download ->
 caller-owned array) timed on the wall clock, and the model alone timed with CUDA events; the

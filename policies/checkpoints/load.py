@@ -29,6 +29,7 @@ from policies.checkpoints.tempo_format import (
     parse_tempo_config,
     read_tempo_checkpoint,
 )
+from policies.tdmpc2.config import TDMPC2Config
 from policies.tensor_policy import TensorPolicy
 
 
@@ -62,9 +63,15 @@ def describe_checkpoint(directory: str | Path) -> str:
         spec, config = imported.policy.spec, cast(ACT, imported.policy.module).config
     else:
         parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
-        header = [f"format: Tempo checkpoint (format_version {FORMAT_VERSION}), policy type act"]
-        if parsed.quantization is not None:
-            q = parsed.quantization
+        header = [
+            f"format: Tempo checkpoint (format_version {FORMAT_VERSION}), policy type "
+            f"{parsed.policy_type}"
+        ]
+        if isinstance(parsed.model, TDMPC2Config):
+            lines = summarize_tdmpc2(parsed.spec, parsed.model, directory / WEIGHTS_FILE)
+            return "\n".join(header + lines) + "\n"
+        q = getattr(parsed, "quantization", None)
+        if q is not None:
             header.append(
                 f"quantization: {q.scheme} {q.settings.method}, {len(q.layers)} layers, "
                 f"{q.settings.activations} activation scales, calibrated on {q.observations} "
@@ -72,6 +79,34 @@ def describe_checkpoint(directory: str | Path) -> str:
             )
         spec, config = parsed.spec, parsed.model
     return "\n".join(header + summarize(spec, config, directory / WEIGHTS_FILE)) + "\n"
+
+
+def summarize_tdmpc2(spec: PolicySpec, config: TDMPC2Config, weights: Path) -> list[str]:
+    """Lines describing a TD-MPC2 agent: sizes, planner settings, weights file."""
+    c = config
+    lines = [
+        f"state: {spec.state_size} entries; joints ({spec.action_dim}): "
+        + ", ".join(spec.joint_names),
+        f"world model: size {c.model_size}M (latent {c.latent_dim}, mlp {c.mlp_dim}, encoder "
+        f"{c.enc_dim} x {c.num_enc_layers} layers, {c.num_q} Q heads"
+        + (", termination head)" if c.episodic else ")"),
+        f"mode: {c.mode}; planner: {c.num_samples} samples ({c.num_pi_trajs} from the prior), "
+        f"{c.num_elites} elites, {c.planning_iterations} iterations, horizon {c.horizon} "
+        f"(chunk of {spec.chunk_size}), discount {c.discount}, explore {c.explore}, compute "
+        f"{c.compute}",
+    ]
+    return lines + _weights_line(weights)
+
+
+def _weights_line(weights: Path) -> list[str]:
+    if not weights.is_file():
+        return [f"weights: {weights.name} is missing"]
+    try:
+        with safe_open(str(weights), framework="pt") as handle:
+            count = len(list(handle.keys()))
+    except Exception as exc:  # describe a bad header rather than fail
+        return [f"weights: {weights.name} is unreadable ({exc})"]
+    return [f"weights: {weights.name}, {weights.stat().st_size / 1e6:.1f} MB, {count} tensors"]
 
 
 def summarize(spec: PolicySpec, config: ACTConfig, weights: Path) -> list[str]:

@@ -29,6 +29,7 @@ import torch
 from safetensors.torch import save_file
 
 from controller.errors import CheckpointError
+from policies.act.config import ACTConfig
 from policies.act.model import ACT
 from policies.checkpoints.files import CONFIG_FILE, FORMAT, WEIGHTS_FILE, read_tensors
 from policies.checkpoints.tempo_format import (
@@ -111,8 +112,8 @@ def read_quantized_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPol
     QuantLinear layers, eval mode, on the CPU, with its reference chunks."""
     source = directory / WEIGHTS_FILE
     parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
-    quantization = parsed.quantization
-    if quantization is None:
+    quantization = getattr(parsed, "quantization", None)
+    if quantization is None or not isinstance(parsed.model, ACTConfig):
         raise CheckpointError(f"{directory / CONFIG_FILE} has no quantization section")
     tensors = read_tensors(source)
     reference_tensors = {

@@ -1,9 +1,10 @@
-"""Tempo's own checkpoint format: writing it, and reading it into an ACT module.
+"""Tempo's own checkpoint format: writing it, and reading it into an ACT or TD-MPC2 module.
 
 A Tempo checkpoint is a directory with two files:
 
     config.json          {"format": "tempo", "format_version": 1, "policy_type": "act",
                           "spec": <PolicySpec>, "model": <ACTConfig>}
+                         or "policy_type": "tdmpc2" with "model": <TDMPC2Config>
     model.safetensors    every parameter and persistent buffer of the module, normalization
                          statistics included, float32
 
@@ -40,6 +41,9 @@ from policies.checkpoints.files import (
     read_tensors,
 )
 from policies.quant.config import Quantization
+from policies.tdmpc2.config import TDMPC2Config
+from policies.tdmpc2.planner import TDMPC2Policy
+from policies.tdmpc2.serving import tdmpc2_policy
 from policies.tensor_policy import TensorPolicy
 
 FORMAT_VERSION = 1
@@ -59,6 +63,18 @@ class CheckpointConfig(BaseModel):
     quantization: Quantization | None = None  # W4A8 layers (policies.checkpoints.quantized)
 
 
+class TDMPC2CheckpointConfig(BaseModel):
+    """The `config.json` of a Tempo checkpoint of a TD-MPC2 agent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["tempo"]
+    format_version: Literal[1]
+    policy_type: Literal["tdmpc2"]
+    spec: PolicySpec
+    model: TDMPC2Config
+
+
 # ---- Saving ------------------------------------------------------------------------------------
 
 
@@ -66,9 +82,10 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
     """Write `policy` as a Tempo checkpoint into `directory` (created if needed; the two files
     are replaced atomically if present). Returns the directory."""
     module = policy.module
-    if not isinstance(module, ACT):
+    if not isinstance(module, ACT | TDMPC2Policy):
         raise CheckpointError(
-            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT models only"
+            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT and "
+            "TD-MPC2 models only"
         )
     check_spec_matches(policy.spec, module.config, "the policy being saved")
     directory = Path(directory)
@@ -84,7 +101,11 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
         name: tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
         for name, tensor in module.state_dict().items()
     }
-    metadata = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "policy_type": "act"}
+    metadata = {
+        "format": FORMAT,
+        "format_version": str(FORMAT_VERSION),
+        "policy_type": module.policy_type,
+    }
     _atomic_write(directory / WEIGHTS_FILE, lambda path: save_file(tensors, path, metadata))
     text = json.dumps(document, indent=2) + "\n"
     _atomic_write(directory / CONFIG_FILE, lambda path: Path(path).write_text(text))
@@ -107,17 +128,21 @@ def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
     """The policy of the Tempo checkpoint in `directory`, whose config.json holds `raw`: an FP32
     module in eval mode, on the CPU."""
     parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
-    if parsed.quantization is not None:
+    if getattr(parsed, "quantization", None) is not None:
         raise CheckpointError(
             f"{directory} holds a quantized policy; load it with "
             "policies.checkpoints.load.load_checkpoint"
         )
     tensors = read_tensors(directory / WEIGHTS_FILE)
     module = build_module(parsed.model, tensors, directory / WEIGHTS_FILE)
+    if isinstance(module, TDMPC2Policy):
+        return tdmpc2_policy(module, parsed.spec)
     return TensorPolicy(spec=parsed.spec, module=module)
 
 
-def parse_tempo_config(raw: dict[str, Any], path: Path) -> CheckpointConfig:
+def parse_tempo_config(
+    raw: dict[str, Any], path: Path
+) -> CheckpointConfig | TDMPC2CheckpointConfig:
     """Validate a Tempo config.json; the error names the first invalid field."""
     version = raw.get("format_version")
     if version != FORMAT_VERSION:
@@ -126,15 +151,19 @@ def parse_tempo_config(raw: dict[str, Any], path: Path) -> CheckpointConfig:
             "(upgrade Tempo, or re-export the checkpoint)"
         )
     try:
-        parsed = CheckpointConfig.model_validate(raw)
+        kind = TDMPC2CheckpointConfig if raw.get("policy_type") == "tdmpc2" else CheckpointConfig
+        parsed = kind.model_validate(raw)
     except ValidationError as exc:
         raise CheckpointError(f"{path}: {describe_validation_error(exc)}") from None
     check_spec_matches(parsed.spec, parsed.model, str(path))
     return parsed
 
 
-def check_spec_matches(spec: PolicySpec, config: ACTConfig, where: str) -> None:
+def check_spec_matches(spec: PolicySpec, config: ACTConfig | TDMPC2Config, where: str) -> None:
     """The PolicySpec and the model config must describe the same interface."""
+    if isinstance(config, TDMPC2Config):
+        _check_tdmpc2_spec(spec, config, where)
+        return
     problems = []
     if len(spec.cameras) != config.n_cameras:
         problems.append(f"{len(spec.cameras)} cameras in spec, {config.n_cameras} in model")
@@ -155,11 +184,26 @@ def check_spec_matches(spec: PolicySpec, config: ACTConfig, where: str) -> None:
         raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
 
 
-def build_module(config: ACTConfig, tensors: dict[str, torch.Tensor], source: Path) -> ACT:
-    """An ACT module for `config` holding `tensors`, which must fit it exactly."""
+def _check_tdmpc2_spec(spec: PolicySpec, config: TDMPC2Config, where: str) -> None:
+    pairs = [
+        ("cameras", len(spec.cameras), 0),
+        ("state_size (obs_dim)", spec.state_size, config.obs_dim),
+        ("state_history", spec.state_history, 1),
+        ("chunk_size (horizon)", spec.chunk_size, config.horizon),
+        ("action size (joint_names)", spec.action_dim, config.action_dim),
+    ]
+    problems = [f"{name} {a} in spec, {b} in model" for name, a, b in pairs if a != b]
+    if problems:
+        raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
+
+
+def build_module(
+    config: ACTConfig | TDMPC2Config, tensors: dict[str, torch.Tensor], source: Path
+) -> ACT | TDMPC2Policy:
+    """The module for `config` (ACT or TD-MPC2) holding `tensors`, which must fit it exactly."""
     tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
     with torch.no_grad():
-        module = ACT(config)
+        module = ACT(config) if isinstance(config, ACTConfig) else TDMPC2Policy(config)
     load_weights(module, tensors, source)
     return module.eval()
 

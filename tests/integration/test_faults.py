@@ -268,6 +268,7 @@ def test_sigterm_during_inference_holds_and_exits_within_1_s(tmp_path):
             f"server.bind=ipc://{tmp_path}/tempo.sock",
             f"server.status_bind={status_bind}",
             f"control.rate_hz={RATE_HZ}",
+            "supervision.inference_process=false",  # the slow policy is patched in here
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -1,0 +1,207 @@
+"""The inference process's side: serve a started Runner to the control process.
+
+    code = serve_control_process(build_runner, endpoint)   # returns the exit code
+
+It builds the runner (load, warm up, parity: the same start as in one process; a failure is
+sent as `failed_start` with its sentence), says `hello` (the spec, the runner's status),
+attaches the observation slots the control process names, pins them for DMA on a GPU, says
+`ready`, then answers `infer` requests one by one. The loop beats the heartbeat in the slots'
+header while it waits and after every request: a request that hangs stops the beat, and the
+control process restarts this process.
+
+What is whose fault: a malformed observation or a slot that was overwritten while it was read
+is that robot's (`refused`); a policy failure the runner's ladder could not absorb is `failed`;
+a CUDA context that no longer works (an illegal memory access, a device-side assert poison every
+later call) is `fatal`: this process exits and the control process starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import zmq
+
+from controller.errors import TempoError
+from controller.inference.frame_slots import FrameSlots, TornSlot
+from controller.inference.ladder import first_line
+from controller.inference.process_messages import (
+    MAX_MESSAGE_BYTES,
+    pack,
+    pack_array,
+    pack_memory,
+    unpack,
+    unpack_array,
+    unpack_memory,
+)
+from policies.base import Plan, Policy, RobotContext
+
+log = logging.getLogger(__name__)
+
+
+class ServedPolicy(Policy, Protocol):
+    """What this process serves: a started Runner, or a wrapper of runners (PriorFallback)."""
+
+    @property
+    def outputs(self) -> tuple[str, ...]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def add_pinned_region(self, address: int, size: int) -> None: ...
+
+
+IDLE_POLL_MS = 50  # the heartbeat period while no request comes
+STATUS_EVERY_S = 0.5  # the runner's status rides on a chunk at most this often
+EXIT_FATAL = 3
+
+
+def device_poisoned(runner: ServedPolicy) -> bool:
+    """Whether the CUDA context is unusable: after an illegal access or a device-side assert,
+    every CUDA call fails, synchronize included."""
+    if runner.status().get("device", "").startswith("cpu"):
+        return False
+    try:
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - any CUDA error here means the context is gone
+        return True
+    return False
+
+
+class _Pinned:
+    """The slots' mapping registered with CUDA (page-locked), so uploads from it are one DMA
+    each (the runner's staging is told where it lies)."""
+
+    def __init__(self, slots: FrameSlots, runner: ServedPolicy) -> None:
+        self._pointer = slots.buffer.ctypes.data
+        error = torch.cuda.cudart().cudaHostRegister(self._pointer, slots.size, 0)
+        self.ok = int(error) == 0
+        if self.ok:
+            runner.add_pinned_region(self._pointer, slots.size)
+        else:
+            log.warning("could not pin the observation slots for DMA (CUDA error %s)", error)
+
+    def release(self) -> None:
+        if self.ok:
+            torch.cuda.cudart().cudaHostUnregister(self._pointer)
+            self.ok = False
+
+
+def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: str) -> int:
+    """Serve requests from the control process at `endpoint` until `stop` or a fatal error."""
+    # The control process decides when this one ends (it sends `stop`): a SIGTERM to the whole
+    # group (systemd, Ctrl-C in a terminal) must not end it first, or the control process
+    # would count a crash and start another while it shuts down.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    parent = os.getppid()
+    context = zmq.Context()
+    socket = context.socket(zmq.PAIR)
+    socket.setsockopt(zmq.LINGER, 1000)
+    socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    socket.connect(endpoint)
+    try:
+        runner = build_runner()
+    except Exception as exc:  # noqa: BLE001 - the control process shows the sentence
+        text = str(exc) if isinstance(exc, TempoError) else first_line(exc)
+        socket.send(pack("failed_start", error=text))
+        socket.close(linger=1000)
+        context.term()
+        return 2
+    # Everything built so far lives as long as the process: keep it out of every collection
+    # (a full collection over torch's objects takes milliseconds, in the middle of a step).
+    gc.collect()
+    gc.freeze()
+    spec = runner.spec
+    socket.send(
+        pack(
+            "hello",
+            spec=spec.model_dump(mode="json"),
+            outputs=list(runner.outputs),
+            status=runner.status(),
+        )
+    )
+    slots: FrameSlots | None = None
+    pinned: _Pinned | None = None
+    try:
+        attach = unpack(socket.recv())
+        if attach["kind"] != "attach":
+            return 0  # `stop` before serving began
+        slots = FrameSlots.attach(attach["path"], spec, int(attach["count"]))
+        if torch.cuda.is_available() and not str(runner.status().get("device")).startswith("cpu"):
+            pinned = _Pinned(slots, runner)
+        socket.send(pack("ready", pinned=bool(pinned and pinned.ok)))
+        return _serve(runner, socket, slots, parent)
+    finally:
+        if pinned is not None:
+            pinned.release()
+        if slots is not None:
+            slots.close()
+        socket.close(linger=1000)
+        context.term()
+
+
+def _serve(runner: ServedPolicy, socket: zmq.Socket, slots: FrameSlots, parent: int) -> int:
+    last_status = 0.0
+    while True:
+        slots.beat()
+        if not socket.poll(IDLE_POLL_MS):
+            if os.getppid() != parent:  # the control process died: nobody to serve
+                log.error("the control process is gone; the inference process exits")
+                return 0
+            continue
+        message = unpack(socket.recv())
+        kind = message["kind"]
+        if kind == "stop":
+            return 0
+        if kind != "infer":
+            log.warning("unexpected message %r from the control process; ignored", kind)
+            continue
+        request_id = message.get("id")
+        try:
+            reply = _infer(runner, slots, message)
+        except (ValueError, TornSlot) as exc:
+            socket.send(pack("refused", id=request_id, error=str(exc)))
+            continue
+        except Exception as exc:  # noqa: BLE001 - PolicyError, or a bug: the control side decides
+            if device_poisoned(runner):
+                socket.send(pack("fatal", id=request_id, error=first_line(exc)))
+                return EXIT_FATAL
+            socket.send(pack("failed", id=request_id, error=first_line(exc)))
+            continue
+        now = time.monotonic()
+        if now - last_status >= STATUS_EVERY_S:
+            reply["status"] = runner.status()
+            last_status = now
+        socket.send(pack("chunk", id=request_id, **reply))
+
+
+def _infer(runner: ServedPolicy, slots: FrameSlots, message: dict[str, Any]) -> dict[str, Any]:
+    index, generation = int(message["slot"]), int(message["generation"])
+    if not 0 <= index < slots.count:
+        raise ValueError(f"observation slot {index} does not exist")
+    slots.check(index, generation)
+    images, state = slots.views(index)
+    plan = None
+    if message.get("plan") is not None:
+        plan = Plan(int(message["plan_start"]), unpack_array(message["plan"], "previous plan"))
+    context = RobotContext(
+        step=int(message["step"]),
+        episode_start=bool(message["episode_start"]),
+        state_history=state,
+        previous_plan=plan,
+        inference_delay=int(message.get("delay", 0)),
+        memory=unpack_memory(message.get("memory")) or {},
+    )
+    prediction = runner.predict(images, context)
+    # The runner has copied the inputs to the device and the chunk back: the slot must still
+    # hold the same observation, or what was served is a torn mix.
+    slots.check(index, generation)
+    actions = np.asarray(prediction.actions, dtype=np.float32)
+    return {"actions": pack_array(actions), "memory": pack_memory(prediction.memory)}

@@ -1,0 +1,329 @@
+"""The policy as the control process sees it: an inference process it starts, feeds and watches.
+
+    policy = RemotePolicy(command, hang_timeout_s=5.0)   # command: how to start the process
+    policy.start(progress)          # spawn; wait until it has loaded, warmed up and checked
+    prediction = policy.predict(images, context)          # the Policy contract, from the worker
+    policy.serving                  # False while the process is down or restarting: hold robots
+    policy.stop()
+
+RemotePolicy is a `Policy`, so the daemon's inference worker runs it as it runs an in-process
+Runner. `predict` copies the observation into a shared-memory slot (`frame_slots`), sends the
+rest of the context in a small message (`process_messages`) and waits for the chunk; the
+worker thread only waits on a socket, so the control loop never competes with torch for the GIL.
+
+Supervision (a thread of its own): the process exiting, or its heartbeat stopping for
+`hang_timeout_s` while serving (a hung step; it is then killed), or a `fatal` reply (a poisoned
+CUDA context) ends `serving` at once and starts a fresh process, which loads from the warm compile
+cache and passes the start-up parity checks again before `serving` returns. Each restart is
+recorded with its cause in `status()`. This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import zmq
+
+from controller.errors import PolicyError
+from controller.inference.frame_slots import FrameSlots
+from controller.inference.process_messages import (
+    MAX_MESSAGE_BYTES,
+    pack,
+    pack_array,
+    pack_memory,
+    unpack,
+    unpack_array,
+    unpack_memory,
+)
+from policies.base import PolicySpec, Prediction, RobotContext
+
+log = logging.getLogger(__name__)
+
+SLOT_COUNT = 2  # the worker sends one request at a time; two slots keep a torn read detectable
+POLL_MS = 20
+RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+class InferenceUnavailable(PolicyError):
+    """The inference process is down or restarting; the robots are held meanwhile."""
+
+
+@dataclass(frozen=True)
+class Restart:
+    time: float  # wall clock, for people reading status
+    cause: str
+    detail: str
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class RemotePolicy:
+    """A policy served by a supervised inference process (see the module doc)."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        hang_timeout_s: float = 5.0,
+        start_timeout_s: float = 900.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._command = list(command)
+        self._env = dict(env) if env is not None else None
+        self.hang_timeout_s = hang_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._dir = tempfile.mkdtemp(prefix="tempo-inference-")
+        self._zmq = zmq.Context()
+        self._lock = threading.Lock()  # the socket: one request at a time, or a restart
+        self._socket: zmq.Socket | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._slots: FrameSlots | None = None
+        self._spec: PolicySpec | None = None
+        self._outputs: tuple[str, ...] = ()
+        self._status: dict[str, Any] = {}
+        self._generation = 0  # one per started process
+        self._next_slot = 0
+        self._request_id = 0
+        self._serving = threading.Event()
+        self._failed = threading.Event()  # the serving process is gone: requests stop waiting
+        self._stop = threading.Event()
+        self._watch: threading.Thread | None = None
+        self.restarts: list[Restart] = []
+        self.pinned = False
+
+    # ---- life cycle ----------------------------------------------------------------------
+
+    def start(self, progress: Callable[[str], None] | None = None) -> None:
+        """Start the process and wait until it serves; PolicyError with its reason if it
+        cannot (a bad checkpoint, no tier passing), after which nothing is left running."""
+        try:
+            self._launch(progress)
+        except Exception:
+            self.stop()
+            raise
+        self._watch = threading.Thread(target=self._supervise, name="tempo-supervisor")
+        self._watch.daemon = True
+        self._watch.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._serving.clear()
+        self._failed.set()
+        if self._watch is not None and self._watch is not threading.current_thread():
+            self._watch.join(timeout=2.0)
+        with self._lock:
+            self._end_process(polite=True)
+            if self._slots is not None:
+                self._slots.close()
+                self._slots = None
+        self._zmq.term()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    @property
+    def serving(self) -> bool:
+        return self._serving.is_set()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    # ---- the Policy contract ---------------------------------------------------------------
+
+    @property
+    def spec(self) -> PolicySpec:
+        if self._spec is None:
+            raise PolicyError("the inference process has not started: call start() first")
+        return self._spec
+
+    def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
+        """One observation through the inference process. ValueError when the observation is
+        at fault (that robot's problem), InferenceUnavailable while the process is down,
+        PolicyError when the policy failed on it."""
+        if not self._serving.is_set():
+            raise InferenceUnavailable("the inference process is restarting; robots are held")
+        with self._lock:
+            socket, slots = self._socket, self._slots
+            if socket is None or slots is None or not self._serving.is_set():
+                raise InferenceUnavailable("the inference process is restarting; robots are held")
+            index = self._next_slot
+            self._next_slot = (index + 1) % slots.count
+            generation = slots.write(index, images, context.state_history)
+            self._request_id += 1
+            plan = context.previous_plan
+            socket.send(
+                pack(
+                    "infer",
+                    id=self._request_id,
+                    slot=index,
+                    generation=generation,
+                    step=context.step,
+                    episode_start=context.episode_start,
+                    delay=context.inference_delay,
+                    plan_start=plan.start_step if plan is not None else None,
+                    plan=pack_array(plan.actions) if plan is not None else None,
+                    memory=pack_memory(context.memory) if context.memory else None,
+                )
+            )
+            reply = self._await_reply(socket, self._request_id)
+        kind = reply["kind"]
+        if kind == "chunk":
+            if isinstance(reply.get("status"), dict):
+                self._status = reply["status"]
+            actions = unpack_array(reply.get("actions"), "chunk")
+            return Prediction(actions, unpack_memory(reply.get("memory")))
+        if kind == "refused":
+            raise ValueError(str(reply.get("error")))
+        if kind == "fatal":
+            self._fail("fatal", str(reply.get("error")))
+            raise InferenceUnavailable(f"the inference process failed: {reply.get('error')}")
+        raise PolicyError(str(reply.get("error")))
+
+    def _await_reply(self, socket: zmq.Socket, request_id: int) -> dict[str, Any]:
+        while True:
+            if socket.poll(POLL_MS):
+                reply = unpack(socket.recv())
+                if reply.get("id") == request_id:
+                    return reply
+                continue  # an answer to a request that was given up on
+            if self._failed.is_set():
+                raise InferenceUnavailable("the inference process stopped during this step")
+
+    # ---- status --------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The runner's status as the inference process last reported it, and the process's."""
+        process = self._process
+        return {
+            **self._status,
+            "process": {
+                "pid": process.pid if process is not None else None,
+                "serving": self.serving,
+                "pinned_slots": self.pinned,
+                "restarts": [r.as_dict() for r in self.restarts],
+            },
+        }
+
+    # ---- supervision ---------------------------------------------------------------------
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(POLL_MS / 1000):
+            process = self._process
+            if process is None:
+                continue
+            code = process.poll()
+            if code is not None:
+                self._fail("exited", f"the inference process exited with code {code}")
+            elif self._serving.is_set() and self._slots is not None:
+                silent_s = (time.monotonic_ns() - self._slots.last_beat_ns()) / 1e9
+                if silent_s > self.hang_timeout_s:
+                    self._fail("hung", f"no heartbeat for {silent_s:.1f} s; killed")
+            if self._failed.is_set() and not self._stop.is_set():
+                self._restart()
+
+    def _fail(self, cause: str, detail: str) -> None:
+        if self._failed.is_set():
+            return
+        self._serving.clear()
+        self._failed.set()
+        self.restarts.append(Restart(time.time(), cause, detail))
+        log.error("inference process %s: %s; holding every robot and restarting", cause, detail)
+
+    def _restart(self) -> None:
+        for attempt, backoff in enumerate((0.0, *RESTART_BACKOFF_S)):
+            if attempt and self._stop.wait(backoff):
+                return
+            try:
+                with self._lock:
+                    self._end_process(polite=False)
+                self._launch(None)
+                log.info("inference process restarted (pid %s); serving again", self.pid)
+                return
+            except Exception as exc:  # noqa: BLE001 - log it and try again with a back-off
+                log.error("restarting the inference process failed: %s", exc)
+                self.restarts.append(Restart(time.time(), "restart_failed", str(exc)))
+        log.error("the inference process could not be restarted; robots stay held")
+
+    def _end_process(self, polite: bool) -> None:
+        """Stop the process (asked to first when `polite`), close its socket. Holds the lock."""
+        process, socket = self._process, self._socket
+        if socket is not None:
+            if polite and process is not None and process.poll() is None:
+                try:
+                    socket.send(pack("stop"), zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+            socket.close(linger=0)
+            self._socket = None
+        if process is not None:
+            try:
+                process.wait(timeout=2.0 if polite else 0.0)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            self._process = None
+
+    def _launch(self, progress: Callable[[str], None] | None) -> None:
+        """Spawn a process, wait for its hello, hand it the slots, wait for ready."""
+        self._generation += 1
+        endpoint = f"ipc://{self._dir}/channel-{self._generation}"
+        socket = self._zmq.socket(zmq.PAIR)
+        socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.bind(endpoint)
+        process = subprocess.Popen(
+            [*self._command, "--channel", endpoint],
+            env={**os.environ, **self._env} if self._env is not None else None,
+        )
+        with self._lock:
+            self._socket, self._process = socket, process
+        hello = self._expect(socket, process, "hello", self.start_timeout_s)
+        spec = PolicySpec.model_validate(hello["spec"])
+        if self._spec is not None and spec != self._spec:
+            raise PolicyError("the restarted inference process serves a different policy spec")
+        self._spec, self._outputs = spec, tuple(hello.get("outputs") or ())
+        self._status = hello.get("status") or {}
+        if self._slots is None:
+            self._slots = FrameSlots.create(spec, SLOT_COUNT)
+        self._slots.beat()
+        socket.send(pack("attach", path=str(self._slots.path), count=self._slots.count))
+        ready = self._expect(socket, process, "ready", 60.0)
+        self.pinned = bool(ready.get("pinned"))
+        if progress is not None:
+            progress(f"inference process {process.pid} ready")
+        self._failed.clear()
+        self._serving.set()
+
+    def _expect(
+        self, socket: zmq.Socket, process: subprocess.Popen[bytes], kind: str, timeout_s: float
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._stop.is_set():
+                raise PolicyError("stopped while the inference process was starting")
+            if socket.poll(100):
+                message = unpack(socket.recv())
+                if message["kind"] == kind:
+                    return message
+                if message["kind"] == "failed_start":
+                    raise PolicyError(str(message.get("error")))
+                continue
+            code = process.poll()
+            if code is not None:
+                raise PolicyError(
+                    f"the inference process exited with code {code} while starting (its log "
+                    "says why)"
+                )
+        raise PolicyError(
+            f"the inference process sent no {kind!r} within {timeout_s:.0f} s of starting"
+        )

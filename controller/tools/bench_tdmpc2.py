@@ -1,0 +1,363 @@
+"""`tempo bench --tdmpc2` (also `python scripts/bench_tdmpc2.py`): TD-MPC2 per action, the
+official code's eager planner beside Tempo's tiers and fast mode.
+
+    tempo bench --tdmpc2 --device cuda                  # 5M and 48M, humanoid and dog
+    tempo bench --tdmpc2 --device cuda --sizes 5,48,317
+    tempo bench --tdmpc2 --device cpu --sizes 1,5 --iters 5
+
+For each task shape (humanoid: 67 observations, 21 actions; dog: 223 and 38) and model size, in
+one process, on random weights:
+
+- reference: an eager FP32 planner written the way the official `TDMPC2.act` / `_plan` runs
+  (nicklashansen/tdmpc2 at e9f5932): the observation moved to the device, a Python loop per MPPI
+  iteration drawing its noise with `torch.randn`, every Q head evaluated then two picked with
+  `randperm`, the policy prior's log-probabilities computed as the official `pi` does, bins
+  rebuilt with `linspace` in each two-hot decode, the mean kept in a buffer, the action
+  returned with `.cpu()`. It is timed as a user calls it, host to host.
+- Tempo: every tier that passes start-up (graph, compiled, eager_half, eager_fp32 on CUDA;
+  eager_fp32, and compiled with --cpu-compiled, on a CPU), timed through `Runner.predict` with the
+  robot's memory carried from step to step (host state in, host chunk and mean out), and the
+  model alone with CUDA events; parity is the start-up error against eager FP32 on the codec's
+  fixed-noise examples.
+- fast mode: the policy prior's mean rollout (`mode: prior`), served from its top tier.
+
+Tempo's planner computes in FP32 in every tier (`compute: fp32`): the tier labels say fp32
+whatever the runner's precision. --autocast adds a planner with half-precision matmuls, started
+whatever its parity error (reported: its elite choices can differ from FP32's). --tf32 allows
+TF32 matmuls process-wide, the reference included.
+
+Prints one table per shape with the reference measured in the same run, and writes
+bench_tdmpc2.json under $OUT when set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from controller.inference.build import resolve_device, start_runner
+from controller.inference.runner_config import RunnerConfig
+from policies.base import RobotContext
+from policies.tdmpc2.config import TDMPC2Config
+from policies.tdmpc2.model import StackedLinear, WorldModel
+from policies.tdmpc2.planner import TDMPC2Policy
+from policies.tdmpc2.serving import MEAN, random_tdmpc2_policy, tdmpc2_policy
+
+log = logging.getLogger("bench_tdmpc2")
+
+TASKS = {"humanoid": (67, 21), "dog": (223, 38)}
+TARGETS_MS = {5: 1.0, 48: 2.5}  # planning p50 on an H100/H200 (issue 15)
+FAST_TARGET_MS = 0.15
+
+
+# ---- The reference: the official code's eager planner, structure included ----------------------
+
+
+class OfficialStylePlanner:
+    """Plans the way the official agent does, on Tempo's world-model weights (eager FP32)."""
+
+    def __init__(self, model: WorldModel, config: TDMPC2Config, device: torch.device) -> None:
+        self.m = model
+        self.c = config
+        self.device = device
+        self.prev_mean = torch.zeros(config.horizon, config.action_dim, device=device)
+
+    def two_hot_inv(self, x: torch.Tensor) -> torch.Tensor:
+        bins = torch.linspace(self.c.vmin, self.c.vmax, self.c.num_bins, device=x.device)
+        x = torch.sum(F.softmax(x, dim=-1) * bins, dim=-1, keepdim=True)
+        return torch.sign(x) * (torch.exp(torch.abs(x)) - 1)
+
+    def pi(self, z: torch.Tensor) -> torch.Tensor:
+        mean, log_std = self.m.pi(z).chunk(2, dim=-1)
+        log_std = self.m.log_std_min + 0.5 * self.m.log_std_dif * (torch.tanh(log_std) + 1)
+        eps = torch.randn_like(mean)
+        log_prob = (-0.5 * eps.pow(2) - log_std - 0.9189385175704956).sum(-1, keepdim=True)
+        scaled = log_prob * eps.shape[-1]
+        action = mean + eps * log_std.exp()
+        mean, action = torch.tanh(mean), torch.tanh(action)
+        log_prob = log_prob - torch.log(F.relu(1 - action.pow(2)) + 1e-6).sum(-1, keepdim=True)
+        _entropy = scaled / (log_prob + 1e-8)  # the official pi builds its info dict too
+        return action
+
+    def q_avg(self, z: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        h = torch.cat([z, a], dim=-1).unsqueeze(0)  # every head, as the vmapped ensemble does
+        layers = cast(list[StackedLinear], list(self.m.qs.layers))
+        for layer in layers:
+            h = torch.baddbmm(
+                layer.bias.unsqueeze(1), h.expand(layer.weight.shape[0], -1, -1),
+                layer.weight.transpose(1, 2),
+            )  # fmt: skip
+            if layer.ln is not None:
+                h = F.layer_norm(h, h.shape[-1:])
+                h = F.mish(h * layer.ln.weight.unsqueeze(1) + layer.ln.bias.unsqueeze(1))
+        heads = torch.randperm(self.c.num_q, device=h.device)[:2]
+        return self.two_hot_inv(h[heads]).sum(0) / 2
+
+    def estimate_value(self, z: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        g: torch.Tensor | float = 0.0
+        discount = 1.0
+        termination = torch.zeros(self.c.num_samples, 1, device=z.device)
+        for t in range(self.c.horizon):
+            za = torch.cat([z, actions[t]], dim=-1)
+            reward = self.two_hot_inv(self.m.reward(za))
+            z = self.m.dynamics(za)
+            g = g + discount * (1 - termination) * reward
+            discount = discount * self.c.discount
+        action = self.pi(z)
+        return g + discount * (1 - termination) * self.q_avg(z, action)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, t0: bool = False) -> torch.Tensor:
+        c, dev = self.c, self.device
+        obs = obs.to(dev, non_blocking=True).unsqueeze(0)
+        z = self.m.encoder(obs)
+        pi_actions = torch.empty(c.horizon, c.num_pi_trajs, c.action_dim, device=dev)
+        _z = z.repeat(c.num_pi_trajs, 1)
+        for t in range(c.horizon - 1):
+            pi_actions[t] = self.pi(_z)
+            _z = self.m.dynamics(torch.cat([_z, pi_actions[t]], dim=-1))
+        pi_actions[-1] = self.pi(_z)
+        z = z.repeat(c.num_samples, 1)
+        mean = torch.zeros(c.horizon, c.action_dim, device=dev)
+        std = torch.full((c.horizon, c.action_dim), c.max_std, dtype=torch.float, device=dev)
+        if not t0:
+            mean[:-1] = self.prev_mean[1:]
+        actions = torch.empty(c.horizon, c.num_samples, c.action_dim, device=dev)
+        actions[:, : c.num_pi_trajs] = pi_actions
+        for _ in range(c.planning_iterations):
+            r = torch.randn(c.horizon, c.num_samples - c.num_pi_trajs, c.action_dim, device=dev)
+            actions[:, c.num_pi_trajs :] = (mean.unsqueeze(1) + std.unsqueeze(1) * r).clamp(-1, 1)
+            value = self.estimate_value(z, actions).nan_to_num(0)
+            elite_idxs = torch.topk(value.squeeze(1), c.num_elites, dim=0).indices
+            elite_value, elite_actions = value[elite_idxs], actions[:, elite_idxs]
+            max_value = elite_value.max(0).values
+            score = torch.exp(c.temperature * (elite_value - max_value))
+            score = score / score.sum(0)
+            mean = (score.unsqueeze(0) * elite_actions).sum(dim=1) / (score.sum(0) + 1e-9)
+            std = (
+                (score.unsqueeze(0) * (elite_actions - mean.unsqueeze(1)) ** 2).sum(dim=1)
+                / (score.sum(0) + 1e-9)
+            ).sqrt()
+            std = std.clamp(c.min_std, c.max_std)
+        logits = score.squeeze(1).log()
+        gumbels = -torch.empty_like(logits).exponential_().log()
+        rand_idx = (logits + gumbels).softmax(0).argmax(-1)
+        chosen = torch.index_select(elite_actions, 1, rand_idx).squeeze(1)
+        self.prev_mean.copy_(mean)
+        return chosen[0].clamp(-1, 1).cpu()
+
+
+# ---- Timing ------------------------------------------------------------------------------------
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    ms = np.asarray(seconds) * 1e3
+    return {"p50_ms": float(np.median(ms)), "p99_ms": float(np.percentile(ms, 99))}
+
+
+def time_reference(planner: OfficialStylePlanner, obs_dim: int, args: argparse.Namespace) -> dict:
+    rng = np.random.default_rng(0)
+    observations = [
+        torch.from_numpy(rng.standard_normal(obs_dim).astype(np.float32)) for _ in range(8)
+    ]
+    for i in range(args.warmup):
+        planner.act(observations[i % 8], t0=i == 0)
+    samples = []
+    for i in range(args.iters):
+        began = time.perf_counter()
+        planner.act(observations[i % 8], t0=False)
+        samples.append(time.perf_counter() - began)
+    return percentiles(samples)
+
+
+def time_runner(runner: Any, obs_dim: int, args: argparse.Namespace) -> dict[str, dict]:
+    """Every ready tier through Runner.predict, the robot's memory carried between steps."""
+    rng = np.random.default_rng(1)
+    states = [rng.standard_normal((1, obs_dim)).astype(np.float32) for _ in range(8)]
+    reports = {t["name"]: t for t in runner.status()["tiers"]}
+    results = {}
+    for name in runner.ready_tiers:
+        runner.use_tier(name)
+        memory: dict[str, np.ndarray] = {}
+        samples = []
+        for i in range(args.warmup + args.iters):
+            context = RobotContext(
+                step=i, episode_start=i == 0, state_history=states[i % 8], memory=memory
+            )
+            began = time.perf_counter()
+            prediction = runner.predict({}, context)
+            if i >= args.warmup:
+                samples.append(time.perf_counter() - began)
+            memory = dict(prediction.memory or {})
+        if MEAN not in memory:
+            raise RuntimeError(f"tier {name} returned no plan mean")
+        result = {"step": percentiles(samples), "parity_error": reports[name]["parity_error"]}
+        result["precision"] = reports[name]["precision"]
+        if runner.status()["device"].startswith("cuda"):
+            result["model_gpu"] = percentiles(runner.time_device(name, args.iters))
+        results[name] = result
+        log.info("%s: p50 %.3f ms", name, result["step"]["p50_ms"])
+    return results
+
+
+def runner_config(args: argparse.Namespace, cuda: bool, parity_rtol: float) -> RunnerConfig:
+    top = args.top_tier or (
+        "graph" if cuda else ("compiled" if args.cpu_compiled else "eager_fp32")
+    )
+    return RunnerConfig(
+        top_tier=top,  # type: ignore[arg-type]
+        precision=args.precision,
+        cache_dir=Path(tempfile.mkdtemp(prefix="tempo-bench-tdmpc2-")),
+        step_budget_ms=None,
+        parity_rtol=parity_rtol,
+    )
+
+
+def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any], float]]:
+    """(label, config changes, parity_rtol) of each Tempo variant timed."""
+    out: list[tuple[str, dict[str, Any], float]] = [("plan", {}, args.parity_rtol)]
+    if args.autocast:  # elite choices may differ from FP32: start it whatever its parity error
+        out.append(("plan-autocast", {"compute": "autocast"}, 1.0))
+    out.append(("fast", {"mode": "prior"}, args.parity_rtol))
+    return out
+
+
+def bench_one(task: str, size: int, device: str, args: argparse.Namespace) -> dict[str, Any]:
+    obs_dim, action_dim = TASKS[task]
+    config = TDMPC2Config.model_validate(
+        {"obs_dim": obs_dim, "action_dim": action_dim, "model_size": size, "horizon": args.horizon}
+    )
+    policy = random_tdmpc2_policy(config)
+    module = cast(TDMPC2Policy, policy.module)
+    cuda = device == "cuda"
+    row: dict[str, Any] = {
+        "task": task, "obs_dim": obs_dim, "action_dim": action_dim, "model_size": size,
+        "parameters_m": sum(p.numel() for p in module.parameters()) / 1e6,
+        "iterations": config.planning_iterations, "horizon": config.horizon,
+    }  # fmt: skip
+    torch_device = torch.device(device)
+    model = module.model.to(torch_device).eval()
+    row["reference"] = time_reference(
+        OfficialStylePlanner(model, config, torch_device), obs_dim, args
+    )
+    log.info("%s %sM reference: p50 %.3f ms", task, size, row["reference"]["p50_ms"])
+    row["variants"] = {}
+    for label, changes, rtol in variants(args):
+        variant = TDMPC2Policy(config.model_copy(update=changes), model=model).eval()
+        began = time.perf_counter()
+        runner = start_runner(
+            tdmpc2_policy(variant, policy.spec), runner_config(args, cuda, rtol), device
+        )
+        row["variants"][label] = {
+            "start_s": time.perf_counter() - began,
+            "serving_tier": runner.tier,
+            "tiers": time_runner(runner, obs_dim, args),
+        }
+        del runner
+    return row
+
+
+def _line(
+    row: dict[str, Any], label: str, timing: dict, gpu: float | None, parity: float | None
+) -> str:
+    cells = [
+        f"{row['task']:9s}",
+        f"{row['model_size']:>4d}M",
+        f"{label:30s}",
+        f"{timing['p50_ms']:9.3f}",
+        f"{timing['p99_ms']:9.3f}",
+        f"{gpu:8.3f}" if gpu is not None else " " * 8,
+        f"{row['reference']['p50_ms'] / timing['p50_ms']:7.1f}",
+        f"{parity:8.1e}" if parity is not None else " " * 8,
+    ]
+    return " ".join(cells)
+
+
+def print_table(rows: list[dict[str, Any]], device: str) -> None:
+    print(f"\nTD-MPC2 per action on {device} (reference: official-style eager FP32, same run)")
+    names = ["task", "size", "variant", "p50 ms", "p99 ms", "GPU p50", "x ref", "parity"]
+    widths = [9, 5, 30, 9, 9, 8, 7, 8]
+    header = " ".join(
+        f"{n:{w}s}" if i < 3 else f"{n:>{w}s}"
+        for i, (n, w) in enumerate(zip(names, widths, strict=True))
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print(_line(row, "reference (official-style)", row["reference"], None, None))
+        for group, variant in row["variants"].items():
+            for name, r in variant["tiers"].items():
+                gpu = r.get("model_gpu", {}).get("p50_ms")
+                compute = "fp32" if group != "plan-autocast" else r["precision"]
+                label = f"{group} {name} {compute}"
+                print(_line(row, label, r["step"], gpu, r["parity_error"]))
+    if device.startswith("cuda"):
+        print(
+            "\nTargets (H100/H200): plan 5M p50 <= 1.0 ms, p99 <= 1.2 ms and >= 20x the "
+            "reference; 48M p50 <= 2.5 ms; fast mode p50 <= 0.15 ms."
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="tempo bench --tdmpc2", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    parser.add_argument("--sizes", help="model sizes, comma-separated (cuda: 5,48; cpu: 1,5)")
+    parser.add_argument("--tasks", default="humanoid,dog", help="humanoid, dog")
+    parser.add_argument("--horizon", type=int, default=3)
+    parser.add_argument("--iters", type=int, help="timed actions per variant (cuda 300, cpu 5)")
+    parser.add_argument("--warmup", type=int, help="untimed actions first (cuda 20, cpu 2)")
+    parser.add_argument("--top-tier", help="highest tier (default: graph on cuda)")
+    parser.add_argument("--precision", choices=["fp16", "bf16"], default="fp16")
+    parser.add_argument("--parity-rtol", type=float, default=1e-2)
+    parser.add_argument(
+        "--cpu-compiled", action="store_true", help="also the compiled tier on a CPU"
+    )
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument(
+        "--autocast", action="store_true", help="also plan with half-precision matmuls"
+    )
+    parser.add_argument(
+        "--tf32",
+        action="store_true",
+        help="allow TF32 matmuls process-wide (the reference and every FP32 tier alike)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    device = resolve_device(args.device, setting="--device")
+    cuda = device == "cuda"
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+    args.iters = args.iters or (300 if cuda else 5)
+    args.warmup = args.warmup or (20 if cuda else 2)
+    sizes = [int(s) for s in (args.sizes or ("5,48" if cuda else "1,5")).split(",")]
+    rows = []
+    for task in args.tasks.split(","):
+        for size in sizes:
+            rows.append(bench_one(task, size, device, args))
+    name = torch.cuda.get_device_name() if cuda else f"cpu ({torch.get_num_threads()} threads)"
+    name += ", TF32 matmuls on" if args.tf32 else ""
+    print_table(rows, f"{device} {name}" if cuda else name)
+    if os.environ.get("OUT"):
+        out = Path(os.environ["OUT"])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench_tdmpc2.json").write_text(json.dumps({"device": name, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

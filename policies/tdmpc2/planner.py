@@ -1,0 +1,267 @@
+"""TD-MPC2's planner as one torch module: MPPI in the latent space of the world model, exactly as
+the official `TDMPC2._plan` does it, with every shape fixed so one CUDA graph holds a whole plan.
+
+    module(frames, obs, prev_mean, episode_start, fixed_noise) -> (actions, mean)
+
+        frames         uint8 (B, 0, 1, 1, 3)         no cameras (the runner's empty frame tensor)
+        obs            float32 (B, obs_dim)          the state observation
+        prev_mean      float32 (B, horizon, action)  this robot's previous plan mean (memory)
+        episode_start  float32 (B, 1)                1: no warm start (a new episode)
+        fixed_noise    float32 (B, 1)                1: plan with the fixed noise bank
+        actions        float32 (B, horizon, action)  the chosen plan, in robot units
+        mean           float32 (B, horizon, action)  the final MPPI mean, in [-1, 1]: the robot's
+                                                     next warm start
+
+One plan (`mode: plan`):
+1. z = h(obs). 24 trajectories are rolled out by the policy prior (sampled actions).
+2. The mean starts at the previous mean shifted one step earlier (zero for the last step, and
+   zero everywhere at an episode start); the std at max_std.
+3. Each iteration samples 488 action sequences around (mean, std), clamped to [-1, 1], next to
+   the 24 prior trajectories; scores each by its discounted predicted rewards plus the discounted
+   mean of two randomly chosen Q heads at the horizon (for an action sampled from the prior);
+   takes the 64 best; refits mean and std to them weighted by exp(temperature * (value - max)),
+   std clamped to [min_std, max_std].
+4. One elite sequence is drawn by a Gumbel-max draw over the final scores; with `explore` the
+   final std times standard-normal noise is added; clamped to [-1, 1]; mapped to robot units.
+
+Numerics: with `compute: fp32` (the default) the module turns autocast off, so every tier plans
+in FP32; MPPI's elite choices are discontinuous in the predicted values, and half-precision
+matmuls flip some of them against FP32 (measured on a random 1M agent: 2 of 4 fixed-noise plans
+chose another elite in FP16), so only FP32 tiers agree with the reference to parity_rtol.
+
+The whole sequence is returned, not only its first action: played newest-first
+(`inference.ensemble: newest`), a plan that lands every step gives the robot the official
+receding-horizon action, and when a plan is late the robot follows the rest of the last one
+instead of holding.
+
+Randomness: the noise of one plan (normals and uniforms, laid out by `NoiseBank`) is drawn in
+forward from the device's default generator, inside the captured graph, so every replay draws
+afresh. Where `fixed_noise` is 1 the module's fixed noise bank (seeded from `noise_seed`) is used
+instead: the plan is then a deterministic function of the inputs, which is what the start-up
+parity check compares across tiers and what the tests compare with a reference planner. Flags are
+tensors combined arithmetically: no Python branch depends on data, nothing calls `.item()`.
+
+`mode: prior` (fast mode) skips planning: the policy prior's mean action, rolled out over the
+horizon through the dynamics (its first action is the official fast mode's action).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from policies.tdmpc2.config import TDMPC2Config
+from policies.tdmpc2.model import WorldModel
+
+
+class NoiseBank(NamedTuple):
+    """The noise one plan consumes, by role (shapes without the batch dimension)."""
+
+    pi_eps: torch.Tensor  # (horizon, num_pi_trajs, action) normal: prior trajectories
+    sample_eps: torch.Tensor  # (iterations, horizon, num_samples - num_pi_trajs, action) normal
+    value_eps: torch.Tensor  # (iterations, num_samples, action) normal: prior action at horizon
+    explore_eps: torch.Tensor  # (horizon, action) normal: exploration noise
+    head_keys: torch.Tensor  # (iterations, num_q) uniform: the two largest pick the Q heads
+    elite_uniform: torch.Tensor  # (num_elites,) uniform: Gumbel noise -log(-log(u))
+
+
+def noise_shapes(c: TDMPC2Config) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """Shapes of the normal and the uniform parts of NoiseBank, in field order."""
+    h, a, n, p, i = c.horizon, c.action_dim, c.num_samples, c.num_pi_trajs, c.planning_iterations
+    normal = [(h, p, a), (i, h, n - p, a), (i, n, a), (h, a)]
+    uniform = [(i, c.num_q), (c.num_elites,)]
+    return normal, uniform
+
+
+def _numel(shapes: list[tuple[int, ...]]) -> int:
+    total = 0
+    for shape in shapes:
+        count = 1
+        for size in shape:
+            count *= size
+        total += count
+    return total
+
+
+def split_noise(c: TDMPC2Config, normal: torch.Tensor, uniform: torch.Tensor) -> NoiseBank:
+    """Flat noise (..., n_normal) and (..., n_uniform) -> NoiseBank views (leading dims kept)."""
+    normal_shapes, uniform_shapes = noise_shapes(c)
+    parts: list[torch.Tensor] = []
+    for flat, shapes in ((normal, normal_shapes), (uniform, uniform_shapes)):
+        lead = flat.shape[:-1]
+        offset = 0
+        for shape in shapes:
+            size = _numel([shape])
+            parts.append(flat[..., offset : offset + size].reshape(*lead, *shape))
+            offset += size
+    return NoiseBank(*parts)
+
+
+class TDMPC2Policy(nn.Module):
+    """The served TD-MPC2 step: plan (MPPI) or prior (fast mode), robot units out."""
+
+    action_low: torch.Tensor
+    action_span: torch.Tensor
+    bank_normal: torch.Tensor
+    bank_uniform: torch.Tensor
+    explore: torch.Tensor
+
+    def __init__(self, config: TDMPC2Config, model: WorldModel | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.model = model if model is not None else WorldModel(config)
+        low, high = config.bounds
+        self.register_buffer("action_low", torch.tensor(low), persistent=False)
+        self.register_buffer(
+            "action_span", torch.tensor(high) - torch.tensor(low), persistent=False
+        )
+        self.register_buffer("explore", torch.tensor(float(config.explore)), persistent=False)
+        normal_shapes, uniform_shapes = noise_shapes(config)
+        self.n_normal, self.n_uniform = _numel(normal_shapes), _numel(uniform_shapes)
+        generator = torch.Generator().manual_seed(config.noise_seed)
+        bank_normal = torch.randn(self.n_normal, generator=generator)
+        bank_uniform = torch.rand(self.n_uniform, generator=generator).clamp(1e-6, 1 - 1e-6)
+        self.register_buffer("bank_normal", bank_normal, persistent=False)
+        self.register_buffer("bank_uniform", bank_uniform, persistent=False)
+
+    @property
+    def policy_type(self) -> str:
+        return "tdmpc2"
+
+    def noise_bank(self) -> NoiseBank:
+        """The fixed noise a plan uses where `fixed_noise` is 1."""
+        return split_noise(self.config, self.bank_normal, self.bank_uniform)
+
+    def forward(
+        self,
+        frames: torch.Tensor,
+        obs: torch.Tensor,
+        prev_mean: torch.Tensor,
+        episode_start: torch.Tensor,
+        fixed_noise: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.config.compute == "autocast":  # a setting, fixed at construction
+            actions, mean = self._step(obs, prev_mean, episode_start, fixed_noise)
+        else:  # fp32: keep the runner's autocast out, so every tier makes FP32's choices
+            with torch.autocast(obs.device.type, enabled=False):
+                actions, mean = self._step(obs, prev_mean, episode_start, fixed_noise)
+        return actions.float(), mean.float()
+
+    def _step(
+        self,
+        obs: torch.Tensor,
+        prev_mean: torch.Tensor,
+        episode_start: torch.Tensor,
+        fixed_noise: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.config.mode == "prior":
+            plan = self.prior_rollout(obs)
+            return self.to_robot(plan), plan
+        batch = obs.shape[0]
+        fixed = fixed_noise.reshape(batch, 1) > 0.5
+        # Fresh noise from the device's generator; the bank where a caller asked for it.
+        normal = torch.randn(batch, self.n_normal, device=obs.device, dtype=torch.float32)
+        uniform = torch.rand(batch, self.n_uniform, device=obs.device, dtype=torch.float32)
+        normal = torch.where(fixed, self.bank_normal, normal)
+        uniform = torch.where(fixed, self.bank_uniform, uniform.clamp(1e-6, 1 - 1e-6))
+        noise = split_noise(self.config, normal, uniform)
+        actions, mean = self.plan(obs, prev_mean, episode_start, noise)
+        return self.to_robot(actions), mean
+
+    def to_robot(self, actions: torch.Tensor) -> torch.Tensor:
+        """Actions in [-1, 1] -> robot units (action -1 -> action_low, +1 -> action_high)."""
+        return self.action_low + (actions.clamp(-1, 1) + 1) * 0.5 * self.action_span
+
+    # ---- Fast mode ---------------------------------------------------------------------------
+
+    def prior_rollout(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy prior's mean actions along its own latent rollout: (B, horizon, action)."""
+        z = self.model.encode(obs)
+        actions = []
+        for t in range(self.config.horizon):
+            a = self.model.pi_mean(z)
+            actions.append(a)
+            if t + 1 < self.config.horizon:
+                z = self.model.next(z, a)
+        return torch.stack(actions, dim=1)
+
+    # ---- MPPI --------------------------------------------------------------------------------
+
+    def plan(
+        self,
+        obs: torch.Tensor,
+        prev_mean: torch.Tensor,
+        episode_start: torch.Tensor,
+        noise: NoiseBank,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One MPPI plan for noise `noise` (batched NoiseBank): (chosen actions, final mean),
+        both (B, horizon, action) in [-1, 1]."""
+        c, m = self.config, self.model
+        batch, horizon, n, p = obs.shape[0], c.horizon, c.num_samples, c.num_pi_trajs
+        z = m.encode(obs)  # (B, latent)
+
+        # Trajectories of the policy prior.
+        z_pi = z.unsqueeze(1).expand(batch, p, z.shape[-1])
+        pi_actions = []
+        for t in range(horizon):
+            a = m.pi_sample(z_pi, noise.pi_eps[:, t])
+            pi_actions.append(a)
+            if t + 1 < horizon:
+                z_pi = m.next(z_pi, a)
+        prior = torch.stack(pi_actions, dim=1)  # (B, H, P, A)
+
+        # Warm start: the previous mean, one step on; nothing at an episode start.
+        warm = (1.0 - episode_start.reshape(batch, 1, 1)) * prev_mean
+        mean = torch.cat([warm[:, 1:], torch.zeros_like(warm[:, :1])], dim=1)
+        std = torch.full_like(mean, c.max_std)
+        z_all = z.unsqueeze(1).expand(batch, n, z.shape[-1])
+
+        score = elite_actions = None
+        for i in range(c.planning_iterations):
+            sampled = mean.unsqueeze(2) + std.unsqueeze(2) * noise.sample_eps[:, i]
+            actions = torch.cat([prior, sampled.clamp(-1, 1)], dim=2)  # (B, H, N, A)
+            heads = torch.topk(noise.head_keys[:, i], 2, dim=-1).indices  # (B, 2)
+            value = self.estimate_value(z_all, actions, noise.value_eps[:, i], heads)
+            value = value.nan_to_num(0.0)  # (B, N)
+            elite_value, elite_index = torch.topk(value, c.num_elites, dim=1)  # (B, E)
+            index = elite_index[:, None, :, None].expand(batch, horizon, c.num_elites, c.action_dim)
+            elite_actions = torch.gather(actions, 2, index)  # (B, H, E, A)
+            max_value = elite_value.max(dim=1, keepdim=True).values
+            score = torch.exp(c.temperature * (elite_value - max_value))
+            score = score / score.sum(dim=1, keepdim=True)  # (B, E)
+            weight = score[:, None, :, None]
+            total = score.sum(dim=1)[:, None, None] + 1e-9
+            mean = (weight * elite_actions).sum(dim=2) / total
+            spread = (weight * (elite_actions - mean.unsqueeze(2)) ** 2).sum(dim=2) / total
+            std = spread.sqrt().clamp(c.min_std, c.max_std)
+        if score is None or elite_actions is None:  # unreachable: the config has iterations >= 1
+            raise RuntimeError("the planner ran no iteration")
+
+        # One elite by a Gumbel-max draw over the final scores.
+        gumbel = -torch.log(-torch.log(noise.elite_uniform))
+        choice = torch.argmax(score.log() + gumbel, dim=1)  # (B,)
+        index = choice[:, None, None, None].expand(batch, horizon, 1, c.action_dim)
+        chosen = torch.gather(elite_actions, 2, index).squeeze(2)  # (B, H, A)
+        chosen = chosen + self.explore * std * noise.explore_eps
+        return chosen.clamp(-1, 1), mean
+
+    def estimate_value(
+        self, z: torch.Tensor, actions: torch.Tensor, pi_eps: torch.Tensor, heads: torch.Tensor
+    ) -> torch.Tensor:
+        """Discounted predicted rewards of each action sequence, plus the discounted mean of the
+        chosen Q heads at the horizon: z (B, N, latent), actions (B, H, N, A) -> (B, N)."""
+        c, m = self.config, self.model
+        ret = torch.zeros_like(z[..., :1])
+        alive = torch.ones_like(ret)  # 1 until the model predicts termination (episodic)
+        discount = 1.0
+        for t in range(c.horizon):
+            reward = m.reward_value(z, actions[:, t])
+            z = m.next(z, actions[:, t])
+            ret = ret + discount * alive * reward
+            discount *= c.discount
+            if m.termination is not None:  # a property of the model, not of the data
+                alive = alive * (1.0 - m.terminated(z))
+        final = m.pi_sample(z, pi_eps)
+        return (ret + discount * alive * m.q_avg(z, final, heads)).squeeze(-1)

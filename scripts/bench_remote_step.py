@@ -1,0 +1,76 @@
+"""One policy step in the daemon's process against the same step through the inference process
+(observation copied into a shared, pinned slot by the control side, chunk back over ipc).
+
+Both are timed in this one run on the same observations: the in-process Runner's `predict`
+(host arrays -> upload -> model -> download), then RemotePolicy's `predict` (slot write ->
+request -> the same runner in the inference process -> reply). ACT at LeRobot's ALOHA defaults
+(3 cameras 480x640, 14 joints, chunk 100), random weights, or `--tiny` for a quick CPU run.
+
+    python scripts/bench_remote_step.py [--iters 300] [--cache-dir DIR] [--tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from controller.app import build_policy, start_inference_process
+from controller.config import load_config
+from controller.inference.ladder import random_observation
+from policies.base import Policy, window_context
+from policies.checkpoints.tempo_format import save_checkpoint
+from policies.demo import make_aloha_policy, make_demo_policy
+
+
+def time_steps(policy: Policy, observations: list, iterations: int) -> np.ndarray:  # type: ignore[type-arg]
+    samples = []
+    for i in range(iterations + 20):
+        images, state = observations[i % len(observations)]
+        began = time.perf_counter()
+        policy.predict(images, window_context(state))
+        if i >= 20:  # warm-up
+            samples.append(time.perf_counter() - began)
+    return np.array(samples) * 1e3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=300)
+    parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--tiny", action="store_true", help="a small ACT (CPU-friendly)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tempo-bench-") as tmp:
+        policy = make_demo_policy() if args.tiny else make_aloha_policy()
+        save_checkpoint(Path(tmp) / "ckpt", policy)
+        overrides = ["policy.kind=checkpoint", f"policy.path={tmp}/ckpt"]
+        if args.cache_dir:
+            overrides.append(f"runner.cache_dir={args.cache_dir}")
+        config = load_config(None, overrides)
+        observations = [random_observation(policy.spec, seed) for seed in range(8)]
+        local = build_policy(config)
+        in_process = time_steps(local, observations, args.iters)
+        device, tier = local.status()["device"], local.tier
+        del local
+        remote = start_inference_process(config, Path(tmp) / "config.json")
+        try:
+            separate = time_steps(remote, observations, args.iters)
+            pinned = remote.pinned
+        finally:
+            remote.stop()
+    print(f"{device}, tier {tier}, {args.iters} steps each (ms)")
+    print(f"{'':34s}{'p50':>10s}{'p99':>10s}{'mean':>10s}")
+    rows = [("in the daemon's process", in_process), ("through the inference process", separate)]
+    for label, samples in rows:
+        p50, p99 = np.percentile(samples, [50, 99])
+        print(f"{label:34s}{p50:10.3f}{p99:10.3f}{samples.mean():10.3f}")
+    print(f"observation slots pinned for DMA: {pinned}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The policy in its own supervised process: the faults the control process must survive.
+
+Each test serves the built-in reach policy on the CPU through a real inference process and
+asserts what a good driver saw: `hold` (reason inference_restarting) while the process is
+down, never an action planned by the process that died, then a finite stream again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.errors import PolicyError
+from controller.inference.remote_policy import RemotePolicy
+from controller.observe.status_server import request_status
+from controller.observe.status_view import render_status
+from policies.base import first_context
+from tests.conftest import StreamingDriver, daemon_process, ipc_config, wait_for
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+
+FLAKY = Path(__file__).with_name("flaky_inference.py")
+
+
+def _status(tmp_path: Path) -> dict:
+    status = request_status(f"ipc://{tmp_path}/status.sock", 2.0)
+    assert status is not None
+    return status
+
+
+def _child_pid(tmp_path: Path) -> int | None:
+    """The inference process's pid; None between a death and the restart."""
+    return _status(tmp_path)["policy"]["process"]["pid"]
+
+
+def _loaded_libraries(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def _actions_after(driver: StreamingDriver, count: int, timeout: float = 60.0) -> None:
+    seen = sum(r.kind == "action" for r in driver.records)
+    wait_for(lambda: sum(r.kind == "action" for r in driver.records) >= seen + count, timeout)
+
+
+def _check_outage(driver: StreamingDriver, seq_at_fault: int) -> None:
+    records = list(driver.records)
+    restarting = [i for i, r in enumerate(records) if r.reason == "inference_restarting"]
+    assert restarting, "no hold with reason inference_restarting reached the driver"
+    after = records[restarting[0] :]
+    actions_after = [r for r in after if r.kind == "action"]
+    assert actions_after, "serving never resumed"
+    # Never an action planned by the process that died: only chunks of observations sent
+    # after the fault.
+    assert all(r.obs_seq > seq_at_fault for r in actions_after), [
+        (r.step, r.obs_seq) for r in actions_after if r.obs_seq <= seq_at_fault
+    ]
+    assert all(r.finite for r in records)
+    steps = [r.step for r in records if r.session == records[-1].session]
+    assert steps == sorted(set(steps)), "a step was sent twice or out of order"
+
+
+def test_control_process_never_loads_torch(tmp_path: Path) -> None:
+    with daemon_process(tmp_path) as daemon:
+        child = wait_for(lambda: _child_pid(tmp_path))
+        assert "libtorch" not in _loaded_libraries(daemon.pid)
+        assert "libtorch" in _loaded_libraries(child)
+
+
+@pytest.mark.parametrize("fault", ["sigkill", "hang"])
+def test_driver_is_held_then_served_fresh_after_the_inference_process_dies(
+    tmp_path: Path, fault: str
+) -> None:
+    overrides = ("control.rate_hz=100", "supervision.hang_timeout_s=1.0")
+    with daemon_process(tmp_path, *overrides):
+        driver = StreamingDriver(f"ipc://{tmp_path}/tempo.sock").start()
+        try:
+            _actions_after(driver, 20)
+            child = wait_for(lambda: _child_pid(tmp_path))
+            seq_at_fault = driver.client._seq
+            os.kill(child, signal.SIGKILL if fault == "sigkill" else signal.SIGSTOP)
+            wait_for(lambda: any(r.reason == "inference_restarting" for r in driver.records), 30)
+            wait_for(lambda: _child_pid(tmp_path) not in (None, child), 60)
+            _actions_after(driver, 20)
+        finally:
+            driver.stop()
+        _check_outage(driver, seq_at_fault)
+        status = _status(tmp_path)
+        cause = "exited" if fault == "sigkill" else "hung"
+        assert status["policy"]["process"]["restarts"][0]["cause"] == cause
+        assert f"{cause}: " in render_status(status)  # `tempo status` shows the cause
+        assert not Path(f"/proc/{child}").exists()  # the hung one was killed, not left behind
+
+
+def _remote(tmp_path: Path, marker: Path) -> RemotePolicy:
+    config_file = tmp_path / "config.json"
+    config_file.write_text(json.dumps(ipc_config(tmp_path).model_dump(mode="json")))
+    command = [sys.executable, str(FLAKY), str(marker), "inference-process"]
+    return RemotePolicy([*command, "--config-json", str(config_file)], hang_timeout_s=1.0)
+
+
+def test_a_process_that_dies_during_its_startup_checks_fails_the_start(tmp_path: Path) -> None:
+    marker = tmp_path / "die-once"
+    marker.touch()
+    policy = _remote(tmp_path, marker)
+    with pytest.raises(PolicyError, match="exited with code 5 while starting"):
+        policy.start()
+    assert not policy.serving
+
+
+def test_a_restart_that_dies_during_its_startup_checks_is_retried(tmp_path: Path) -> None:
+    marker = tmp_path / "die-once"
+    policy = _remote(tmp_path, marker)
+    policy.start()
+    try:
+        first = policy.pid
+        assert first is not None and policy.serving
+        marker.touch()  # the next start dies in its parity check
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: not policy.serving, 10)
+        wait_for(lambda: policy.serving, 60)
+        causes = [r.cause for r in policy.restarts]
+        assert causes[:2] == ["exited", "restart_failed"], causes
+        assert policy.pid not in (None, first)
+        images = {"front": np.zeros((96, 128, 3), np.uint8)}
+        prediction = policy.predict(images, first_context(policy.spec, np.zeros(6, np.float32)))
+        assert prediction.actions.shape == (policy.spec.chunk_size, 6)
+        assert np.isfinite(prediction.actions).all()
+    finally:
+        policy.stop()
+    assert policy.pid is None  # stop() waited for the process
+
+
+def test_the_inference_process_ends_when_the_control_process_dies(tmp_path: Path) -> None:
+    with daemon_process(tmp_path) as daemon:
+        child = wait_for(lambda: _child_pid(tmp_path))
+        os.kill(daemon.pid, signal.SIGKILL)
+        daemon.wait(5)
+        wait_for(lambda: not Path(f"/proc/{child}").exists() or _zombie(child), 10)
+
+
+def _zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"

@@ -1,0 +1,112 @@
+"""Shared-memory observation slots and the messages between the two processes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from controller.inference.frame_slots import FrameSlots, TornSlot
+from controller.inference.process_messages import (
+    MessageError,
+    pack,
+    pack_array,
+    pack_memory,
+    unpack,
+    unpack_array,
+    unpack_memory,
+)
+from policies.base import CameraSpec, PolicySpec
+
+SPEC = PolicySpec(
+    cameras=(CameraSpec(name="a", height=4, width=6), CameraSpec(name="b", height=3, width=5)),
+    state_size=3,
+    joint_names=("x", "y", "z"),
+    chunk_size=2,
+    state_history=2,
+)
+
+
+def observation(value: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    images = {c.name: np.full(c.shape, value, np.uint8) for c in SPEC.cameras}
+    return images, np.full((2, 3), float(value), np.float32)
+
+
+@pytest.fixture
+def slots(tmp_path):  # type: ignore[no-untyped-def]
+    writer = FrameSlots.create(SPEC, 2, directory=str(tmp_path))
+    reader = FrameSlots.attach(writer.path, SPEC, 2)
+    yield writer, reader
+    reader.close()
+    writer.close()
+    assert not writer.path.exists()
+
+
+def test_what_the_writer_copies_the_reader_sees_in_place(slots) -> None:  # type: ignore[no-untyped-def]
+    writer, reader = slots
+    generation = writer.write(1, *observation(7))
+    assert generation % 2 == 0
+    reader.check(1, generation)
+    images, state = reader.views(1)
+    for camera in SPEC.cameras:
+        assert (images[camera.name] == 7).all() and images[camera.name].shape == camera.shape
+    assert (state == 7).all() and state.shape == (2, 3)
+    assert (reader.views(0)[1] == 0).all()  # the other slot is untouched
+
+
+def test_an_overwritten_slot_is_refused_not_served(slots) -> None:  # type: ignore[no-untyped-def]
+    writer, reader = slots
+    first = writer.write(0, *observation(1))
+    writer.write(0, *observation(2))
+    with pytest.raises(TornSlot, match="overwritten"):
+        reader.check(0, first)
+
+
+def test_a_slot_being_written_is_refused(slots) -> None:  # type: ignore[no-untyped-def]
+    writer, reader = slots
+    generation = writer.write(0, *observation(1))
+    writer._headers[0][0] += 1  # a writer in the middle of its copy
+    with pytest.raises(TornSlot):
+        reader.check(0, generation)
+    with pytest.raises(TornSlot):
+        reader.check(0, generation + 1)  # odd: never a complete observation
+
+
+def test_attaching_with_another_spec_is_refused(slots) -> None:  # type: ignore[no-untyped-def]
+    writer, _ = slots
+    bigger = (CameraSpec(name="a", height=40, width=60), SPEC.cameras[1])
+    with pytest.raises(ValueError, match="expected"):
+        FrameSlots.attach(writer.path, SPEC.model_copy(update={"cameras": bigger}), 2)
+    swapped = (SPEC.cameras[1].model_copy(update={"name": "a"}), SPEC.cameras[0])
+    renamed = SPEC.model_copy(
+        update={"cameras": (swapped[0], swapped[1].model_copy(update={"name": "b"}))}
+    )
+    with pytest.raises(ValueError, match="another policy spec"):
+        FrameSlots.attach(writer.path, renamed, 2)
+
+
+def test_heartbeat_is_shared(slots) -> None:  # type: ignore[no-untyped-def]
+    writer, reader = slots
+    reader.beat()
+    assert writer.last_beat_ns() == reader.last_beat_ns() > 0
+
+
+def test_messages_round_trip_arrays_and_memory() -> None:
+    plan = np.arange(6, dtype=np.float32).reshape(3, 2)
+    message = unpack(pack("infer", id=3, plan=pack_array(plan), memory=pack_memory({"m": plan})))
+    assert message["kind"] == "infer" and message["id"] == 3
+    np.testing.assert_array_equal(unpack_array(message["plan"], "plan"), plan)
+    np.testing.assert_array_equal(unpack_memory(message["memory"])["m"], plan)  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"\xc1", b"\x93\x01\x02\x03", pack("x")[:-1]],
+)
+def test_malformed_messages_are_refused(raw: bytes) -> None:
+    with pytest.raises(MessageError):
+        unpack(raw)
+
+
+def test_an_array_whose_bytes_do_not_fill_its_shape_is_refused() -> None:
+    with pytest.raises(MessageError, match="do not fill"):
+        unpack_array({"shape": [2, 2], "data": b"\x00" * 12}, "chunk")
