@@ -11,8 +11,9 @@ Prints one table:
 - every quantized tier's parity error against the FP32 fake-quant reference (eager_fp32 of the
   quantized model) and its action error against the FP32 unquantized model;
 - device memory of the quantized layers against the same layers in FP16;
-- DuQuant against round-to-nearest W4A8 (static and per-token activation scales), on the
-  model as it is and with 100x outlier channels injected into its encoder.
+- DuQuant against round-to-nearest W4A8 (static activation scales; per-token too with
+  --all-activations), on the model as it is and with 100x outlier channels injected into its
+  encoder.
 After timing, the quantized graph tier serves more steps to confirm no recompile and no CUDA
 graph error (either would demote it).
 """
@@ -42,6 +43,7 @@ from controller.tools.quantize import run_module, stacked_observations  # noqa: 
 from policies.act.config import ACTConfig  # noqa: E402
 from policies.act.model import ACT  # noqa: E402
 from policies.base import PolicySpec  # noqa: E402
+from policies.quant.act import set_submodule  # noqa: E402
 from policies.quant.apply import quantize_module  # noqa: E402
 from policies.quant.config import QuantSettings  # noqa: E402
 from policies.quant.layer import QuantLinear, memory_bytes  # noqa: E402
@@ -57,6 +59,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--iters", type=int, default=200, help="timed steps per tier")
     parser.add_argument("--precision", choices=["fp16", "bf16"], default="fp16")
+    parser.add_argument(
+        "--all-activations",
+        action="store_true",
+        help="compare DuQuant and RTN with per-token activation scales too (4 more calibrations)",
+    )
     parser.add_argument("--json", dest="json_out", type=Path, help="write the results here")
     return parser.parse_args()
 
@@ -105,6 +112,19 @@ def quantized(
     images, state = calibration
     quantize_module(module, settings, lambda: run_module(module, images, state, device))
     return TensorPolicy(spec=policy.spec, module=module.cpu(), reference=policy.reference)
+
+
+def repacked(policy: TensorPolicy) -> TensorPolicy:
+    """The same quantized policy with its 4-bit codes held two per byte (no recalibration)."""
+    module = copy.deepcopy(policy.module)
+    for name, layer in list(module.named_modules()):
+        if isinstance(layer, QuantLinear):
+            twin = QuantLinear(layer.layout, layer.compiled_path, packed=True)
+            state = {k: v for k, v in layer.state_dict().items() if k != "weight_q"}
+            twin.load_state_dict(state, strict=False)
+            twin.set_codes(layer.codes())
+            set_submodule(module, name, twin)
+    return TensorPolicy(spec=policy.spec, module=module, reference=policy.reference)
 
 
 def serve(policy: TensorPolicy, device: str, args: argparse.Namespace, cache: Path):  # type: ignore[no-untyped-def]
@@ -168,16 +188,17 @@ def method_errors(
     reference: tuple[np.ndarray, np.ndarray],
     device: torch.device,
     block: int,
+    activations: tuple[str, ...],
 ) -> dict[str, float]:
     """Action error (largest relative, FP32 fake-quant) of each method against the FP32 model."""
     fp32 = run_module(policy.module.to(device), *reference, device)
     out = {}
     for method in ("duquant", "rtn"):
-        for activations in ("static", "dynamic"):
-            settings = QuantSettings(method=method, activations=activations, block_size=block)
+        for activation in activations:
+            settings = QuantSettings(method=method, activations=activation, block_size=block)  # type: ignore[arg-type]
             q = quantized(policy, settings, calibration, device).module.to(device)
             chunks = run_module(q, *reference, device)
-            out[f"{method}/{activations}"] = max(
+            out[f"{method}/{activation}"] = max(
                 relative_error(c, r) for c, r in zip(chunks, fp32, strict=True)
             )
     return out
@@ -210,8 +231,7 @@ def main() -> int:
     for layer in variants["w4a8 dequant"].module.modules():
         if isinstance(layer, QuantLinear):
             layer.compiled_path = "dequant"
-    packed = base_settings.model_copy(update={"packed_weights": True})
-    variants["w4a8 int8 packed"] = quantized(policy, packed, calibration, torch_device)
+    variants["w4a8 int8 packed"] = repacked(variants["w4a8 int8"])
     with tempfile.TemporaryDirectory() as cache:
         for name, variant in variants.items():
             runner, start_s = serve(variant, device, args, Path(cache) / name.replace(" ", "_"))
@@ -224,12 +244,13 @@ def main() -> int:
                 result["steady"] = serve_steady(runner)
             report["variants"][name] = result
             del runner
+    activations = ("static", "dynamic") if args.all_activations else ("static",)
     report["methods"] = method_errors(
-        policy, calibration, reference_obs, torch_device, args.block_size
+        policy, calibration, reference_obs, torch_device, args.block_size, activations
     )
     outliers = TensorPolicy(spec=spec, module=inject_outliers(policy.module))
     report["methods_outliers"] = method_errors(
-        outliers, calibration, reference_obs, torch_device, args.block_size
+        outliers, calibration, reference_obs, torch_device, args.block_size, activations
     )
     print_table(report)
     if args.json_out:

@@ -58,7 +58,7 @@ def quantize_module(
         peaks = dict.fromkeys(names, 0.0)
 
         def record_peak(name: str, x: torch.Tensor) -> None:
-            flat = x.detach().reshape(-1, x.shape[-1]).to("cpu", torch.float64)
+            flat = x.detach().reshape(-1, x.shape[-1]).float()  # where x lives, in FP32
             peaks[name] = max(peaks[name], float(plans[name].transform_input(flat).abs().max()))
 
         with _recording(linears, record_peak):

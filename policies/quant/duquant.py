@@ -51,15 +51,18 @@ class StatsCollector:
         self.stats: ActivationStats | None = None
 
     def update(self, x: torch.Tensor) -> None:
-        x = x.detach().reshape(-1, x.shape[-1]).to("cpu", torch.float64)
+        # Reduced where x lives (the GPU, when calibrating there); only the results move.
+        x = x.detach().reshape(-1, x.shape[-1])
         top = x.abs().amax(dim=1).topk(min(self._keep, x.shape[0])).indices
+        channel_max = x.abs().amax(dim=0).to("cpu", torch.float64)
+        peaks = x[top].to("cpu", torch.float64)
         if self.stats is None:
-            self.stats = ActivationStats(x.abs().amax(dim=0), x[top], x.shape[0])
+            self.stats = ActivationStats(channel_max, peaks, x.shape[0])
             return
-        rows = torch.cat([self.stats.rows, x[top]])
+        rows = torch.cat([self.stats.rows, peaks])
         keep = rows.abs().amax(dim=1).topk(min(self._keep, rows.shape[0])).indices
         self.stats = ActivationStats(
-            torch.maximum(self.stats.channel_max, x.abs().amax(dim=0)),
+            torch.maximum(self.stats.channel_max, channel_max),
             rows[keep],
             self.stats.tokens + x.shape[0],
         )
