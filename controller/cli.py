@@ -388,11 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     demo.add_argument(
         "--policy",
-        choices=["act", "reach", "tdmpc2"],
+        choices=["act", "reach", "flow", "tdmpc2"],
         default="act",
         help="act: a small ACT with random weights, made on first run (default); "
-        "reach: the built-in scripted policy; tdmpc2: a TD-MPC2 planner (1M, random weights) "
-        "on the arm's joint state",
+        "reach: the built-in scripted policy; "
+        "flow: a small flow-matching policy with random weights, served with real-time chunking; "
+        "tdmpc2: a TD-MPC2 planner (1M, random weights) on the arm's joint state",
     )
     demo.set_defaults(func=cmd_demo)
 

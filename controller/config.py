@@ -20,6 +20,7 @@ from controller.errors import ConfigError
 from controller.inference.runner_config import RunnerConfig
 from controller.observe.metrics_http import MetricsConfig
 from controller.observe.telemetry import TelemetryConfig
+from policies.flow.config import RTCConfig
 
 
 class _Section(BaseModel):
@@ -162,6 +163,12 @@ class PolicyConfig(_Section):
     time_constant_steps: float = Field(
         default=25.0, gt=0, description="reach: steps to cover ~63% of the way to the target."
     )
+    rtc: RTCConfig = Field(
+        default=RTCConfig(),
+        description="Real-time chunking for a flow policy (mode off|exact|stop_grad|inpaint, "
+        "beta, schedule); the execution horizon is inference.query_period, and the robot plays "
+        "the old chunk until the new one lands (needs inference.ensemble: newest).",
+    )
     planner: PlannerConfig = Field(
         default=PlannerConfig(), description="TD-MPC2 checkpoints: planning, fast mode, fallback."
     )
@@ -275,6 +282,15 @@ class TempoConfig(_Section):
     metrics: MetricsConfig = MetricsConfig()
     supervision: SupervisionConfig = SupervisionConfig()
     logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="after")
+    def _rtc_plays_the_newest_chunk(self) -> TempoConfig:
+        if self.policy.rtc.mode != "off" and self.inference.ensemble == "temporal":
+            raise ValueError(
+                "policy.rtc needs inference.ensemble: newest (real-time chunking plays the old "
+                "chunk's first d actions, then the new chunk, without averaging)"
+            )
+        return self
 
 
 def _describe(error: ValidationError, source: str) -> str:

@@ -36,6 +36,8 @@ def build_tensor_policy(
     if policy.kind == "reach":
         from policies.reach import build_reach_policy
 
+        if policy.rtc.mode != "off":
+            raise ConfigError("policy.rtc needs a flow policy checkpoint; reach has no flow")
         if robot is None:
             raise ConfigError("policy.kind 'reach' needs the robot section (joints, cameras)")
         cameras = [CameraSpec(name=c.name, height=c.height, width=c.width) for c in robot.cameras]
@@ -69,7 +71,14 @@ def build_tensor_policy(
                 f"policy.planner applies to TD-MPC2 checkpoints; {policy.path} holds another "
                 "policy (leave policy.planner at its defaults)"
             ) from None
-    return loaded
+    if policy.rtc.mode == "off":
+        return loaded
+    from policies.flow.rtc import serve_with_rtc
+
+    try:
+        return serve_with_rtc(loaded, policy.rtc)
+    except ValueError as exc:
+        raise ConfigError(f"policy.rtc: {exc}") from None
 
 
 def describe_source(policy: PolicyConfig) -> str:

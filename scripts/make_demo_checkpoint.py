@@ -1,6 +1,8 @@
 """Write a small ACT checkpoint with random weights (see policies/demo.py).
 
 python scripts/make_demo_checkpoint.py DIR [--camera front:96x128 ...] [--joints 6]
+python scripts/make_demo_checkpoint.py DIR --policy flow         # the demo flow policy
+python scripts/make_demo_checkpoint.py DIR --policy flow-aloha   # flow, 3 cams 480x640, H 50
 """
 
 from __future__ import annotations
@@ -33,7 +35,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-size", type=int, default=None, help="default: --joints")
     parser.add_argument("--chunk-size", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--policy",
+        choices=["act", "flow", "flow-aloha"],
+        default="act",
+        help="act (default; the options above apply); flow: the demo flow policy; flow-aloha: "
+        "a flow policy at ALOHA shapes for benchmarks (policies/flow/demo.py)",
+    )
     args = parser.parse_args(argv)
+    if args.policy != "act":
+        from policies.checkpoints.tempo_format import save_checkpoint
+        from policies.demo import make_demo_flow_policy, make_flow_aloha_policy
+
+        make = make_flow_aloha_policy if args.policy == "flow-aloha" else make_demo_flow_policy
+        print(f"wrote {save_checkpoint(args.directory, make(seed=args.seed))}")
+        return 0
     path = make_demo_checkpoint(
         args.directory,
         cameras=tuple(args.camera or [("front", 96, 128)]),

@@ -26,7 +26,8 @@ OFFSET_WINDOW = 32  # observations the clock-offset estimate looks back over
 # An observation whose clock offset is this far from the estimate is a clock jump (a stamp
 # seconds in the future, say), not a measurement: the estimate ignores it.
 CLOCK_JUMP_NS = 1_000_000_000
-DELAY_WINDOW = 8  # chunks the inference-delay estimate looks back over
+DELAY_WINDOW = 32  # chunks the inference-delay estimate looks back over
+DELAY_PERCENTILE = 90  # of those: one slow inference does not set the delay for the window
 
 
 @dataclass
@@ -95,6 +96,8 @@ class Session:
         self._offsets_used = 0
         self._delays = np.zeros(DELAY_WINDOW, dtype=np.int64)
         self._delay_index = 0
+        self._delay_count = 0
+        self._delay_estimate = 0
 
     @property
     def idle_since_ns(self) -> int:
@@ -118,15 +121,19 @@ class Session:
         return True
 
     def _record_inference_delay(self, steps: int) -> None:
-        """A chunk for step s landed at step s + `steps`."""
+        """A chunk for step s landed at step s + `steps`; update the estimate (once per chunk)."""
         self._delays[self._delay_index] = max(steps, 0)
         self._delay_index = (self._delay_index + 1) % DELAY_WINDOW
+        self._delay_count = min(self._delay_count + 1, DELAY_WINDOW)
+        recent = self._delays[: self._delay_count]  # the ring, filled slots only
+        self._delay_estimate = int(np.percentile(recent, DELAY_PERCENTILE, method="higher"))
 
     @property
     def inference_delay(self) -> int:
-        """The largest recent observation-to-chunk delay in control steps: a policy that plans
-        around it (real-time chunking) errs on the safe side."""
-        return int(self._delays.max())
+        """A high percentile (DELAY_PERCENTILE) of the observation-to-chunk delays, in control
+        steps, of the last DELAY_WINDOW chunks of this episode: a policy that plans around it
+        (real-time chunking) errs on the safe side, without one outlier setting it for long."""
+        return self._delay_estimate
 
     def start_episode(self) -> None:
         """Forget the plan, the state history, the policy's memory, requests not yet taken and
@@ -141,6 +148,8 @@ class Session:
         self.pending = None
         self.last_request_step = -(10**18)
         self._delays.fill(0)
+        self._delay_count = 0
+        self._delay_estimate = 0
 
     def on_chunk_landed(self, chunk: Chunk, step: int) -> bool:
         """A chunk came back at control step `step`: False (dropped) if it belongs to an ended

@@ -57,6 +57,7 @@ from controller.inference.step_path import StepPath
 from controller.inference.tiers import EagerTier, Tier, build_tiers
 from controller.observe.telemetry import Telemetry
 from policies.base import PolicySpec, Prediction, RobotContext, window_context
+from policies.inputs import InputCodec
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -397,6 +398,11 @@ class Runner:
     def module(self) -> torch.nn.Module:
         """The policy's module: the one every tier runs (on the runner's device once started)."""
         return self._policy.module
+
+    @property
+    def codec(self) -> InputCodec:
+        """How a robot's context becomes the module's inputs (for tools that fill the staging)."""
+        return self._codec
 
     @property
     def step_path(self) -> StepPath:

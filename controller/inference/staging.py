@@ -128,7 +128,7 @@ class InputStaging:
         check_frames(self._spec, images)
         n = self._n_frames
         if not self._cuda:
-            self._codec.encode(context, self._host[n:])
+            self._codec.encode(context, [a[0, ...] for a in self._host[n:]])  # views, no batch
             for name, index, row in self._placement:
                 np.copyto(self._host[index][0, row], images[name])
             return
@@ -136,7 +136,7 @@ class InputStaging:
         if self._wait_for_slot:
             slot.uploaded.synchronize()  # the slot's previous copy has been read by the GPU
         # The codec first: it may refuse the context, and then nothing has been enqueued.
-        self._codec.encode(context, [a[0] for a in slot.arrays[n:]])
+        self._codec.encode(context, [a[0, ...] for a in slot.arrays[n:]])  # views, also 0-d
         self._next = (self._next + 1) % len(self._slots)
         # Nothing is written to the static tensors before the last step has read them.
         self._copy_stream.wait_event(self._consumed)

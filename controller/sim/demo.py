@@ -35,6 +35,21 @@ def demo_policy_args(policy: str) -> list[str]:
     random weights and a fixed seed: the model path is real, the behaviour is not trained."""
     if policy == "reach":
         return ["--set", "policy.kind=reach"]
+    if policy == "flow":
+        flow_dir = demo_checkpoint_dir().with_name("demo-flow")
+        if not (flow_dir / "config.json").exists():
+            from policies.checkpoints.tempo_format import save_checkpoint
+            from policies.demo import make_demo_flow_policy
+
+            save_checkpoint(flow_dir, make_demo_flow_policy())
+        settings = [
+            "policy.kind=checkpoint",
+            f"policy.path={flow_dir}",
+            "policy.rtc.mode=exact",  # real-time chunking: the old chunk plays until the new lands
+            "inference.ensemble=newest",
+            "inference.query_period=10",  # the execution horizon s: at least the delay on a CPU
+        ]
+        return [arg for setting in settings for arg in ("--set", setting)]
     if policy == "tdmpc2":
         directory = demo_checkpoint_dir().with_name("demo-tdmpc2")
         if not (directory / "config.json").exists():

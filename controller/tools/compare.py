@@ -54,6 +54,7 @@ from controller.tools.profiling import (
     timed_control_step,
 )
 from controller.tools.replay import ObservationSource
+from policies.base import RobotContext
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,7 @@ class _Variant:
         self.source = source
         self.pipeline = robot_pipeline(config, runner.spec)
         self.period = config.inference.query_period
+        self.delay = 0  # the inference delay in the contexts (RTC's d)
         self.step = 0
         self.predict: list[float] = []
 
@@ -164,8 +166,17 @@ class _Variant:
             chunk = None
             images, state = source.next()
             if self.step % self.period == 0:
+                # The robot's context as its session would give it: the plan still ahead
+                # (real-time chunking guides toward it) and the delay (chunks land at once here).
+                context = RobotContext(
+                    step=self.step,
+                    episode_start=self.step == 0,
+                    state_history=state,
+                    previous_plan=self.pipeline.plan(self.step),
+                    inference_delay=self.delay,
+                )
                 began = clock()
-                chunk = runner.predict_chunk(images, state)
+                chunk = runner.predict(images, context).actions
                 if record:
                     self.predict.append(clock() - began)
             timed_control_step(self.pipeline, self.step, chunk, state[-1])

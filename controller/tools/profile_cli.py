@@ -6,6 +6,7 @@ controller.tools.compare (cli.py adds it with `add_profile_parser`).
     tempo profile compare A.yaml B.yaml [--set ... (both)]
     tempo profile compare A.yaml --set runner.top_tier=eager_fp32     (B = A + the overrides)
     tempo profile compare --set inference.query_period=10             (A = defaults, B = + set)
+    tempo profile compare FLOW.yaml --rtc      (RTC off against each RTC mode, a verdict each)
 """
 
 from __future__ import annotations
@@ -86,6 +87,14 @@ def add_profile_parser(
         default=0.02,
         help="compare: smallest ratio change called a difference (default 0.02 = 2%%)",
     )
+    profile.add_argument(
+        "--rtc",
+        nargs="*",
+        choices=["exact", "stop_grad", "inpaint"],
+        metavar="MODE",
+        help="compare: a flow policy's config with real-time chunking off against each RTC "
+        "mode (default all: exact stop_grad inpaint), with a verdict line per mode",
+    )
     profile.set_defaults(func=cmd_profile, setup_logging=setup_logging)
     return profile
 
@@ -115,6 +124,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
             raise ConfigError("--torch-profiler works with `tempo profile CONFIG`, not compare")
         from controller.tools.compare import render_compare, run_compare
 
+        if args.rtc is not None:
+            return _compare_rtc(args, files, overrides, progress)
         if len(files) == 2:
             config_a = load_config(files[0], overrides)
             config_b = load_config(files[1], overrides)
@@ -168,4 +179,28 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(json.dumps(result.as_dict(samples=False), indent=1, default=str))
     if result.report is not None:
         print(result.report)
+    return 0
+
+
+def _compare_rtc(
+    args: argparse.Namespace, files: list[Path], overrides: list[str], progress: Any
+) -> int:
+    if len(files) > 1:
+        raise ConfigError("tempo profile compare --rtc takes one config file (a flow policy)")
+    from controller.tools.rtc_compare import RTC_MODES, render_rtc_compare, run_rtc_compare
+
+    config = load_config(files[0] if files else None, overrides)
+    result = run_rtc_compare(
+        config,
+        args.iterations,
+        modes=tuple(args.rtc) or RTC_MODES,
+        replay=args.replay,
+        warmup=args.warmup,
+        confidence=args.confidence,
+        min_effect=args.min_effect,
+        progress=progress,
+    )
+    print(render_rtc_compare(result))
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=1, default=str))
     return 0

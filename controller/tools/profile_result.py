@@ -79,6 +79,7 @@ class ProfileResult:
     tiers: list[dict[str, Any]] = field(default_factory=list)
     demotions: list[dict[str, Any]] = field(default_factory=list)
     uncalled_children: list[str] = field(default_factory=list)
+    flow: dict[str, Any] | None = None  # a flow policy: rtc_mode, chunk_size, n_steps
     recommendations: list[str] = field(default_factory=list)
     torch_trace: str | None = None
     report: Any = None  # controller.tools.reports.Report when a report was written
@@ -121,6 +122,7 @@ class ProfileResult:
             "tiers": self.tiers,
             "demotions_during_profile": self.demotions,
             "uncalled_children": self.uncalled_children,
+            "flow": self.flow,
             "recommendations": self.recommendations,
             "torch_trace": self.torch_trace,
         }

@@ -17,6 +17,7 @@ UPLOAD_SHARE = 0.20
 PREPROCESS_SHARE = 0.20
 RUNNER_REST_SHARE = 0.20
 TICK_SHARE = 0.10  # ensembler + guards above this share of the control period
+AUTOGRAD_SHARE = 0.25  # RTC exact's VJP above this share of the flow forward
 
 
 # -- recommendations -------------------------------------------------------------------------------
@@ -69,6 +70,59 @@ def _tier_advice(result: ProfileResult) -> list[str]:
             "break names its source line in the log)."
         )
     return [text]
+
+
+def _flow_advice(result: ProfileResult) -> list[str]:
+    """Real-time chunking: what its exact mode costs, and the execution horizon the measured
+    step time asks for."""
+    if result.flow is None:
+        return []
+    out = []
+    mode, chunk = result.flow["rtc_mode"], int(result.flow["chunk_size"])
+    autograd = result.share("phase:autograd")
+    row = result.row("phase:autograd")
+    if autograd is not None and row is not None and autograd >= AUTOGRAD_SHARE:
+        out.append(
+            f"RTC exact's autograd correction (the VJP beyond a forward of the expert) is "
+            f"{_ms(row.mean)}, {_pct(autograd)} of the eager forward. stop_grad skips it: "
+            "`tempo profile compare CONFIG --rtc` says what each mode costs against RTC off on "
+            "this machine, scripts/rtc_smoothness.py what it buys in boundary smoothness."
+        )
+    step = result.row("step")
+    if step is None or not step.samples.size:
+        return out
+    period = 1.0 / result.control_hz
+    p99 = float(np.percentile(step.samples, 99))
+    delay = math.ceil(p99 / period)
+    horizon = result.query_period
+    if mode == "off":
+        if delay >= 1:
+            out.append(
+                f"A step takes up to {_ms(p99)} (p99), {delay} control step(s): with plain "
+                f"chunk switching the robot jumps at every chunk boundary by what the policy "
+                "changed its mind about. Real-time chunking (policy.rtc.mode, with "
+                "inference.ensemble: newest) makes the new chunk agree with the executed prefix."
+            )
+        return out
+    if horizon < delay:
+        out.append(
+            f"The inference delay is about {delay} control step(s) (p99 step {_ms(p99)}) but a "
+            f"new chunk is asked every {horizon} (inference.query_period = the execution horizon "
+            f"s): RTC needs s >= d. Set inference.query_period to at least {delay}."
+        )
+    elif chunk - horizon < delay:
+        out.append(
+            f"With H = {chunk} and s = {horizon}, the prefix the new chunk can agree with has "
+            f"{chunk - horizon} actions, fewer than the delay d = {delay}: lower "
+            f"inference.query_period to at most {chunk - delay}."
+        )
+    else:
+        out.append(
+            f"Execution horizon s = {horizon} fits the measured delay d = {delay} (p99 step "
+            f"{_ms(p99)}) and H = {chunk}: any s in [{delay}, {chunk - delay}] works; a larger s "
+            "asks the GPU less often, a smaller one reacts sooner."
+        )
+    return out
 
 
 def recommend(result: ProfileResult) -> list[str]:
@@ -150,6 +204,7 @@ def recommend(result: ProfileResult) -> list[str]:
             "graph tier replays the whole step in one launch."
         )
     out += _tier_advice(result)
+    out += _flow_advice(result)
     if step is not None and step.samples.size:
         p99 = float(np.percentile(step.samples, 99))
         budget = result.step_budget_ms
@@ -206,6 +261,7 @@ def render_profile(result: ProfileResult) -> str:
         "step": "policy step, and its phases          (share of the step)",
         "model": "eager forward by top-level submodule  (share of the forward)",
         "tick": "per control step, per robot          (share of the period)",
+        "phases": "flow policy by phase                  (share of its eager forward)",
     }
     group = None
     for row in result.rows:
@@ -217,7 +273,7 @@ def render_profile(result: ProfileResult) -> str:
             if group == "step":
                 lines.append(header)
         s = summarize(row.samples)
-        indent = "" if row.key in ("step", "forward") else "  "
+        indent = "" if row.key in ("step", "forward", "phase:total") else "  "
         if row.derived:
             cells = f"{_ms(s['mean']):>10}{'':>10}{'':>10}{'':>10}"
         else:

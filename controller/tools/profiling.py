@@ -50,6 +50,7 @@ from controller.inference import build
 from controller.inference.runner import Runner
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import Tier
+from controller.tools.flow_phases import flow_parts, flow_phase_rows
 from controller.tools.module_timing import FORWARD, SubmoduleTimer
 from controller.tools.profile_result import ProfileResult, Row, summarize
 from controller.tools.profile_view import recommend, render_profile
@@ -259,8 +260,13 @@ def run_profile(
         due = chunk if i % period == 0 else None
         ens, guards = timed_control_step(pipeline, i, due, state[-1])
         columns["ensembler"][i], columns["guards"][i] = ens / 1e9, guards / 1e9
-    say("timing the eager forward per submodule (forward hooks)")
-    children, uncalled = _breakdown(runner, precision, source, iterations)
+    flow = flow_parts(runner.step_path.module)
+    if flow is None:
+        say("timing the eager forward per submodule (forward hooks)")
+        children, uncalled = _breakdown(runner, precision, source, iterations)
+    else:  # a flow policy's time is in its phases (encode once, n expert steps, guidance)
+        say("timing the flow policy's phases (eager)")
+        children, uncalled = {}, []
 
     cuda = phases.cuda
     model_how = "CUDA events, synchronize after" if cuda else "wall clock (CPU is synchronous)"
@@ -304,8 +310,8 @@ def run_profile(
             derived=True,
         ),
     ]
-    forward = children.pop(FORWARD, np.zeros(iterations))
-    if children:
+    forward = children.pop(FORWARD, None)
+    if children and forward is not None:
         for name in sorted(children, key=lambda n: -children[n].mean()):
             rows.append(Row(f"sub:{name}", name, "model", children[name], hook_how, "forward"))
         outside = forward - sum(children.values())
@@ -319,16 +325,19 @@ def run_profile(
                 "forward",
             )
         )
-    rows.append(
-        Row(
-            "forward",
-            f"eager forward, total ({precision})",
-            "model",
-            forward,
-            "CUDA events" if cuda else "wall clock",
-            "forward",
+    if forward is not None:
+        rows.append(
+            Row(
+                "forward",
+                f"eager forward, total ({precision})",
+                "model",
+                forward,
+                "CUDA events" if cuda else "wall clock",
+                "forward",
+            )
         )
-    )
+    if flow is not None:
+        rows += flow_phase_rows(runner, precision, iterations)
     rows += [
         Row(
             "ensembler",
@@ -368,6 +377,13 @@ def run_profile(
         tiers=list(runner.status()["tiers"]),  # type: ignore[call-overload]
         demotions=[d.as_dict() for d in runner.demotions[demotions_before:]],
         uncalled_children=uncalled,
+        flow=None
+        if flow is None
+        else {
+            "rtc_mode": flow[1].rtc.mode if flow[1] is not None else "off",
+            "chunk_size": flow[0].config.chunk_size,
+            "n_steps": flow[0].config.n_steps,
+        },
     )
     if runner.tier != serving:
         result.tier = f"{serving} (demoted to {runner.tier} during the profile)"

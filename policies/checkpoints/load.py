@@ -29,6 +29,7 @@ from policies.checkpoints.tempo_format import (
     parse_tempo_config,
     read_tempo_checkpoint,
 )
+from policies.flow.config import FlowConfig
 from policies.tdmpc2.config import TDMPC2Config
 from policies.tensor_policy import TensorPolicy
 
@@ -67,6 +68,9 @@ def describe_checkpoint(directory: str | Path) -> str:
             f"format: Tempo checkpoint (format_version {FORMAT_VERSION}), policy type "
             f"{parsed.policy_type}"
         ]
+        if isinstance(parsed.model, FlowConfig):
+            lines = summarize_flow(parsed.spec, parsed.model, directory / WEIGHTS_FILE)
+            return "\n".join(header + lines) + "\n"
         if isinstance(parsed.model, TDMPC2Config):
             lines = summarize_tdmpc2(parsed.spec, parsed.model, directory / WEIGHTS_FILE)
             return "\n".join(header + lines) + "\n"
@@ -152,6 +156,37 @@ def summarize(spec: PolicySpec, config: ACTConfig, weights: Path) -> list[str]:
         p.numel() for name, p in module.named_parameters() if name.startswith("vae_encoder")
     )
     lines.append(f"parameters: {n_params:,} ({n_serving:,} used when serving)")
+    return lines + describe_weights(weights)
+
+
+def summarize_flow(spec: PolicySpec, config: FlowConfig, weights: Path) -> list[str]:
+    """Lines describing a flow-matching policy's interface, architecture and weights file."""
+    from policies.flow.model import FlowMatchingPolicy
+
+    cameras = ", ".join(f"{c.name} {c.height}x{c.width}" for c in spec.cameras)
+    rows, cols = feature_map_size(config.image_height, config.image_width)
+    with torch.device("meta"):
+        n_params = sum(p.numel() for p in FlowMatchingPolicy(config).parameters())
+    lines = [
+        f"cameras ({len(spec.cameras)}): {cameras}",
+        f"backbone: {config.vision_backbone}, feature map {rows}x{cols} "
+        f"({rows * cols * config.n_cameras} image tokens)",
+        f"state: {spec.state_size} entries x history {spec.state_history}",
+        f"joints ({spec.action_dim}): {', '.join(spec.joint_names)}",
+        f"chunk size (H): {spec.chunk_size}, {config.n_steps} Euler steps",
+        f"transformer: dim_model {config.dim_model}, {config.n_heads} heads, feedforward "
+        f"{config.dim_feedforward}, {config.n_context_layers} context / "
+        f"{config.n_expert_layers} action-expert layer(s)",
+        f"normalization: images {config.image_norm}, state {config.state_norm}, actions "
+        f"{config.action_norm}",
+        f"parameters: {n_params:,}",
+    ]
+    return lines + describe_weights(weights)
+
+
+def describe_weights(weights: Path) -> list[str]:
+    """One line about the safetensors file: size and tensor count, or why it is unreadable."""
+    lines: list[str] = []
     if weights.is_file():
         try:
             with safe_open(str(weights), framework="pt") as handle:

@@ -1,9 +1,10 @@
-"""Tempo's own checkpoint format: writing it, and reading it into an ACT or TD-MPC2 module.
+"""Tempo's own checkpoint format: writing it, and reading it into a module (ACT, flow, TD-MPC2).
 
 A Tempo checkpoint is a directory with two files:
 
     config.json          {"format": "tempo", "format_version": 1, "policy_type": "act",
                           "spec": <PolicySpec>, "model": <ACTConfig>}
+                         or "policy_type": "flow" with "model": <FlowConfig>
                          or "policy_type": "tdmpc2" with "model": <TDMPC2Config>
     model.safetensors    every parameter and persistent buffer of the module, normalization
                          statistics included, float32
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -40,6 +41,9 @@ from policies.checkpoints.files import (
     describe_validation_error,
     read_tensors,
 )
+from policies.flow.codec import FlowCodec
+from policies.flow.config import FlowConfig
+from policies.flow.model import FlowMatchingPolicy
 from policies.quant.config import Quantization
 from policies.tdmpc2.config import TDMPC2Config
 from policies.tdmpc2.planner import TDMPC2Policy
@@ -51,7 +55,7 @@ _NAMES_SHOWN = 4
 
 
 class CheckpointConfig(BaseModel):
-    """The `config.json` of a Tempo checkpoint."""
+    """The `config.json` of a Tempo checkpoint of an ACT policy."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -61,6 +65,18 @@ class CheckpointConfig(BaseModel):
     spec: PolicySpec
     model: ACTConfig
     quantization: Quantization | None = None  # W4A8 layers (policies.checkpoints.quantized)
+
+
+class FlowCheckpointConfig(BaseModel):
+    """The `config.json` of a Tempo checkpoint of a flow-matching policy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["tempo"]
+    format_version: Literal[1]
+    policy_type: Literal["flow"]
+    spec: PolicySpec
+    model: FlowConfig
 
 
 class TDMPC2CheckpointConfig(BaseModel):
@@ -75,6 +91,16 @@ class TDMPC2CheckpointConfig(BaseModel):
     model: TDMPC2Config
 
 
+AnyCheckpointConfig = Union[CheckpointConfig, FlowCheckpointConfig, TDMPC2CheckpointConfig]  # noqa: UP007
+ModelConfig = Union[ACTConfig, FlowConfig, TDMPC2Config]  # noqa: UP007
+_BY_TYPE: dict[str, type[AnyCheckpointConfig]] = {
+    "act": CheckpointConfig,
+    "flow": FlowCheckpointConfig,
+    "tdmpc2": TDMPC2CheckpointConfig,
+}
+SAVED_MODULES = (ACT, FlowMatchingPolicy, TDMPC2Policy)
+
+
 # ---- Saving ------------------------------------------------------------------------------------
 
 
@@ -82,10 +108,10 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
     """Write `policy` as a Tempo checkpoint into `directory` (created if needed; the two files
     are replaced atomically if present). Returns the directory."""
     module = policy.module
-    if not isinstance(module, ACT | TDMPC2Policy):
+    if not isinstance(module, SAVED_MODULES):
         raise CheckpointError(
-            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT and "
-            "TD-MPC2 models only"
+            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT, flow "
+            "and TD-MPC2 policies (save a served wrapper's inner policy)"
         )
     check_spec_matches(policy.spec, module.config, "the policy being saved")
     directory = Path(directory)
@@ -137,12 +163,11 @@ def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
     module = build_module(parsed.model, tensors, directory / WEIGHTS_FILE)
     if isinstance(module, TDMPC2Policy):
         return tdmpc2_policy(module, parsed.spec)
-    return TensorPolicy(spec=parsed.spec, module=module)
+    codec = FlowCodec(parsed.spec) if isinstance(module, FlowMatchingPolicy) else None
+    return TensorPolicy(spec=parsed.spec, module=module, codec=codec)
 
 
-def parse_tempo_config(
-    raw: dict[str, Any], path: Path
-) -> CheckpointConfig | TDMPC2CheckpointConfig:
+def parse_tempo_config(raw: dict[str, Any], path: Path) -> AnyCheckpointConfig:
     """Validate a Tempo config.json; the error names the first invalid field."""
     version = raw.get("format_version")
     if version != FORMAT_VERSION:
@@ -150,16 +175,22 @@ def parse_tempo_config(
             f"{path} has format_version {version!r}; this Tempo reads version {FORMAT_VERSION} "
             "(upgrade Tempo, or re-export the checkpoint)"
         )
+    policy_type = raw.get("policy_type")
+    schema = _BY_TYPE.get(policy_type) if isinstance(policy_type, str) else None
+    if schema is None:
+        raise CheckpointError(
+            f"{path}: policy_type {policy_type!r} is not one this Tempo serves "
+            f"({', '.join(_BY_TYPE)}); upgrade Tempo, or check the file"
+        )
     try:
-        kind = TDMPC2CheckpointConfig if raw.get("policy_type") == "tdmpc2" else CheckpointConfig
-        parsed = kind.model_validate(raw)
+        parsed = schema.model_validate(raw)
     except ValidationError as exc:
         raise CheckpointError(f"{path}: {describe_validation_error(exc)}") from None
     check_spec_matches(parsed.spec, parsed.model, str(path))
     return parsed
 
 
-def check_spec_matches(spec: PolicySpec, config: ACTConfig | TDMPC2Config, where: str) -> None:
+def check_spec_matches(spec: PolicySpec, config: ModelConfig, where: str) -> None:
     """The PolicySpec and the model config must describe the same interface."""
     if isinstance(config, TDMPC2Config):
         _check_tdmpc2_spec(spec, config, where)
@@ -198,12 +229,19 @@ def _check_tdmpc2_spec(spec: PolicySpec, config: TDMPC2Config, where: str) -> No
 
 
 def build_module(
-    config: ACTConfig | TDMPC2Config, tensors: dict[str, torch.Tensor], source: Path
-) -> ACT | TDMPC2Policy:
-    """The module for `config` (ACT or TD-MPC2) holding `tensors`, which must fit it exactly."""
+    config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path
+) -> ACT | FlowMatchingPolicy | TDMPC2Policy:
+    """The module (ACT, flow policy or TD-MPC2) for `config` holding `tensors`, which must fit
+    it exactly."""
     tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
+    module: ACT | FlowMatchingPolicy | TDMPC2Policy
     with torch.no_grad():
-        module = ACT(config) if isinstance(config, ACTConfig) else TDMPC2Policy(config)
+        if isinstance(config, ACTConfig):
+            module = ACT(config)
+        elif isinstance(config, FlowConfig):
+            module = FlowMatchingPolicy(config)
+        else:
+            module = TDMPC2Policy(config)
     load_weights(module, tensors, source)
     return module.eval()
 

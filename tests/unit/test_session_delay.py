@@ -1,0 +1,57 @@
+"""The inference delay a session hands its policy: a high percentile of recent chunks' delays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from controller.config import TempoConfig
+from controller.daemon.service import pipeline_factory
+from controller.daemon.session import DELAY_WINDOW, Session, StateHistory
+from controller.inference.requests import Chunk
+from policies.base import CameraSpec, PolicySpec
+
+SPEC = PolicySpec(
+    cameras=(CameraSpec(name="front", height=8, width=8),),
+    state_size=2,
+    joint_names=("a", "b"),
+    chunk_size=10,
+)
+
+
+def session() -> Session:
+    return Session(
+        id="s",
+        identity=b"r",
+        robot="r",
+        spec=SPEC,
+        created_ns=0,
+        pipeline=pipeline_factory(SPEC, TempoConfig())({}),
+        history=StateHistory(1, 2),
+    )
+
+
+def land(s: Session, start: int, delay: int) -> None:
+    chunk = Chunk(start, np.zeros((10, 2), np.float32), 0, 0, 0, s.episode)
+    assert s.on_chunk_landed(chunk, start + delay)
+
+
+def test_one_slow_inference_does_not_set_the_delay() -> None:
+    s = session()
+    assert s.inference_delay == 0
+    land(s, 0, 2)
+    assert s.inference_delay == 2  # the first chunk is all there is (no zeros from the start)
+    for i in range(1, 20):
+        land(s, 10 * i, 9 if i == 5 else 2)
+    assert s.inference_delay == 2  # a maximum would say 9
+
+
+def test_a_slower_regime_raises_it_and_a_window_later_it_is_forgotten() -> None:
+    s = session()
+    for i in range(DELAY_WINDOW):
+        land(s, 10 * i, 2 if i % 4 else 4)  # every fourth chunk is slow: more than 10%
+    assert s.inference_delay == 4
+    for i in range(DELAY_WINDOW, 2 * DELAY_WINDOW):
+        land(s, 10 * i, 1)
+    assert s.inference_delay == 1
+    s.start_episode()
+    assert s.inference_delay == 0
