@@ -255,6 +255,40 @@ def cmd_checkpoint_import_tdmpc2(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level or "WARNING")
+    from pydantic import ValidationError
+
+    from controller.inference.build import resolve_device
+    from controller.tools.quantize import quantize_checkpoint
+    from policies.quant.config import QuantSettings
+
+    try:
+        settings = QuantSettings(
+            method=args.method,
+            layers=args.layers,
+            block_size=args.block_size,
+            activations=args.activations,
+            compiled_path=args.compiled_path,
+            packed_weights=args.packed_weights,
+        )
+    except ValidationError as exc:
+        raise ConfigError(f"tempo quantize: {exc.errors()[0]['msg']}") from None
+    report = quantize_checkpoint(
+        args.checkpoint,
+        args.out,
+        args.observations,
+        settings,
+        reference_observations=args.reference_observations,
+        recorded=args.recorded,
+        pi0_packs=args.pi0_packs,
+        device=resolve_device(args.device, setting="--device"),
+        progress=print,
+    )
+    print("\n".join(report.lines()))
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from controller.observe.status_server import request_status
 
@@ -403,6 +437,53 @@ def build_parser() -> argparse.ArgumentParser:
     tdmpc2.add_argument("--action-high", help="robot value of action +1, comma-separated")
     tdmpc2.add_argument("--joint-names", help="comma-separated (default joint_0, ...)")
     tdmpc2.set_defaults(func=cmd_checkpoint_import_tdmpc2)
+
+    quantize = sub.add_parser(
+        "quantize", help="calibrate a checkpoint and write it with W4A8 (DuQuant) layers"
+    )
+    quantize.add_argument("checkpoint", type=Path, help="FP32 checkpoint (Tempo or LeRobot ACT)")
+    quantize.add_argument("out", type=Path, help="directory for the quantized checkpoint")
+    quantize.add_argument("--observations", type=int, default=32, help="calibration observations")
+    quantize.add_argument(
+        "--recorded",
+        type=Path,
+        help=".npz of recorded observations (images, state) to "
+        "calibrate on instead of ones synthesized from the spec",
+    )
+    quantize.add_argument(
+        "--pi0-packs",
+        type=Path,
+        help="take the transforms from the pi0 DuQuant port's "
+        "per-layer .npz packs in this directory instead of calibrating them",
+    )
+    quantize.add_argument("--method", choices=["duquant", "rtn"], default="duquant")
+    quantize.add_argument(
+        "--layers", choices=["transformer", "transformer+head"], default="transformer"
+    )
+    quantize.add_argument("--block-size", type=int, default=32, help="rotation block, 16-128")
+    quantize.add_argument("--activations", choices=["static", "dynamic"], default="static")
+    quantize.add_argument(
+        "--compiled-path",
+        choices=["int8", "dequant"],
+        default="int8",
+        help="what the compiled and graph tiers run (int8 GEMM or dequantized weights)",
+    )
+    quantize.add_argument(
+        "--packed-weights", action="store_true", help="hold 4-bit codes two per byte in memory"
+    )
+    quantize.add_argument(
+        "--reference-observations",
+        type=int,
+        default=4,
+        help="observations whose FP32 chunks the checkpoint keeps for start-up parity",
+    )
+    quantize.add_argument(
+        "--device", choices=["auto", "cpu", "cuda"], default="cpu", help="where the model runs"
+    )
+    quantize.add_argument(
+        "--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    quantize.set_defaults(func=cmd_quantize)
 
     sub.add_parser(
         "bench",

@@ -29,14 +29,28 @@ from policies.base import HALF_MAX, PolicySpec, Prediction, RobotContext, window
 from policies.inputs import InputCodec, frame_groups, stack_frames
 
 
+@dataclass(frozen=True, eq=False)
+class ReferenceChunks:
+    """Chunks another model produced on given observations, which every serving tier must
+    reproduce within the runner's `reference_parity_rtol` at start-up: a quantized policy
+    carries its FP32 unquantized model's."""
+
+    images: np.ndarray  # uint8 (n, n_cameras, height, width, 3), cameras in spec order
+    state: np.ndarray  # float32 (n, state_history, state_size)
+    chunks: np.ndarray  # float32 (n, chunk_size, action_dim)
+    source: str = "the FP32 unquantized model"
+
+
 @dataclass
 class TensorPolicy:
     """A spec, the module that implements it, and how a robot's context becomes the module's
-    inputs after the frames (None: the state history alone, `InputCodec`'s default)."""
+    inputs after the frames (None: the state history alone, `InputCodec`'s default); optionally
+    reference chunks every tier must reproduce (a quantized policy's FP32 model's)."""
 
     spec: PolicySpec
     module: nn.Module
     codec: InputCodec | None = None
+    reference: ReferenceChunks | None = None
 
     @property
     def inputs(self) -> InputCodec:

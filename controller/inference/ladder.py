@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from policies.base import PolicySpec, RobotContext
+from policies.base import PolicySpec, RobotContext, window_context
 from policies.inputs import InputCodec, example_frames
+from policies.tensor_policy import ReferenceChunks
 
 if TYPE_CHECKING:
     from controller.inference.step_path import StepPath
@@ -34,6 +35,7 @@ class TierReport:
     build_s: float | None = None
     parity_error: float | None = None  # largest relative error over the parity observations
     step_s: float | None = None  # median predict path time during the parity check
+    reference_error: float | None = None  # against the policy's ReferenceChunks, if it has any
     served_steps: int = 0
 
     def as_dict(self) -> dict[str, object]:
@@ -64,6 +66,18 @@ def random_observation(spec: PolicySpec, seed: int) -> Observation:
 def random_example(spec: PolicySpec, codec: InputCodec, seed: int) -> Example:
     """Random frames and the codec's random context (parity checks use a different one each)."""
     return example_frames(spec, seed), codec.example(seed)
+
+
+def reference_examples(spec: PolicySpec, reference: ReferenceChunks) -> list[Example]:
+    """The observations of a policy's ReferenceChunks as examples (frames, a state-window
+    context): reference chunks exist for policies whose inputs are the default codec's."""
+    return [
+        (
+            {c.name: reference.images[i, k] for k, c in enumerate(spec.cameras)},
+            window_context(reference.state[i]),
+        )
+        for i in range(reference.chunks.shape[0])
+    ]
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
@@ -132,10 +146,11 @@ def check_parity(
     examples: list[Example],
     references: list[list[np.ndarray]],
     rtol: float,
+    setting: str = "parity_rtol",
 ) -> tuple[float, float]:
     """Largest relative error against the references (over every output: the chunk and any
     extras), and the median step time (upload, run, download). Raises at the first non-finite
-    output or error above `rtol`."""
+    output or error above `rtol` (the message names `setting`, the option that set it)."""
     errors, times = [], []
     for index, ((images, context), ref) in enumerate(zip(examples, references, strict=True)):
         began = time.perf_counter()
@@ -146,7 +161,6 @@ def check_parity(
         errors.append(max(relative_error(o, r) for o, r in zip(out, ref, strict=True)))
         if errors[-1] > rtol:
             raise ValueError(
-                f"parity error {errors[-1]:.2e} exceeds parity_rtol {rtol:.0e} on observation "
-                f"{index}"
+                f"parity error {errors[-1]:.2e} exceeds {setting} {rtol:.0e} on observation {index}"
             )
     return max(errors), float(np.median(times))

@@ -8,8 +8,10 @@
 Tiers, highest first: graph (compiled + CUDA graph), compiled, eager_half, eager_fp32 (the
 reference; see `controller.inference.runner_config`). At start every tier from `top_tier` down is
 built, warmed up, and checked against eager_fp32 on several random observations (relative error
-within `parity_rtol`, all outputs finite); a tier that fails any step is skipped, with the reason
-logged and in `status()`. Every tier that passed stays ready as a fallback.
+within `parity_rtol`, all outputs finite); a policy that carries reference chunks (a quantized
+checkpoint: its FP32 unquantized model's) has every tier checked against those too, within
+`reference_parity_rtol`. A tier that fails any step is skipped, with the reason logged and in
+`status()`. Every tier that passed stays ready as a fallback.
 
 While serving, a tier that raises, returns a non-finite chunk, or overruns the step budget k times
 in the last n steps is demoted at once (logged, recorded in `demotions` and `status()`); a failed
@@ -46,6 +48,7 @@ from controller.inference.ladder import (
     first_line,
     heartbeat,
     random_example,
+    reference_examples,
     reference_outputs,
 )
 from controller.inference.runner_config import TIER_ORDER, RunnerConfig, TierName
@@ -311,14 +314,35 @@ class Runner:
             for _ in range(self._config.warmup_steps):
                 self._checked_path().execute(tier, *observations[0])
             report.parity_error, report.step_s = self._parity(tier, observations, references)
+            against = ""
+            if self._policy.reference is not None:
+                report.reference_error = self._reference_parity(tier)
+                against = f", {report.reference_error:.1e} against {self._policy.reference.source}"
             report.state = "ready"
             say(
-                f"{name}: ready ({report.precision}, parity error {report.parity_error:.1e}, "
+                f"{name}: ready ({report.precision}, parity error {report.parity_error:.1e}"
+                f"{against}, "
                 f"{report.step_s * 1e3:.2f} ms/step, built in {report.build_s:.1f} s)"
             )
         except Exception as exc:
             self._skip(name, first_line(exc))
             say(f"{name}: skipped: {report.reason}")
+
+    def _reference_parity(self, tier: Tier) -> float:
+        """Largest relative error of `tier` against the policy's reference chunks."""
+        reference = self._policy.reference
+        if reference is None:
+            raise PolicyError("the policy has no reference chunks")
+        examples = reference_examples(self.spec, reference)
+        chunks = [[chunk] for chunk in reference.chunks]  # the chunk: no extra outputs
+        rtol = self._config.reference_parity_rtol
+        try:
+            error, _ = check_parity(
+                self._checked_path(), tier, examples, chunks, rtol, "reference_parity_rtol"
+            )
+        except ValueError as exc:
+            raise ValueError(f"against {reference.source}: {exc}") from None
+        return error
 
     # ---- re-promotion ------------------------------------------------------------------------
 

@@ -90,6 +90,17 @@ class RunnerConfig(BaseModel):
         description="Largest accepted relative error ||out - ref|| / ||ref|| of a tier against "
         "eager_fp32, on every parity observation.",
     )
+    reference_parity_rtol: float = Field(
+        default=0.5,
+        gt=0,
+        le=10.0,
+        description="For a policy that carries reference chunks (a quantized checkpoint: its "
+        "FP32 unquantized model's): largest accepted relative error of every tier, eager_fp32 "
+        "included, against them. Quantization's own error (reported per tier as "
+        "reference_error): the default only refuses a broken quantization; tighten it to what "
+        "your model measured. parity_rtol still checks each tier against eager_fp32 (for W4A8, "
+        "the fake-quant reference).",
+    )
     parity_observations: int = Field(
         default=5,
         ge=1,

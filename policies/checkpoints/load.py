@@ -1,6 +1,6 @@
 """The front door for checkpoint directories: load one, or describe it, whatever its format.
 
-    policy = load_checkpoint("ckpt/", device="cuda")   # a TensorPolicy, FP32, eval mode
+    policy = load_checkpoint("ckpt/", device="cuda")   # a TensorPolicy, FP32 (or W4A8), eval
     print(describe_checkpoint("ckpt/"))                # spec, architecture, weights file
 
 A directory is a Tempo checkpoint (`config.json` with `"format": "tempo"`,
@@ -31,6 +31,7 @@ from policies.checkpoints.files import (
     locate_checkpoint,
 )
 from policies.checkpoints.lerobot import read_lerobot_act
+from policies.checkpoints.quantized import read_quantized_checkpoint
 from policies.checkpoints.tempo_format import (
     FORMAT_VERSION,
     parse_tempo_config,
@@ -53,9 +54,12 @@ def load_checkpoint(
     kind, raw = detect_format(directory)
     if kind == "lerobot":
         policy = read_lerobot_act(directory, joint_names=joint_names).policy
+    elif raw.get("quantization") is not None:
+        policy = read_quantized_checkpoint(directory, raw)
     else:
         policy = read_tempo_checkpoint(directory, raw)
-        if joint_names is not None and tuple(joint_names) != policy.spec.joint_names:
+    if kind != "lerobot" and joint_names is not None:
+        if tuple(joint_names) != policy.spec.joint_names:
             raise CheckpointError(
                 f"policy.joint_names ({', '.join(joint_names)}) differ from the names "
                 f"{directory / CONFIG_FILE} records ({', '.join(policy.spec.joint_names)}); "
@@ -93,6 +97,13 @@ def describe_checkpoint(directory: str | Path, problems: list[str] | None = None
         if isinstance(parsed.model, TDMPC2Config):
             lines = summarize_tdmpc2(parsed.spec, parsed.model, directory / WEIGHTS_FILE, problems)
             return "\n".join(header + lines) + "\n"
+        q = getattr(parsed, "quantization", None)
+        if q is not None:
+            header.append(
+                f"quantization: {q.scheme} {q.settings.method}, {len(q.layers)} layers, "
+                f"{q.settings.activations} activation scales, calibrated on {q.observations} "
+                f"observations ({q.source})"
+            )
         spec, config = parsed.spec, parsed.model
     lines = summarize(spec, config, directory / WEIGHTS_FILE, problems)
     return "\n".join(header + lines) + "\n"

@@ -11,6 +11,10 @@ A Tempo checkpoint is a directory with two files:
     model.safetensors    every parameter and persistent buffer of the module, normalization
                          statistics included, float32
 
+A quantized checkpoint (`tempo quantize`) has a `"quantization"` section too, its W4A8 layers'
+buffers in the same safetensors file and the FP32 model's chunks on a few observations; it is
+read and written by `policies.checkpoints.quantized`.
+
 The config is validated with pydantic; the weights must fit the model it describes exactly
 (names, shapes, floating point, finite). `build_module` is also how a LeRobot directory's
 converted weights become a module (`policies.checkpoints.lerobot`).
@@ -43,6 +47,7 @@ from policies.checkpoints.files import (
 from policies.flow.codec import FlowCodec
 from policies.flow.config import FlowConfig
 from policies.flow.model import FlowMatchingPolicy
+from policies.quant.config import Quantization
 from policies.tdmpc2.config import TDMPC2Config
 from policies.tdmpc2.planner import TDMPC2Policy
 from policies.tdmpc2.serving import tdmpc2_policy
@@ -62,6 +67,7 @@ class CheckpointConfig(BaseModel):
     policy_type: Literal["act"]
     spec: PolicySpec
     model: ACTConfig
+    quantization: Quantization | None = None  # W4A8 layers (policies.checkpoints.quantized)
 
 
 class FlowCheckpointConfig(BaseModel):
@@ -151,6 +157,11 @@ def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
     """The policy of the Tempo checkpoint in `directory`, whose config.json holds `raw`: an FP32
     module in eval mode, on the CPU."""
     parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
+    if getattr(parsed, "quantization", None) is not None:
+        raise CheckpointError(
+            f"{directory} holds a quantized policy; load it with "
+            "policies.checkpoints.load.load_checkpoint"
+        )
     tensors = read_tensors(directory / WEIGHTS_FILE)
     module = build_module(parsed.model, tensors, directory / WEIGHTS_FILE)
     if isinstance(module, TDMPC2Policy):
@@ -276,16 +287,33 @@ def load_weights(module: nn.Module, tensors: dict[str, torch.Tensor], source: Pa
             f"{source} does not fit the model its config describes ({'; '.join(problems)}); "
             "the weights and config.json come from different models"
         )
-    not_float = [name for name, t in tensors.items() if not t.is_floating_point()]
+    # A tensor must be floating point where the model holds floats (integers only where it
+    # holds integers: a quantized layer's codes and permutation).
+    not_float = [
+        name
+        for name, t in tensors.items()
+        if t.is_floating_point() != expected[name].is_floating_point()
+    ]
     if not_float:
-        raise CheckpointError(f"{source}: tensors must be floating point, not {_few(not_float)}")
-    non_finite = [name for name, t in tensors.items() if not bool(torch.isfinite(t).all())]
+        raise CheckpointError(
+            f"{source}: tensors must be floating point, not {_few(not_float)}"
+            if all(expected[n].is_floating_point() for n in not_float)
+            else f"{source}: wrong kind of number (integer or floating point) in {_few(not_float)}"
+        )
+    non_finite = [
+        name
+        for name, t in tensors.items()
+        if t.is_floating_point() and not bool(torch.isfinite(t).all())
+    ]
     if non_finite:
         raise CheckpointError(
             f"{source} has NaN or infinite values in {_few(non_finite)}; this checkpoint cannot "
             "be served"
         )
-    fp32 = {name: t.to(torch.float32) for name, t in tensors.items()}
+    fp32 = {
+        name: t.to(torch.float32) if t.is_floating_point() else t.to(expected[name].dtype)
+        for name, t in tensors.items()
+    }
     module.load_state_dict(fp32, strict=True)
 
 
