@@ -95,9 +95,8 @@ def build_benchmark_policy(name: BenchmarkPolicy) -> tuple[TensorPolicy, str]:
 
     tiny: the tiny conv+MLP test policy (seconds to compile). act-demo: the small ACT `tempo
     demo` serves (random weights). act-aloha: ACT at LeRobot's ALOHA
-    defaults (3 cameras 480x640, 14 joints, chunk 100); the tiny policy at those shapes when
-    `policies.act` cannot be imported."""
-    from policies.tiny import build_tiny_policy, tiny_spec
+    defaults (3 cameras 480x640, 14 joints, chunk 100)."""
+    from policies.tiny import build_tiny_policy
 
     if name == "tiny":
         return build_tiny_policy(), "tiny conv+MLP test policy"
@@ -107,11 +106,6 @@ def build_benchmark_policy(name: BenchmarkPolicy) -> tuple[TensorPolicy, str]:
         return make_demo_policy(), "the demo's small ACT (one 96x128 camera, 6 joints)"
     if name != "act-aloha":
         raise ValueError(f"unknown benchmark policy {name!r}; known: tiny, act-demo, act-aloha")
-    try:
-        import policies.act  # noqa: F401
-    except ImportError:
-        spec = tiny_spec(cameras=3, height=480, width=640, state_size=14, joints=14, chunk_size=100)
-        return build_tiny_policy(spec), "tiny policy at ALOHA shapes (policies.act missing)"
     from policies.demo import make_aloha_policy
 
     return make_aloha_policy(), "ACT, LeRobot ALOHA defaults, random weights"

@@ -19,7 +19,7 @@ inference delay, a planner's warm start) declares an `InputCodec` that builds th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -51,6 +51,8 @@ class TensorPolicy:
     module: nn.Module
     codec: InputCodec | None = None
     reference: ReferenceChunks | None = None
+    # Runner tiers this policy must not be served from, each with the reason (a known problem).
+    refused_tiers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def inputs(self) -> InputCodec:

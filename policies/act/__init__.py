@@ -1,6 +1,6 @@
-"""ACT (Action Chunking with Transformers): config, model, and a demo checkpoint maker."""
+"""ACT (Action Chunking with Transformers): `config` (ACTConfig, pydantic only) and `model` (ACT).
 
-from policies.act.config import ACTConfig
-from policies.act.model import ACT
-
-__all__ = ["ACT", "ACTConfig"]
+This __init__ imports nothing, so that `policies.act.config` stays torch-free (the daemon's
+control process reads configs that name it and must never load torch): import the model from
+`policies.act.model`.
+"""

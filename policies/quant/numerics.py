@@ -81,8 +81,9 @@ def int8_matmul(q: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
 
 
 def exact_int_matmul(q: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
-    """The same product in int64 on any device: the exactness reference for `int8_matmul`."""
-    return q.long() @ weight_t.long()
+    """The same product in int64: the exactness reference for `int8_matmul`. Computed on the
+    CPU (CUDA has no int64 matmul) and returned on the inputs' device."""
+    return (q.cpu().long() @ weight_t.cpu().long()).to(q.device)
 
 
 def padded(size: int, multiple: int = _CUDA_MULTIPLE) -> int:

@@ -12,7 +12,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from controller.errors import CheckpointError
-from policies.act import ACT, ACTConfig
+from policies.act.config import ACTConfig
+from policies.act.model import ACT
 from policies.base import CameraSpec, PolicySpec
 from policies.checkpoints.load import describe_checkpoint, load_checkpoint
 from policies.checkpoints.tempo_format import save_checkpoint

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from torch import nn
 
-from policies.act import ACT, ACTConfig
 from policies.act.backbone import ResNet, feature_map_size
-from policies.act.config import camera_fields
+from policies.act.config import ACTConfig, camera_fields
+from policies.act.model import ACT
 from policies.act.preprocess import Normalizer, prepare_images, prepare_state
 from policies.act.transformer import Attention, sinusoidal_position_embedding_2d
 from policies.base import first_context

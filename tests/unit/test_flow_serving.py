@@ -174,3 +174,15 @@ def test_newest_execution_plays_the_old_chunk_for_d_steps_then_the_new_one() -> 
         assert ensembler.action_at(step, out)
         played.append(float(out[0]))
     assert played == [4.0, 5.0, 102.0, 103.0, 104.0]
+
+
+def test_rtc_exact_is_served_only_from_the_fp32_reference_tier() -> None:
+    served = serve_with_rtc(make_demo_flow_policy(), RTCConfig(mode="exact"))
+    assert set(served.refused_tiers) == {"graph", "compiled", "eager_half"}
+    runner = Runner(served, RunnerConfig(top_tier="compiled", step_budget_ms=None), "cpu")
+    runner.start()
+    assert runner.tier == "eager_fp32"
+    compiled = next(t for t in runner.status()["tiers"] if t["name"] == "compiled")  # type: ignore[union-attr]
+    assert compiled["state"] == "skipped" and "refused by the policy" in compiled["reason"]
+    stop_grad = serve_with_rtc(make_demo_flow_policy(), RTCConfig(mode="stop_grad"))
+    assert stop_grad.refused_tiers == {}

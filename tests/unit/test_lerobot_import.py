@@ -18,7 +18,8 @@ import torch
 from safetensors.torch import save_file
 
 from controller.errors import CheckpointError
-from policies.act import ACT, ACTConfig
+from policies.act.config import ACTConfig
+from policies.act.model import ACT
 from policies.checkpoints.lerobot import import_lerobot, read_lerobot_act
 from policies.checkpoints.load import describe_checkpoint, load_checkpoint
 
