@@ -128,16 +128,22 @@ def make_aloha_policy(seed: int = 0) -> TensorPolicy:
         latent_dim=32,
         use_vae=True,
     )
+    spec = aloha_spec(chunk_size=100)
+    torch.manual_seed(seed)
+    return TensorPolicy(spec=spec, module=ACT(config).eval())
+
+
+def aloha_spec(chunk_size: int) -> PolicySpec:
+    """ALOHA's robot as LeRobot's datasets describe it: two 7-joint arms (14 joints and state
+    entries) and three 480x640 cameras."""
     joints = tuple(f"{side}_{j}" for side in ("left", "right") for j in range(7))
     cameras = ("cam_high", "cam_left_wrist", "cam_right_wrist")
-    spec = PolicySpec(
+    return PolicySpec(
         cameras=tuple(CameraSpec(name=c, height=480, width=640) for c in cameras),
         state_size=14,
         joint_names=joints,
-        chunk_size=100,
+        chunk_size=chunk_size,
     )
-    torch.manual_seed(seed)
-    return TensorPolicy(spec=spec, module=ACT(config).eval())
 
 
 # ---- flow-matching policies (policies.flow) ------------------------------------------------------
@@ -225,14 +231,7 @@ def make_flow_aloha_policy(seed: int = 0) -> TensorPolicy:
         n_context_layers=2,
         n_expert_layers=6,
     )
-    joints = tuple(f"{side}_{j}" for side in ("left", "right") for j in range(7))
-    cameras = ("cam_high", "cam_left_wrist", "cam_right_wrist")
-    spec = PolicySpec(
-        cameras=tuple(CameraSpec(name=c, height=480, width=640) for c in cameras),
-        state_size=14,
-        joint_names=joints,
-        chunk_size=50,
-    )
+    spec = aloha_spec(chunk_size=50)
     torch.manual_seed(seed)
     module = FlowMatchingPolicy(config).eval()
     return TensorPolicy(spec=spec, module=module, codec=FlowCodec(spec))
