@@ -65,20 +65,19 @@ def build_policy(
     return PriorFallback(runner, prior, budget_s, planner.fallback_k, planner.fallback_n)
 
 
-def start_inference_process(config: TempoConfig, config_file: Path) -> RemotePolicy:
-    """The policy in its own supervised process (`tempo inference-process`), started: loaded,
-    warmed up and checked there. `config_file` receives the config it is started with."""
+def inference_process(config: TempoConfig, config_file: Path) -> RemotePolicy:
+    """The policy in its own supervised process (`tempo inference-process`), not started yet:
+    `start()` spawns it and waits until it has loaded, warmed up and checked the policy.
+    `config_file` receives the config every start of the process reads."""
     config_file.write_text(json.dumps(config.model_dump(mode="json")))
     command = [sys.executable, "-m", "controller.cli", "inference-process"]
     command += ["--config-json", str(config_file)]
     supervision = config.supervision
-    policy = RemotePolicy(
+    return RemotePolicy(
         command,
         hang_timeout_s=supervision.hang_timeout_s,
         start_timeout_s=supervision.start_timeout_s,
     )
-    policy.start()
-    return policy
 
 
 def run_inference_process(config: TempoConfig, channel: str) -> int:
@@ -95,8 +94,9 @@ def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> Policy:
         return build_policy(config)
     # The config file outlives the first start: every restart reads it again.
     directory = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="tempo-")))
-    remote = start_inference_process(config, directory / "config.json")
-    cleanup.callback(remote.stop)
+    remote = inference_process(config, directory / "config.json")
+    cleanup.callback(remote.stop)  # registered first: a failed or interrupted start cleans up
+    remote.start()
     return remote
 
 

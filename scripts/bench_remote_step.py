@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from controller.app import build_policy, start_inference_process
+from controller.app import build_policy, inference_process
 from controller.config import load_config
 from controller.inference.ladder import random_observation
 from policies.base import Policy, window_context
@@ -56,8 +56,9 @@ def main() -> int:
         in_process = time_steps(local, observations, args.iters)
         device, tier = local.status()["device"], local.tier
         del local
-        remote = start_inference_process(config, Path(tmp) / "config.json")
+        remote = inference_process(config, Path(tmp) / "config.json")
         try:
+            remote.start()
             separate = time_steps(remote, observations, args.iters)
             pinned = remote.pinned
         finally:

@@ -23,9 +23,12 @@ from controller.inference.requests import Chunk, InferenceRequest, Refusal
 from policies.base import PolicySpec, RobotContext
 
 OFFSET_WINDOW = 32  # observations the clock-offset estimate looks back over
-# An observation whose clock offset is this far from the estimate is a clock jump (a stamp
-# seconds in the future, say), not a measurement: the estimate ignores it.
+# An observation whose clock offset is this far above the estimate is a clock jump (a stamp
+# seconds in the future, say), not a measurement: the estimate ignores it, unless this many in a
+# row agree with each other (the estimate started low, behind one delayed first message, or the
+# driver's clock really moved): then they are the new estimate.
 CLOCK_JUMP_NS = 1_000_000_000
+CLOCK_JUMP_CONFIRMATIONS = 8
 DELAY_WINDOW = 32  # chunks the inference-delay estimate looks back over
 DELAY_PERCENTILE = 90  # of those: one slow inference does not set the delay for the window
 
@@ -94,6 +97,8 @@ class Session:
         self._offsets = np.full(OFFSET_WINDOW, np.iinfo(np.int64).min, dtype=np.int64)
         self._offset_index = 0
         self._offsets_used = 0
+        self._jump_offset = 0  # the first of the consecutive jumps seen, and how many
+        self._jumps_in_row = 0
         self._delays = np.zeros(DELAY_WINDOW, dtype=np.int64)
         self._delay_index = 0
         self._delay_count = 0
@@ -108,11 +113,20 @@ class Session:
         """Estimate the driver's clock minus ours. Each observation gives (true offset - its
         transport delay); the largest of the recent ones is the least delayed, so the best
         estimate, and deadlines converted with it are never late because of one slow message.
-        An offset more than CLOCK_JUMP_NS from the estimate is ignored (False): one stamp far in
-        the future would otherwise make every deadline that late for OFFSET_WINDOW observations."""
+        An offset more than CLOCK_JUMP_NS above the estimate is ignored (False): one stamp far in
+        the future would otherwise make every deadline that late for OFFSET_WINDOW observations.
+        CLOCK_JUMP_CONFIRMATIONS such offsets in a row that agree become the new estimate. (An
+        offset far below is a delayed message: the maximum ignores it anyway.)"""
         offset = driver_time_ns - received_ns
-        if self._offsets_used and abs(offset - self.clock_offset_ns) > CLOCK_JUMP_NS:
-            return False
+        if self._offsets_used and offset - self.clock_offset_ns > CLOCK_JUMP_NS:
+            if self._jumps_in_row and abs(offset - self._jump_offset) <= CLOCK_JUMP_NS:
+                self._jumps_in_row += 1
+            else:
+                self._jump_offset, self._jumps_in_row = offset, 1
+            if self._jumps_in_row < CLOCK_JUMP_CONFIRMATIONS:
+                return False
+            self._offsets.fill(np.iinfo(np.int64).min)  # the old estimate was wrong: start over
+        self._jumps_in_row = 0
         self._offsets[self._offset_index] = offset
         self._offset_index = (self._offset_index + 1) % OFFSET_WINDOW
         self._offsets_used += 1

@@ -145,9 +145,6 @@ class FrameSlots:
         """The slot's frames and state, as views into the shared memory (no copy)."""
         return self._frames[index], self._states[index]
 
-    def generation(self, index: int) -> int:
-        return int(self._headers[index][0])
-
     def check(self, index: int, generation: int) -> None:
         """Raise TornSlot unless slot `index` still holds the complete observation `generation`."""
         now = int(self._headers[index][0])
@@ -160,7 +157,7 @@ class FrameSlots:
     # ---- heartbeat ---------------------------------------------------------------------------
 
     def beat(self) -> None:
-        """The inference process says it is alive (its loop or its heartbeat thread)."""
+        """The inference process says it is alive (from its serving loop, between requests)."""
         self._region[_HEARTBEAT] = time.monotonic_ns()
 
     def last_beat_ns(self) -> int:

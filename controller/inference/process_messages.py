@@ -9,9 +9,10 @@ private ipc socket (ZeroMQ PAIR), arrays as float32 bytes with their shape; neve
                            ready {}                       slots attached: serving
                            failed_start {error}           it cannot serve (the sentence why)
                            chunk {id, actions, memory, status?}
-                           refused {id, error}            this observation's fault (bad input,
-                                                          torn slot): that robot's, nobody else's
-                           failed {id, error}             the policy failed on it
+                           refused {id, error}            a malformed observation: that robot's
+                           input_fault {id, error}        the FP32 reference fails on it too: the
+                                                          input's fault, that robot's (InputFault)
+                           failed {id, error}             the policy failed on it (or a torn slot)
                            fatal {id, error}              the device is unusable: exiting
 
 Only numpy, msgpack and the standard library (the control process never imports torch).
@@ -25,12 +26,15 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from controller.errors import PolicyError
+
 # A chunk or a plan is at most 10,000 x 1,024 float32 (the spec's bounds): 40 MB.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-class MessageError(ValueError):
-    """A message between the two processes does not have the expected form."""
+class MessageError(PolicyError):
+    """A message between the two processes does not have the expected form (our fault, never
+    the robot's: so not a ValueError, which would refuse the robot's observation)."""
 
 
 def pack(kind: str, **fields: Any) -> bytes:

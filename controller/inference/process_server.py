@@ -17,6 +17,7 @@ later call) is `fatal`: this process exits and the control process starts a fres
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import os
@@ -29,11 +30,12 @@ import numpy as np
 import torch
 import zmq
 
-from controller.errors import TempoError
-from controller.inference.frame_slots import FrameSlots, TornSlot
+from controller.errors import InputFault, TempoError
+from controller.inference.frame_slots import FrameSlots
 from controller.inference.ladder import first_line
 from controller.inference.process_messages import (
     MAX_MESSAGE_BYTES,
+    MessageError,
     pack,
     pack_array,
     pack_memory,
@@ -60,6 +62,7 @@ class ServedPolicy(Policy, Protocol):
 IDLE_POLL_MS = 50  # the heartbeat period while no request comes
 STATUS_EVERY_S = 0.5  # the runner's status rides on a chunk at most this often
 EXIT_FATAL = 3
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 
 
 def device_poisoned(runner: ServedPolicy) -> bool:
@@ -93,6 +96,16 @@ class _Pinned:
             self.ok = False
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when the control process dies, even in the middle
+    of a compile (the idle loop's parent check covers the rest, and other systems)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: str) -> int:
     """Serve requests from the control process at `endpoint` until `stop` or a fatal error."""
     # The control process decides when this one ends (it sends `stop`): a SIGTERM to the whole
@@ -101,6 +114,7 @@ def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: st
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
     parent = os.getppid()
+    _die_with_parent()
     context = zmq.Context()
     socket = context.socket(zmq.PAIR)
     socket.setsockopt(zmq.LINGER, 1000)
@@ -130,6 +144,9 @@ def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: st
     slots: FrameSlots | None = None
     pinned: _Pinned | None = None
     try:
+        while not socket.poll(IDLE_POLL_MS):
+            if os.getppid() != parent:
+                return 0  # the control process died before handing over the slots
         attach = unpack(socket.recv())
         if attach["kind"] != "attach":
             return 0  # `stop` before serving began
@@ -166,20 +183,31 @@ def _serve(runner: ServedPolicy, socket: zmq.Socket, slots: FrameSlots, parent: 
         request_id = message.get("id")
         try:
             reply = _infer(runner, slots, message)
-        except (ValueError, TornSlot) as exc:
-            socket.send(pack("refused", id=request_id, error=str(exc)))
-            continue
-        except Exception as exc:  # noqa: BLE001 - PolicyError, or a bug: the control side decides
-            if device_poisoned(runner):
-                socket.send(pack("fatal", id=request_id, error=first_line(exc)))
+        except Exception as exc:  # noqa: BLE001 - every cause has its reply; the control side acts
+            kind = reply_kind(exc)
+            if kind == "failed" and device_poisoned(runner):
+                kind = "fatal"
+            text = str(exc) if kind in ("refused", "input_fault") else first_line(exc)
+            socket.send(pack(kind, id=request_id, error=text))
+            if kind == "fatal":
                 return EXIT_FATAL
-            socket.send(pack("failed", id=request_id, error=first_line(exc)))
             continue
         now = time.monotonic()
         if now - last_status >= STATUS_EVERY_S:
             reply["status"] = runner.status()
             last_status = now
         socket.send(pack("chunk", id=request_id, **reply))
+
+
+def reply_kind(exc: BaseException) -> str:
+    """Whose fault a failed request is: the robot's observation (`refused`: malformed;
+    `input_fault`: the reference fails on it too), or the policy's or ours (`failed`; a torn
+    slot is the control side's bug, never the robot's)."""
+    if isinstance(exc, InputFault):
+        return "input_fault"
+    if isinstance(exc, ValueError) and not isinstance(exc, MessageError):
+        return "refused"
+    return "failed"
 
 
 def _infer(runner: ServedPolicy, slots: FrameSlots, message: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ recorded with its cause in `status()`. This module imports no torch.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import shutil
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from controller.errors import PolicyError
+from controller.errors import InputFault, PolicyError
 from controller.inference.frame_slots import FrameSlots
 from controller.inference.process_messages import (
     MAX_MESSAGE_BYTES,
@@ -51,7 +52,8 @@ log = logging.getLogger(__name__)
 
 SLOT_COUNT = 2  # the worker sends one request at a time; two slots keep a torn read detectable
 POLL_MS = 20
-RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # then the ladder starts over
+RESTARTS_KEPT = 50  # restarts listed in status (all are counted)
 
 
 class InferenceUnavailable(PolicyError):
@@ -90,7 +92,6 @@ class RemotePolicy:
         self._process: subprocess.Popen[bytes] | None = None
         self._slots: FrameSlots | None = None
         self._spec: PolicySpec | None = None
-        self._outputs: tuple[str, ...] = ()
         self._status: dict[str, Any] = {}
         self._generation = 0  # one per started process
         self._next_slot = 0
@@ -99,7 +100,8 @@ class RemotePolicy:
         self._failed = threading.Event()  # the serving process is gone: requests stop waiting
         self._stop = threading.Event()
         self._watch: threading.Thread | None = None
-        self.restarts: list[Restart] = []
+        self.restarts: collections.deque[Restart] = collections.deque(maxlen=RESTARTS_KEPT)
+        self.restart_count = 0
         self.pinned = False
 
     # ---- life cycle ----------------------------------------------------------------------
@@ -109,7 +111,7 @@ class RemotePolicy:
         cannot (a bad checkpoint, no tier passing), after which nothing is left running."""
         try:
             self._launch(progress)
-        except Exception:
+        except BaseException:  # Ctrl-C during a long compile too: leave nothing running
             self.stop()
             raise
         self._watch = threading.Thread(target=self._supervise, name="tempo-supervisor")
@@ -117,6 +119,9 @@ class RemotePolicy:
         self._watch.start()
 
     def stop(self) -> None:
+        """End the process and free everything; safe to call twice."""
+        if self._zmq.closed:
+            return
         self._stop.set()
         self._serving.clear()
         self._failed.set()
@@ -127,7 +132,7 @@ class RemotePolicy:
             if self._slots is not None:
                 self._slots.close()
                 self._slots = None
-        self._zmq.term()
+        self._zmq.destroy(linger=0)
         shutil.rmtree(self._dir, ignore_errors=True)
 
     @property
@@ -184,12 +189,16 @@ class RemotePolicy:
             return Prediction(actions, unpack_memory(reply.get("memory")))
         if kind == "refused":
             raise ValueError(str(reply.get("error")))
+        if kind == "input_fault":
+            raise InputFault(str(reply.get("error")))
         if kind == "fatal":
             self._fail("fatal", str(reply.get("error")))
             raise InferenceUnavailable(f"the inference process failed: {reply.get('error')}")
         raise PolicyError(str(reply.get("error")))
 
     def _await_reply(self, socket: zmq.Socket, request_id: int) -> dict[str, Any]:
+        # Its own deadline too: if the supervisor thread were gone, nothing else would end it.
+        deadline = time.monotonic() + self.hang_timeout_s + 1.0
         while True:
             if socket.poll(POLL_MS):
                 reply = unpack(socket.recv())
@@ -198,6 +207,9 @@ class RemotePolicy:
                 continue  # an answer to a request that was given up on
             if self._failed.is_set():
                 raise InferenceUnavailable("the inference process stopped during this step")
+            if time.monotonic() > deadline:
+                self._fail("hung", f"no answer to a step within {self.hang_timeout_s + 1:.0f} s")
+                raise InferenceUnavailable("the inference process did not answer this step")
 
     # ---- status --------------------------------------------------------------------------
 
@@ -210,7 +222,8 @@ class RemotePolicy:
                 "pid": process.pid if process is not None else None,
                 "serving": self.serving,
                 "pinned_slots": self.pinned,
-                "restarts": [r.as_dict() for r in self.restarts],
+                "restart_count": self.restart_count,
+                "restarts": [r.as_dict() for r in self.restarts],  # the newest RESTARTS_KEPT
             },
         }
 
@@ -236,6 +249,7 @@ class RemotePolicy:
             return
         self._serving.clear()
         self._failed.set()
+        self.restart_count += 1
         self.restarts.append(Restart(time.time(), cause, detail))
         log.error("inference process %s: %s; holding every robot and restarting", cause, detail)
 
@@ -252,7 +266,7 @@ class RemotePolicy:
             except Exception as exc:  # noqa: BLE001 - log it and try again with a back-off
                 log.error("restarting the inference process failed: %s", exc)
                 self.restarts.append(Restart(time.time(), "restart_failed", str(exc)))
-        log.error("the inference process could not be restarted; robots stay held")
+        log.error("the inference process could not be restarted yet; robots stay held, retrying")
 
     def _end_process(self, polite: bool) -> None:
         """Stop the process (asked to first when `polite`), close its socket. Holds the lock."""
@@ -278,20 +292,24 @@ class RemotePolicy:
         self._generation += 1
         endpoint = f"ipc://{self._dir}/channel-{self._generation}"
         socket = self._zmq.socket(zmq.PAIR)
-        socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.bind(endpoint)
-        process = subprocess.Popen(
-            [*self._command, "--channel", endpoint],
-            env={**os.environ, **self._env} if self._env is not None else None,
-        )
+        try:
+            socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.bind(endpoint)
+            process = subprocess.Popen(
+                [*self._command, "--channel", endpoint],
+                env={**os.environ, **self._env} if self._env is not None else None,
+            )
+        except BaseException:
+            socket.close(linger=0)
+            raise
         with self._lock:
             self._socket, self._process = socket, process
         hello = self._expect(socket, process, "hello", self.start_timeout_s)
         spec = PolicySpec.model_validate(hello["spec"])
         if self._spec is not None and spec != self._spec:
             raise PolicyError("the restarted inference process serves a different policy spec")
-        self._spec, self._outputs = spec, tuple(hello.get("outputs") or ())
+        self._spec = spec
         self._status = hello.get("status") or {}
         if self._slots is None:
             self._slots = FrameSlots.create(spec, SLOT_COUNT)

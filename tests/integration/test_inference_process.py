@@ -21,7 +21,14 @@ from controller.inference.remote_policy import RemotePolicy
 from controller.observe.status_server import request_status
 from controller.observe.status_view import render_status
 from policies.base import first_context
-from tests.conftest import StreamingDriver, daemon_process, ipc_config, wait_for
+from tests.conftest import (
+    StreamingDriver,
+    daemon_process,
+    ipc_config,
+    recording_client,
+    running_daemon,
+    wait_for,
+)
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -146,3 +153,41 @@ def test_the_inference_process_ends_when_the_control_process_dies(tmp_path: Path
 
 def _zombie(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+
+
+def test_an_input_fault_in_the_inference_process_is_refused_to_its_robot_only(
+    tmp_path: Path,
+) -> None:
+    config = ipc_config(tmp_path, "control.rate_hz=100")
+    config_file = tmp_path / "config.json"
+    config_file.write_text(json.dumps(config.model_dump(mode="json")))
+    script = str(Path(__file__).with_name("nan_inference.py"))
+    policy = RemotePolicy(
+        [sys.executable, script, "inference-process", "--config-json", str(config_file)]
+    )
+    policy.start()
+    try:
+        with running_daemon(config, policy) as daemon:
+            good = StreamingDriver(config.server.bind).start()
+            bad = recording_client(config.server.bind, "bad")
+            try:
+                _actions_after(good, 10)
+                bad.connect()
+                image = {"front": np.zeros((96, 128, 3), np.uint8)}
+                poisoned = np.array([5000.0, 0, 0, 0, 0, 0], np.float32)
+                for _ in range(10):
+                    bad.send_observation(image, poisoned)
+                    bad.receive(timeout_s=0.02)
+                wait_for(
+                    lambda: (bad.receive(0.01), bad.counters.error_codes)[1].get("unusable_input")
+                )
+                assert not any(r.kind == "action" for r in bad.records)
+                _actions_after(good, 10)  # the good robot is served on
+            finally:
+                bad.close()
+                good.stop()
+            assert daemon.worker.input_faults >= 1
+            assert policy.serving and policy.restart_count == 0
+            assert policy.status()["demotions"] == []
+    finally:
+        policy.stop()

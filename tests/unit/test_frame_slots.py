@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from controller.errors import InputFault, PolicyError
 from controller.inference.frame_slots import FrameSlots, TornSlot
 from controller.inference.process_messages import (
     MessageError,
@@ -110,3 +111,21 @@ def test_malformed_messages_are_refused(raw: bytes) -> None:
 def test_an_array_whose_bytes_do_not_fill_its_shape_is_refused() -> None:
     with pytest.raises(MessageError, match="do not fill"):
         unpack_array({"shape": [2, 2], "data": b"\x00" * 12}, "chunk")
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (InputFault("the reference is NaN too"), "input_fault"),
+        (ValueError("camera 'front': expected uint8"), "refused"),
+        (TornSlot("overwritten"), "failed"),  # the control side's bug, never the robot's
+        (MessageError("garbled"), "failed"),
+        (PolicyError("no lower tier"), "failed"),
+        (RuntimeError("a bug"), "failed"),
+    ],
+)
+def test_whose_fault_a_failed_request_is(error: Exception, kind: str) -> None:
+    pytest.importorskip("torch")
+    from controller.inference.process_server import reply_kind
+
+    assert reply_kind(error) == kind

@@ -182,3 +182,17 @@ def test_state_outside_the_spec_bounds_is_refused_naming_the_joint(tmp_path) -> 
     message = refused[0][2]["message"]
     assert "state[3] (joint_3) is 2.5, outside [-2, 2]" in message
     assert driver.obs(now + 1, S + 1, state=[0, 0, 0, 1.9, 0, 0]) == []
+
+
+def test_a_late_first_observation_does_not_expire_a_whole_session(daemon) -> None:
+    driver = Driver(daemon, b"a")
+    now = time.monotonic_ns()
+    driver.hello(now)
+    clock = 5 * S
+    # The first observation was stuck for 3 s on its way: its offset is 3 s too low.
+    driver.obs(now, clock - 3 * S)
+    session = driver.dispatcher.sessions[driver.session]
+    for i in range(1, 12):  # then on time: the true offset, 3 s above the estimate
+        driver.obs(now + i * S // 100, clock + i * S // 100)
+    assert session.clock_offset_ns == clock - now  # believed after the confirmations
+    assert session.counters["clock_jumps"] == 7  # the first seven were held back

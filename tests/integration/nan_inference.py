@@ -1,0 +1,31 @@
+"""`tempo inference-process ARGS` serving a policy whose every tier, the FP32 reference
+included, returns NaN when the first state value exceeds 1000 (tests/integration/test_faults.py's
+NanAbove1000): an input fault, seen through the inference process.
+
+    python nan_inference.py inference-process --config-json FILE --channel ENDPOINT
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    import controller.app as app
+    from controller.inference.build import start_runner
+    from controller.inference.runner_config import RunnerConfig
+    from policies.tensor_policy import TensorPolicy
+    from tests.integration.test_faults import NanAbove1000
+
+    build = app.build_policy
+
+    def nan_policy(config, progress=None):  # type: ignore[no-untyped-def]
+        spec = build(config).spec
+        policy = TensorPolicy(spec, NanAbove1000.build())
+        return start_runner(policy, RunnerConfig(top_tier="eager_fp32", step_budget_ms=None), "cpu")
+
+    app.build_policy = nan_policy  # type: ignore[assignment]
+    from controller.cli import main
+
+    sys.exit(main(sys.argv[1:]))
