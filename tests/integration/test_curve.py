@@ -23,8 +23,8 @@ from controller.wire.curve import secure_client
 from controller.wire.keys import generate_keys
 from controller.wire.sockets import configure_common
 
-RECEIVE_MS = 5000  # generous upper bound for a message that should arrive (usually < 50 ms)
-EVENT_MS = 5000  # upper bound for a handshake event to show up on the monitor
+RECEIVE_MS = 20_000  # generous upper bound for a message that should arrive (usually < 50 ms)
+EVENT_MS = 20_000  # upper bound for a handshake event (5 s once ran out on a loaded CI machine)
 QUIET_MS = 300  # after a refused handshake: how long nothing must arrive
 
 HANDSHAKE_FAILED = (
