@@ -313,7 +313,8 @@ class SupervisionConfig(_Section):
         default=5.0,
         gt=0,
         le=600,
-        description="An inference process silent this long while serving is killed and restarted.",
+        description="An inference process silent this long while serving (or 20 times its "
+        "slowest tier's step time, when that is longer) is killed and restarted.",
     )
     start_timeout_s: float = Field(
         default=900.0,

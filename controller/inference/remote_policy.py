@@ -12,7 +12,7 @@ rest of the context in a small message (`process_messages`) and waits for the ch
 worker thread only waits on a socket, so the control loop never competes with torch for the GIL.
 
 Supervision (a thread of its own): the process exiting, or its heartbeat stopping for
-`hang_timeout_s` while serving (a hung step; it is then killed), or a `fatal` reply (a poisoned
+`hang_timeout()` while serving (a hung step; it is then killed), or a `fatal` reply (a poisoned
 CUDA context) ends `serving` at once and starts a fresh process, which loads from the warm compile
 cache and passes the start-up parity checks again before `serving` returns. Each restart is
 recorded with its cause in `status()`. This module imports no torch.
@@ -54,6 +54,7 @@ SLOT_COUNT = 2  # the worker sends one request at a time; two slots keep a torn 
 POLL_MS = 20
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # then the ladder starts over
 RESTARTS_KEPT = 50  # restarts listed in status (all are counted)
+HANG_STEPS = 20  # a step this many times the slowest tier's start-up step time is a hang
 
 
 class InferenceUnavailable(PolicyError):
@@ -198,7 +199,7 @@ class RemotePolicy:
 
     def _await_reply(self, socket: zmq.Socket, request_id: int) -> dict[str, Any]:
         # Its own deadline too: if the supervisor thread were gone, nothing else would end it.
-        deadline = time.monotonic() + self.hang_timeout_s + 1.0
+        deadline = time.monotonic() + self.hang_timeout() + 1.0
         while True:
             if socket.poll(POLL_MS):
                 reply = unpack(socket.recv())
@@ -208,7 +209,7 @@ class RemotePolicy:
             if self._failed.is_set():
                 raise InferenceUnavailable("the inference process stopped during this step")
             if time.monotonic() > deadline:
-                self._fail("hung", f"no answer to a step within {self.hang_timeout_s + 1:.0f} s")
+                self._fail("hung", f"no answer to a step within {self.hang_timeout() + 1:.0f} s")
                 raise InferenceUnavailable("the inference process did not answer this step")
 
     # ---- status --------------------------------------------------------------------------
@@ -229,6 +230,18 @@ class RemotePolicy:
 
     # ---- supervision ---------------------------------------------------------------------
 
+    def hang_timeout(self) -> float:
+        """How long a step may keep the process silent: `hang_timeout_s`, or
+        HANG_STEPS x the slowest ready tier's measured step when that is longer (a big model on
+        a CPU; a re-promotion, which re-checks tiers within a step), so a slow policy is not
+        taken for a hung one."""
+        steps = [
+            t.get("step_s") or 0.0
+            for t in self._status.get("tiers") or []
+            if isinstance(t, dict) and t.get("state") == "ready"
+        ]
+        return max(self.hang_timeout_s, HANG_STEPS * max(steps, default=0.0))
+
     def _supervise(self) -> None:
         while not self._stop.wait(POLL_MS / 1000):
             process = self._process
@@ -239,7 +252,7 @@ class RemotePolicy:
                 self._fail("exited", f"the inference process exited with code {code}")
             elif self._serving.is_set() and self._slots is not None:
                 silent_s = (time.monotonic_ns() - self._slots.last_beat_ns()) / 1e9
-                if silent_s > self.hang_timeout_s:
+                if silent_s > self.hang_timeout():
                     self._fail("hung", f"no heartbeat for {silent_s:.1f} s; killed")
             if self._failed.is_set() and not self._stop.is_set():
                 self._restart()
