@@ -20,24 +20,21 @@ finite).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 
 from controller.errors import CheckpointError
 from policies.act.config import ACTConfig
 from policies.act.model import ACT
-from policies.checkpoints.files import CONFIG_FILE, FORMAT, WEIGHTS_FILE, read_tensors
+from policies.checkpoints.files import CONFIG_FILE, WEIGHTS_FILE, read_tensors
 from policies.checkpoints.tempo_format import (
-    FORMAT_VERSION,
-    _atomic_write,
     check_spec_matches,
     load_weights,
     parse_tempo_config,
+    write_checkpoint_files,
 )
 from policies.quant.apply import quantized_shell
 from policies.quant.config import Quantization
@@ -65,8 +62,6 @@ def save_quantized_checkpoint(
             "the quantization record does not list the module's quantized layers "
             f"({len(found)} in the module, {len(quantization.layers)} in the record)"
         )
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, torch.Tensor] = {}
     for name, tensor in module.state_dict().items():
         tensor = tensor.detach().cpu()
@@ -87,24 +82,13 @@ def save_quantized_checkpoint(
         tensors[REFERENCE_PREFIX + "chunks"] = torch.from_numpy(
             np.ascontiguousarray(reference.chunks)
         )
-    document = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "policy_type": module.policy_type,
-        "spec": policy.spec.model_dump(mode="json"),
-        "model": module.config.model_dump(mode="json"),
-        "quantization": quantization.model_dump(mode="json"),
-    }
-    metadata = {
-        "format": FORMAT,
-        "format_version": str(FORMAT_VERSION),
-        "policy_type": "act",
-        "quantization": quantization.scheme,
-    }
-    _atomic_write(directory / WEIGHTS_FILE, lambda path: save_file(tensors, path, metadata))
-    text = json.dumps(document, indent=2) + "\n"
-    _atomic_write(directory / CONFIG_FILE, lambda path: Path(path).write_text(text))
-    return directory
+    return write_checkpoint_files(
+        directory,
+        policy,
+        tensors,
+        config_extra={"quantization": quantization.model_dump(mode="json")},
+        metadata_extra={"quantization": quantization.scheme},
+    )
 
 
 def read_quantized_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:

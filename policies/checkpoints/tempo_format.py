@@ -117,6 +117,24 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
             "and TD-MPC2 policies (save a served wrapper's inner policy)"
         )
     check_spec_matches(policy.spec, module.config, "the policy being saved")
+    tensors = {
+        name: tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
+        for name, tensor in module.state_dict().items()
+    }
+    return write_checkpoint_files(directory, policy, tensors)
+
+
+def write_checkpoint_files(
+    directory: str | Path,
+    policy: TensorPolicy,
+    tensors: dict[str, torch.Tensor],
+    config_extra: dict[str, Any] | None = None,
+    metadata_extra: dict[str, str] | None = None,
+) -> Path:
+    """Write config.json (format, spec, the module's config, `config_extra`) and the weights
+    with their header metadata, each replaced atomically; shared by every Tempo checkpoint
+    writer (plain and quantized). Returns the directory."""
+    module = policy.module
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     document = {
@@ -125,15 +143,13 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
         "policy_type": module.policy_type,
         "spec": policy.spec.model_dump(mode="json"),
         "model": module.config.model_dump(mode="json"),
-    }
-    tensors = {
-        name: tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
-        for name, tensor in module.state_dict().items()
+        **(config_extra or {}),
     }
     metadata = {
         "format": FORMAT,
         "format_version": str(FORMAT_VERSION),
         "policy_type": module.policy_type,
+        **(metadata_extra or {}),
     }
     _atomic_write(directory / WEIGHTS_FILE, lambda path: save_file(tensors, path, metadata))
     text = json.dumps(document, indent=2) + "\n"
