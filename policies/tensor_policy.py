@@ -87,7 +87,9 @@ class EagerPolicy:
     def spec(self) -> PolicySpec:
         return self._spec
 
-    @torch.inference_mode()
+    # no_grad, not inference_mode: a module may differentiate inside its forward (RTC's exact
+    # guidance takes a VJP), which inference mode forbids or, before torch 2.12, silently zeroes.
+    @torch.no_grad()
     def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
         """The Policy contract: frames and the codec's inputs in, the chunk (and memory) out."""
         codec = self._codec

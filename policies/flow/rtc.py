@@ -75,6 +75,12 @@ def guidance_weights(n_steps: int, beta: float) -> torch.Tensor:
     return torch.tensor(weights, dtype=torch.float32)
 
 
+def differentiation_disabled() -> bool:
+    """True in eager code under torch.inference_mode, where the exact VJP cannot be taken.
+    (A compiled region never runs in inference mode here: the runner's tiers use no_grad.)"""
+    return not torch.compiler.is_compiling() and torch.is_inference_mode_enabled()
+
+
 class RealTimeChunking(nn.Module):
     """A flow policy served with RTC.
 
@@ -105,6 +111,14 @@ class RealTimeChunking(nn.Module):
         prefix_len: torch.Tensor,
         delay: torch.Tensor,
     ) -> torch.Tensor:
+        if self.rtc.mode == "exact" and differentiation_disabled():
+            # Called under torch.inference_mode (an eager caller's choice): autograd cannot see
+            # inference tensors, and torch.func.vjp there returns zeros before torch 2.12
+            # (pytorch#177318), which made the guidance vanish silently. Sample outside it, on
+            # ordinary copies of the inputs; grad mode stays off, the VJP enables its own.
+            with torch.inference_mode(False), torch.no_grad():
+                inputs = (images, state, noise, prefix, prefix_len, delay)
+                return self.forward(*(t.clone() for t in inputs))
         flow = self.flow
         context = flow.encode(images, state)
         target, mask = self.guidance_targets(prefix, prefix_len, delay)
@@ -211,20 +225,8 @@ def serve_with_rtc(policy: TensorPolicy, config: RTCConfig) -> TensorPolicy:
         )
     seed = policy.codec.seed if isinstance(policy.codec, FlowCodec) else None
     codec = RTCCodec(policy.spec) if seed is None else RTCCodec(policy.spec, seed)
-    refused = {}
-    if config.mode == "exact":
-        # On an H100 the graph tier's exact chunks differed from eager FP32 by 0.88 (relative)
-        # on plans from the robot's own previous chunk, although start-up parity had passed:
-        # until that is understood, exact guidance runs in FP32 eager only.
-        reason = (
-            "RTC exact disagreed with eager FP32 on a GPU beyond what start-up parity saw; "
-            "it is served from eager_fp32 until that is fixed (stop_grad and inpaint are not "
-            "affected)"
-        )
-        refused = {name: reason for name in ("graph", "compiled", "eager_half")}
     return TensorPolicy(
         spec=policy.spec,
         module=RealTimeChunking(module, config),
         codec=codec,
-        refused_tiers=refused,
     )

@@ -170,3 +170,30 @@ def test_exact_guidance_runs_under_no_grad_and_leaves_no_graph() -> None:
         out = rtc(images, state, noise, prefix, torch.tensor([8]), torch.tensor([2]))
     assert not out.requires_grad
     assert all(p.grad is None for p in flow.parameters())
+
+
+def test_exact_guidance_under_inference_mode_is_the_no_grad_result() -> None:
+    """torch.func.vjp under torch.inference_mode returns zeros before torch 2.12
+    (pytorch#177318): an eager caller in inference mode (EagerPolicy, the FP32 reference,
+    used to be one) got unguided chunks from `exact`. The module leaves inference mode for its
+    whole sampling (encoding included: its tensors reach the VJP), and the result is the
+    no_grad one."""
+    flow = tiny_flow()
+    rtc = RealTimeChunking(flow, RTCConfig(mode="exact"))
+    images, state, noise, prefix = inputs(seed=2)
+    modes_seen: list[bool] = []
+    encode = flow.encode
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        modes_seen.append(torch.is_inference_mode_enabled())
+        return encode(*args, **kwargs)
+
+    with torch.no_grad():
+        expected = rtc(images, state, noise, prefix, torch.tensor([8]), torch.tensor([2]))
+        unguided = flow(images, state, noise)
+    flow.encode = spy  # type: ignore[method-assign]
+    with torch.inference_mode():
+        got = rtc(images, state, noise, prefix, torch.tensor([8]), torch.tensor([2]))
+    assert modes_seen and not any(modes_seen)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    assert (expected - unguided).abs().max() > 0.1  # the guidance acts, so equality means it

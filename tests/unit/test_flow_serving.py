@@ -9,6 +9,7 @@ import pytest
 
 from controller.config import load_config
 from controller.errors import ConfigError
+from controller.inference.ladder import relative_error
 from controller.inference.runner import Runner
 from controller.inference.runner_config import RunnerConfig
 from policies.base import Plan, RobotContext
@@ -18,7 +19,7 @@ from policies.demo import make_demo_flow_policy
 from policies.flow.codec import FlowCodec, RTCCodec
 from policies.flow.config import RTCConfig
 from policies.flow.rtc import RealTimeChunking, serve_with_rtc
-from policies.tensor_policy import TensorPolicy
+from policies.tensor_policy import EagerPolicy, TensorPolicy
 
 H = 8
 
@@ -176,13 +177,32 @@ def test_newest_execution_plays_the_old_chunk_for_d_steps_then_the_new_one() -> 
     assert played == [4.0, 5.0, 102.0, 103.0, 104.0]
 
 
-def test_rtc_exact_is_served_only_from_the_fp32_reference_tier() -> None:
-    served = serve_with_rtc(make_demo_flow_policy(), RTCConfig(mode="exact"))
-    assert set(served.refused_tiers) == {"graph", "compiled", "eager_half"}
-    runner = Runner(served, RunnerConfig(top_tier="compiled", step_budget_ms=None), "cpu")
+def test_rtc_exact_is_served_compiled_and_matches_the_reference_on_served_plans() -> None:
+    """The compiled step (the VJP traced into it) against the eager FP32 reference a user gets
+    (EagerPolicy), on the plans a robot's session hands over: its own previous chunk, delays
+    0..4, long prefixes. Both must guide: a reference whose VJP vanished (torch < 2.12 under
+    inference_mode) would differ from the compiled chunk by the whole guidance."""
+    small = make_demo_flow_policy(
+        cameras=(("front", 32, 32),), chunk_size=H, dim_model=16, n_steps=3
+    )
+    served = serve_with_rtc(small, RTCConfig(mode="exact"))
+    config = RunnerConfig(top_tier="compiled", step_budget_ms=None, cache_dir=None)
+    runner = Runner(served, config, "cpu")
     runner.start()
-    assert runner.tier == "eager_fp32"
-    compiled = next(t for t in runner.status()["tiers"] if t["name"] == "compiled")  # type: ignore[union-attr]
-    assert compiled["state"] == "skipped" and "refused by the policy" in compiled["reason"]
-    stop_grad = serve_with_rtc(make_demo_flow_policy(), RTCConfig(mode="stop_grad"))
-    assert stop_grad.refused_tiers == {}
+    assert runner.tier == "compiled", runner.status()["tiers"]
+    reference = EagerPolicy(served)
+    unguided = EagerPolicy(serve_with_rtc(small, RTCConfig(mode="off")))
+    rng = np.random.default_rng(0)
+    images = {"front": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)}
+    chunk = runner.predict(images, context(10)).actions
+    step, moved = 10, []
+    for d in [0, 1, 2, 3, 4, 2, 4]:
+        step += 1  # one step executed: the prefix is H - 1 rows long
+        plan = Plan(start_step=step - 1, actions=chunk)
+        ctx = context(step, plan, delay=d)
+        chunk = runner.predict(images, ctx).actions
+        expected = reference.predict(images, ctx).actions
+        assert relative_error(chunk, expected) < 1e-4, d
+        moved.append(relative_error(expected, unguided.predict(images, ctx).actions))
+    assert runner.demotions == []
+    assert max(moved) > 1e-2  # the guidance acted, so the comparison above is not vacuous
