@@ -88,7 +88,8 @@ class EagerPolicy:
         return self._spec
 
     # no_grad, not inference_mode: a module may differentiate inside its forward (RTC's exact
-    # guidance takes a VJP), which inference mode forbids or, before torch 2.12, silently zeroes.
+    # guidance takes a VJP), which inference mode forbids or (torch before the fix of
+    # pytorch#177318) silently zeroes.
     @torch.no_grad()
     def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
         """The Policy contract: frames and the codec's inputs in, the chunk (and memory) out."""

@@ -9,8 +9,8 @@ Contexts, each with its own frames and state:
 Printed per kind: the largest and median relative error ||tier - fp32|| / ||fp32||, and how far
 the guidance moved the chunk (the same error of the unguided chunk): an error near that figure
 means one side lost its guidance. Also printed: whether this torch's torch.func.vjp returns
-zeros under torch.inference_mode (pytorch#177318, fixed in 2.12), the cause of the 0.88 that
-the eager reference (then under inference mode) showed on an H100.
+zeros under torch.inference_mode (pytorch#177318, fixed 2026-03): the suspected cause of the 0.88
+that the eager reference (then under inference mode) showed on an H100.
 
     python scripts/rtc_exact_parity.py [--policy demo|aloha] [--tier graph] [-n 100]
 

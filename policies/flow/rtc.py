@@ -112,10 +112,10 @@ class RealTimeChunking(nn.Module):
         delay: torch.Tensor,
     ) -> torch.Tensor:
         if self.rtc.mode == "exact" and differentiation_disabled():
-            # Called under torch.inference_mode (an eager caller's choice): autograd cannot see
-            # inference tensors, and torch.func.vjp there returns zeros before torch 2.12
-            # (pytorch#177318), which made the guidance vanish silently. Sample outside it, on
-            # ordinary copies of the inputs; grad mode stays off, the VJP enables its own.
+            # Called under torch.inference_mode (an eager caller's choice): there torch.func.vjp
+            # returns zeros in torch builds older than the fix of pytorch#177318 (2026-03), and
+            # the guidance vanished silently. Sample outside it, on ordinary copies of the
+            # inputs; grad mode stays off, the VJP enables its own.
             with torch.inference_mode(False), torch.no_grad():
                 inputs = (images, state, noise, prefix, prefix_len, delay)
                 return self.forward(*(t.clone() for t in inputs))

@@ -173,11 +173,11 @@ def test_exact_guidance_runs_under_no_grad_and_leaves_no_graph() -> None:
 
 
 def test_exact_guidance_under_inference_mode_is_the_no_grad_result() -> None:
-    """torch.func.vjp under torch.inference_mode returns zeros before torch 2.12
-    (pytorch#177318): an eager caller in inference mode (EagerPolicy, the FP32 reference,
-    used to be one) got unguided chunks from `exact`. The module leaves inference mode for its
-    whole sampling (encoding included: its tensors reach the VJP), and the result is the
-    no_grad one."""
+    """torch.func.vjp under torch.inference_mode returns zeros in torch builds older than the
+    fix of pytorch#177318 (2026-03): an eager caller in inference mode (EagerPolicy, the FP32
+    reference, used to be one) got unguided chunks from `exact`. The module leaves inference
+    mode for its whole sampling (encoding included: its tensors reach the VJP), and the result
+    is the no_grad one."""
     flow = tiny_flow()
     rtc = RealTimeChunking(flow, RTCConfig(mode="exact"))
     images, state, noise, prefix = inputs(seed=2)

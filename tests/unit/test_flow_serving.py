@@ -180,7 +180,7 @@ def test_newest_execution_plays_the_old_chunk_for_d_steps_then_the_new_one() -> 
 def test_rtc_exact_is_served_compiled_and_matches_the_reference_on_served_plans() -> None:
     """The compiled step (the VJP traced into it) against the eager FP32 reference a user gets
     (EagerPolicy), on the plans a robot's session hands over: its own previous chunk, delays
-    0..4, long prefixes. Both must guide: a reference whose VJP vanished (torch < 2.12 under
+    0..4, long prefixes. Both must guide: a reference whose VJP vanished (older torch under
     inference_mode) would differ from the compiled chunk by the whole guidance."""
     small = make_demo_flow_policy(
         cameras=(("front", 32, 32),), chunk_size=H, dim_model=16, n_steps=3
