@@ -1,116 +1,136 @@
-"""Time a flow policy with real-time chunking off and in each mode, on one tier, in one run.
+"""Does real-time chunking pay on this GPU: a flow policy with RTC off and in each mode, on one
+tier, in one run, with a verdict line per mode. The measurement is `tempo profile compare
+CONFIG --rtc` (controller.tools.rtc_compare: interleaved rounds, ratio of medians, paired
+bootstrap); this script only supplies the policy and gets every runner started in time.
 
 The policy is the ALOHA-shaped flow policy (3 cameras 480x640, 14 joints, H = 50, 10 Euler
-steps, random weights; `policies.demo.make_flow_aloha_policy`) unless `--checkpoint` names one.
-Every variant gets its own Runner started as the daemon starts it; then rounds of one predict per
-variant, the order rotating, each with the robot's context as its session would give it (the
-previous chunk from 5 steps before as the plan, delay `--delay`). Reported per variant: the
-policy step host to host (upload, model, download; wall clock) and the model alone (CUDA events,
-`Runner.time_device`), p50 and p99, and the overhead of each mode over RTC off (ratio of p50s).
+steps, random weights; `policies.demo.make_flow_aloha_policy`), written once as a checkpoint
+under --workdir, unless --checkpoint names one.
 
-    python scripts/bench_flow.py --device cuda [--tier graph] [-n 300] [--json FILE]
+Start-up. Each mode is a different graph, so each compiles cold on a fresh machine (the RTC
+modes' graphs hold 10 denoising steps; exact's also their VJPs). One after the other that
+overran a 10-minute call on an H100. So the runners are first started in parallel, one process
+per mode (`--warm MODE`), which fills the persistent compile cache (runner.cache_dir: inductor's
+caches and the per-model mega-cache); the compare then starts each runner from that cache
+(dynamo tracing only). Each process prints its start-up time; the table prints the warm one.
+`--no-prewarm` skips the parallel start (then the table's start column is the cold compile).
+
+    python scripts/bench_flow.py [--tier graph] [-n 200] [--modes exact stop_grad inpaint]
+        [--set runner.compile_mode=max-autotune-no-cudagraphs] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from controller.inference.runner import Runner
-from controller.inference.runner_config import RunnerConfig
-from policies.base import Plan, RobotContext
-from policies.checkpoints.load import load_checkpoint
+from controller.config import load_config
+from controller.tools.profiling import profiled_runner
+from controller.tools.rtc_compare import (
+    RTC_MODES,
+    render_rtc_compare,
+    rtc_variant,
+    run_rtc_compare,
+)
+from policies.checkpoints.tempo_format import save_checkpoint
 from policies.demo import make_flow_aloha_policy
-from policies.flow.config import RTCConfig
-from policies.flow.rtc import serve_with_rtc
-from policies.inputs import example_frames
-from policies.tensor_policy import TensorPolicy
 
-MODES = ("off", "exact", "stop_grad", "inpaint")
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def aloha_checkpoint(workdir: Path) -> Path:
+    """The flow-aloha checkpoint under `workdir`, written on first use (seeded weights)."""
+    path = workdir / "flow-aloha"
+    if not (path / "config.json").exists():
+        say(f"writing the flow-aloha checkpoint to {path}")
+        save_checkpoint(path, make_flow_aloha_policy())
+    return path
+
+
+def settings(args: argparse.Namespace, checkpoint: Path) -> list[str]:
+    return [
+        "policy.kind=checkpoint",
+        f"policy.path={checkpoint}",
+        "inference.ensemble=newest",
+        f"inference.query_period={args.horizon}",
+        f"runner.top_tier={args.tier}",
+        "runner.step_budget_ms=null",
+        *args.set,
+    ]
+
+
+def warm(mode: str, overrides: list[str]) -> int:
+    """Start the runner of one mode (compiling into the persistent cache), then exit."""
+    config = rtc_variant(load_config(None, overrides), mode)
+    began = time.perf_counter()
+    runner, _ = profiled_runner(config, None, lambda m: None)
+    print(
+        f"prewarm rtc {mode}: serving from {runner.tier}, started in "
+        f"{time.perf_counter() - began:.0f} s (cold cache or not)",
+        flush=True,
+    )
+    return 0
+
+
+def prewarm(modes: list[str], args: argparse.Namespace) -> None:
+    """One `--warm MODE` process per mode, all at once; waits for every one."""
+    passthrough = ["--tier", args.tier, "--horizon", str(args.horizon)]
+    passthrough += ["--workdir", str(args.workdir)]
+    if args.checkpoint:
+        passthrough += ["--checkpoint", str(args.checkpoint)]
+    for item in args.set:
+        passthrough += ["--set", item]
+    began = time.perf_counter()
+    processes = {
+        mode: subprocess.Popen([sys.executable, __file__, "--warm", mode, *passthrough])
+        for mode in modes
+    }
+    failed = [mode for mode, process in processes.items() if process.wait() != 0]
+    say(f"prewarm: {len(modes)} runners started in parallel in {time.perf_counter() - began:.0f} s")
+    if failed:
+        raise SystemExit(f"prewarm failed for {', '.join(failed)}: see the messages above")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda")
     parser.add_argument("--tier", default="graph", help="runner.top_tier (every variant)")
     parser.add_argument("--checkpoint", type=Path, help="a flow checkpoint instead of flow-aloha")
-    parser.add_argument("-n", "--iterations", type=int, default=300)
-    parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--delay", type=int, default=2)
-    parser.add_argument("--beta", type=float, default=5.0)
-    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("~/.cache/tempo/bench").expanduser(),
+        help="where the flow-aloha checkpoint is written",
+    )
+    parser.add_argument("-n", "--iterations", type=int, default=200, help="rounds")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed rounds")
+    parser.add_argument("--horizon", type=int, default=5, help="execution horizon s")
+    parser.add_argument("--modes", nargs="+", default=list(RTC_MODES), choices=RTC_MODES)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="config override"
+    )
+    parser.add_argument("--no-prewarm", action="store_true")
+    parser.add_argument("--warm", choices=("off", *RTC_MODES), help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    if "off" not in args.modes:
-        args.modes.insert(0, "off")
-    base = load_checkpoint(args.checkpoint) if args.checkpoint else make_flow_aloha_policy()
-    config = RunnerConfig(top_tier=args.tier, step_budget_ms=None)
-    runners: dict[str, Runner] = {}
-    for mode in args.modes:
-        own = TensorPolicy(base.spec, copy.deepcopy(base.module), base.codec)  # a runner each
-        served = serve_with_rtc(own, RTCConfig(mode=mode, beta=args.beta))
-        started = time.perf_counter()
-        runner = Runner(served, config, device=args.device)
-        runner.start()
-        print(
-            f"{mode}: serving from {runner.tier}, started in {time.perf_counter() - started:.0f} s",
-            file=sys.stderr,
-        )
-        runners[mode] = runner
-    spec = base.spec
-    frames = [example_frames(spec, seed) for seed in range(4)]
-    history = np.zeros((1, spec.state_size), np.float32)
-    chunks = {mode: None for mode in runners}
-    steps = {mode: [] for mode in runners}
-    step = 0
-    for i in range(args.warmup + args.iterations):
-        step += 5
-        order = list(runners)[i % len(runners) :] + list(runners)[: i % len(runners)]
-        for mode in order:
-            previous = chunks[mode]
-            plan = None if previous is None else Plan(step, previous[5:])
-            context = RobotContext(step, previous is None, history, plan, args.delay)
-            began = time.perf_counter()
-            chunks[mode] = runners[mode].predict(frames[i % 4], context).actions
-            if i >= args.warmup:
-                steps[mode].append(time.perf_counter() - began)
-    rows = []
-    for mode, runner in runners.items():
-        model = np.asarray(runner.time_device(runner.tier or "graph", args.iterations))
-        wall = np.asarray(steps[mode])
-        rows.append(
-            {
-                "mode": mode,
-                "tier": runner.tier,
-                "step_p50_ms": float(np.median(wall) * 1e3),
-                "step_p99_ms": float(np.percentile(wall, 99) * 1e3),
-                "model_p50_ms": float(np.median(model) * 1e3),
-                "model_p99_ms": float(np.percentile(model, 99) * 1e3),
-            }
-        )
-    off = rows[0]
-    print(
-        f"{'mode':<11}{'tier':<12}{'step p50':>10}{'step p99':>10}{'model p50':>11}"
-        f"{'model p99':>11}{'overhead (step p50)':>21}{'(model p50)':>13}"
+    checkpoint = args.checkpoint or aloha_checkpoint(args.workdir)
+    overrides = settings(args, checkpoint)
+    if args.warm:
+        return warm(args.warm, overrides)
+    if not args.no_prewarm:
+        prewarm(["off", *args.modes], args)
+    config = load_config(None, overrides)
+    result = run_rtc_compare(
+        config, args.iterations, modes=tuple(args.modes), warmup=args.warmup, progress=say
     )
-    for row in rows:
-        row["overhead_step"] = row["step_p50_ms"] / off["step_p50_ms"] - 1
-        row["overhead_model"] = row["model_p50_ms"] / off["model_p50_ms"] - 1
-        print(
-            f"{row['mode']:<11}{row['tier']:<12}{row['step_p50_ms']:>8.3f}ms"
-            f"{row['step_p99_ms']:>8.3f}ms{row['model_p50_ms']:>9.3f}ms{row['model_p99_ms']:>9.3f}ms"
-            f"{row['overhead_step'] * 100:>20.1f}%{row['overhead_model'] * 100:>12.1f}%"
-        )
+    print(render_rtc_compare(result))
     if args.json:
-        args.json.write_text(
-            json.dumps({"device": runners["off"].status()["device"], "rows": rows}, indent=1)
-        )
+        args.json.write_text(json.dumps(result.as_dict(), indent=1, default=str))
     return 0
 
 

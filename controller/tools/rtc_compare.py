@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ class ModeResult:
     verdict: str = ""
     fits: bool | None = None
     delay_steps: int = 0
+    startup_s: float = float("nan")  # building and starting its runner (compile included)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +70,7 @@ class ModeResult:
             "delay_steps_p99": self.delay_steps,
             "fits_execution_horizon": self.fits,
             "verdict": self.verdict,
+            "startup_s": self.startup_s,
         }
 
 
@@ -120,11 +123,15 @@ def run_rtc_compare(
         raise ValueError("compare at least 2 rounds")
     say = progress or (lambda message: log.info("%s", message))
     variants: list[_Variant] = []
+    startup: list[float] = []
     description = ""
     for mode in ("off", *modes):
         variant_config = rtc_variant(config, mode)
         say(f"rtc {mode}: building and starting the runner")
+        began = time.perf_counter()
         runner, description = profiled_runner(variant_config, None, say)
+        startup.append(time.perf_counter() - began)
+        say(f"rtc {mode}: serving from {runner.tier}, started in {startup[-1]:.1f} s")
         variant = _Variant(
             f"rtc {mode}",
             variant_config,
@@ -160,6 +167,7 @@ def run_rtc_compare(
         mode = variant.name.removeprefix("rtc ")
         predict = np.asarray(variant.predict)
         entry = ModeResult(mode, variant.runner.tier or "?", samples[index], predict)
+        entry.startup_s = startup[index]
         entry.delay_steps = math.ceil(float(np.percentile(predict, 99)) / control_period)
         entry.fits = entry.delay_steps <= period
         if index > 0:
@@ -193,11 +201,12 @@ def render_rtc_compare(result: RTCCompareResult) -> str:
         f"at {result.control_hz:g} Hz, a policy step every {result.query_period} "
         f"(execution horizon s)",
         "policy step = one inference, host to host (wall clock); ctrl = per control step, "
-        "inference every s steps + ensembler + guards",
+        "inference every s steps + ensembler + guards; start = building and starting the "
+        "runner (compile included)",
         "",
         f"{'variant':<16}{'tier':<12}{'step mean':>13}{'step p50':>13}{'step p99':>13}"
         f"{'ctrl mean':>13}"
-        f"{'steps/s':>9}{'overhead':>10}",
+        f"{'steps/s':>9}{'overhead':>10}{'start':>9}",
     ]
     for m in result.modes:
         overhead = "-" if m.mode == "off" else f"{(1 / m.ratio - 1) * 100:+.1f}%"
@@ -205,7 +214,7 @@ def render_rtc_compare(result: RTCCompareResult) -> str:
             f"{'rtc ' + m.mode:<16}{m.tier:<12}{_ms(float(m.predict.mean())):>13}"
             f"{_ms(float(np.median(m.predict))):>13}"
             f"{_ms(float(np.percentile(m.predict, 99))):>13}{_ms(float(m.samples.mean())):>13}"
-            f"{1.0 / float(m.samples.mean()):>9.0f}{overhead:>10}"
+            f"{1.0 / float(m.samples.mean()):>9.0f}{overhead:>10}{m.startup_s:>8.1f}s"
         )
     lines.append("")
     lines += [f"verdict rtc {m.mode}: {m.verdict}" for m in result.modes[1:]]
