@@ -112,6 +112,15 @@ class RTCConfig(BaseModel):
         "linear, ones (no decay), zeros (only the first d actions guided).",
     )
 
+    regional_compile: bool = Field(
+        default=True,
+        description="Compile one denoising step and call it for every Euler step "
+        "(torch.compiler.nested_compile_region) instead of compiling n unrolled copies: the "
+        "same chunks, a cold compile about half as long on a CPU for exact (more for deeper "
+        "experts). Set false if your torch cannot compile the region (the compiled tiers then "
+        "fail at start-up and the runner steps down).",
+    )
+
     @field_validator("mode", mode="before")
     @classmethod
     def _yaml_off(cls, value: object) -> object:

@@ -47,6 +47,7 @@ class FlowMatchingPolicy(nn.Module):
     pixel_scale: torch.Tensor
     image_pos_embed: torch.Tensor
     step_time_embed: torch.Tensor
+    step_times: torch.Tensor
 
     def __init__(self, config: FlowConfig) -> None:
         super().__init__()
@@ -91,6 +92,7 @@ class FlowMatchingPolicy(nn.Module):
 
         # The Euler steps' times are fixed by the config, so their embeddings are constants.
         self.times = [k / config.n_steps for k in range(config.n_steps)]
+        self.register_buffer("step_times", torch.tensor(self.times), persistent=False)
         self.register_buffer(
             "step_time_embed",
             sinusoidal_time_embedding(torch.tensor(self.times, dtype=torch.float64), dim),

@@ -29,6 +29,7 @@ per-step guidance weights are buffers. One captured CUDA graph therefore serves 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -91,9 +92,15 @@ class RealTimeChunking(nn.Module):
 
     positions: torch.Tensor
     step_weights: torch.Tensor
+    step_indices: torch.Tensor
 
     def __init__(self, flow: FlowMatchingPolicy, config: RTCConfig) -> None:
         super().__init__()
+        if config.regional_compile and not hasattr(torch.compiler, "nested_compile_region"):
+            raise ValueError(
+                f"torch {torch.__version__} has no torch.compiler.nested_compile_region; set "
+                "policy.rtc.regional_compile=false"
+            )
         self.flow = flow
         self.rtc = config
         n = flow.config.n_steps
@@ -101,6 +108,7 @@ class RealTimeChunking(nn.Module):
             "positions", torch.arange(flow.config.chunk_size, dtype=torch.float32), persistent=False
         )
         self.register_buffer("step_weights", guidance_weights(n, config.beta), persistent=False)
+        self.register_buffer("step_indices", torch.arange(n), persistent=False)
 
     def forward(
         self,
@@ -122,9 +130,20 @@ class RealTimeChunking(nn.Module):
         flow = self.flow
         context = flow.encode(images, state)
         target, mask = self.guidance_targets(prefix, prefix_len, delay)
-        actions = noise
+        if not self.rtc.regional_compile:
+            actions = noise
+            for step in range(flow.config.n_steps):
+                actions = self.denoise(actions, step, context, target, mask, noise)
+            return flow.action_norm.unnormalize(actions)
+        # A compiled region's inputs must be distinct, non-aliasing tensors: keys and values
+        # are views of one projection (contiguous copies, read n_steps times anyway), and the
+        # first step's actions would be the noise itself.
+        memory = [t.contiguous() for pair in context for t in pair]
+        actions = noise.clone()
         for step in range(flow.config.n_steps):
-            actions = self.denoise(actions, step, context, target, mask, noise)
+            actions = denoise_region(
+                self, actions, self.step_indices[step : step + 1], target, mask, noise, *memory
+            )
         return flow.action_norm.unnormalize(actions)
 
     def guidance_targets(
@@ -138,16 +157,17 @@ class RealTimeChunking(nn.Module):
     def denoise(
         self,
         actions: torch.Tensor,
-        step: int,
+        step: int | torch.Tensor,
         context: Context,
         target: torch.Tensor,
         mask: torch.Tensor,
         noise: torch.Tensor,
     ) -> torch.Tensor:
-        """One Euler step of the guided sampler, A^t -> A^{t + 1/n}."""
+        """One Euler step of the guided sampler, A^t -> A^{t + 1/n}. `step` may be a (1,)
+        tensor (the compiled region that serves every step)."""
         flow, mode = self.flow, self.rtc.mode
         n = flow.config.n_steps
-        t = flow.times[step]
+        t = flow.step_times[step]
         if mode == "exact":
             velocity = self.guided_velocity_exact(actions, step, context, target, mask)
         elif mode == "stop_grad":
@@ -166,7 +186,7 @@ class RealTimeChunking(nn.Module):
     def guided_velocity_exact(
         self,
         actions: torch.Tensor,
-        step: int,
+        step: int | torch.Tensor,
         context: Context,
         target: torch.Tensor,
         mask: torch.Tensor,
@@ -179,13 +199,13 @@ class RealTimeChunking(nn.Module):
     def correction_exact(
         self,
         actions: torch.Tensor,
-        step: int,
+        step: int | torch.Tensor,
         context: Context,
         target: torch.Tensor,
         mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(g, v): the vector-Jacobian product and the expert's velocity at A^t."""
-        t = self.flow.times[step]
+        t = self.flow.step_times[step]
 
         def predicted_end(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             v = self.flow.velocity(a, step, context)
@@ -203,11 +223,38 @@ class RealTimeChunking(nn.Module):
     def extra_repr(self) -> str:
         # In the repr, so that the compile cache tells the modes apart (their tensors are equal).
         rtc = self.rtc
-        return f"mode={rtc.mode}, beta={rtc.beta}, schedule={rtc.schedule}"
+        return (
+            f"mode={rtc.mode}, beta={rtc.beta}, schedule={rtc.schedule}, "
+            f"regional_compile={rtc.regional_compile}"
+        )
 
     def use_channels_last(self, enabled: bool = True) -> RealTimeChunking:
         self.flow.use_channels_last(enabled)
         return self
+
+
+def _compile_region(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    region = getattr(torch.compiler, "nested_compile_region", None)
+    return function if region is None else region(function)
+
+
+@_compile_region
+def denoise_region(
+    rtc: RealTimeChunking,
+    actions: torch.Tensor,
+    step: torch.Tensor,
+    target: torch.Tensor,
+    mask: torch.Tensor,
+    noise: torch.Tensor,
+    *memory: torch.Tensor,
+) -> torch.Tensor:
+    """`rtc.denoise` as one compiled region: torch.compile compiles it once and calls it for
+    every Euler step (the step is a (1,) tensor input) instead of compiling n unrolled copies,
+    each with exact guidance holding a VJP (measured on a CPU, exact's cold compile of a tiny
+    policy: 88 s unrolled, 43 s as a region). Eagerly it is just the call. `memory` is the
+    context's keys and values, flattened."""
+    context = list(zip(memory[0::2], memory[1::2], strict=True))
+    return rtc.denoise(actions, step, context, target, mask, noise)
 
 
 def serve_with_rtc(policy: TensorPolicy, config: RTCConfig) -> TensorPolicy:
