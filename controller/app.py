@@ -77,11 +77,20 @@ def inference_process(config: TempoConfig, config_file: Path) -> RemotePolicy:
         command,
         hang_timeout_s=supervision.hang_timeout_s,
         start_timeout_s=supervision.start_timeout_s,
+        standby=supervision.standby_process,
     )
 
 
 def run_inference_process(config: TempoConfig, channel: str) -> int:
     """The inference process's main: build the policy, serve the control process at `channel`."""
+    # Everything build_policy imports, imported before the process stands by (a restart then
+    # spends no time on imports).
+    import torch._dynamo  # torch imports its compiler on the first compile otherwise
+
+    import controller.inference.build
+    import controller.inference.prior_fallback
+    import policies.catalog
+    import policies.checkpoints.load  # noqa: F401
     from controller.inference.process_server import serve_control_process
 
     return serve_control_process(lambda: build_policy(config), channel)
