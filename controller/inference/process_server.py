@@ -5,10 +5,10 @@
 It says `standby` once imported and waits for `build` (the control process keeps a spare process
 waiting so that a restart skips the imports), then builds the runner (load, warm up, parity: the
 same start as in one process; a failure is sent as `failed_start` with its sentence), says
-`hello` (the spec, the runner's status), attaches the observation slots the control process names, pins them for DMA on a GPU, says
-`ready`, then answers `infer` requests one by one. The loop beats the heartbeat in the slots'
-header while it waits and after every request: a request that hangs stops the beat, and the
-control process restarts this process.
+`hello` (the spec, the runner's status), attaches the observation slots the control process
+names, pins them for DMA on a GPU, says `ready`, then answers `infer` requests one by one. The
+loop beats the heartbeat in the slots' header while it waits and after every request: a request
+that hangs stops the beat, and the control process restarts this process.
 
 What is whose fault: a malformed observation or a slot that was overwritten while it was read
 is that robot's (`refused`); a policy failure the runner's ladder could not absorb is `failed`;
