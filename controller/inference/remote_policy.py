@@ -91,6 +91,7 @@ class RemotePolicy:
         self._command = list(command)
         self._use_standby = standby
         self._standby: tuple[zmq.Socket, subprocess.Popen[bytes]] | None = None
+        self._standby_ready = False  # it said `standby` (seen by the supervisor thread)
         self._env = dict(env) if env is not None else None
         self.hang_timeout_s = hang_timeout_s
         self.start_timeout_s = start_timeout_s
@@ -238,6 +239,7 @@ class RemotePolicy:
                 "pid": process.pid if process is not None else None,
                 "serving": self.serving,
                 "standby_pid": self.standby_pid,
+                "standby_ready": self._standby_ready if self._use_standby else None,
                 "pinned_slots": self.pinned,
                 "restart_count": self.restart_count,
                 "restarts": [r.as_dict() for r in self.restarts],  # the newest RESTARTS_KEPT
@@ -272,6 +274,9 @@ class RemotePolicy:
                     self._fail("hung", f"no heartbeat for {silent_s:.1f} s; killed")
             if self._failed.is_set() and not self._stop.is_set():
                 self._restart()
+            spare = self._standby  # the socket is this thread's once the first start is done
+            if spare is not None and not self._standby_ready and spare[0].poll(0):
+                self._standby_ready = True  # its message stays queued for _launch
 
     def _fail(self, cause: str, detail: str) -> None:
         if self._failed.is_set():
@@ -337,6 +342,7 @@ class RemotePolicy:
     def _take_standby(self) -> tuple[zmq.Socket, subprocess.Popen[bytes]]:
         """The spare process if it is still alive, else a fresh one."""
         spare, self._standby = self._standby, None
+        self._standby_ready = False
         if spare is not None and spare[1].poll() is None:
             return spare
         if spare is not None:
