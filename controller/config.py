@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from controller.action.guards import GuardsConfig
+from controller.action.guards_config import GuardsConfig
 from controller.action.teleop import TeleopConfig
 from controller.errors import ConfigError
 from controller.inference.runner_config import RunnerConfig
