@@ -50,6 +50,35 @@ def _fingerprint(spec: PolicySpec, count: int) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little", signed=True)
 
 
+SLOT_FILE_PREFIX = "tempo-slots-"  # then the creating process's pid, "-", a random suffix
+
+
+def remove_orphans(directory: Path) -> list[Path]:
+    """Delete slot files whose creating process is gone: a control process that was killed
+    (SIGKILL, a power cut of the process) cannot delete its own, and /dev/shm is memory."""
+    removed = []
+    for path in directory.glob(f"{SLOT_FILE_PREFIX}*-*"):
+        pid_text = path.name[len(SLOT_FILE_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:  # another user's, or removed meanwhile: not ours to worry about
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        return True
+    return True
+
+
 class TornSlot(RuntimeError):
     """The slot no longer holds the observation a request named (torn or overwritten)."""
 
@@ -111,7 +140,8 @@ class FrameSlots:
         """New slots in a private file under /dev/shm (memory, not disk), or `directory`."""
         if directory is None:
             directory = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-        path = Path(directory) / f"tempo-slots-{os.getpid()}-{secrets.token_hex(4)}"
+        remove_orphans(Path(directory))
+        path = Path(directory) / f"{SLOT_FILE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         return cls(path, spec, count, owner=True)
 
     @classmethod
