@@ -133,7 +133,8 @@ def serve(
         try:
             status_endpoint = status.start()
             if policy is None:
-                policy = _start_policy(config, cleanup)
+                with transport.discarding():  # nobody else reads the bound socket meanwhile
+                    policy = _start_policy(config, cleanup)
             check_action_config(policy.spec, config)  # unknown joints refused; guards logged
         except BaseException:
             status.stop()

@@ -1,14 +1,18 @@
 """The daemon's ZeroMQ ROUTER socket: options, receiving with a deadline, non-blocking sends.
 
 Only the loop thread touches the socket (ZeroMQ sockets are not thread-safe): it receives in the
-slack before each tick and sends actions at the tick.
+slack before each tick and sends actions at the tick. Before the loop exists (the socket is bound
+before the policy loads, which can take minutes), `discarding()` lends it to a thread that reads
+and drops every message, so nothing queues without bound meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import zmq
@@ -73,6 +77,7 @@ class RouterTransport:
         self._discarding = False  # inside a message with too many parts: drop its remaining parts
         self.parts_discarded = 0
         self.curve = curve
+        self.dropped_while_loading = 0
 
     def open(self) -> str:
         """Bind (BindError, one sentence, when that fails); returns the bound endpoint."""
@@ -186,6 +191,38 @@ class RouterTransport:
             return False
         self.sent += 1
         return True
+
+    @contextlib.contextmanager
+    def discarding(self) -> Iterator[None]:
+        """While the policy loads: read and drop every message (the socket has no receive
+        limit, so a driver that streams meanwhile would otherwise fill memory). Drivers get no
+        answer and retry their hello. The socket is the loop's again when this returns."""
+        stop = threading.Event()
+
+        def drain() -> None:
+            while not stop.is_set():
+                if not self.socket.poll(50):
+                    continue
+                while True:  # ZeroMQ delivers whole messages: Again never comes mid-message
+                    try:
+                        self.socket.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    if not self.socket.getsockopt(zmq.RCVMORE):
+                        self.dropped_while_loading += 1
+
+        thread = threading.Thread(target=drain, name="tempo-startup-drain", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()  # also the memory barrier that hands the socket back
+            if self.dropped_while_loading:
+                log.info(
+                    "dropped %d messages that came while the policy loaded",
+                    self.dropped_while_loading,
+                )
 
     def close(self, linger_ms: int = 0) -> None:
         self.socket.close(linger=linger_ms)
