@@ -25,6 +25,7 @@ from controller.daemon.handshake import (
     spec_to_wire,
 )
 from controller.daemon.session import PendingObservation, Session, StateHistory
+from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
 from controller.inference.worker import InferenceWorker
 from controller.observe.telemetry import PREPROCESS, Telemetry
@@ -39,6 +40,8 @@ MAX_ERROR_TEXT = 1000  # characters; well under the decoders' string limit
 REFUSAL_LOG_INTERVAL_NS = 10_000_000_000
 
 Sender = Callable[..., bool]  # (identity, kind, *, seq, fields, arrays=None) -> sent?
+# (identity, packed header frame, array or None) -> sent? (RouterTransport.send_prepared)
+PreparedSender = Callable[[bytes, Any, Any], bool]
 # driver's joint limits from hello -> that robot's action pipeline (raises ValueError if invalid)
 PipelineFactory = Callable[[dict[str, tuple[float, float]]], ActionPipeline]
 
@@ -57,7 +60,10 @@ class Dispatcher:
         inference: InferenceConfig,
         limits: Limits = DEFAULT_LIMITS,
         telemetry: Telemetry | None = None,
+        send_prepared: PreparedSender | None = None,
     ) -> None:
+        """`send_prepared`: the tick's allocation-free send of packed headers; without it the
+        tick's messages go through `send` like every other (slower, allocating)."""
         self.control_hz = control_hz
         self.server = server
         self.inference = inference
@@ -65,9 +71,13 @@ class Dispatcher:
         self.spec = spec
         self.worker = worker
         self.send = send
+        self.send_prepared = send_prepared
         self.current_step = current_step
         self.limits = limits
         self.sessions: dict[str, Session] = {}
+        # The sessions as a tuple, rebuilt when one opens or closes: the tick iterates it
+        # without building a list each time (and a session closed mid-tick is harmless).
+        self.session_list: tuple[Session, ...] = ()
         self.by_identity: dict[bytes, str] = {}
         self.errors: collections.Counter[str] = collections.Counter()
         # Guard interventions of sessions that have ended, so totals survive a disconnect.
@@ -163,6 +173,7 @@ class Dispatcher:
         more = self._refusals_unlogged.pop(key, 0)
         since = f" ({more} more such refusals since the last line)" if more else ""
         log.warning("refused a message from robot %s (%s): %s%s", who, code.value, text, since)
+
     def tell_refused(self, session: Session) -> None:
         """Observations the worker refused because of their content (the policy's reference
         fails on them too): each gets an `error` to its robot, like a refusal on arrival."""
@@ -201,6 +212,7 @@ class Dispatcher:
         except ValueError as exc:  # limits naming unknown joints, or with lower > upper
             raise ProtocolError(ErrorCode.NOT_ALLOWED, f"hello spec.limits: {exc}") from None
         self.sessions[session.id] = session
+        self.session_list = tuple(self.sessions.values())
         self.by_identity[identity] = session.id
         log.info("robot %s connected (session %s)", robot, session.id)
         self.send(
@@ -232,8 +244,9 @@ class Dispatcher:
         now_ns: int,
         driver_limits: dict[str, tuple[float, float]],
     ) -> Session:
+        session_id = uuid.uuid4().hex
         return Session(
-            id=uuid.uuid4().hex,
+            id=session_id,
             identity=identity,
             robot=robot,
             spec=self.spec,
@@ -241,7 +254,43 @@ class Dispatcher:
             last_seen_ns=now_ns,
             pipeline=self.new_pipeline(driver_limits),
             history=StateHistory(self.spec.state_history, self.spec.state_size),
+            tick_headers=TickHeaders(session_id, self.spec.action_dim),
         )
+
+    # -- the tick's messages ----------------------------------------------------------------
+
+    def send_action(
+        self, session: Session, step: int, obs_seq: int, deadline_ns: int, command: np.ndarray
+    ) -> bool:
+        """One `action` to the session's robot (from the loop's tick; see tick_messages)."""
+        headers = session.tick_headers
+        if self.send_prepared is None or headers is None:
+            return self.send(
+                session.identity,
+                "action",
+                seq=session.send_seq,
+                fields={
+                    "session": session.id,
+                    "step": step,
+                    "obs_seq": obs_seq,
+                    "deadline_ns": deadline_ns,
+                },
+                arrays={"action": command},
+            )
+        header = headers.action(session.send_seq, time.monotonic_ns(), step, obs_seq, deadline_ns)
+        return self.send_prepared(session.identity, header, command)
+
+    def send_hold(self, session: Session, step: int, reason: str) -> bool:
+        headers = session.tick_headers
+        if self.send_prepared is None or headers is None:
+            return self.send(
+                session.identity,
+                "hold",
+                seq=session.send_seq,
+                fields={"session": session.id, "step": step, "reason": reason},
+            )
+        header = headers.hold(session.send_seq, time.monotonic_ns(), step, reason)
+        return self.send_prepared(session.identity, header, None)
 
     def _session_of(self, identity: bytes, message: Message) -> Session:
         session = self.sessions.get(message.session or "")
@@ -417,6 +466,7 @@ class Dispatcher:
         if session is None:
             return
         session.closed = True
+        self.session_list = tuple(self.sessions.values())
         self.closed_guard_counts.update(session.pipeline.guards.counters)
         if self.by_identity.get(session.identity) == session_id:
             del self.by_identity[session.identity]

@@ -146,6 +146,7 @@ class Daemon:
             inference=self.inference,
             limits=self.limits,
             telemetry=self.telemetry,
+            send_prepared=self.transport.send_prepared,
         )
         self.transport.on_peer_gone = self.dispatcher.peer_gone
         self.loop = ControlLoop(
