@@ -34,7 +34,14 @@ def _section(status: dict[str, Any], name: str, key: str, scale: float) -> float
     return None if section is None or section.get(key) is None else section[key] * scale
 
 
-def soak(seconds: float, rate: float, load: int, policy_args: list[str]) -> dict[str, Any]:
+def soak(
+    seconds: float,
+    rate: float,
+    load: int,
+    policy_args: list[str],
+    robot_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """`robot_args`: extra arguments of `tempo sim-robot` (--frames-on-socket)."""
     with tempfile.TemporaryDirectory(prefix="tempo-soak-") as tmp:
         sets = [
             f"server.bind=ipc://{tmp}/tempo.sock",
@@ -64,6 +71,7 @@ def soak(seconds: float, rate: float, load: int, policy_args: list[str]) -> dict
                 "--camera-hz",
                 "30",
                 "--json-lines",
+                *robot_args,
             ],
             stdout=subprocess.PIPE,
             text=True,

@@ -83,6 +83,8 @@ def check_action_config(spec: PolicySpec, config: TempoConfig) -> ActionPipeline
             "driver sends in hello bound this policy's commands; set them for a real robot"
         )
     return pipeline
+
+
 def unopened_transport(
     config: TempoConfig, context: zmq.Context, limits: Limits = DEFAULT_LIMITS
 ) -> RouterTransport:
@@ -147,6 +149,8 @@ class Daemon:
             limits=self.limits,
             telemetry=self.telemetry,
             send_prepared=self.transport.send_prepared,
+            # Drivers of an ipc:// endpoint are on this host: they may write frames in place.
+            frames_in_place=config.server.bind.startswith("ipc://"),
         )
         self.transport.on_peer_gone = self.dispatcher.peer_gone
         self.loop = ControlLoop(
@@ -244,6 +248,8 @@ class Daemon:
         step = self.pacer.step
         for session in list(self.dispatcher.sessions.values()):
             self.loop.send_hold(session, step, "daemon_stopping")
+            if session.frame_ring is not None:
+                session.frame_ring.close()  # its file in /dev/shm goes too
         # Linger just long enough to deliver those holds, bounded so exit stays well under 1 s.
         self.transport.close(linger_ms=FINAL_HOLD_LINGER_MS)
 
@@ -297,6 +303,8 @@ class Daemon:
             "inference_failures": self.worker.failures,
             "chunks_rejected": self.worker.non_finite,
             "input_faults": self.worker.input_faults,  # refused: the reference fails on them too
+            # Frames in place that the driver rewrote while the policy read them: refused.
+            "frames_overwritten": self.worker.frames_overwritten,
             "actions_sent": self.loop.actions_sent,
             "holds_sent": self.loop.holds_sent,
             "messages": self.dispatcher.messages,

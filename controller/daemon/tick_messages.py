@@ -74,17 +74,22 @@ class TickHeaders:
 
     def action(
         self, seq: int, time_ns: int, step: int, obs_seq: int, deadline_ns: int
-    ) -> bytearray:
+    ) -> bytearray | None:
+        """The packed header, or None when a value does not fit an int64 (a deadline pushed
+        past 2^63 by a hostile clock offset): the caller then encodes it the ordinary way."""
         header = self._action
         frame, (a, b, c, d, e) = header.frame, header.offsets
-        _INT64.pack_into(frame, a, seq)
-        _INT64.pack_into(frame, b, time_ns)
-        _INT64.pack_into(frame, c, step)
-        _INT64.pack_into(frame, d, obs_seq)
-        _INT64.pack_into(frame, e, deadline_ns)
+        try:
+            _INT64.pack_into(frame, a, seq)
+            _INT64.pack_into(frame, b, time_ns)
+            _INT64.pack_into(frame, c, step)
+            _INT64.pack_into(frame, d, obs_seq)
+            _INT64.pack_into(frame, e, deadline_ns)
+        except struct.error:
+            return None
         return frame
 
-    def hold(self, seq: int, time_ns: int, step: int, reason: str) -> bytearray:
+    def hold(self, seq: int, time_ns: int, step: int, reason: str) -> bytearray | None:
         header = self._holds.get(reason)
         if header is None:  # the first hold for this reason: packed once, kept
             header = PackedHeader(
@@ -92,7 +97,10 @@ class TickHeaders:
             )
             self._holds[reason] = header
         frame, (a, b, c) = header.frame, header.offsets
-        _INT64.pack_into(frame, a, seq)
-        _INT64.pack_into(frame, b, time_ns)
-        _INT64.pack_into(frame, c, step)
+        try:
+            _INT64.pack_into(frame, a, seq)
+            _INT64.pack_into(frame, b, time_ns)
+            _INT64.pack_into(frame, c, step)
+        except struct.error:
+            return None
         return frame
