@@ -39,6 +39,8 @@ ROWS = [
     ("inference p99 (ms)", "inference_ms_p99", "{:.3f}"),
     ("obs -> action p50 (ms)", "daemon_obs_to_action_ms_p50", "{:.2f}"),
     ("obs -> action p99 (ms)", "daemon_obs_to_action_ms_p99", "{:.2f}"),
+    ("gc pauses (daemon)", "gc_pauses", "{:.0f}"),
+    ("gc pause max (us)", "gc_pause_us_max", "{:.0f}"),
     ("lost / duplicated", None, ""),
 ]
 

@@ -119,6 +119,9 @@ def soak(
         "daemon_obs_to_action_ms_p99": _section(after, "obs_to_action", "p99_s", 1e3),
         "inference_ms_p50": _section(after, "inference", "p50_s", 1e3),
         "inference_ms_p99": _section(after, "inference", "p99_s", 1e3),
+        # Collections in the daemon's (control) process, whole run, any thread.
+        "gc_pauses": _section(after, "gc_pause", "count", 1),
+        "gc_pause_us_max": _section(after, "gc_pause", "max_s", 1e6),
         "latency_ms_p50": driver.get("latency_ms_p50"),
         "latency_ms_p99": driver.get("latency_ms_p99"),
         "reconnects": driver.get("reconnects"),

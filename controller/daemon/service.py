@@ -27,6 +27,7 @@ from controller.daemon.security import CurveServer, check_bind_allowed
 from controller.daemon.transport import RouterTransport
 from controller.errors import ConfigError, SecurityError
 from controller.inference.worker import InferenceWorker
+from controller.observe.gc_pauses import GcPauses
 from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry
 from controller.wire.protocol import DEFAULT_LIMITS, Limits
@@ -169,6 +170,7 @@ class Daemon:
         self._t_tick = self.telemetry.section(TICK)
         self.endpoint = ""
         self.started_ns = 0
+        self._gc_pauses = GcPauses(self.telemetry)
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -194,6 +196,7 @@ class Daemon:
         self.worker.start()
         gc.collect()
         gc.freeze()  # everything built so far is long-lived: keep it out of every collection
+        self._gc_pauses.install()  # how long collections stop the process from here on
         self.started_ns = time.monotonic_ns()
         self._thread = threading.Thread(target=self._run, name="tempo-loop", daemon=True)
         self._thread.start()
@@ -257,6 +260,7 @@ class Daemon:
         self._stop.set()
         self._stopped.wait(timeout)
         self.worker.stop(timeout=0.2)
+        self._gc_pauses.remove()
         if self.curve is not None:
             self.curve.stop()
 
