@@ -92,6 +92,9 @@ class InferenceWorker:
             except Exception:  # a bug of ours: this thread must outlive it, or every robot holds
                 self.failures += 1
                 log.exception("the inference worker failed on robot %s; continuing", session.robot)
+            # Dropped now, not at the next wake-up: frames written in place hold their slot in
+            # the driver's ring for as long as the request lives.
+            del request
 
     def _infer(self, session: RobotQueues, request: InferenceRequest) -> None:
         started = time.monotonic_ns()

@@ -102,6 +102,10 @@ def test_frames_written_in_place_give_the_actions_of_frames_sent_on_the_socket(
                     return shared.send_observation({"front": image}, STATE)
 
             in_place = action_for(shared, send).action
+            ring = shared._ring
+            assert ring is not None
+            # Once the daemon has served or dropped the observations, their slots are free.
+            wait_for(lambda ring=ring: all(ring.free(i) for i in range(ring.count)))
             on_socket = action_for(
                 copied, lambda image=image: copied.send_observation({"front": image}, STATE)
             ).action
@@ -111,8 +115,6 @@ def test_frames_written_in_place_give_the_actions_of_frames_sent_on_the_socket(
         assert len(policy._rings) == 1
         assert shared.counters.errors == 0 and copied.counters.errors == 0
         # While the daemon holds every slot, the client sends the frames on the socket.
-        ring = shared._ring
-        assert ring is not None
         for index in range(ring.count):
             ring.hold(index, 10**9)
         assert shared.frame_buffers() is None
