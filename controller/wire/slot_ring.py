@@ -211,7 +211,8 @@ class SlotRing:
 
     def close(self) -> None:
         """Unmap (and, for the creator, remove the file). Views taken before become invalid."""
-        self._region = self.buffer = np.empty(0, dtype=np.uint8)
+        self.buffer = np.empty(0, dtype=np.uint8)
+        self._region = np.empty(0, dtype=np.int64)
         self._headers, self._arrays = [], []
         try:
             self._map.close()
