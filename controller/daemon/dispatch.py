@@ -540,15 +540,18 @@ class Dispatcher:
             )
 
     def close(self, session_id: str, reason: str) -> None:
-        session = self.sessions.pop(session_id, None)
+        session = self.sessions.get(session_id)
         if session is None:
             return
         session.closed = True
+        # Counted before the session leaves `sessions`: status, read from another thread,
+        # never misses its guard interventions (at worst counts them twice for an instant).
+        self.closed_guard_counts.update(session.pipeline.guards.counters)
+        del self.sessions[session_id]
         self.session_list = tuple(self.sessions.values())
+        if self.by_identity.get(session.identity) == session_id:
+            del self.by_identity[session.identity]
         if session.frame_ring is not None:
             # Unlinked now; the mapping lasts while an inference in flight still reads it.
             session.frame_ring.close()
-        self.closed_guard_counts.update(session.pipeline.guards.counters)
-        if self.by_identity.get(session.identity) == session_id:
-            del self.by_identity[session.identity]
         log.info("robot %s disconnected (%s)", session.robot, reason)

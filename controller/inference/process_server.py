@@ -119,11 +119,14 @@ class DriverRings:
         self._runner = runner
         self._rings: dict[int, tuple[FrameSlots, _Pinned | None]] = {}
 
-    def attach(self, ring_id: int, path: str, count: int) -> None:
+    def attach(self, ring_id: int, path: str, count: int) -> bool:
+        """Attach (and on a GPU pin) a ring; returns whether it is pinned."""
         if len(self._rings) >= MAX_RINGS:
             raise ValueError(f"{MAX_RINGS} frame rings are attached already")
         ring = FrameSlots.attach(path, self._runner.spec, count)
-        self._rings[ring_id] = (ring, _Pinned.maybe(ring, self._runner))
+        pinned = _Pinned.maybe(ring, self._runner)
+        self._rings[ring_id] = (ring, pinned)
+        return bool(pinned and pinned.ok)
 
     def get(self, ring_id: int) -> FrameSlots:
         entry = self._rings.get(ring_id)
@@ -232,11 +235,13 @@ def _serve(
             return 0
         if kind == "attach_ring":
             try:
-                rings.attach(int(message["id"]), str(message["path"]), int(message["count"]))
+                pinned = rings.attach(
+                    int(message["id"]), str(message["path"]), int(message["count"])
+                )
             except (OSError, ValueError) as exc:
                 socket.send(pack("failed", id=message.get("id"), error=str(exc)))
             else:
-                socket.send(pack("ring_ready", id=message.get("id")))
+                socket.send(pack("ring_ready", id=message.get("id"), pinned=pinned))
             continue
         if kind == "detach_ring":
             rings.detach(int(message["ring"]))

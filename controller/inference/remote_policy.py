@@ -103,6 +103,7 @@ class RemotePolicy:
         self._next_slot = 0
         # Same-host drivers' frame rings the current process has attached: path -> (id, ring).
         self._rings: dict[Any, tuple[int, FrameSlots]] = {}
+        self._pinned_rings: set[int] = set()  # of those, the ones pinned for DMA
         self._request_id = 0
         self._serving = threading.Event()
         self._failed = threading.Event()  # the serving process is gone: requests stop waiting
@@ -239,6 +240,8 @@ class RemotePolicy:
                         "frames are copied instead", reply.get("error"))  # fmt: skip
             return None
         self._rings[ring.path] = (ring_id, ring)
+        if reply.get("pinned"):
+            self._pinned_rings.add(ring_id)
         return ring_id
 
     def _detach_closed_rings(self, socket: zmq.Socket) -> None:
@@ -247,6 +250,7 @@ class RemotePolicy:
             if ring.closed:
                 socket.send(pack("detach_ring", ring=ring_id))
                 del self._rings[path]
+                self._pinned_rings.discard(ring_id)
 
     def _await_reply(self, socket: zmq.Socket, request_id: int) -> dict[str, Any]:
         # Its own deadline too: if the supervisor thread were gone, nothing else would end it.
@@ -274,6 +278,9 @@ class RemotePolicy:
                 "pid": process.pid if process is not None else None,
                 "serving": self.serving,
                 "pinned_slots": self.pinned,
+                # Same-host drivers' frame rings read in place, and how many are pinned.
+                "driver_rings": len(self._rings),
+                "pinned_driver_rings": len(self._pinned_rings),
                 "restart_count": self.restart_count,
                 "restarts": [r.as_dict() for r in self.restarts],  # the newest RESTARTS_KEPT
             },
@@ -381,7 +388,7 @@ class RemotePolicy:
         socket.send(pack("attach", path=str(self._slots.path), count=self._slots.count))
         ready = self._expect(socket, process, "ready", 60.0)
         self.pinned = bool(ready.get("pinned"))
-        self._rings = {}  # a new process has attached none
+        self._rings, self._pinned_rings = {}, set()  # a new process has attached none
         if progress is not None:
             progress(f"inference process {process.pid} ready")
         self._failed.clear()
