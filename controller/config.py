@@ -321,6 +321,11 @@ class SupervisionConfig(_Section):
         gt=0,
         description="How long the inference process may take to load, compile and check.",
     )
+    standby_process: bool = Field(
+        default=True,
+        description="Keep a spare inference process waiting with Python and torch imported, so "
+        "a restart skips those seconds; it uses host memory (a few hundred MB), no GPU memory.",
+    )
 
 
 class LoggingConfig(_Section):

@@ -66,6 +66,12 @@ def restart_time(overrides: list[str], timeout_s: float = 600.0) -> dict[str, fl
                 if daemon.poll() is not None or time.monotonic() - started > timeout_s:
                     raise SystemExit("bench_isolation: the daemon did not start")
             cold_s = time.monotonic() - started
+            # A failure in steady state: the standby process has finished its imports.
+            while status.get("policy", {}).get("process", {}).get("standby_ready") is False:
+                if time.monotonic() - started > timeout_s:
+                    raise SystemExit("bench_isolation: the standby process never became ready")
+                time.sleep(0.1)
+                status = request_status(status_endpoint, 0.5) or status
             pid = status["policy"]["process"]["pid"]
             killed = time.monotonic()
             os.kill(pid, signal.SIGKILL)

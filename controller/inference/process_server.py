@@ -2,12 +2,13 @@
 
     code = serve_control_process(build_runner, endpoint)   # returns the exit code
 
-It builds the runner (load, warm up, parity: the same start as in one process; a failure is
-sent as `failed_start` with its sentence), says `hello` (the spec, the runner's status),
-attaches the observation slots the control process names, pins them for DMA on a GPU, says
-`ready`, then answers `infer` requests one by one. The loop beats the heartbeat in the slots'
-header while it waits and after every request: a request that hangs stops the beat, and the
-control process restarts this process.
+It says `standby` once imported and waits for `build` (the control process keeps a spare process
+waiting so that a restart skips the imports), then builds the runner (load, warm up, parity: the
+same start as in one process; a failure is sent as `failed_start` with its sentence), says
+`hello` (the spec, the runner's status), attaches the observation slots the control process
+names, pins them for DMA on a GPU, says `ready`, then answers `infer` requests one by one. The
+loop beats the heartbeat in the slots' header while it waits and after every request: a request
+that hangs stops the beat, and the control process restarts this process.
 
 What is whose fault: a malformed observation or a slot that was overwritten while it was read
 is that robot's (`refused`); a policy failure the runner's ladder could not absorb is `failed`;
@@ -171,6 +172,16 @@ def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: st
     socket.setsockopt(zmq.LINGER, 1000)
     socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
     socket.connect(endpoint)
+    # Stand by, imports done, until the control process says `build`: it keeps one process
+    # waiting like this, so a restart does not wait for Python and torch to import again.
+    socket.send(pack("standby"))
+    while not socket.poll(IDLE_POLL_MS):
+        if os.getppid() != parent:
+            return 0  # the control process died while this one stood by
+    if unpack(socket.recv())["kind"] != "build":
+        socket.close(linger=0)
+        context.term()
+        return 0  # `stop`: the control process ends without needing this one
     try:
         runner = build_runner()
     except Exception as exc:  # noqa: BLE001 - the control process shows the sentence

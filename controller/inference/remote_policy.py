@@ -19,6 +19,11 @@ Supervision (a thread of its own): the process exiting, or its heartbeat stoppin
 CUDA context) ends `serving` at once and starts a fresh process, which loads from the warm compile
 cache and passes the start-up parity checks again before `serving` returns. Each restart is
 recorded with its cause in `status()`. This module imports no torch.
+
+A spare process stands by (`standby`, on by default): started once a process serves, it has
+imported Python, torch and Tempo and waits; a restart hands it the build, which saves the
+seconds those imports take (about 3.5 s on an H100 machine). It holds no GPU memory while it
+waits: CUDA starts only with the build.
 """
 
 from __future__ import annotations
@@ -86,8 +91,12 @@ class RemotePolicy:
         hang_timeout_s: float = 5.0,
         start_timeout_s: float = 900.0,
         env: Mapping[str, str] | None = None,
+        standby: bool = True,
     ) -> None:
         self._command = list(command)
+        self._use_standby = standby
+        self._standby: tuple[zmq.Socket, subprocess.Popen[bytes]] | None = None
+        self._standby_ready = False  # it said `standby` (seen by the supervisor thread)
         self._env = dict(env) if env is not None else None
         self.hang_timeout_s = hang_timeout_s
         self.start_timeout_s = start_timeout_s
@@ -138,6 +147,7 @@ class RemotePolicy:
             self._watch.join(timeout=2.0)
         with self._lock:
             self._end_process(polite=True)
+            self._end_standby()
             if self._slots is not None:
                 self._slots.close()
                 self._slots = None
@@ -151,6 +161,12 @@ class RemotePolicy:
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
+
+    @property
+    def standby_pid(self) -> int | None:
+        """The spare process's pid (see the module doc); None when there is none."""
+        spare = self._standby
+        return spare[1].pid if spare is not None else None
 
     # ---- the Policy contract ---------------------------------------------------------------
 
@@ -277,6 +293,8 @@ class RemotePolicy:
             "process": {
                 "pid": process.pid if process is not None else None,
                 "serving": self.serving,
+                "standby_pid": self.standby_pid,
+                "standby_ready": self._standby_ready if self._use_standby else None,
                 "pinned_slots": self.pinned,
                 # Same-host drivers' frame rings read in place, and how many are pinned.
                 "driver_rings": len(self._rings),
@@ -314,6 +332,9 @@ class RemotePolicy:
                     self._fail("hung", f"no heartbeat for {silent_s:.1f} s; killed")
             if self._failed.is_set() and not self._stop.is_set():
                 self._restart()
+            spare = self._standby  # the socket is this thread's once the first start is done
+            if spare is not None and not self._standby_ready and spare[0].poll(0):
+                self._standby_ready = True  # its message stays queued for _launch
 
     def _fail(self, cause: str, detail: str) -> None:
         if self._failed.is_set():
@@ -358,8 +379,8 @@ class RemotePolicy:
                 process.wait()
             self._process = None
 
-    def _launch(self, progress: Callable[[str], None] | None) -> None:
-        """Spawn a process, wait for its hello, hand it the slots, wait for ready."""
+    def _spawn(self) -> tuple[zmq.Socket, subprocess.Popen[bytes]]:
+        """A new process on a channel of its own; it says `standby` once imported."""
         self._generation += 1
         endpoint = f"ipc://{self._dir}/channel-{self._generation}"
         socket = self._zmq.socket(zmq.PAIR)
@@ -374,8 +395,43 @@ class RemotePolicy:
         except BaseException:
             socket.close(linger=0)
             raise
+        return socket, process
+
+    def _take_standby(self) -> tuple[zmq.Socket, subprocess.Popen[bytes]]:
+        """The spare process if it is still alive, else a fresh one."""
+        spare, self._standby = self._standby, None
+        self._standby_ready = False
+        if spare is not None and spare[1].poll() is None:
+            return spare
+        if spare is not None:
+            log.warning("the standby inference process had exited (code %s)", spare[1].poll())
+            spare[0].close(linger=0)
+        return self._spawn()
+
+    def _end_standby(self) -> None:
+        spare, self._standby = self._standby, None
+        if spare is None:
+            return
+        socket, process = spare
+        try:
+            socket.send(pack("stop"), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        socket.close(linger=0)
+        try:
+            process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _launch(self, progress: Callable[[str], None] | None) -> None:
+        """Take the standby process (or spawn one), tell it to build, wait for its hello, hand
+        it the slots, wait for ready; then start the next standby."""
+        socket, process = self._take_standby()
         with self._lock:
             self._socket, self._process = socket, process
+        self._expect(socket, process, "standby", self.start_timeout_s)
+        socket.send(pack("build"))
         hello = self._expect(socket, process, "hello", self.start_timeout_s)
         spec = PolicySpec.model_validate(hello["spec"])
         if self._spec is not None and spec != self._spec:
@@ -393,6 +449,10 @@ class RemotePolicy:
             progress(f"inference process {process.pid} ready")
         self._failed.clear()
         self._serving.set()
+        if self._use_standby:
+            with self._lock:  # stop() ends the standby under this lock: never one left behind
+                if not self._stop.is_set():
+                    self._standby = self._spawn()
 
     def _expect(
         self, socket: zmq.Socket, process: subprocess.Popen[bytes], kind: str, timeout_s: float
