@@ -24,6 +24,7 @@ from controller.wire.sockets import configure_common
 
 log = logging.getLogger(__name__)
 
+_MORE = zmq.SNDMORE | zmq.NOBLOCK
 REBIND_WAIT_S = 1.0  # for the old listener to close when the socket is bound again (narrow)
 
 
@@ -223,6 +224,30 @@ class RouterTransport:
                     "dropped %d messages that came while the policy loaded",
                     self.dropped_while_loading,
                 )
+
+    def send_prepared(self, identity: bytes, header: Any, array: Any = None) -> bool:
+        """The tick's send: a header frame packed beforehand (controller.daemon.tick_messages)
+        and at most one array, each copied into ZeroMQ's message as it is sent (the caller
+        rewrites both next tick), with no Python objects built per call. False as `send`."""
+        socket = self.socket
+        try:
+            # A ROUTER refuses a message (full queue, gone peer) on its first part, or never.
+            socket.send(identity, _MORE)
+            if array is None:
+                socket.send(header, zmq.NOBLOCK)
+            else:
+                socket.send(header, _MORE)
+                socket.send(array, zmq.NOBLOCK)
+        except zmq.Again:
+            self.send_dropped += 1
+            return False
+        except zmq.ZMQError as exc:
+            self.send_dropped += 1
+            if exc.errno == zmq.EHOSTUNREACH and self.on_peer_gone is not None:
+                self.on_peer_gone(identity)
+            return False
+        self.sent += 1
+        return True
 
     def close(self, linger_ms: int = 0) -> None:
         self.socket.close(linger=linger_ms)

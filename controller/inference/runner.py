@@ -389,6 +389,9 @@ class Runner:
         """Frames in this page-locked host memory are uploaded by one DMA (see staging)."""
         self._checked_path().staging.add_pinned_region(address, size)
 
+    def remove_pinned_region(self, address: int, size: int) -> None:
+        self._checked_path().staging.remove_pinned_region(address, size)
+
     @property
     def outputs(self) -> tuple[str, ...]:
         """Names of the policy's extra outputs (its memory), after the chunk."""

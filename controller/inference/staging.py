@@ -107,6 +107,11 @@ class InputStaging:
         slot. Its owner must not rewrite a frame until the step that read it has finished."""
         self._pinned_regions.append((address, address + size))
 
+    def remove_pinned_region(self, address: int, size: int) -> None:
+        """The region is about to be unregistered: frames in it go through staging again."""
+        if (address, address + size) in self._pinned_regions:
+            self._pinned_regions.remove((address, address + size))
+
     def _pinned(self, frame: np.ndarray) -> bool:
         start = frame.__array_interface__["data"][0]
         end = start + frame.nbytes
@@ -188,16 +193,16 @@ class OutputDownload:
         """
         if tuple(outputs[0].shape) != (1, *self._shape):
             raise ValueError(
-                f"the model returned shape {tuple(outputs[0].shape)}, expected "
-                f"{(1, *self._shape)}"
+                f"the model returned shape {tuple(outputs[0].shape)}, expected {(1, *self._shape)}"
             )
         if not self._cuda:
             return [o[0].detach().to(torch.float32).numpy().copy() for o in outputs]
         if len(self._host) != len(outputs) or any(
             h.shape != o.shape[1:] for h, o in zip(self._host, outputs, strict=True)
         ):
-            self._host = [torch.empty(o.shape[1:], dtype=torch.float32, pin_memory=True)
-                          for o in outputs]
+            self._host = [
+                torch.empty(o.shape[1:], dtype=torch.float32, pin_memory=True) for o in outputs
+            ]
         for host, out in zip(self._host, outputs, strict=True):
             host.copy_(out[0], non_blocking=True)
         self._done.record()
