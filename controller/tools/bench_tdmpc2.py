@@ -1,9 +1,9 @@
 """`tempo bench --tdmpc2` (also `python scripts/bench_tdmpc2.py`): TD-MPC2 per action, the
 official code's eager planner beside Tempo's tiers and fast mode.
 
-    tempo bench --tdmpc2 --device cuda                  # 5M and 48M, humanoid and dog
-    tempo bench --tdmpc2 --device cuda --sizes 5,48,317
-    tempo bench --tdmpc2 --device cpu --sizes 1,5 --iters 5
+    tempo bench --tdmpc2 --device cuda                  # 5M and 48M, humanoid
+    tempo bench --tdmpc2 --device cuda --tasks humanoid,dog --sizes 5,48,317
+    tempo bench --tdmpc2 --device cpu --sizes 1,5 --iters 5 --compute ""
 
 For each task shape (humanoid: 67 observations, 21 actions; dog: 223 and 38) and model size, in
 one process, on random weights:
@@ -17,14 +17,21 @@ one process, on random weights:
 - Tempo: every tier that passes start-up (graph, compiled, eager_half, eager_fp32 on CUDA;
   eager_fp32, and compiled with --cpu-compiled, on a CPU), timed through `Runner.predict` with the
   robot's memory carried from step to step (host state in, host chunk and mean out), and the
-  model alone with CUDA events; parity is the start-up error against eager FP32 on the codec's
-  fixed-noise examples.
+  model alone with CUDA events; parity is the start-up check against eager FP32 on the codec's
+  fixed-noise examples, once per variant:
+  - plan fp32 (`compute: fp32`): every tier plans in FP32; parity is the largest relative error
+    ("rel"), which must be within --parity-rtol;
+  - plan tf32 / plan bf16 (--compute): the reduced tiers (graph, compiled, eager_half) plan with
+    TF32 matmuls or pre-cast BF16 weights, eager_fp32 stays FP32; parity is the value regret
+    ("regret", policies.tdmpc2.parity: the fraction of planning's gain over random plans the
+    tier's plan gives up under the FP32 model), which must be within `parity_regret` (0.15);
+  - kernels: CUDA kernels per plan of the compiled tier (the graph tier replays the same ones),
+    counted with torch.profiler.
 - fast mode: the policy prior's mean rollout (`mode: prior`), served from its top tier.
 
-Tempo's planner computes in FP32 in every tier (`compute: fp32`): the tier labels say fp32
-whatever the runner's precision. --autocast adds a planner with half-precision matmuls, started
-whatever its parity error (reported: its elite choices can differ from FP32's). --tf32 allows
-TF32 matmuls process-wide, the reference included.
+The runner's --precision (autocast dtype) does not change the planner, which turns autocast off
+and plans in its own `compute`. --tf32 allows TF32 matmuls process-wide, the reference and every
+fp32 tier included (for comparison only).
 
 Prints one table per shape with the reference measured in the same run, and writes
 bench_tdmpc2.json under $OUT when set.
@@ -218,6 +225,7 @@ def runner_config(args: argparse.Namespace, cuda: bool, parity_rtol: float) -> R
     return RunnerConfig(
         top_tier=top,  # type: ignore[arg-type]
         precision=args.precision,
+        compile_mode=args.compile_mode,
         cache_dir=Path(tempfile.mkdtemp(prefix="tempo-bench-tdmpc2-")),
         step_budget_ms=None,
         parity_rtol=parity_rtol,
@@ -227,10 +235,28 @@ def runner_config(args: argparse.Namespace, cuda: bool, parity_rtol: float) -> R
 def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any], float]]:
     """(label, config changes, parity_rtol) of each Tempo variant timed."""
     out: list[tuple[str, dict[str, Any], float]] = [("plan", {}, args.parity_rtol)]
-    if args.autocast:  # elite choices may differ from FP32: start it whatever its parity error
-        out.append(("plan-autocast", {"compute": "autocast"}, 1.0))
+    for compute in filter(None, args.compute.split(",")):
+        out.append((f"plan-{compute}", {"compute": compute}, args.parity_rtol))
     out.append(("fast", {"mode": "prior"}, args.parity_rtol))
     return out
+
+
+def kernels_per_plan(runner: Any, plans: int = 5) -> float | None:
+    """CUDA kernels one step of the compiled tier launches (the graph tier replays the same)."""
+    if "compiled" not in runner.ready_tiers:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    runner.time_device("compiled", 3)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        runner.time_device("compiled", plans)
+    kernels = [
+        e
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+        and not e.name.startswith(("Memcpy", "Memset"))
+    ]
+    return len(kernels) / plans
 
 
 def bench_one(task: str, size: int, device: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -262,14 +288,26 @@ def bench_one(task: str, size: int, device: str, args: argparse.Namespace) -> di
         row["variants"][label] = {
             "start_s": time.perf_counter() - began,
             "serving_tier": runner.tier,
+            "compute": variant.config.compute,
+            "parity": "rel" if variant.config.compute == "fp32" else "regret",
             "tiers": time_runner(runner, obs_dim, args),
         }
+        if cuda:
+            try:
+                row["variants"][label]["kernels"] = kernels_per_plan(runner)
+            except Exception as exc:  # a count is a nicety: never lose the timings for it
+                log.warning("kernel count failed: %s", exc)
         del runner
     return row
 
 
 def _line(
-    row: dict[str, Any], label: str, timing: dict, gpu: float | None, parity: float | None
+    row: dict[str, Any],
+    label: str,
+    timing: dict,
+    gpu: float | None,
+    parity: str = "",
+    kernels: float | None = None,
 ) -> str:
     cells = [
         f"{row['task']:9s}",
@@ -279,15 +317,16 @@ def _line(
         f"{timing['p99_ms']:9.3f}",
         f"{gpu:8.3f}" if gpu is not None else " " * 8,
         f"{row['reference']['p50_ms'] / timing['p50_ms']:7.1f}",
-        f"{parity:8.1e}" if parity is not None else " " * 8,
+        f"{parity:>15s}",
+        f"{kernels:8.0f}" if kernels is not None else " " * 8,
     ]
     return " ".join(cells)
 
 
 def print_table(rows: list[dict[str, Any]], device: str) -> None:
     print(f"\nTD-MPC2 per action on {device} (reference: official-style eager FP32, same run)")
-    names = ["task", "size", "variant", "p50 ms", "p99 ms", "GPU p50", "x ref", "parity"]
-    widths = [9, 5, 30, 9, 9, 8, 7, 8]
+    names = ["task", "size", "variant", "p50 ms", "p99 ms", "GPU p50", "x ref", "parity", "kernels"]
+    widths = [9, 5, 30, 9, 9, 8, 7, 15, 8]
     header = " ".join(
         f"{n:{w}s}" if i < 3 else f"{n:>{w}s}"
         for i, (n, w) in enumerate(zip(names, widths, strict=True))
@@ -295,13 +334,16 @@ def print_table(rows: list[dict[str, Any]], device: str) -> None:
     print(header)
     print("-" * len(header))
     for row in rows:
-        print(_line(row, "reference (official-style)", row["reference"], None, None))
+        print(_line(row, "reference (official-style)", row["reference"], None))
         for group, variant in row["variants"].items():
             for name, r in variant["tiers"].items():
                 gpu = r.get("model_gpu", {}).get("p50_ms")
-                compute = "fp32" if group != "plan-autocast" else r["precision"]
-                label = f"{group} {name} {compute}"
-                print(_line(row, label, r["step"], gpu, r["parity_error"]))
+                compute = "fp32" if name == "eager_fp32" else variant["compute"]
+                label = f"{group} {name} ({compute})"
+                error = r["parity_error"]
+                parity = f"{error:.1e} {variant['parity']}" if error is not None else ""
+                kernels = variant.get("kernels") if name in ("graph", "compiled") else None
+                print(_line(row, label, r["step"], gpu, parity, kernels))
     if device.startswith("cuda"):
         print(
             "\nTargets (H100/H200): plan 5M p50 <= 1.0 ms, p99 <= 1.2 ms and >= 20x the "
@@ -315,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     parser.add_argument("--sizes", help="model sizes, comma-separated (cuda: 5,48; cpu: 1,5)")
-    parser.add_argument("--tasks", default="humanoid,dog", help="humanoid, dog")
+    parser.add_argument("--tasks", default="humanoid", help="humanoid, dog (comma-separated)")
     parser.add_argument("--horizon", type=int, default=3)
     parser.add_argument("--iters", type=int, help="timed actions per variant (cuda 300, cpu 5)")
     parser.add_argument("--warmup", type=int, help="untimed actions first (cuda 20, cpu 2)")
@@ -327,7 +369,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument(
-        "--autocast", action="store_true", help="also plan with half-precision matmuls"
+        "--compute",
+        default="tf32,bf16",
+        help="reduced-precision planners to time beside fp32 (comma-separated: tf32, bf16; "
+        "empty for none)",
+    )
+    parser.add_argument(
+        "--compile-mode", choices=["default", "max-autotune-no-cudagraphs"], default="default"
     )
     parser.add_argument(
         "--tf32",

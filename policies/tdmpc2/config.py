@@ -105,11 +105,12 @@ class TDMPC2Config(BaseModel):
         "of the tier's plan under the FP32 model (policies.tdmpc2.parity), within parity_regret.",
     )
     parity_regret: float = Field(
-        default=0.1,
+        default=0.15,
         gt=0,
         description="Largest value regret a reduced-precision tier may show at start-up: the "
         "FP32 value the tier's plan gives up against the FP32 reference's plan, as a fraction of "
-        "what the reference's plan gains over random plans.",
+        "what the reference's plan gains over random plans (random plans score about 1; BF16 "
+        "planning scored up to 0.05 on random 5M agents).",
     )
     noise_seed: int = Field(
         default=0, ge=0, description="Seed of the fixed noise bank (reproducible plans only)."
