@@ -245,12 +245,12 @@ class TDMPC2Policy(nn.Module):
         # Every sample starts from the same z: its part of the first layers, once per plan.
         z_first = w.first_z(z.to(w.first_w.dtype)).unsqueeze(1)  # (B, 1, 2 mlp)
 
+        heads = torch.topk(noise.head_keys, 2, dim=-1).indices  # (B, iterations, 2), at once
         score = elite_actions = None
         for i in range(c.planning_iterations):
             sampled = mean.unsqueeze(2) + std.unsqueeze(2) * noise.sample_eps[:, i]
             actions = torch.cat([prior, sampled.clamp(-1, 1)], dim=2)  # (B, H, N, A)
-            heads = torch.topk(noise.head_keys[:, i], 2, dim=-1).indices  # (B, 2)
-            value = self.estimate_value(z_first, actions, noise.value_eps[:, i], heads, w)
+            value = self.estimate_value(z_first, actions, noise.value_eps[:, i], heads[:, i], w)
             value = value.nan_to_num(0.0)  # (B, N)
             elite_value, elite_index = torch.topk(value, c.num_elites, dim=1)  # (B, E)
             index = elite_index[:, None, :, None].expand(batch, horizon, c.num_elites, c.action_dim)

@@ -95,12 +95,22 @@ def tdmpc2_policy(module: TDMPC2Policy, spec: PolicySpec | None = None) -> Tenso
 def with_mode(policy: TensorPolicy, mode: Literal["plan", "prior"]) -> TensorPolicy:
     """The same agent planning (`plan`) or in fast mode (`prior`), sharing the world model's
     weights with `policy`."""
+    return _with(policy, mode=mode)
+
+
+def with_compute(policy: TensorPolicy, compute: Literal["fp32", "tf32", "bf16"]) -> TensorPolicy:
+    """The same agent planning in another precision (TDMPC2Config.compute), sharing the world
+    model's weights with `policy`."""
+    return _with(policy, compute=compute)
+
+
+def _with(policy: TensorPolicy, **changes: str) -> TensorPolicy:
     module = policy.module
     if not isinstance(module, TDMPC2Policy):
-        raise ValueError(f"a {type(module).__name__} policy has no planner mode")
-    if module.config.mode == mode:
+        raise ValueError(f"a {type(module).__name__} policy has no planner settings")
+    if all(getattr(module.config, key) == value for key, value in changes.items()):
         return policy
-    config = module.config.model_copy(update={"mode": mode})
+    config = module.config.model_copy(update=changes)
     return tdmpc2_policy(TDMPC2Policy(config, model=module.model).eval(), policy.spec)
 
 

@@ -108,3 +108,20 @@ def test_runner_checks_reduced_precision_with_the_policys_measure() -> None:
     mirrored = {"eager_fp32": FaultPlan(start_error=-2.0)}  # every plan negated at start-up
     with pytest.raises(PolicyError, match="value regret .* exceeds the policy's value regret"):
         Runner(policy, config, device="cpu", faults=mirrored).start()
+
+
+def test_policy_planner_section_selects_the_compute(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from controller.config import PolicyConfig
+    from controller.errors import ConfigError
+    from policies.catalog import build_tensor_policy
+    from policies.demo import make_demo_checkpoint, make_demo_tdmpc2_checkpoint
+
+    path = make_demo_tdmpc2_checkpoint(tmp_path / "tdmpc2")
+    section = PolicyConfig(kind="checkpoint", path=path, planner={"compute": "tf32"})
+    policy = build_tensor_policy(section)
+    assert policy.module.config.compute == "tf32" and isinstance(policy.parity, ValueRegret)
+    plain = build_tensor_policy(PolicyConfig(kind="checkpoint", path=path))
+    assert plain.module.config.compute == "fp32" and plain.parity is None
+    act = make_demo_checkpoint(tmp_path / "act")
+    with pytest.raises(ConfigError, match="TD-MPC2 checkpoints"):
+        build_tensor_policy(PolicyConfig(kind="checkpoint", path=act, planner={"compute": "bf16"}))
