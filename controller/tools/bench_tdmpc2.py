@@ -198,7 +198,8 @@ def time_runner(runner: Any, obs_dim: int, args: argparse.Namespace) -> dict[str
         runner.use_tier(name)
         memory: dict[str, np.ndarray] = {}
         samples = []
-        for i in range(args.warmup + args.iters):
+        iters = args.iters if name in ("graph", "compiled") else args.eager_iters
+        for i in range(args.warmup + iters):
             context = RobotContext(
                 step=i, episode_start=i == 0, state_history=states[i % 8], memory=memory
             )
@@ -212,7 +213,7 @@ def time_runner(runner: Any, obs_dim: int, args: argparse.Namespace) -> dict[str
         result = {"step": percentiles(samples), "parity_error": reports[name]["parity_error"]}
         result["precision"] = reports[name]["precision"]
         if runner.status()["device"].startswith("cuda"):
-            result["model_gpu"] = percentiles(runner.time_device(name, args.iters))
+            result["model_gpu"] = percentiles(runner.time_device(name, iters))
         results[name] = result
         log.info("%s: p50 %.3f ms", name, result["step"]["p50_ms"])
     return results
@@ -344,6 +345,9 @@ def print_table(rows: list[dict[str, Any]], device: str) -> None:
                 parity = f"{error:.1e} {variant['parity']}" if error is not None else ""
                 kernels = variant.get("kernels") if name in ("graph", "compiled") else None
                 print(_line(row, label, r["step"], gpu, parity, kernels))
+    for row in rows:
+        starts = ", ".join(f"{g} {v['start_s']:.0f} s" for g, v in row["variants"].items())
+        print(f"start-up {row['task']} {row['model_size']}M (compile, capture, parity): {starts}")
     if device.startswith("cuda"):
         print(
             "\nTargets (H100/H200): plan 5M p50 <= 1.0 ms, p99 <= 1.2 ms and >= 20x the "
@@ -361,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--horizon", type=int, default=3)
     parser.add_argument("--iters", type=int, help="timed actions per variant (cuda 300, cpu 5)")
     parser.add_argument("--warmup", type=int, help="untimed actions first (cuda 20, cpu 2)")
+    parser.add_argument(
+        "--eager-iters", type=int, help="timed actions of the eager tiers (cuda 50, cpu --iters)"
+    )
     parser.add_argument("--top-tier", help="highest tier (default: graph on cuda)")
     parser.add_argument("--precision", choices=["fp16", "bf16"], default="fp16")
     parser.add_argument("--parity-rtol", type=float, default=1e-2)
@@ -392,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = True
     args.iters = args.iters or (300 if cuda else 5)
     args.warmup = args.warmup or (20 if cuda else 2)
+    args.eager_iters = args.eager_iters or (min(50, args.iters) if cuda else args.iters)
     sizes = [int(s) for s in (args.sizes or ("5,48" if cuda else "1,5")).split(",")]
     rows = []
     for task in args.tasks.split(","):

@@ -81,7 +81,12 @@ class PlannerWeights(nn.Module):
         dyn, rew = _layers(model.dynamics), _layers(model.reward)
         (d1, d2, d3), (r1, r2, r3) = dyn, rew
         # First layers side by side: rows [0, mlp) dynamics, [mlp, 2 mlp) reward.
-        self._put("first_w", torch.cat([d1[0], r1[0]]))
+        first = torch.cat([d1[0], r1[0]])
+        self._put("first_w", first)
+        # Its z and action columns apart as well, contiguous (a strided slice can cost a copy
+        # per call in a compiled graph).
+        self._put("first_z_w", first[:, : self.latent_dim])
+        self._put("first_a_w", first[:, self.latent_dim :])
         self._put("first_b", torch.cat([d1[1], r1[1]]))
         self._put("first_ln_w", torch.stack([d1[2], r1[2]]))  # (2, mlp)
         self._put("first_ln_b", torch.stack([d1[3], r1[3]]))
@@ -117,11 +122,11 @@ class PlannerWeights(nn.Module):
 
     def first_z(self, z: torch.Tensor) -> torch.Tensor:
         """The z part of both first layers, bias included: (..., latent) -> (..., 2 mlp)."""
-        return F.linear(z, self.t("first_w")[:, : self.latent_dim], self.t("first_b"))
+        return F.linear(z, self.t("first_z_w"), self.t("first_b"))
 
     def first_a(self, a: torch.Tensor) -> torch.Tensor:
         """The action part of both first layers, no bias: (..., action) -> (..., 2 mlp)."""
-        return F.linear(a, self.t("first_w")[:, self.latent_dim :])
+        return F.linear(a, self.t("first_a_w"))
 
     def step(self, first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Both heads after their first matmul: first (B, N, 2 mlp) pre-activation ->
