@@ -27,6 +27,16 @@ from torch import nn
 from policies.tdmpc2.model import NormedLinear, SimNorm, WorldModel, two_hot_inv
 
 Layer = tuple[torch.Tensor, ...]  # weight, bias[, ln weight, ln bias]
+ALIGN = 8  # elements: 16 bytes of BF16, 32 of FP32
+
+
+def _pad_columns(weight: torch.Tensor, extra: int) -> torch.Tensor:
+    return F.pad(weight, (0, extra))
+
+
+def _pad_rows(tensor: torch.Tensor, extra: int, bias: bool = False) -> torch.Tensor:
+    """Zero outputs after a weight's (..., out, in) rows, or a bias's (..., out) entries."""
+    return F.pad(tensor, (0, extra) if bias else (0, 0, 0, extra))
 
 
 def normed(x: torch.Tensor, layer: Layer) -> torch.Tensor:
@@ -52,7 +62,12 @@ class PlannerWeights(nn.Module):
     def __init__(self, model: WorldModel, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.dtype = dtype  # None: the model's own dtype (FP32)
-        self.latent_dim = model.config.latent_dim
+        c = model.config
+        self.latent_dim, self.action_dim, self.num_bins = c.latent_dim, c.action_dim, c.num_bins
+        # Zero columns after the action and zero rows after the bins, to multiples of 8: cuBLAS
+        # runs slower unaligned kernels when a matrix's leading dimension is not 16-byte aligned
+        # (an [z, a] input of 512 + 21 columns, 101 two-hot logits). Zeros add exact zeros.
+        self.action_pad, self.bins_pad = -c.action_dim % ALIGN, -c.num_bins % ALIGN
         self.simnorm = SimNorm(model.config.simnorm_dim)
         self.refresh(model)
         model.register_load_state_dict_post_hook(self._after_load)
@@ -81,7 +96,7 @@ class PlannerWeights(nn.Module):
         dyn, rew = _layers(model.dynamics), _layers(model.reward)
         (d1, d2, d3), (r1, r2, r3) = dyn, rew
         # First layers side by side: rows [0, mlp) dynamics, [mlp, 2 mlp) reward.
-        first = torch.cat([d1[0], r1[0]])
+        first = _pad_columns(torch.cat([d1[0], r1[0]]), self.action_pad)
         self._put("first_w", first)
         # Its z and action columns apart as well, contiguous (a strided slice can cost a copy
         # per call in a compiled graph).
@@ -97,8 +112,21 @@ class PlannerWeights(nn.Module):
         self._put("second_ln_b", torch.stack([d2[3], r2[3]]).unsqueeze(1))
         for name, tensor in zip(("w", "b", "ln_w", "ln_b"), d3, strict=True):
             self._put(f"dyn_out_{name}", tensor)
-        self._put("rew_out_w", r3[0])
-        self._put("rew_out_b", r3[1])
+        self._put("rew_out_w", _pad_rows(r3[0], self.bins_pad))
+        self._put("rew_out_b", _pad_rows(r3[1], self.bins_pad, bias=True))
+        last = len(model.qs.layers) - 1
+        for i, stacked in enumerate(model.qs.layers):
+            weight, bias = stacked.weight, stacked.bias
+            if i == 0:
+                weight = _pad_columns(weight, self.action_pad)
+            if i == last:
+                weight = _pad_rows(weight, self.bins_pad)
+                bias = _pad_rows(bias, self.bins_pad, bias=True)
+            self._put(f"q{i}_w", weight)
+            self._put(f"q{i}_b", bias)
+            if stacked.ln is not None:
+                self._put(f"q{i}_ln_w", stacked.ln.weight)
+                self._put(f"q{i}_ln_b", stacked.ln.bias)
         if self.dtype is None:
             return
         for prefix, seq in (("pi", model.pi), ("term", model.termination)):
@@ -107,16 +135,14 @@ class PlannerWeights(nn.Module):
             for i, layer in enumerate(_layers(seq)):
                 for name, tensor in zip(("w", "b", "ln_w", "ln_b"), layer, strict=False):
                     self._put(f"{prefix}{i}_{name}", tensor)
-        for i, stacked in enumerate(model.qs.layers):
-            self._put(f"q{i}_w", stacked.weight)
-            self._put(f"q{i}_b", stacked.bias)
-            if stacked.ln is not None:
-                self._put(f"q{i}_ln_w", stacked.ln.weight)
-                self._put(f"q{i}_ln_b", stacked.ln.bias)
 
     def t(self, name: str) -> torch.Tensor:
         tensor: torch.Tensor = getattr(self, name)
         return tensor
+
+    def pad_actions(self, a: torch.Tensor) -> torch.Tensor:
+        """Actions (..., action) -> (..., action + action_pad), zeros after: the layout's input."""
+        return F.pad(a, (0, self.action_pad)) if self.action_pad else a
 
     # ---- Dynamics and reward, fused ----------------------------------------------------------
 
@@ -125,7 +151,7 @@ class PlannerWeights(nn.Module):
         return F.linear(z, self.t("first_z_w"), self.t("first_b"))
 
     def first_a(self, a: torch.Tensor) -> torch.Tensor:
-        """The action part of both first layers, no bias: (..., action) -> (..., 2 mlp)."""
+        """The action part of both first layers, no bias: (..., padded action) -> (..., 2 mlp)."""
         return F.linear(a, self.t("first_a_w"))
 
     def step(self, first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,7 +170,7 @@ class PlannerWeights(nn.Module):
         return z.reshape(batch, n, -1), h[1].reshape(batch, n, -1)
 
     def step_za(self, z: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`step` for a per-sample z: one matmul over [z, a]."""
+        """`step` for a per-sample z and padded actions: one matmul over [z, a]."""
         first = F.linear(torch.cat([z, a], dim=-1), self.t("first_w"), self.t("first_b"))
         return self.step(first)
 
@@ -152,9 +178,9 @@ class PlannerWeights(nn.Module):
         """The reward head's last layer and two-hot decode for every step at once:
         hidden (..., mlp) -> rewards (..., 1), FP32."""
         logits = F.linear(hidden, self.t("rew_out_w"), self.t("rew_out_b"))
-        return two_hot_inv(logits.float(), bins)
+        return two_hot_inv(logits[..., : self.num_bins].float(), bins)
 
-    # ---- Policy prior and Q-ensemble, pre-cast (only with `dtype` set) ----------------------
+    # ---- Q-ensemble; policy prior and termination pre-cast (only with `dtype` set) ---------
 
     def pi_sample(
         self,
@@ -173,8 +199,9 @@ class PlannerWeights(nn.Module):
     def q_avg(
         self, z: torch.Tensor, a: torch.Tensor, heads: torch.Tensor, bins: torch.Tensor
     ) -> torch.Tensor:
-        """WorldModel.q_avg on the pre-cast weights; the two-hot decode in FP32."""
-        h = torch.cat([z, a.to(z.dtype)], dim=-1).unsqueeze(1)  # (B, 1, N, in)
+        """WorldModel.q_avg on the layout's (padded, maybe pre-cast) weights, for actions `a`
+        (unpadded); the two-hot decode in FP32."""
+        h = torch.cat([z, self.pad_actions(a.to(z.dtype))], dim=-1).unsqueeze(1)  # (B, 1, N, in)
         for i in range(3):
             w, b = self.t(f"q{i}_w")[heads], self.t(f"q{i}_b")[heads].unsqueeze(2)
             h = torch.matmul(h, w.transpose(-1, -2)) + b
@@ -182,7 +209,7 @@ class PlannerWeights(nn.Module):
                 h = F.layer_norm(h, h.shape[-1:])
                 ln_w, ln_b = self.t(f"q{i}_ln_w")[heads], self.t(f"q{i}_ln_b")[heads]
                 h = F.mish(h * ln_w.unsqueeze(2) + ln_b.unsqueeze(2))
-        return two_hot_inv(h.float(), bins).mean(dim=1)
+        return two_hot_inv(h[..., : self.num_bins].float(), bins).mean(dim=1)
 
     def terminated(self, z: torch.Tensor) -> torch.Tensor:
         """WorldModel.terminated on the pre-cast weights."""

@@ -250,7 +250,8 @@ class TDMPC2Policy(nn.Module):
         for i in range(c.planning_iterations):
             sampled = mean.unsqueeze(2) + std.unsqueeze(2) * noise.sample_eps[:, i]
             actions = torch.cat([prior, sampled.clamp(-1, 1)], dim=2)  # (B, H, N, A)
-            value = self.estimate_value(z_first, actions, noise.value_eps[:, i], heads[:, i], w)
+            padded = w.pad_actions(actions)  # the layout's input width (see fused.py)
+            value = self.estimate_value(z_first, padded, noise.value_eps[:, i], heads[:, i], w)
             value = value.nan_to_num(0.0)  # (B, N)
             elite_value, elite_index = torch.topk(value, c.num_elites, dim=1)  # (B, E)
             index = elite_index[:, None, :, None].expand(batch, horizon, c.num_elites, c.action_dim)
@@ -284,7 +285,8 @@ class TDMPC2Policy(nn.Module):
     ) -> torch.Tensor:
         """Discounted predicted rewards of each action sequence, plus the discounted mean of the
         chosen Q heads at the horizon: z_first (B, 1, 2 mlp) (the shared start latent's part of
-        the first layers), actions (B, H, N, A) -> (B, N)."""
+        the first layers), actions (B, H, N, A + action_pad) (`PlannerWeights.pad_actions`)
+        -> (B, N)."""
         c, m = self.config, self.model
         dtype = w.first_w.dtype
         z, h = w.step(z_first + w.first_a(actions[:, 0].to(dtype)))
@@ -305,10 +307,9 @@ class TDMPC2Policy(nn.Module):
             discount *= c.discount
         if w.dtype is None:
             final = m.pi_sample(z, pi_eps)
-            q = m.q_avg(z, final, heads)
         else:
             final = w.pi_sample(z, pi_eps, m.log_std_min, m.log_std_dif)
-            q = w.q_avg(z, final, heads, m.bins)
+        q = w.q_avg(z, final, heads, m.bins)
         return (ret + discount * alive[-1] * q).squeeze(-1)
 
 
