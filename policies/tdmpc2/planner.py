@@ -31,7 +31,10 @@ elementwise parity is meaningless there: with `tf32` (TF32 matmuls, through the 
 `precision_scope`, entered by the runner around its reduced-precision tiers only) or `bf16`
 (weights pre-cast once in `PlannerWeights`, FP32 decodes and MPPI statistics) the reduced tiers
 (those the runner runs under autocast) plan in that precision, eager FP32 stays true FP32, and
-parity is the value regret of `policies.tdmpc2.parity`.
+parity is the value regret of `policies.tdmpc2.parity`. The inner loop runs on
+`policies.tdmpc2.fused` (dynamics and reward fused, padded for aligned matmuls); with fixed
+noise in FP32 it equals the plain reference planner of the tests to 1e-5. Fast mode runs the
+model itself: FP32 (TF32 matmuls under `tf32`; `bf16` does not change it).
 
 The whole sequence is returned, not only its first action: played newest-first
 (`inference.ensemble: newest`), a plan that lands every step gives the robot the official
