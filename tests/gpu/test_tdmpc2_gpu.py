@@ -91,6 +91,7 @@ def test_fast_mode_graph(gpu_cache_dir) -> None:  # type: ignore[no-untyped-def]
 def test_reduced_precision_tiers_pass_value_regret_and_eager_fp32_stays_fp32(
     gpu_cache_dir, compute: str
 ) -> None:  # type: ignore[no-untyped-def]
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
     fp32 = random_tdmpc2_policy(CONFIG)
     reduced = tdmpc2_policy(
         TDMPC2Policy(CONFIG.model_copy(update={"compute": compute}), model=fp32.module.model)
@@ -105,7 +106,7 @@ def test_reduced_precision_tiers_pass_value_regret_and_eager_fp32_stays_fp32(
     fixed = {MEAN: mean, FIXED_NOISE: np.ones(1, dtype=np.float32)}
     runner.use_tier("eager_fp32")
     eager = runner.predict({}, context(5, fixed))
-    assert not torch.backends.cuda.matmul.allow_tf32  # the tier scope restored the flag
+    assert torch.backends.cuda.matmul.allow_tf32 == tf32_before  # the tier scope restored it
     reference = Runner(fp32, RunnerConfig(top_tier="eager_fp32", cache_dir=None), device="cuda")
     reference.start()
     expected = reference.predict({}, context(5, fixed))
