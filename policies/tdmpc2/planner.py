@@ -146,6 +146,11 @@ class TDMPC2Policy(nn.Module):
     def policy_type(self) -> str:
         return "tdmpc2"
 
+    def extra_repr(self) -> str:
+        # In repr, hence in the runner's compile-cache key: the settings that change the graph.
+        c = self.config
+        return f"mode={c.mode}, compute={c.compute}, horizon={c.horizon}, samples={c.num_samples}"
+
     def noise_bank(self) -> NoiseBank:
         """The fixed noise a plan uses where `fixed_noise` is 1."""
         return split_noise(self.config, self.bank_normal, self.bank_uniform)
