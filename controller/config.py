@@ -121,6 +121,13 @@ class PlannerConfig(_Section):
         description="plan: MPPI planning; prior: fast mode (the policy prior's mean, no "
         "planning); checkpoint: what the checkpoint's config says.",
     )
+    compute: Literal["checkpoint", "fp32", "tf32", "bf16"] = Field(
+        default="checkpoint",
+        description="fp32: every tier plans in FP32 (elementwise start-up parity). tf32 or bf16: "
+        "the graph, compiled and eager_half tiers plan with TF32 matmuls or pre-cast BF16 "
+        "weights (faster on a GPU), eager FP32 stays FP32, and start-up parity is the value "
+        "regret of their plans under the FP32 model. checkpoint: what the checkpoint says.",
+    )
     fallback_budget_ms: float | None = Field(
         default=None,
         gt=0,
