@@ -77,11 +77,20 @@ def inference_process(config: TempoConfig, config_file: Path) -> RemotePolicy:
         command,
         hang_timeout_s=supervision.hang_timeout_s,
         start_timeout_s=supervision.start_timeout_s,
+        standby=supervision.standby_process,
     )
 
 
 def run_inference_process(config: TempoConfig, channel: str) -> int:
     """The inference process's main: build the policy, serve the control process at `channel`."""
+    # Everything build_policy imports, imported before the process stands by (a restart then
+    # spends no time on imports).
+    import torch._dynamo  # noqa: F401 - torch imports its compiler on the first compile otherwise
+
+    import controller.inference.build  # noqa: F401
+    import controller.inference.prior_fallback  # noqa: F401
+    import policies.catalog  # noqa: F401
+    import policies.checkpoints.load  # noqa: F401
     from controller.inference.process_server import serve_control_process
 
     return serve_control_process(lambda: build_policy(config), channel)
@@ -124,7 +133,8 @@ def serve(
         try:
             status_endpoint = status.start()
             if policy is None:
-                policy = _start_policy(config, cleanup)
+                with transport.discarding():  # nobody else reads the bound socket meanwhile
+                    policy = _start_policy(config, cleanup)
             check_action_config(policy.spec, config)  # unknown joints refused; guards logged
         except BaseException:
             status.stop()

@@ -173,7 +173,14 @@ def cmd_sim_robot(args: argparse.Namespace) -> int:
     from controller.sim.sim_robot import main_sim_robot
 
     return main_sim_robot(
-        endpoint, joints, cameras, state_size, args.seconds, args.camera_hz, args.json_lines
+        endpoint,
+        joints,
+        cameras,
+        state_size,
+        args.seconds,
+        args.camera_hz,
+        args.json_lines,
+        frames_in_place=False if args.frames_on_socket else None,
     )
 
 
@@ -271,6 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seconds", type=float, default=10.0)
     sim.add_argument("--camera-hz", type=float, default=30.0)
     sim.add_argument("--json-lines", action="store_true", help="stream JSON stats lines")
+    sim.add_argument(
+        "--frames-on-socket",
+        action="store_true",
+        help="send frames on the socket even to a same-host (ipc://) daemon, instead of "
+        "writing them into its shared frame ring",
+    )
     sim.set_defaults(func=cmd_sim_robot)
 
     demo = sub.add_parser("demo", help="daemon + simulated robot, with a live status line")

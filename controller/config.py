@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from controller.action.guards import GuardsConfig
+from controller.action.guards_config import GuardsConfig
 from controller.action.teleop import TeleopConfig
 from controller.errors import ConfigError
 from controller.inference.runner_config import RunnerConfig
@@ -120,6 +120,13 @@ class PlannerConfig(_Section):
         default="checkpoint",
         description="plan: MPPI planning; prior: fast mode (the policy prior's mean, no "
         "planning); checkpoint: what the checkpoint's config says.",
+    )
+    compute: Literal["checkpoint", "fp32", "tf32", "bf16"] = Field(
+        default="checkpoint",
+        description="fp32: every tier plans in FP32 (elementwise start-up parity). tf32 or bf16: "
+        "the graph, compiled and eager_half tiers plan with TF32 matmuls or pre-cast BF16 "
+        "weights (faster on a GPU), eager FP32 stays FP32, and start-up parity is the value "
+        "regret of their plans under the FP32 model. checkpoint: what the checkpoint says.",
     )
     fallback_budget_ms: float | None = Field(
         default=None,
@@ -320,6 +327,11 @@ class SupervisionConfig(_Section):
         default=900.0,
         gt=0,
         description="How long the inference process may take to load, compile and check.",
+    )
+    standby_process: bool = Field(
+        default=True,
+        description="Keep a spare inference process waiting with Python and torch imported, so "
+        "a restart skips those seconds; it uses host memory (a few hundred MB), no GPU memory.",
     )
 
 

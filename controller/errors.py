@@ -42,6 +42,7 @@ class ErrorCode(str, Enum):
     OUT_OF_RANGE = "out_of_range"  # a state or teleop value the model cannot represent
     UNUSABLE_INPUT = "unusable_input"  # the policy's reference gives NaN or Inf for this input
     CLOCK = "clock"  # time_ns is zero or goes backwards within a session
+    FRAME_SLOT = "frame_slot"  # a frame slot (frames in place) named wrongly, or written after
 
 
 class TempoError(Exception):

@@ -60,10 +60,13 @@ def build_tensor_policy(
         load_checkpoint(policy.path, device=device, joint_names=policy.joint_names)
     )
     planner = policy.planner
-    if planner.mode != "checkpoint" or planner.fallback_budget_ms is not None:
-        from policies.tdmpc2.serving import with_mode
+    changed = planner.mode != "checkpoint" or planner.compute != "checkpoint"
+    if changed or planner.fallback_budget_ms is not None:
+        from policies.tdmpc2.serving import with_compute, with_mode
 
         try:
+            if planner.compute != "checkpoint":
+                loaded = with_compute(loaded, planner.compute)
             if planner.mode != "checkpoint":
                 loaded = with_mode(loaded, planner.mode)
             elif planner.fallback_budget_ms is not None:

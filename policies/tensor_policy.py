@@ -18,8 +18,9 @@ inference delay, a planner's warm start) declares an `InputCodec` that builds th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -41,6 +42,22 @@ class ReferenceChunks:
     source: str = "the FP32 unquantized model"
 
 
+class ParityMeasure(Protocol):
+    """How far a tier's outputs are from the eager FP32 reference's on one start-up example,
+    for a policy whose outputs are not comparable elementwise (a planner in reduced precision
+    chooses among near-equal plans): replaces the runner's relative error and parity_rtol."""
+
+    name: str  # what the error is, for logs and refusals ("value regret")
+    tolerance: float  # the largest error a tier may show
+
+    def error(
+        self, context: RobotContext, outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]
+    ) -> float:
+        """The tier's error on the example with this context (outputs: the chunk, then the
+        codec's extras, as the reference's)."""
+        ...
+
+
 @dataclass
 class TensorPolicy:
     """A spec, the module that implements it, and how a robot's context becomes the module's
@@ -53,6 +70,8 @@ class TensorPolicy:
     reference: ReferenceChunks | None = None
     # Runner tiers this policy must not be served from, each with the reason (a known problem).
     refused_tiers: Mapping[str, str] = field(default_factory=dict)
+    # The start-up parity measure, when elementwise relative error within parity_rtol is not it.
+    parity: ParityMeasure | None = None
 
     @property
     def inputs(self) -> InputCodec:

@@ -19,7 +19,8 @@ import time
 import numpy as np
 
 from controller.action.ensembler import ChunkEnsembler
-from controller.action.guards import GuardChain, GuardsConfig, Verdict
+from controller.action.guards import GuardChain, Verdict
+from controller.action.guards_config import GuardsConfig
 from controller.action.teleop import TeleopConfig, TeleopMixer
 
 RATE_HZ = 200.0

@@ -1,10 +1,13 @@
 """Inference in its own process against inference in the daemon's: tick lateness under load,
 the observation-to-chunk time, and how long a restart after SIGKILL takes.
 
-Both modes run back to back in this one run, on the same machine and policy, with the same
+The modes run back to back in this one run, on the same machine and policy, with the same
 background load (busy processes), through scripts/soak.py (a daemon and a simulated robot at
-200 Hz, frames at 30 Hz). Then, in the separate mode only, the inference process is killed
-with SIGKILL and the time until it serves again (warm compile cache) is measured.
+200 Hz, frames at 30 Hz): inference in the daemon's process, in its own process with the
+robot's frames written in place (its shared frame ring; the default on ipc://), and in its own
+process with the frames on the socket (copied into the inference slot by the control process).
+Then, in the separate mode only, the inference process is killed with SIGKILL and the time
+until it serves again (warm compile cache) is measured.
 
     python scripts/bench_isolation.py --seconds 60 --load 2 \\
         --set policy.kind=checkpoint --set policy.path=CKPT --set runner.cache_dir=DIR
@@ -36,6 +39,8 @@ ROWS = [
     ("inference p99 (ms)", "inference_ms_p99", "{:.3f}"),
     ("obs -> action p50 (ms)", "daemon_obs_to_action_ms_p50", "{:.2f}"),
     ("obs -> action p99 (ms)", "daemon_obs_to_action_ms_p99", "{:.2f}"),
+    ("gc pauses (daemon)", "gc_pauses", "{:.0f}"),
+    ("gc pause max (us)", "gc_pause_us_max", "{:.0f}"),
     ("lost / duplicated", None, ""),
 ]
 
@@ -61,6 +66,12 @@ def restart_time(overrides: list[str], timeout_s: float = 600.0) -> dict[str, fl
                 if daemon.poll() is not None or time.monotonic() - started > timeout_s:
                     raise SystemExit("bench_isolation: the daemon did not start")
             cold_s = time.monotonic() - started
+            # A failure in steady state: the standby process has finished its imports.
+            while status.get("policy", {}).get("process", {}).get("standby_ready") is False:
+                if time.monotonic() - started > timeout_s:
+                    raise SystemExit("bench_isolation: the standby process never became ready")
+                time.sleep(0.1)
+                status = request_status(status_endpoint, 0.5) or status
             pid = status["policy"]["process"]["pid"]
             killed = time.monotonic()
             os.kill(pid, signal.SIGKILL)
@@ -88,9 +99,14 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = {}
-    for mode, separate in (("one process", "false"), ("two processes", "true")):
+    modes = (
+        ("one process", "false", ()),
+        ("two processes", "true", ()),  # the simulated robot writes its frames in place
+        ("two, socket", "true", ("--frames-on-socket",)),
+    )
+    for mode, separate, robot_args in modes:
         sets = [*args.overrides, f"supervision.inference_process={separate}"]
-        results[mode] = soak(args.seconds, args.rate, args.load, sets)
+        results[mode] = soak(args.seconds, args.rate, args.load, sets, robot_args)
     restart = None if args.no_restart else restart_time(args.overrides)
     if args.json:
         print(json.dumps({"modes": results, "restart": restart}))
@@ -99,10 +115,11 @@ def main() -> int:
         f"{args.seconds:.0f} s at {args.rate:.0f} Hz, {args.load} busy background processes, "
         "frames at 30 Hz"
     )
-    print(f"{'':26s}{'one process':>16s}{'two processes':>16s}")
+    print("(frames from the same-host robot: in place, except 'two, socket': on the socket)")
+    print(f"{'':26s}" + "".join(f"{mode:>16s}" for mode in results))
     for label, key, fmt in ROWS:
         cells = [_cell(results[mode], key, fmt) for mode in results]
-        print(f"{label:26s}{cells[0]:>16s}{cells[1]:>16s}")
+        print(f"{label:26s}" + "".join(f"{cell:>16s}" for cell in cells))
     if restart is not None:
         print(
             f"first start {restart['first_start_s']:.1f} s; after SIGKILL of the inference "

@@ -1,10 +1,15 @@
 """One policy step in the daemon's process against the same step through the inference process
-(observation copied into a shared, pinned slot by the control side, chunk back over ipc).
+(observation copied into a shared, pinned slot by the control side, chunk back over ipc), and
+through the inference process with frames a same-host driver wrote in place.
 
-Both are timed in this one run on the same observations: the in-process Runner's `predict`
+All are timed in this one run on the same observations: the in-process Runner's `predict`
 (host arrays -> upload -> model -> download), then RemotePolicy's `predict` (slot write ->
-request -> the same runner in the inference process -> reply). ACT at LeRobot's ALOHA defaults
-(3 cameras 480x640, 14 joints, chunk 100), random weights, or `--tiny` for a quick CPU run.
+request -> the same runner in the inference process -> reply), then RemotePolicy's `predict` on
+frames already in a driver's ring slot (as the daemon hands them on: request naming the slot ->
+the inference process uploads from the driver's pinned slot -> reply -> the generation check).
+The driver's own write into its slot (its camera's business) is not timed. ACT at LeRobot's
+ALOHA defaults (3 cameras 480x640, 14 joints, chunk 100), random weights, or `--tiny` for a
+quick CPU run.
 
     python scripts/bench_remote_step.py [--iters 300] [--cache-dir DIR] [--tiny]
 """
@@ -21,7 +26,10 @@ import numpy as np
 
 from controller.app import build_policy, inference_process
 from controller.config import load_config
+from controller.daemon.dispatch import DRIVER_RING_SLOTS
+from controller.inference.frame_slots import FrameSlots
 from controller.inference.ladder import random_observation
+from controller.wire.slot_ring import SlotFrames
 from policies.base import Policy, window_context
 from policies.checkpoints.tempo_format import save_checkpoint
 from policies.demo import make_aloha_policy, make_demo_policy
@@ -35,6 +43,30 @@ def time_steps(policy: Policy, observations: list, iterations: int) -> np.ndarra
         policy.predict(images, window_context(state))
         if i >= 20:  # warm-up
             samples.append(time.perf_counter() - began)
+    return np.array(samples) * 1e3
+
+
+def time_in_place(policy: Policy, observations: list, iterations: int) -> np.ndarray:  # type: ignore[type-arg]
+    """Steps on frames in a driver's ring, as the daemon serves an observation written in place
+    (the ring is made as the dispatcher makes a session's)."""
+    ring = FrameSlots.create(policy.spec, DRIVER_RING_SLOTS)
+    names = [c.name for c in policy.spec.cameras]
+    samples = []
+    try:
+        for i in range(iterations + 20):
+            images, state = observations[i % len(observations)]
+            index = i % ring.count
+            generation = ring.write(index, images, np.zeros_like(ring.views(index)[1]))
+            frames = SlotFrames(ring, index, generation, names)
+            began = time.perf_counter()
+            policy.predict(frames, window_context(state))
+            if not frames.unchanged():
+                raise RuntimeError("the slot changed during the step")
+            if i >= 20:
+                samples.append(time.perf_counter() - began)
+            del frames
+    finally:
+        ring.close()
     return np.array(samples) * 1e3
 
 
@@ -60,12 +92,17 @@ def main() -> int:
         try:
             remote.start()
             separate = time_steps(remote, observations, args.iters)
+            in_place = time_in_place(remote, observations, args.iters)
             pinned = remote.pinned
         finally:
             remote.stop()
     print(f"{device}, tier {tier}, {args.iters} steps each (ms)")
     print(f"{'':34s}{'p50':>10s}{'p99':>10s}{'mean':>10s}")
-    rows = [("in the daemon's process", in_process), ("through the inference process", separate)]
+    rows = [
+        ("in the daemon's process", in_process),
+        ("through the inference process", separate),
+        ("  frames in place (same host)", in_place),
+    ]
     for label, samples in rows:
         p50, p99 = np.percentile(samples, [50, 99])
         print(f"{label:34s}{p50:10.3f}{p99:10.3f}{samples.mean():10.3f}")

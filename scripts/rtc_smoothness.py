@@ -42,7 +42,7 @@ import time
 import numpy as np
 import torch
 
-from controller.action.guards import GuardsConfig
+from controller.action.guards_config import GuardsConfig
 from controller.action.pipeline import ActionPipeline
 from controller.action.teleop import TeleopConfig
 from policies.base import RobotContext

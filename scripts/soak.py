@@ -34,7 +34,14 @@ def _section(status: dict[str, Any], name: str, key: str, scale: float) -> float
     return None if section is None or section.get(key) is None else section[key] * scale
 
 
-def soak(seconds: float, rate: float, load: int, policy_args: list[str]) -> dict[str, Any]:
+def soak(
+    seconds: float,
+    rate: float,
+    load: int,
+    policy_args: list[str],
+    robot_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """`robot_args`: extra arguments of `tempo sim-robot` (--frames-on-socket)."""
     with tempfile.TemporaryDirectory(prefix="tempo-soak-") as tmp:
         sets = [
             f"server.bind=ipc://{tmp}/tempo.sock",
@@ -64,6 +71,7 @@ def soak(seconds: float, rate: float, load: int, policy_args: list[str]) -> dict
                 "--camera-hz",
                 "30",
                 "--json-lines",
+                *robot_args,
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -111,6 +119,9 @@ def soak(seconds: float, rate: float, load: int, policy_args: list[str]) -> dict
         "daemon_obs_to_action_ms_p99": _section(after, "obs_to_action", "p99_s", 1e3),
         "inference_ms_p50": _section(after, "inference", "p50_s", 1e3),
         "inference_ms_p99": _section(after, "inference", "p99_s", 1e3),
+        # Collections in the daemon's (control) process, whole run, any thread.
+        "gc_pauses": _section(after, "gc_pause", "count", 1),
+        "gc_pause_us_max": _section(after, "gc_pause", "max_s", 1e6),
         "latency_ms_p50": driver.get("latency_ms_p50"),
         "latency_ms_p99": driver.get("latency_ms_p99"),
         "reconnects": driver.get("reconnects"),

@@ -265,6 +265,17 @@ class Recorder:
         self.sent.append((identity, kind, fields, action))
         return True
 
+    def send_prepared(self, identity: bytes, header: Any, array: Any = None) -> bool:
+        """The tick's send of a packed header (controller.daemon.tick_messages), recorded with
+        the fields it carries, as `__call__` records them."""
+        frames = [bytes(header)] if array is None else [bytes(header), array.copy()]
+        message = decode(frames)
+        common = {"version", "kind", "robot", "seq", "time_ns", "arrays"}
+        fields = {k: v for k, v in message.header.items() if k not in common}
+        self.versions.append(message.header["version"])
+        self.sent.append((identity, message.kind, fields, message.arrays.get("action")))
+        return True
+
 
 def offline_daemon(
     config: Any, policy: Any, worker: Any = None
@@ -288,6 +299,7 @@ def offline_daemon(
         server=config.server,
         inference=resolve_execution(config.inference, policy.spec)[0],
         limits=limits_for(policy.spec),
+        send_prepared=recorder.send_prepared,
     )
     loop = ControlLoop(
         dispatcher, 10_000_000, config.control.action_valid_ticks, config.server.session_timeout_s

@@ -21,7 +21,8 @@ from typing import Literal
 import numpy as np
 
 from controller.action.ensembler import ChunkEnsembler
-from controller.action.guards import GuardChain, GuardsConfig, Verdict
+from controller.action.guards import GuardChain, Verdict
+from controller.action.guards_config import GuardsConfig
 from controller.action.teleop import TeleopConfig, TeleopMixer
 from policies.base import Plan, PolicySpec
 

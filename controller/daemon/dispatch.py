@@ -25,20 +25,36 @@ from controller.daemon.handshake import (
     spec_to_wire,
 )
 from controller.daemon.session import PendingObservation, Session, StateHistory
+from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
+from controller.inference.frame_slots import FrameSlots
 from controller.inference.worker import InferenceWorker
 from controller.observe.telemetry import PREPROCESS, Telemetry
 from controller.wire.protocol import DEFAULT_LIMITS, DRIVER_KINDS, Limits, Message, decode
+from controller.wire.slot_ring import SlotFrames
 from policies.base import HALF_MAX, PolicySpec
 
 log = logging.getLogger(__name__)
 
-MAX_ERROR_TEXT = 1000  # characters; well under the decoders' string limit
+# Slots of a same-host driver's frame ring (frames in place). The daemon holds a slot from the
+# observation naming it until it drops that observation (served or superseded); the driver
+# writes the free ones round robin, and sends frames on the socket when none is free.
+DRIVER_RING_SLOTS = 4
+MAX_ERROR_TEXT = 1000
+
+
+class Superseded(Exception):
+    """An observation written in place whose slot the driver has written again since."""
+
+
+# characters; well under the decoders' string limit
 # A refusal is logged at most this often per robot and error code; the rest are counted and the
 # count goes into the next line, so a driver sending thousands of bad messages is seen, not spammed.
 REFUSAL_LOG_INTERVAL_NS = 10_000_000_000
 
 Sender = Callable[..., bool]  # (identity, kind, *, seq, fields, arrays=None) -> sent?
+# (identity, packed header frame, array or None) -> sent? (RouterTransport.send_prepared)
+PreparedSender = Callable[[bytes, Any, Any], bool]
 # driver's joint limits from hello -> that robot's action pipeline (raises ValueError if invalid)
 PipelineFactory = Callable[[dict[str, tuple[float, float]]], ActionPipeline]
 
@@ -57,7 +73,13 @@ class Dispatcher:
         inference: InferenceConfig,
         limits: Limits = DEFAULT_LIMITS,
         telemetry: Telemetry | None = None,
+        send_prepared: PreparedSender | None = None,
+        frames_in_place: bool = False,
     ) -> None:
+        """`send_prepared`: the tick's allocation-free send of packed headers; without it the
+        tick's messages go through `send` like every other (slower, allocating).
+        `frames_in_place`: a driver may ask for a shared-memory frame ring in hello (the
+        daemon's endpoint is ipc://, so drivers are on this host)."""
         self.control_hz = control_hz
         self.server = server
         self.inference = inference
@@ -65,9 +87,15 @@ class Dispatcher:
         self.spec = spec
         self.worker = worker
         self.send = send
+        self.send_prepared = send_prepared
+        self.frames_in_place = frames_in_place
+        self._camera_names = [c.name for c in spec.cameras]
         self.current_step = current_step
         self.limits = limits
         self.sessions: dict[str, Session] = {}
+        # The sessions as a tuple, rebuilt when one opens or closes: the tick iterates it
+        # without building a list each time (and a session closed mid-tick is harmless).
+        self.session_list: tuple[Session, ...] = ()
         self.by_identity: dict[bytes, str] = {}
         self.errors: collections.Counter[str] = collections.Counter()
         # Guard interventions of sessions that have ended, so totals survive a disconnect.
@@ -163,15 +191,16 @@ class Dispatcher:
         more = self._refusals_unlogged.pop(key, 0)
         since = f" ({more} more such refusals since the last line)" if more else ""
         log.warning("refused a message from robot %s (%s): %s%s", who, code.value, text, since)
+
     def tell_refused(self, session: Session) -> None:
         """Observations the worker refused because of their content (the policy's reference
         fails on them too): each gets an `error` to its robot, like a refusal on arrival."""
         while session.refused:
             refusal = session.refused.popleft()
-            self.errors[ErrorCode.UNUSABLE_INPUT.value] += 1
+            self.errors[refusal.code] += 1
             self._error_seq += 1
             fields = {
-                "code": ErrorCode.UNUSABLE_INPUT.value,
+                "code": refusal.code,
                 "message": refusal.reason[:MAX_ERROR_TEXT],
                 "ref_seq": refusal.obs_seq,
                 "session": session.id,
@@ -200,22 +229,33 @@ class Dispatcher:
             session = self._new_session(identity, robot, now_ns, driver_limits)
         except ValueError as exc:  # limits naming unknown joints, or with lower > upper
             raise ProtocolError(ErrorCode.NOT_ALLOWED, f"hello spec.limits: {exc}") from None
-        self.sessions[session.id] = session
-        self.by_identity[identity] = session.id
-        log.info("robot %s connected (session %s)", robot, session.id)
-        self.send(
-            identity,
-            "welcome",
-            seq=0,
-            fields={
-                "session": session.id,
-                "control_hz": float(self.control_hz),
-                "spec": spec_to_wire(self.spec),
-                "limits": {
-                    name: list(bounds) for name, bounds in session.pipeline.guards.limits.items()
-                },
+        fields: dict[str, Any] = {
+            "session": session.id,
+            "control_hz": float(self.control_hz),
+            "spec": spec_to_wire(self.spec),
+            "limits": {
+                name: list(bounds) for name, bounds in session.pipeline.guards.limits.items()
             },
+        }
+        if message.header.get("frames_in_place") and self.frames_in_place:
+            session.frame_ring = FrameSlots.create(self.spec, DRIVER_RING_SLOTS)
+            fields["frame_ring"] = {
+                "path": str(session.frame_ring.path),
+                "slots": session.frame_ring.count,
+                "parts": [
+                    [name, list(shape), dtype] for name, shape, dtype in session.frame_ring.parts
+                ],  # fmt: skip
+            }
+        self.sessions[session.id] = session
+        self.session_list = tuple(self.sessions.values())
+        self.by_identity[identity] = session.id
+        log.info(
+            "robot %s connected (session %s%s)",
+            robot,
+            session.id,
+            ", frames in place" if session.frame_ring is not None else "",
         )
+        self.send(identity, "welcome", seq=0, fields=fields)
 
     def _free_an_idle_slot(self, now_ns: int) -> None:
         """Every slot is taken: close the session that has sent no observation for longest, if
@@ -232,8 +272,9 @@ class Dispatcher:
         now_ns: int,
         driver_limits: dict[str, tuple[float, float]],
     ) -> Session:
+        session_id = uuid.uuid4().hex
         return Session(
-            id=uuid.uuid4().hex,
+            id=session_id,
             identity=identity,
             robot=robot,
             spec=self.spec,
@@ -241,7 +282,37 @@ class Dispatcher:
             last_seen_ns=now_ns,
             pipeline=self.new_pipeline(driver_limits),
             history=StateHistory(self.spec.state_history, self.spec.state_size),
+            tick_headers=TickHeaders(session_id, self.spec.action_dim),
         )
+
+    # -- the tick's messages ----------------------------------------------------------------
+
+    def send_action(
+        self, session: Session, step: int, obs_seq: int, deadline_ns: int, command: np.ndarray
+    ) -> bool:
+        """One `action` to the session's robot (from the loop's tick; see tick_messages)."""
+        headers = session.tick_headers
+        if self.send_prepared is not None and headers is not None:
+            header = headers.action(
+                session.send_seq, time.monotonic_ns(), step, obs_seq, deadline_ns
+            )
+            if header is not None:
+                return self.send_prepared(session.identity, header, command)
+        fields = {"session": session.id, "step": step, "obs_seq": obs_seq}
+        fields["deadline_ns"] = deadline_ns
+        return self.send(
+            session.identity, "action", seq=session.send_seq, fields=fields,
+            arrays={"action": command},
+        )  # fmt: skip
+
+    def send_hold(self, session: Session, step: int, reason: str) -> bool:
+        headers = session.tick_headers
+        if self.send_prepared is not None and headers is not None:
+            header = headers.hold(session.send_seq, time.monotonic_ns(), step, reason)
+            if header is not None:
+                return self.send_prepared(session.identity, header, None)
+        fields = {"session": session.id, "step": step, "reason": reason}
+        return self.send(session.identity, "hold", seq=session.send_seq, fields=fields)
 
     def _session_of(self, identity: bytes, message: Message) -> Session:
         session = self.sessions.get(message.session or "")
@@ -261,7 +332,11 @@ class Dispatcher:
                 ErrorCode.STALE,
                 f"observation seq {message.seq} is not newer than {session.last_obs_seq}; dropped",
             )
-        images, state, teleop = self._check(message)
+        try:
+            images, state, teleop = self._check(message, session)
+        except Superseded:
+            session.counters["observations_superseded"] += 1
+            return
         time_ns = message.header["time_ns"]
         self._check_clock(session, time_ns)
         session.last_obs_seq = message.seq
@@ -317,17 +392,73 @@ class Dispatcher:
         self.worker.submit(session, request)
 
     def _check_observation(
-        self, message: Message
+        self, message: Message, session: Session
     ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray | None]:
         arrays = message.arrays
-        expected = self._observation_arrays
+        slot = message.header.get("frame_slot")
+        expected = self._observation_arrays if slot is None else {"state"}
         names = set(arrays)
         if not expected <= names or names - expected - {"teleop"}:
+            where = "" if slot is None else " (its frames are in the frame slot it names)"
             raise ProtocolError(
                 ErrorCode.SHAPE,
-                f"an observation carries exactly the arrays {sorted(expected)} (and optionally "
-                f"'teleop'); got {sorted(names)}",
+                f"an observation{where} carries exactly the arrays {sorted(expected)} (and "
+                f"optionally 'teleop'); got {sorted(names)}",
             )
+        images: dict[str, np.ndarray]
+        if slot is not None:
+            images = self._slot_frames(slot, session)
+        else:
+            images = self._frames(arrays)
+        state = self._float_vector(arrays["state"], "state", self._state_range)
+        teleop = None
+        if "teleop" in arrays:
+            teleop = self._float_vector(arrays["teleop"], "teleop", self._teleop_range).copy()
+        return images, state, teleop
+
+    def _slot_frames(self, slot: dict[str, Any], session: Session) -> SlotFrames:
+        """The frames of an observation written in place: the slot must be complete (even
+        generation) and hold the generation the driver named, or the driver is still writing
+        it; from here on it is the daemon's until the driver writes it again, which the
+        generation check after inference catches (controller.inference.worker)."""
+        ring = session.frame_ring
+        if ring is None:
+            raise ProtocolError(
+                ErrorCode.NOT_ALLOWED,
+                "obs.frame_slot names a frame slot, but this session has no frame ring: ask "
+                "for one with hello.frames_in_place over an ipc:// endpoint, or send the frames",
+            )
+        index, generation = slot.get("index"), slot.get("generation")
+        if (
+            set(slot) != {"index", "generation"}
+            or not isinstance(index, int)
+            or not isinstance(generation, int)
+            or isinstance(index, bool)
+            or isinstance(generation, bool)
+            or not 0 <= index < ring.count
+        ):
+            raise ProtocolError(
+                ErrorCode.MALFORMED,
+                f"obs.frame_slot must be a map of 'index' (0 to {ring.count - 1}) and "
+                "'generation' (integers)",
+            )
+        frames = SlotFrames(ring, index, generation, self._camera_names)  # held from here
+        current = ring.generation(index)
+        if current == generation and generation % 2 == 0:
+            return frames
+        if current > generation and generation % 2 == 0:
+            # The driver has written the slot again since: this message waited in the socket
+            # while the ring came round, and a newer observation follows it.
+            raise Superseded
+        session.counters["frame_slot_refused"] += 1
+        raise ProtocolError(
+            ErrorCode.FRAME_SLOT,
+            f"frame slot {index} holds generation {current}, not {generation} as the "
+            "observation says: the driver sent it before it had finished writing it; write "
+            "the slot (frame_buffers, or send_observation's copy), then send",
+        )
+
+    def _frames(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         images = {}
         for camera in self.spec.cameras:
             frame = arrays[camera.name]
@@ -338,11 +469,7 @@ class Dispatcher:
                     f"{frame.dtype} {list(frame.shape)}",
                 )
             images[camera.name] = frame
-        state = self._float_vector(arrays["state"], "state", self._state_range)
-        teleop = None
-        if "teleop" in arrays:
-            teleop = self._float_vector(arrays["teleop"], "teleop", self._teleop_range).copy()
-        return images, state, teleop
+        return images
 
     def _float_vector(
         self, array: np.ndarray, name: str, bounds: tuple[np.ndarray, np.ndarray]
@@ -413,11 +540,18 @@ class Dispatcher:
             )
 
     def close(self, session_id: str, reason: str) -> None:
-        session = self.sessions.pop(session_id, None)
+        session = self.sessions.get(session_id)
         if session is None:
             return
         session.closed = True
+        # Counted before the session leaves `sessions`: status, read from another thread,
+        # never misses its guard interventions (at worst counts them twice for an instant).
         self.closed_guard_counts.update(session.pipeline.guards.counters)
+        del self.sessions[session_id]
+        self.session_list = tuple(self.sessions.values())
         if self.by_identity.get(session.identity) == session_id:
             del self.by_identity[session.identity]
+        if session.frame_ring is not None:
+            # Unlinked now; the mapping lasts while an inference in flight still reads it.
+            session.frame_ring.close()
         log.info("robot %s disconnected (%s)", session.robot, reason)

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 # Why a tick sends `hold`, by the guard chain's watchdog state (anything else: no action yet).
 HOLD_REASONS = {"stop": "stopped", "hold": "stale_observation"}
+# The session counter of each hold reason, built once (not a string concatenation per tick).
+_HOLD_COUNTERS: dict[str, str] = {}
 
 
 class ControlLoop:
@@ -57,7 +59,7 @@ class ControlLoop:
 
     def tick(self, step: int, deadline_ns: int, now_ns: int) -> None:
         serving = self._serving()
-        for session in list(self.dispatcher.sessions.values()):
+        for session in self.dispatcher.session_list:
             # Observations keep a session alive; teleop or anything else alone does not.
             if now_ns - session.idle_since_ns > self.session_timeout_ns:
                 self.dispatcher.close(session.id, "no observation within server.session_timeout_s")
@@ -120,19 +122,14 @@ class ControlLoop:
         # The clock read now, not at the tick's start: with many robots the last send is later.
         if verdict is Verdict.ACTION and time.monotonic_ns() < valid_until:
             session.send_seq += 1
-            sent = self.dispatcher.send(
-                session.identity,
-                "action",
-                seq=session.send_seq,
-                fields={
-                    "session": session.id,
-                    "step": step,
-                    "obs_seq": session.newest_chunk_obs_seq,
-                    # In the driver's clock: our deadline shifted by the offset seen on its last
-                    # observation (which includes transport delay, so the deadline errs early).
-                    "deadline_ns": valid_until + session.clock_offset_ns,
-                },
-                arrays={"action": pipeline.command},
+            # In the driver's clock: our deadline shifted by the offset seen on its last
+            # observation (which includes transport delay, so the deadline errs early).
+            sent = self.dispatcher.send_action(
+                session,
+                step,
+                session.newest_chunk_obs_seq,
+                valid_until + session.clock_offset_ns,
+                pipeline.command,
             )
             if timed:
                 self._t_send.lap(t)
@@ -157,11 +154,9 @@ class ControlLoop:
 
     def send_hold(self, session: Session, step: int, reason: str) -> None:
         session.send_seq += 1
-        session.counters["hold_" + reason] += 1
+        counter = _HOLD_COUNTERS.get(reason)
+        if counter is None:
+            counter = _HOLD_COUNTERS[reason] = "hold_" + reason
+        session.counters[counter] += 1
         self.holds_sent += 1
-        self.dispatcher.send(
-            session.identity,
-            "hold",
-            seq=session.send_seq,
-            fields={"session": session.id, "step": step, "reason": reason},
-        )
+        self.dispatcher.send_hold(session, step, reason)

@@ -27,6 +27,7 @@ from controller.daemon.security import CurveServer, check_bind_allowed
 from controller.daemon.transport import RouterTransport
 from controller.errors import ConfigError, SecurityError
 from controller.inference.worker import InferenceWorker
+from controller.observe.gc_pauses import GcPauses
 from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry
 from controller.wire.protocol import DEFAULT_LIMITS, Limits
@@ -83,6 +84,8 @@ def check_action_config(spec: PolicySpec, config: TempoConfig) -> ActionPipeline
             "driver sends in hello bound this policy's commands; set them for a real robot"
         )
     return pipeline
+
+
 def unopened_transport(
     config: TempoConfig, context: zmq.Context, limits: Limits = DEFAULT_LIMITS
 ) -> RouterTransport:
@@ -146,6 +149,9 @@ class Daemon:
             inference=self.inference,
             limits=self.limits,
             telemetry=self.telemetry,
+            send_prepared=self.transport.send_prepared,
+            # Drivers of an ipc:// endpoint are on this host: they may write frames in place.
+            frames_in_place=config.server.bind.startswith("ipc://"),
         )
         self.transport.on_peer_gone = self.dispatcher.peer_gone
         self.loop = ControlLoop(
@@ -164,6 +170,7 @@ class Daemon:
         self._t_tick = self.telemetry.section(TICK)
         self.endpoint = ""
         self.started_ns = 0
+        self._gc_pauses = GcPauses(self.telemetry)
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -189,6 +196,7 @@ class Daemon:
         self.worker.start()
         gc.collect()
         gc.freeze()  # everything built so far is long-lived: keep it out of every collection
+        self._gc_pauses.install()  # how long collections stop the process from here on
         self.started_ns = time.monotonic_ns()
         self._thread = threading.Thread(target=self._run, name="tempo-loop", daemon=True)
         self._thread.start()
@@ -243,6 +251,8 @@ class Daemon:
         step = self.pacer.step
         for session in list(self.dispatcher.sessions.values()):
             self.loop.send_hold(session, step, "daemon_stopping")
+            if session.frame_ring is not None:
+                session.frame_ring.close()  # its file in /dev/shm goes too
         # Linger just long enough to deliver those holds, bounded so exit stays well under 1 s.
         self.transport.close(linger_ms=FINAL_HOLD_LINGER_MS)
 
@@ -250,6 +260,7 @@ class Daemon:
         self._stop.set()
         self._stopped.wait(timeout)
         self.worker.stop(timeout=0.2)
+        self._gc_pauses.remove()
         if self.curve is not None:
             self.curve.stop()
 
@@ -296,6 +307,8 @@ class Daemon:
             "inference_failures": self.worker.failures,
             "chunks_rejected": self.worker.non_finite,
             "input_faults": self.worker.input_faults,  # refused: the reference fails on them too
+            # Frames in place that the driver rewrote while the policy read them: refused.
+            "frames_overwritten": self.worker.frames_overwritten,
             "actions_sent": self.loop.actions_sent,
             "holds_sent": self.loop.holds_sent,
             "messages": self.dispatcher.messages,

@@ -18,6 +18,8 @@ from types import MappingProxyType
 import numpy as np
 
 from controller.action.pipeline import ActionPipeline
+from controller.daemon.tick_messages import TickHeaders
+from controller.inference.frame_slots import FrameSlots
 from controller.inference.mailbox import Mailbox
 from controller.inference.requests import Chunk, InferenceRequest, Refusal
 from policies.base import PolicySpec, RobotContext
@@ -75,6 +77,8 @@ class Session:
     created_ns: int
     pipeline: ActionPipeline
     history: StateHistory
+    tick_headers: TickHeaders | None = None  # the tick's packed action and hold headers
+    frame_ring: FrameSlots | None = None  # a same-host driver's frames in place (hello asked)
     last_seen_ns: int = 0
     last_observation_ns: int = 0  # when its last accepted observation came (0: none yet)
     last_driver_time_ns: int = 0  # time_ns of the newest observation the clock estimate used

@@ -1,14 +1,18 @@
 """The daemon's ZeroMQ ROUTER socket: options, receiving with a deadline, non-blocking sends.
 
 Only the loop thread touches the socket (ZeroMQ sockets are not thread-safe): it receives in the
-slack before each tick and sends actions at the tick.
+slack before each tick and sends actions at the tick. Before the loop exists (the socket is bound
+before the policy loads, which can take minutes), `discarding()` lends it to a thread that reads
+and drops every message, so nothing queues without bound meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import zmq
@@ -20,6 +24,7 @@ from controller.wire.sockets import configure_common
 
 log = logging.getLogger(__name__)
 
+_MORE = zmq.SNDMORE | zmq.NOBLOCK
 REBIND_WAIT_S = 1.0  # for the old listener to close when the socket is bound again (narrow)
 
 
@@ -73,6 +78,7 @@ class RouterTransport:
         self._discarding = False  # inside a message with too many parts: drop its remaining parts
         self.parts_discarded = 0
         self.curve = curve
+        self.dropped_while_loading = 0
 
     def open(self) -> str:
         """Bind (BindError, one sentence, when that fails); returns the bound endpoint."""
@@ -182,6 +188,62 @@ class RouterTransport:
             if exc.errno == zmq.EHOSTUNREACH and self.on_peer_gone is not None:
                 # ZeroMQ dropped the connection: the driver closed it or was killed (a frozen
                 # driver is closed by the session timeout). ROUTER_MANDATORY makes this visible.
+                self.on_peer_gone(identity)
+            return False
+        self.sent += 1
+        return True
+
+    @contextlib.contextmanager
+    def discarding(self) -> Iterator[None]:
+        """While the policy loads: read and drop every message (the socket has no receive
+        limit, so a driver that streams meanwhile would otherwise fill memory). Drivers get no
+        answer and retry their hello. The socket is the loop's again when this returns."""
+        stop = threading.Event()
+
+        def drain() -> None:
+            while not stop.is_set():
+                if not self.socket.poll(50):
+                    continue
+                while True:  # ZeroMQ delivers whole messages: Again never comes mid-message
+                    try:
+                        self.socket.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    if not self.socket.getsockopt(zmq.RCVMORE):
+                        self.dropped_while_loading += 1
+
+        thread = threading.Thread(target=drain, name="tempo-startup-drain", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()  # also the memory barrier that hands the socket back
+            if self.dropped_while_loading:
+                log.info(
+                    "dropped %d messages that came while the policy loaded",
+                    self.dropped_while_loading,
+                )
+
+    def send_prepared(self, identity: bytes, header: Any, array: Any = None) -> bool:
+        """The tick's send: a header frame packed beforehand (controller.daemon.tick_messages)
+        and at most one array, each copied into ZeroMQ's message as it is sent (the caller
+        rewrites both next tick), with no Python objects built per call. False as `send`."""
+        socket = self.socket
+        try:
+            # A ROUTER refuses a message (full queue, gone peer) on its first part, or never.
+            socket.send(identity, _MORE)
+            if array is None:
+                socket.send(header, zmq.NOBLOCK)
+            else:
+                socket.send(header, _MORE)
+                socket.send(array, zmq.NOBLOCK)
+        except zmq.Again:
+            self.send_dropped += 1
+            return False
+        except zmq.ZMQError as exc:
+            self.send_dropped += 1
+            if exc.errno == zmq.EHOSTUNREACH and self.on_peer_gone is not None:
                 self.on_peer_gone(identity)
             return False
         self.sent += 1

@@ -13,7 +13,7 @@ import numpy as np
 
 from policies.base import PolicySpec, RobotContext, window_context
 from policies.inputs import InputCodec, example_frames
-from policies.tensor_policy import ReferenceChunks
+from policies.tensor_policy import ParityMeasure, ReferenceChunks
 
 if TYPE_CHECKING:
     from controller.inference.step_path import StepPath
@@ -147,10 +147,16 @@ def check_parity(
     references: list[list[np.ndarray]],
     rtol: float,
     setting: str = "parity_rtol",
+    measure: ParityMeasure | None = None,
 ) -> tuple[float, float]:
     """Largest relative error against the references (over every output: the chunk and any
     extras), and the median step time (upload, run, download). Raises at the first non-finite
-    output or error above `rtol` (the message names `setting`, the option that set it)."""
+    output or error above `rtol` (the message names `setting`, the option that set it). With
+    the policy's own `measure`, its error and tolerance replace the relative error and `rtol`."""
+    what = "parity error"
+    if measure is not None:
+        rtol, what = measure.tolerance, measure.name
+        setting = f"the policy's {measure.name} tolerance"
     errors, times = [], []
     for index, ((images, context), ref) in enumerate(zip(examples, references, strict=True)):
         began = time.perf_counter()
@@ -158,9 +164,12 @@ def check_parity(
         times.append(time.perf_counter() - began)
         if not all_finite(out):
             raise NonFiniteOutput(f"non-finite output on parity observation {index}")
-        errors.append(max(relative_error(o, r) for o, r in zip(out, ref, strict=True)))
+        if measure is not None:
+            errors.append(measure.error(context, out, ref))
+        else:
+            errors.append(max(relative_error(o, r) for o, r in zip(out, ref, strict=True)))
         if errors[-1] > rtol:
             raise ValueError(
-                f"parity error {errors[-1]:.2e} exceeds {setting} {rtol:.0e} on observation {index}"
+                f"{what} {errors[-1]:.2e} exceeds {setting} {rtol:.0e} on observation {index}"
             )
     return max(errors), float(np.median(times))

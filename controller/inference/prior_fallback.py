@@ -107,6 +107,12 @@ class PriorFallback:
             if callable(pin):
                 pin(address, size)
 
+    def remove_pinned_region(self, address: int, size: int) -> None:
+        for policy in (self._planner, self._prior):
+            unpin = getattr(policy, "remove_pinned_region", None)
+            if callable(unpin):
+                unpin(address, size)
+
     def attach_telemetry(self, telemetry: Any) -> None:
         """The planner's steps are timed like any runner's (the prior's are not)."""
         attach = getattr(self._planner, "attach_telemetry", None)

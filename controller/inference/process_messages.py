@@ -4,9 +4,13 @@ private ipc socket (ZeroMQ PAIR), arrays as float32 bytes with their shape; neve
     control -> inference   attach {path, count}          the observation slots, after `hello`
                            infer {id, slot, generation, step, episode_start, delay, plan_start,
                                   plan, memory}           one observation (frames, state: slot)
+                                 [ring, state]            frames in a driver's ring slot instead
+                           attach_ring {id, path, count}  a same-host driver's frame ring
+                           detach_ring {ring}            its session ended
                            stop {}
     inference -> control   hello {spec, outputs, status} the policy is loaded, warmed, checked
                            ready {}                       slots attached: serving
+                           ring_ready {id, pinned}        a driver's ring attached (pinned?)
                            failed_start {error}           it cannot serve (the sentence why)
                            chunk {id, actions, memory, status?}
                            refused {id, error}            a malformed observation: that robot's

@@ -2,12 +2,13 @@
 
     code = serve_control_process(build_runner, endpoint)   # returns the exit code
 
-It builds the runner (load, warm up, parity: the same start as in one process; a failure is
-sent as `failed_start` with its sentence), says `hello` (the spec, the runner's status),
-attaches the observation slots the control process names, pins them for DMA on a GPU, says
-`ready`, then answers `infer` requests one by one. The loop beats the heartbeat in the slots'
-header while it waits and after every request: a request that hangs stops the beat, and the
-control process restarts this process.
+It says `standby` once imported and waits for `build` (the control process keeps a spare process
+waiting so that a restart skips the imports), then builds the runner (load, warm up, parity: the
+same start as in one process; a failure is sent as `failed_start` with its sentence), says
+`hello` (the spec, the runner's status), attaches the observation slots the control process
+names, pins them for DMA on a GPU, says `ready`, then answers `infer` requests one by one. The
+loop beats the heartbeat in the slots' header while it waits and after every request: a request
+that hangs stops the beat, and the control process restarts this process.
 
 What is whose fault: a malformed observation or a slot that was overwritten while it was read
 is that robot's (`refused`); a policy failure the runner's ladder could not absorb is `failed`;
@@ -58,6 +59,8 @@ class ServedPolicy(Policy, Protocol):
 
     def add_pinned_region(self, address: int, size: int) -> None: ...
 
+    def remove_pinned_region(self, address: int, size: int) -> None: ...
+
 
 IDLE_POLL_MS = 50  # the heartbeat period while no request comes
 STATUS_EVERY_S = 0.5  # the runner's status rides on a chunk at most this often
@@ -83,6 +86,8 @@ class _Pinned:
 
     def __init__(self, slots: FrameSlots, runner: ServedPolicy) -> None:
         self._pointer = slots.buffer.ctypes.data
+        self._size = slots.size
+        self._runner = runner
         error = torch.cuda.cudart().cudaHostRegister(self._pointer, slots.size, 0)
         self.ok = int(error) == 0
         if self.ok:
@@ -90,10 +95,57 @@ class _Pinned:
         else:
             log.warning("could not pin the observation slots for DMA (CUDA error %s)", error)
 
+    @classmethod
+    def maybe(cls, slots: FrameSlots, runner: ServedPolicy) -> _Pinned | None:
+        """Pinned when the policy runs on a GPU; None on the CPU."""
+        if torch.cuda.is_available() and not str(runner.status().get("device")).startswith("cpu"):
+            return cls(slots, runner)
+        return None
+
     def release(self) -> None:
         if self.ok:
+            self._runner.remove_pinned_region(self._pointer, self._size)
             torch.cuda.cudart().cudaHostUnregister(self._pointer)
             self.ok = False
+
+
+MAX_RINGS = 64  # driver frame rings attached at once (the control process keeps to it too)
+
+
+class DriverRings:
+    """Same-host drivers' frame rings this process reads in place (frames_in_place), each
+    attached and pinned on the control process's first request for it, until it says detach."""
+
+    def __init__(self, runner: ServedPolicy) -> None:
+        self._runner = runner
+        self._rings: dict[int, tuple[FrameSlots, _Pinned | None]] = {}
+
+    def attach(self, ring_id: int, path: str, count: int) -> bool:
+        """Attach (and on a GPU pin) a ring; returns whether it is pinned."""
+        if len(self._rings) >= MAX_RINGS:
+            raise ValueError(f"{MAX_RINGS} frame rings are attached already")
+        ring = FrameSlots.attach(path, self._runner.spec, count)
+        pinned = _Pinned.maybe(ring, self._runner)
+        self._rings[ring_id] = (ring, pinned)
+        return bool(pinned and pinned.ok)
+
+    def get(self, ring_id: int) -> FrameSlots:
+        entry = self._rings.get(ring_id)
+        if entry is None:
+            raise MessageError(f"no frame ring {ring_id} is attached")
+        return entry[0]
+
+    def detach(self, ring_id: int) -> None:
+        entry = self._rings.pop(ring_id, None)
+        if entry is not None:
+            ring, pinned = entry
+            if pinned is not None:
+                pinned.release()
+            ring.close()
+
+    def close(self) -> None:
+        for ring_id in list(self._rings):
+            self.detach(ring_id)
 
 
 def _die_with_parent() -> None:
@@ -120,6 +172,16 @@ def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: st
     socket.setsockopt(zmq.LINGER, 1000)
     socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
     socket.connect(endpoint)
+    # Stand by, imports done, until the control process says `build`: it keeps one process
+    # waiting like this, so a restart does not wait for Python and torch to import again.
+    socket.send(pack("standby"))
+    while not socket.poll(IDLE_POLL_MS):
+        if os.getppid() != parent:
+            return 0  # the control process died while this one stood by
+    if unpack(socket.recv())["kind"] != "build":
+        socket.close(linger=0)
+        context.term()
+        return 0  # `stop`: the control process ends without needing this one
     try:
         runner = build_runner()
     except Exception as exc:  # noqa: BLE001 - the control process shows the sentence
@@ -151,10 +213,13 @@ def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: st
         if attach["kind"] != "attach":
             return 0  # `stop` before serving began
         slots = FrameSlots.attach(attach["path"], spec, int(attach["count"]))
-        if torch.cuda.is_available() and not str(runner.status().get("device")).startswith("cpu"):
-            pinned = _Pinned(slots, runner)
+        pinned = _Pinned.maybe(slots, runner)
         socket.send(pack("ready", pinned=bool(pinned and pinned.ok)))
-        return _serve(runner, socket, slots, parent)
+        rings = DriverRings(runner)
+        try:
+            return _serve(runner, socket, slots, rings, parent)
+        finally:
+            rings.close()
     finally:
         if pinned is not None:
             pinned.release()
@@ -164,7 +229,9 @@ def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: st
         context.term()
 
 
-def _serve(runner: ServedPolicy, socket: zmq.Socket, slots: FrameSlots, parent: int) -> int:
+def _serve(
+    runner: ServedPolicy, socket: zmq.Socket, slots: FrameSlots, rings: DriverRings, parent: int
+) -> int:
     last_status = 0.0
     while True:
         slots.beat()
@@ -177,12 +244,25 @@ def _serve(runner: ServedPolicy, socket: zmq.Socket, slots: FrameSlots, parent: 
         kind = message["kind"]
         if kind == "stop":
             return 0
+        if kind == "attach_ring":
+            try:
+                pinned = rings.attach(
+                    int(message["id"]), str(message["path"]), int(message["count"])
+                )
+            except (OSError, ValueError) as exc:
+                socket.send(pack("failed", id=message.get("id"), error=str(exc)))
+            else:
+                socket.send(pack("ring_ready", id=message.get("id"), pinned=pinned))
+            continue
+        if kind == "detach_ring":
+            rings.detach(int(message["ring"]))
+            continue
         if kind != "infer":
             log.warning("unexpected message %r from the control process; ignored", kind)
             continue
         request_id = message.get("id")
         try:
-            reply = _infer(runner, slots, message)
+            reply = _infer(runner, slots, rings, message)
         except Exception as exc:  # noqa: BLE001 - every cause has its reply; the control side acts
             kind = reply_kind(exc)
             if kind == "failed" and device_poisoned(runner):
@@ -210,12 +290,22 @@ def reply_kind(exc: BaseException) -> str:
     return "failed"
 
 
-def _infer(runner: ServedPolicy, slots: FrameSlots, message: dict[str, Any]) -> dict[str, Any]:
+def _infer(
+    runner: ServedPolicy, slots: FrameSlots, rings: DriverRings, message: dict[str, Any]
+) -> dict[str, Any]:
     index, generation = int(message["slot"]), int(message["generation"])
+    driver_ring = message.get("ring") is not None
+    if driver_ring:
+        # A driver's frames in place: its slot, the state from the message. Whether the driver
+        # kept its hands off the slot meanwhile, the control process checks after the reply.
+        slots = rings.get(int(message["ring"]))
     if not 0 <= index < slots.count:
-        raise ValueError(f"observation slot {index} does not exist")
-    slots.check(index, generation)
+        raise MessageError(f"observation slot {index} does not exist")
+    if not driver_ring:
+        slots.check(index, generation)
     images, state = slots.views(index)
+    if driver_ring:
+        state = unpack_array(message.get("state"), "state history")
     plan = None
     if message.get("plan") is not None:
         plan = Plan(int(message["plan_start"]), unpack_array(message["plan"], "previous plan"))
@@ -230,6 +320,7 @@ def _infer(runner: ServedPolicy, slots: FrameSlots, message: dict[str, Any]) -> 
     prediction = runner.predict(images, context)
     # The runner has copied the inputs to the device and the chunk back: the slot must still
     # hold the same observation, or what was served is a torn mix.
-    slots.check(index, generation)
+    if not driver_ring:
+        slots.check(index, generation)
     actions = np.asarray(prediction.actions, dtype=np.float32)
     return {"actions": pack_array(actions), "memory": pack_memory(prediction.memory)}

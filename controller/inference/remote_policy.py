@@ -10,12 +10,20 @@ RemotePolicy is a `Policy`, so the daemon's inference worker runs it as it runs 
 Runner. `predict` copies the observation into a shared-memory slot (`frame_slots`), sends the
 rest of the context in a small message (`process_messages`) and waits for the chunk; the
 worker thread only waits on a socket, so the control loop never competes with torch for the GIL.
+Frames a same-host driver wrote in place (`SlotFrames` of its session's ring) are not copied:
+the inference process attaches that ring once (and pins it) and reads the driver's slot itself;
+the worker's generation check afterwards refuses the observation if the driver wrote it since.
 
 Supervision (a thread of its own): the process exiting, or its heartbeat stopping for
 `hang_timeout()` while serving (a hung step; it is then killed), or a `fatal` reply (a poisoned
 CUDA context) ends `serving` at once and starts a fresh process, which loads from the warm compile
 cache and passes the start-up parity checks again before `serving` returns. Each restart is
 recorded with its cause in `status()`. This module imports no torch.
+
+A spare process stands by (`standby`, on by default): started once a process serves, it has
+imported Python, torch and Tempo and waits; a restart hands it the build, which saves the
+seconds those imports take (about 3.5 s on an H100 machine). It holds no GPU memory while it
+waits: CUDA starts only with the build.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from controller.inference.process_messages import (
     unpack_array,
     unpack_memory,
 )
+from controller.wire.slot_ring import SlotFrames
 from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
@@ -54,6 +63,7 @@ SLOT_COUNT = 2  # the worker sends one request at a time; two slots keep a torn 
 POLL_MS = 20
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # then the ladder starts over
 RESTARTS_KEPT = 50  # restarts listed in status (all are counted)
+MAX_DRIVER_RINGS = 64  # frame rings attached at once; past it a driver's frames are copied
 HANG_STEPS = 20  # a step this many times the slowest tier's start-up step time is a hang
 
 
@@ -81,8 +91,12 @@ class RemotePolicy:
         hang_timeout_s: float = 5.0,
         start_timeout_s: float = 900.0,
         env: Mapping[str, str] | None = None,
+        standby: bool = True,
     ) -> None:
         self._command = list(command)
+        self._use_standby = standby
+        self._standby: tuple[zmq.Socket, subprocess.Popen[bytes]] | None = None
+        self._standby_ready = False  # it said `standby` (seen by the supervisor thread)
         self._env = dict(env) if env is not None else None
         self.hang_timeout_s = hang_timeout_s
         self.start_timeout_s = start_timeout_s
@@ -96,6 +110,9 @@ class RemotePolicy:
         self._status: dict[str, Any] = {}
         self._generation = 0  # one per started process
         self._next_slot = 0
+        # Same-host drivers' frame rings the current process has attached: path -> (id, ring).
+        self._rings: dict[Any, tuple[int, FrameSlots]] = {}
+        self._pinned_rings: set[int] = set()  # of those, the ones pinned for DMA
         self._request_id = 0
         self._serving = threading.Event()
         self._failed = threading.Event()  # the serving process is gone: requests stop waiting
@@ -130,6 +147,7 @@ class RemotePolicy:
             self._watch.join(timeout=2.0)
         with self._lock:
             self._end_process(polite=True)
+            self._end_standby()
             if self._slots is not None:
                 self._slots.close()
                 self._slots = None
@@ -143,6 +161,12 @@ class RemotePolicy:
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
+
+    @property
+    def standby_pid(self) -> int | None:
+        """The spare process's pid (see the module doc); None when there is none."""
+        spare = self._standby
+        return spare[1].pid if spare is not None else None
 
     # ---- the Policy contract ---------------------------------------------------------------
 
@@ -162,17 +186,30 @@ class RemotePolicy:
             socket, slots = self._socket, self._slots
             if socket is None or slots is None or not self._serving.is_set():
                 raise InferenceUnavailable("the inference process is restarting; robots are held")
-            index = self._next_slot
-            self._next_slot = (index + 1) % slots.count
-            generation = slots.write(index, images, context.state_history)
+            self._detach_closed_rings(socket)
+            ring = self._driver_ring(socket, images)
+            where: dict[str, Any]
+            if ring is not None and isinstance(images, SlotFrames):
+                # Frames in place: the inference process reads the driver's slot itself (no
+                # copy here); the state history, which the daemon checked, travels along.
+                where = {
+                    "ring": ring,
+                    "slot": images.index,
+                    "generation": images.generation,
+                    "state": pack_array(context.state_history),
+                }
+            else:
+                index = self._next_slot
+                self._next_slot = (index + 1) % slots.count
+                generation = slots.write(index, images, context.state_history)
+                where = {"slot": index, "generation": generation}
             self._request_id += 1
             plan = context.previous_plan
             socket.send(
                 pack(
                     "infer",
                     id=self._request_id,
-                    slot=index,
-                    generation=generation,
+                    **where,
                     step=context.step,
                     episode_start=context.episode_start,
                     delay=context.inference_delay,
@@ -196,6 +233,40 @@ class RemotePolicy:
             self._fail("fatal", str(reply.get("error")))
             raise InferenceUnavailable(f"the inference process failed: {reply.get('error')}")
         raise PolicyError(str(reply.get("error")))
+
+    def _driver_ring(self, socket: zmq.Socket, images: Mapping[str, np.ndarray]) -> int | None:
+        """The id under which the inference process reads the driver ring these frames lie in
+        (attached on first use), or None: not frames in place (or too many rings), so copy."""
+        if not isinstance(images, SlotFrames):
+            return None
+        ring = images.ring
+        if not isinstance(ring, FrameSlots) or ring.spec != self._spec or ring.closed:
+            return None
+        attached = self._rings.get(ring.path)
+        if attached is not None:
+            return attached[0]
+        if len(self._rings) >= MAX_DRIVER_RINGS:
+            return None
+        self._request_id += 1
+        ring_id = self._request_id
+        socket.send(pack("attach_ring", id=ring_id, path=str(ring.path), count=ring.count))
+        reply = self._await_reply(socket, ring_id)
+        if reply["kind"] != "ring_ready":
+            log.warning("the inference process cannot read a driver's frame ring: %s; its "
+                        "frames are copied instead", reply.get("error"))  # fmt: skip
+            return None
+        self._rings[ring.path] = (ring_id, ring)
+        if reply.get("pinned"):
+            self._pinned_rings.add(ring_id)
+        return ring_id
+
+    def _detach_closed_rings(self, socket: zmq.Socket) -> None:
+        """Rings of sessions that have ended: the inference process unpins and unmaps them."""
+        for path, (ring_id, ring) in list(self._rings.items()):
+            if ring.closed:
+                socket.send(pack("detach_ring", ring=ring_id))
+                del self._rings[path]
+                self._pinned_rings.discard(ring_id)
 
     def _await_reply(self, socket: zmq.Socket, request_id: int) -> dict[str, Any]:
         # Its own deadline too: if the supervisor thread were gone, nothing else would end it.
@@ -222,7 +293,12 @@ class RemotePolicy:
             "process": {
                 "pid": process.pid if process is not None else None,
                 "serving": self.serving,
+                "standby_pid": self.standby_pid,
+                "standby_ready": self._standby_ready if self._use_standby else None,
                 "pinned_slots": self.pinned,
+                # Same-host drivers' frame rings read in place, and how many are pinned.
+                "driver_rings": len(self._rings),
+                "pinned_driver_rings": len(self._pinned_rings),
                 "restart_count": self.restart_count,
                 "restarts": [r.as_dict() for r in self.restarts],  # the newest RESTARTS_KEPT
             },
@@ -256,6 +332,9 @@ class RemotePolicy:
                     self._fail("hung", f"no heartbeat for {silent_s:.1f} s; killed")
             if self._failed.is_set() and not self._stop.is_set():
                 self._restart()
+            spare = self._standby  # the socket is this thread's once the first start is done
+            if spare is not None and not self._standby_ready and spare[0].poll(0):
+                self._standby_ready = True  # its message stays queued for _launch
 
     def _fail(self, cause: str, detail: str) -> None:
         if self._failed.is_set():
@@ -300,8 +379,8 @@ class RemotePolicy:
                 process.wait()
             self._process = None
 
-    def _launch(self, progress: Callable[[str], None] | None) -> None:
-        """Spawn a process, wait for its hello, hand it the slots, wait for ready."""
+    def _spawn(self) -> tuple[zmq.Socket, subprocess.Popen[bytes]]:
+        """A new process on a channel of its own; it says `standby` once imported."""
         self._generation += 1
         endpoint = f"ipc://{self._dir}/channel-{self._generation}"
         socket = self._zmq.socket(zmq.PAIR)
@@ -316,8 +395,43 @@ class RemotePolicy:
         except BaseException:
             socket.close(linger=0)
             raise
+        return socket, process
+
+    def _take_standby(self) -> tuple[zmq.Socket, subprocess.Popen[bytes]]:
+        """The spare process if it is still alive, else a fresh one."""
+        spare, self._standby = self._standby, None
+        self._standby_ready = False
+        if spare is not None and spare[1].poll() is None:
+            return spare
+        if spare is not None:
+            log.warning("the standby inference process had exited (code %s)", spare[1].poll())
+            spare[0].close(linger=0)
+        return self._spawn()
+
+    def _end_standby(self) -> None:
+        spare, self._standby = self._standby, None
+        if spare is None:
+            return
+        socket, process = spare
+        try:
+            socket.send(pack("stop"), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        socket.close(linger=0)
+        try:
+            process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _launch(self, progress: Callable[[str], None] | None) -> None:
+        """Take the standby process (or spawn one), tell it to build, wait for its hello, hand
+        it the slots, wait for ready; then start the next standby."""
+        socket, process = self._take_standby()
         with self._lock:
             self._socket, self._process = socket, process
+        self._expect(socket, process, "standby", self.start_timeout_s)
+        socket.send(pack("build"))
         hello = self._expect(socket, process, "hello", self.start_timeout_s)
         spec = PolicySpec.model_validate(hello["spec"])
         if self._spec is not None and spec != self._spec:
@@ -330,10 +444,15 @@ class RemotePolicy:
         socket.send(pack("attach", path=str(self._slots.path), count=self._slots.count))
         ready = self._expect(socket, process, "ready", 60.0)
         self.pinned = bool(ready.get("pinned"))
+        self._rings, self._pinned_rings = {}, set()  # a new process has attached none
         if progress is not None:
             progress(f"inference process {process.pid} ready")
         self._failed.clear()
         self._serving.set()
+        if self._use_standby:
+            with self._lock:  # stop() ends the standby under this lock: never one left behind
+                if not self._stop.is_set():
+                    self._standby = self._spawn()
 
     def _expect(
         self, socket: zmq.Socket, process: subprocess.Popen[bytes], kind: str, timeout_s: float

@@ -48,6 +48,7 @@ class Refusal:
 
     obs_seq: int
     reason: str
+    code: str = "unusable_input"  # the error code the robot gets (controller.errors.ErrorCode)
 
 
 class RobotQueues(Protocol):

@@ -10,8 +10,11 @@ reference; see `controller.inference.runner_config`). At start every tier from `
 built, warmed up, and checked against eager_fp32 on several random observations (relative error
 within `parity_rtol`, all outputs finite); a policy that carries reference chunks (a quantized
 checkpoint: its FP32 unquantized model's) has every tier checked against those too, within
-`reference_parity_rtol`. A tier that fails any step is skipped, with the reason logged and in
-`status()`. Every tier that passed stays ready as a fallback.
+`reference_parity_rtol`; a policy with its own `parity` measure (a planner in reduced precision)
+is checked with that measure and its tolerance instead of the relative error. A tier that fails
+any step is skipped, with the reason logged and in `status()`. Every tier that passed stays ready
+as a fallback. A module's `precision_scope()`, if it has one, is entered around everything the
+reduced-precision tiers do (never around eager FP32): see `controller.inference.tiers`.
 
 While serving, a tier that raises, returns a non-finite chunk, or overruns the step budget k times
 in the last n steps is demoted at once (logged, recorded in `demotions` and `status()`); a failed
@@ -298,7 +301,7 @@ class Runner:
         self, tier: Tier, observations: list[Example], references: list[list[np.ndarray]]
     ) -> tuple[float, float]:
         path, rtol = self._checked_path(), self._config.parity_rtol
-        return check_parity(path, tier, observations, references, rtol)
+        return check_parity(path, tier, observations, references, rtol, measure=self._policy.parity)
 
     def _start_tier(
         self,
@@ -388,6 +391,9 @@ class Runner:
     def add_pinned_region(self, address: int, size: int) -> None:
         """Frames in this page-locked host memory are uploaded by one DMA (see staging)."""
         self._checked_path().staging.add_pinned_region(address, size)
+
+    def remove_pinned_region(self, address: int, size: int) -> None:
+        self._checked_path().staging.remove_pinned_region(address, size)
 
     @property
     def outputs(self) -> tuple[str, ...]:

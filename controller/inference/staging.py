@@ -37,13 +37,38 @@ from policies.base import PolicySpec, RobotContext
 from policies.inputs import InputCodec, check_frames, frame_groups
 
 _DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "int64": torch.int64}
+_PACK_ALIGN = 64  # bytes between packed inputs: vector loads and cuBLAS want 16 at least
+
+Shapes = list[tuple[tuple[int, ...], torch.dtype]]
+
+
+def packed(
+    shapes: Shapes, device: torch.device, pin_memory: bool = False
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """One byte buffer and, in it, one zeroed tensor of each (shape, dtype), each starting at a
+    multiple of 64 bytes: the codec's inputs travel to the device as one copy of the buffer
+    (a small copy costs its launch and DMA latency whatever its size)."""
+    offsets, total = [], 0
+    for shape, dtype in shapes:
+        offsets.append(total)
+        nbytes = torch.Size(shape).numel() * dtype.itemsize
+        total += -(-nbytes // _PACK_ALIGN) * _PACK_ALIGN
+    buffer = torch.zeros(total, dtype=torch.uint8, device=device, pin_memory=pin_memory)
+    views = []
+    for offset, (shape, dtype) in zip(offsets, shapes, strict=True):
+        nbytes = torch.Size(shape).numel() * dtype.itemsize
+        views.append(buffer[offset : offset + nbytes].view(dtype).view(shape))
+    return buffer, views
 
 
 class _Slot:
-    """One pinned host copy of an observation's inputs and the event of its last upload."""
+    """One pinned host copy of an observation's inputs and the event of its last upload: the
+    frame tensors, then the codec's inputs packed in one buffer (`packed`)."""
 
-    def __init__(self, shapes: list[tuple[tuple[int, ...], torch.dtype]]) -> None:
-        self.tensors = [torch.empty(s, dtype=d, pin_memory=True) for s, d in shapes]
+    def __init__(self, frame_shapes: Shapes, codec_shapes: Shapes) -> None:
+        frames = [torch.empty(s, dtype=d, pin_memory=True) for s, d in frame_shapes]
+        self.packed, codec = packed(codec_shapes, torch.device("cpu"), pin_memory=True)
+        self.tensors = frames + codec
         # numpy views of the pinned memory: np.copyto also takes read-only arrays (zmq frames).
         self.arrays = [t.numpy() for t in self.tensors]
         self.uploaded = torch.cuda.Event()
@@ -83,18 +108,20 @@ class InputStaging:
             for row, name in enumerate(group.cameras)
         ]
         self._n_frames = len(groups)
-        shapes = [((1, *g.shape), torch.uint8) for g in groups] + [
-            ((1, *i.shape), _DTYPES[i.dtype]) for i in self._codec.inputs
-        ]
+        frame_shapes: Shapes = [((1, *g.shape), torch.uint8) for g in groups]
+        codec_shapes: Shapes = [((1, *i.shape), _DTYPES[i.dtype]) for i in self._codec.inputs]
         self.device = device
-        self.tensors = tuple(torch.zeros(s, dtype=d, device=device) for s, d in shapes)
+        frames = [torch.zeros(s, dtype=d, device=device) for s, d in frame_shapes]
+        # The codec's inputs are views of one device buffer, uploaded by one copy.
+        self._packed, codec = packed(codec_shapes, device)
+        self.tensors = tuple(frames + codec)
         self._cuda = device.type == "cuda"
         self._wait_for_slot = wait_for_slot
         self._next = 0
         if self._cuda:
             self._compute = compute_stream or torch.cuda.current_stream(device)
             self._copy_stream = torch.cuda.Stream(device)
-            self._slots = [_Slot(shapes) for _ in range(slots)]
+            self._slots = [_Slot(frame_shapes, codec_shapes) for _ in range(slots)]
             self._consumed = torch.cuda.Event()
             self._consumed.record(self._compute)
         else:
@@ -106,6 +133,11 @@ class InputStaging:
         that lie in it are copied to the device by one DMA, without the copy into a staging
         slot. Its owner must not rewrite a frame until the step that read it has finished."""
         self._pinned_regions.append((address, address + size))
+
+    def remove_pinned_region(self, address: int, size: int) -> None:
+        """The region is about to be unregistered: frames in it go through staging again."""
+        if (address, address + size) in self._pinned_regions:
+            self._pinned_regions.remove((address, address + size))
 
     def _pinned(self, frame: np.ndarray) -> bool:
         start = frame.__array_interface__["data"][0]
@@ -154,8 +186,8 @@ class InputStaging:
                     np.copyto(slot.arrays[index][0, row], frame)
                     source = slot.tensors[index][0, row]
                 self.tensors[index][0, row].copy_(source, non_blocking=True)
-            for index in range(n, len(self.tensors)):
-                self.tensors[index].copy_(slot.tensors[index], non_blocking=True)
+            if self._packed.numel():
+                self._packed.copy_(slot.packed, non_blocking=True)  # every codec input at once
             slot.uploaded.record(self._copy_stream)
         self._compute.wait_event(slot.uploaded)
 
@@ -188,16 +220,16 @@ class OutputDownload:
         """
         if tuple(outputs[0].shape) != (1, *self._shape):
             raise ValueError(
-                f"the model returned shape {tuple(outputs[0].shape)}, expected "
-                f"{(1, *self._shape)}"
+                f"the model returned shape {tuple(outputs[0].shape)}, expected {(1, *self._shape)}"
             )
         if not self._cuda:
             return [o[0].detach().to(torch.float32).numpy().copy() for o in outputs]
         if len(self._host) != len(outputs) or any(
             h.shape != o.shape[1:] for h, o in zip(self._host, outputs, strict=True)
         ):
-            self._host = [torch.empty(o.shape[1:], dtype=torch.float32, pin_memory=True)
-                          for o in outputs]
+            self._host = [
+                torch.empty(o.shape[1:], dtype=torch.float32, pin_memory=True) for o in outputs
+            ]
         for host, out in zip(self._host, outputs, strict=True):
             host.copy_(out[0], non_blocking=True)
         self._done.record()

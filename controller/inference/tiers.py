@@ -13,6 +13,12 @@ Why the CUDA graph is captured by hand instead of torch.compile(mode="reduce-ove
 - A capture failure (a sync or a CPU tensor in forward) is a clean, logged failure of one tier,
   and the compiled tier below it still serves.
 The kernels inside the graph are the same ones the compiled tier runs: one compile feeds both.
+
+A module may define `precision_scope()`, a context manager for its reduced precision that is
+process-wide state (TD-MPC2's TF32 matmuls): the reduced-precision tiers (those with a half
+dtype: graph, compiled and eager_half on CUDA) enter it around compiling, warming up, capturing
+and running; eager FP32, the reference, never does. torch.compile guards on such flags, so the
+compiled tier always runs under the state it was compiled in.
 """
 
 from __future__ import annotations
@@ -50,6 +56,17 @@ class _Step(nn.Module):
         return tuple(o.float() for o in outputs)
 
 
+Scope = Callable[[], contextlib.AbstractContextManager[object]]
+
+
+def precision_scope(module: nn.Module, half: torch.dtype | None) -> Scope:
+    """The module's `precision_scope` for a reduced-precision tier, else a no-op."""
+    scope = getattr(module, "precision_scope", None)
+    if half is None or not callable(scope):
+        return contextlib.nullcontext
+    return scope  # type: ignore[no-any-return]
+
+
 class Tier:
     """One rung of the ladder. `build` may take minutes (compile); `run` is the hot path."""
 
@@ -73,10 +90,12 @@ class EagerTier(Tier):
         self.name = name
         self.precision = precision_name(half)
         self._step = _Step(module, half, inputs.device.type)
+        self._scope = precision_scope(module, half)
         self._inputs = inputs
 
     def run(self) -> Outputs:
-        return self._step(*self._inputs.tensors)
+        with self._scope():
+            return self._step(*self._inputs.tensors)
 
 
 class CompiledStep:
@@ -92,6 +111,7 @@ class CompiledStep:
         self._inputs = inputs
         self._config = config
         self._step = _Step(module, half, inputs.device.type)
+        self._scope = precision_scope(module, half)
         self.precision = precision_name(half)
         self.compiled: Callable[..., Outputs] | None = None
         self.compile_s: float | None = None
@@ -119,15 +139,16 @@ class CompiledStep:
         if self._error is not None:
             raise RuntimeError(f"torch.compile failed earlier: {self._error}") from self._error
         try:
-            if self.compiled is None:
-                started = time.perf_counter()
-                self.compiled = self._compile()
-                self.compiled(*self._inputs.tensors)
+            with self._scope():
+                if self.compiled is None:
+                    started = time.perf_counter()
+                    self.compiled = self._compile()
+                    self.compiled(*self._inputs.tensors)
+                    _sync(self._inputs.device)
+                    self.compile_s = time.perf_counter() - started
+                for _ in range(steps):
+                    self.compiled(*self._inputs.tensors)
                 _sync(self._inputs.device)
-                self.compile_s = time.perf_counter() - started
-            for _ in range(steps):
-                self.compiled(*self._inputs.tensors)
-            _sync(self._inputs.device)
         except Exception as exc:
             self._error = exc
             raise
@@ -135,7 +156,8 @@ class CompiledStep:
     def __call__(self) -> Outputs:
         if self.compiled is None:
             raise RuntimeError("the compiled step was used before it was built")
-        return self.compiled(*self._inputs.tensors)
+        with self._scope():  # the graph tier captures under it too
+            return self.compiled(*self._inputs.tensors)
 
 
 def _sync(device: torch.device) -> None:

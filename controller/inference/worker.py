@@ -18,9 +18,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from controller.errors import InputFault
+from controller.errors import ErrorCode, InputFault
 from controller.inference.requests import Chunk, InferenceRequest, Refusal, RobotQueues
 from controller.observe.telemetry import INFERENCE, MAILBOX_WAIT, Telemetry
+from controller.wire.slot_ring import SlotFrames
 from policies.base import Policy
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class InferenceWorker:
         self.failures = 0
         self.non_finite = 0
         self.input_faults = 0  # observations refused because the reference fails on them too
+        self.frames_overwritten = 0  # written in place, then rewritten by the driver mid-read
         self._last_warning_ns = -WARNING_INTERVAL_NS
         self._suppressed = 0
 
@@ -90,6 +92,9 @@ class InferenceWorker:
             except Exception:  # a bug of ours: this thread must outlive it, or every robot holds
                 self.failures += 1
                 log.exception("the inference worker failed on robot %s; continuing", session.robot)
+            # Dropped now, not at the next wake-up: frames written in place hold their slot in
+            # the driver's ring for as long as the request lives.
+            del request
 
     def _infer(self, session: RobotQueues, request: InferenceRequest) -> None:
         started = time.monotonic_ns()
@@ -112,6 +117,22 @@ class InferenceWorker:
         if self._timed:
             self._t_inference.record_ns(elapsed)
         self.inferences += 1
+        images = request.images
+        if isinstance(images, SlotFrames) and not images.unchanged():
+            # Frames in place: the policy has read (uploaded) them by now; if the driver wrote
+            # the slot meanwhile, what was served is a torn mix: never executed.
+            self.frames_overwritten += 1
+            session.counters["frames_overwritten"] += 1
+            session.refused.append(
+                Refusal(
+                    request.obs_seq,
+                    f"observation {request.obs_seq} was refused: the driver wrote its frame slot "
+                    f"{images.index} while the policy read it; write a slot only before sending "
+                    "it (the client's ring does this), or use more slots",
+                    ErrorCode.FRAME_SLOT.value,
+                )
+            )
+            return
         shape = (session.spec.chunk_size, session.spec.action_dim)
         actions = self._usable_chunk(getattr(prediction, "actions", None), shape)
         memory = self._usable_memory(getattr(prediction, "memory", None))

@@ -63,6 +63,7 @@ SEND = "send"
 TICK = "tick"
 TICK_LATENESS = "tick_lateness"
 OBS_TO_ACTION = "obs_to_action"
+GC_PAUSE = "gc_pause"
 
 BUILTIN_SECTIONS: dict[str, str] = {
     RECEIVE: "receive and decode one driver message (Dispatcher.handle), loop thread",
@@ -78,6 +79,7 @@ BUILTIN_SECTIONS: dict[str, str] = {
     SEND: "encode and send one action",
     TICK: "one whole control tick, all robots",
     TICK_LATENESS: "how late a tick started after its deadline",
+    GC_PAUSE: "one garbage collection in the daemon's process, on any thread (all wait for it)",
     OBS_TO_ACTION: "observation received -> first action sent from its chunk",
 }
 """Section name -> what it measures (table and /metrics help text)."""

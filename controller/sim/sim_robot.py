@@ -155,6 +155,7 @@ def main_sim_robot(
     camera_hz: float,
     json_lines: bool,
     robot: str = "sim-arm",
+    frames_in_place: bool | None = None,
 ) -> int:
     arm = SimulatedArm(joints, cameras)
     if state_size != len(joints):
@@ -165,7 +166,9 @@ def main_sim_robot(
             file=sys.stderr,
         )
         return 2
-    client = TempoClient(endpoint, robot, joints, cameras, state_size)
+    client = TempoClient(
+        endpoint, robot, joints, cameras, state_size, frames_in_place=frames_in_place
+    )
     client.connect()
     try:
         summary = run_driver(

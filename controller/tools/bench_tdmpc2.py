@@ -1,9 +1,9 @@
 """`tempo bench --tdmpc2` (also `python scripts/bench_tdmpc2.py`): TD-MPC2 per action, the
 official code's eager planner beside Tempo's tiers and fast mode.
 
-    tempo bench --tdmpc2 --device cuda                  # 5M and 48M, humanoid and dog
-    tempo bench --tdmpc2 --device cuda --sizes 5,48,317
-    tempo bench --tdmpc2 --device cpu --sizes 1,5 --iters 5
+    tempo bench --tdmpc2 --device cuda                  # 5M and 48M, humanoid
+    tempo bench --tdmpc2 --device cuda --tasks humanoid,dog --sizes 5,48,317
+    tempo bench --tdmpc2 --device cpu --sizes 1,5 --iters 5 --compute ""
 
 For each task shape (humanoid: 67 observations, 21 actions; dog: 223 and 38) and model size, in
 one process, on random weights:
@@ -17,14 +17,21 @@ one process, on random weights:
 - Tempo: every tier that passes start-up (graph, compiled, eager_half, eager_fp32 on CUDA;
   eager_fp32, and compiled with --cpu-compiled, on a CPU), timed through `Runner.predict` with the
   robot's memory carried from step to step (host state in, host chunk and mean out), and the
-  model alone with CUDA events; parity is the start-up error against eager FP32 on the codec's
-  fixed-noise examples.
+  model alone with CUDA events; parity is the start-up check against eager FP32 on the codec's
+  fixed-noise examples, once per variant:
+  - plan fp32 (`compute: fp32`): every tier plans in FP32; parity is the largest relative error
+    ("rel"), which must be within --parity-rtol;
+  - plan tf32 / plan bf16 (--compute): the reduced tiers (graph, compiled, eager_half) plan with
+    TF32 matmuls or pre-cast BF16 weights, eager_fp32 stays FP32; parity is the value regret
+    ("regret", policies.tdmpc2.parity: the fraction of planning's gain over random plans the
+    tier's plan gives up under the FP32 model), which must be within `parity_regret` (0.15);
+  - kernels: CUDA kernels per plan of the compiled tier (the graph tier replays the same ones),
+    counted with torch.profiler.
 - fast mode: the policy prior's mean rollout (`mode: prior`), served from its top tier.
 
-Tempo's planner computes in FP32 in every tier (`compute: fp32`): the tier labels say fp32
-whatever the runner's precision. --autocast adds a planner with half-precision matmuls, started
-whatever its parity error (reported: its elite choices can differ from FP32's). --tf32 allows
-TF32 matmuls process-wide, the reference included.
+The runner's --precision (autocast dtype) does not change the planner, which turns autocast off
+and plans in its own `compute`. --tf32 allows TF32 matmuls process-wide, the reference and every
+fp32 tier included (for comparison only).
 
 Prints one table per shape with the reference measured in the same run, and writes
 bench_tdmpc2.json under $OUT when set.
@@ -44,13 +51,12 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from controller.inference.build import resolve_device, start_runner
 from controller.inference.runner_config import RunnerConfig
+from controller.tools.tdmpc2_official import OfficialStylePlanner
 from policies.base import RobotContext
 from policies.tdmpc2.config import TDMPC2Config
-from policies.tdmpc2.model import StackedLinear, WorldModel
 from policies.tdmpc2.planner import TDMPC2Policy
 from policies.tdmpc2.serving import MEAN, random_tdmpc2_policy, tdmpc2_policy
 
@@ -59,103 +65,6 @@ log = logging.getLogger("bench_tdmpc2")
 TASKS = {"humanoid": (67, 21), "dog": (223, 38)}
 TARGETS_MS = {5: 1.0, 48: 2.5}  # planning p50 on an H100/H200 (issue 15)
 FAST_TARGET_MS = 0.15
-
-
-# ---- The reference: the official code's eager planner, structure included ----------------------
-
-
-class OfficialStylePlanner:
-    """Plans the way the official agent does, on Tempo's world-model weights (eager FP32)."""
-
-    def __init__(self, model: WorldModel, config: TDMPC2Config, device: torch.device) -> None:
-        self.m = model
-        self.c = config
-        self.device = device
-        self.prev_mean = torch.zeros(config.horizon, config.action_dim, device=device)
-
-    def two_hot_inv(self, x: torch.Tensor) -> torch.Tensor:
-        bins = torch.linspace(self.c.vmin, self.c.vmax, self.c.num_bins, device=x.device)
-        x = torch.sum(F.softmax(x, dim=-1) * bins, dim=-1, keepdim=True)
-        return torch.sign(x) * (torch.exp(torch.abs(x)) - 1)
-
-    def pi(self, z: torch.Tensor) -> torch.Tensor:
-        mean, log_std = self.m.pi(z).chunk(2, dim=-1)
-        log_std = self.m.log_std_min + 0.5 * self.m.log_std_dif * (torch.tanh(log_std) + 1)
-        eps = torch.randn_like(mean)
-        log_prob = (-0.5 * eps.pow(2) - log_std - 0.9189385175704956).sum(-1, keepdim=True)
-        scaled = log_prob * eps.shape[-1]
-        action = mean + eps * log_std.exp()
-        mean, action = torch.tanh(mean), torch.tanh(action)
-        log_prob = log_prob - torch.log(F.relu(1 - action.pow(2)) + 1e-6).sum(-1, keepdim=True)
-        _entropy = scaled / (log_prob + 1e-8)  # the official pi builds its info dict too
-        return action
-
-    def q_avg(self, z: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        h = torch.cat([z, a], dim=-1).unsqueeze(0)  # every head, as the vmapped ensemble does
-        layers = cast(list[StackedLinear], list(self.m.qs.layers))
-        for layer in layers:
-            h = torch.baddbmm(
-                layer.bias.unsqueeze(1), h.expand(layer.weight.shape[0], -1, -1),
-                layer.weight.transpose(1, 2),
-            )  # fmt: skip
-            if layer.ln is not None:
-                h = F.layer_norm(h, h.shape[-1:])
-                h = F.mish(h * layer.ln.weight.unsqueeze(1) + layer.ln.bias.unsqueeze(1))
-        heads = torch.randperm(self.c.num_q, device=h.device)[:2]
-        return self.two_hot_inv(h[heads]).sum(0) / 2
-
-    def estimate_value(self, z: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        g: torch.Tensor | float = 0.0
-        discount = 1.0
-        termination = torch.zeros(self.c.num_samples, 1, device=z.device)
-        for t in range(self.c.horizon):
-            za = torch.cat([z, actions[t]], dim=-1)
-            reward = self.two_hot_inv(self.m.reward(za))
-            z = self.m.dynamics(za)
-            g = g + discount * (1 - termination) * reward
-            discount = discount * self.c.discount
-        action = self.pi(z)
-        return g + discount * (1 - termination) * self.q_avg(z, action)
-
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor, t0: bool = False) -> torch.Tensor:
-        c, dev = self.c, self.device
-        obs = obs.to(dev, non_blocking=True).unsqueeze(0)
-        z = self.m.encoder(obs)
-        pi_actions = torch.empty(c.horizon, c.num_pi_trajs, c.action_dim, device=dev)
-        _z = z.repeat(c.num_pi_trajs, 1)
-        for t in range(c.horizon - 1):
-            pi_actions[t] = self.pi(_z)
-            _z = self.m.dynamics(torch.cat([_z, pi_actions[t]], dim=-1))
-        pi_actions[-1] = self.pi(_z)
-        z = z.repeat(c.num_samples, 1)
-        mean = torch.zeros(c.horizon, c.action_dim, device=dev)
-        std = torch.full((c.horizon, c.action_dim), c.max_std, dtype=torch.float, device=dev)
-        if not t0:
-            mean[:-1] = self.prev_mean[1:]
-        actions = torch.empty(c.horizon, c.num_samples, c.action_dim, device=dev)
-        actions[:, : c.num_pi_trajs] = pi_actions
-        for _ in range(c.planning_iterations):
-            r = torch.randn(c.horizon, c.num_samples - c.num_pi_trajs, c.action_dim, device=dev)
-            actions[:, c.num_pi_trajs :] = (mean.unsqueeze(1) + std.unsqueeze(1) * r).clamp(-1, 1)
-            value = self.estimate_value(z, actions).nan_to_num(0)
-            elite_idxs = torch.topk(value.squeeze(1), c.num_elites, dim=0).indices
-            elite_value, elite_actions = value[elite_idxs], actions[:, elite_idxs]
-            max_value = elite_value.max(0).values
-            score = torch.exp(c.temperature * (elite_value - max_value))
-            score = score / score.sum(0)
-            mean = (score.unsqueeze(0) * elite_actions).sum(dim=1) / (score.sum(0) + 1e-9)
-            std = (
-                (score.unsqueeze(0) * (elite_actions - mean.unsqueeze(1)) ** 2).sum(dim=1)
-                / (score.sum(0) + 1e-9)
-            ).sqrt()
-            std = std.clamp(c.min_std, c.max_std)
-        logits = score.squeeze(1).log()
-        gumbels = -torch.empty_like(logits).exponential_().log()
-        rand_idx = (logits + gumbels).softmax(0).argmax(-1)
-        chosen = torch.index_select(elite_actions, 1, rand_idx).squeeze(1)
-        self.prev_mean.copy_(mean)
-        return chosen[0].clamp(-1, 1).cpu()
 
 
 # ---- Timing ------------------------------------------------------------------------------------
@@ -191,7 +100,8 @@ def time_runner(runner: Any, obs_dim: int, args: argparse.Namespace) -> dict[str
         runner.use_tier(name)
         memory: dict[str, np.ndarray] = {}
         samples = []
-        for i in range(args.warmup + args.iters):
+        iters = args.iters if name in ("graph", "compiled") else args.eager_iters
+        for i in range(args.warmup + iters):
             context = RobotContext(
                 step=i, episode_start=i == 0, state_history=states[i % 8], memory=memory
             )
@@ -205,7 +115,7 @@ def time_runner(runner: Any, obs_dim: int, args: argparse.Namespace) -> dict[str
         result = {"step": percentiles(samples), "parity_error": reports[name]["parity_error"]}
         result["precision"] = reports[name]["precision"]
         if runner.status()["device"].startswith("cuda"):
-            result["model_gpu"] = percentiles(runner.time_device(name, args.iters))
+            result["model_gpu"] = percentiles(runner.time_device(name, iters))
         results[name] = result
         log.info("%s: p50 %.3f ms", name, result["step"]["p50_ms"])
     return results
@@ -218,6 +128,7 @@ def runner_config(args: argparse.Namespace, cuda: bool, parity_rtol: float) -> R
     return RunnerConfig(
         top_tier=top,  # type: ignore[arg-type]
         precision=args.precision,
+        compile_mode=args.compile_mode,
         cache_dir=Path(tempfile.mkdtemp(prefix="tempo-bench-tdmpc2-")),
         step_budget_ms=None,
         parity_rtol=parity_rtol,
@@ -227,10 +138,28 @@ def runner_config(args: argparse.Namespace, cuda: bool, parity_rtol: float) -> R
 def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any], float]]:
     """(label, config changes, parity_rtol) of each Tempo variant timed."""
     out: list[tuple[str, dict[str, Any], float]] = [("plan", {}, args.parity_rtol)]
-    if args.autocast:  # elite choices may differ from FP32: start it whatever its parity error
-        out.append(("plan-autocast", {"compute": "autocast"}, 1.0))
+    for compute in filter(None, args.compute.split(",")):
+        out.append((f"plan-{compute}", {"compute": compute}, args.parity_rtol))
     out.append(("fast", {"mode": "prior"}, args.parity_rtol))
     return out
+
+
+def kernels_per_plan(runner: Any, plans: int = 5) -> float | None:
+    """CUDA kernels one step of the compiled tier launches (the graph tier replays the same)."""
+    if "compiled" not in runner.ready_tiers:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    runner.time_device("compiled", 3)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        runner.time_device("compiled", plans)
+    kernels = [
+        e
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+        and not e.name.startswith(("Memcpy", "Memset"))
+    ]
+    return len(kernels) / plans
 
 
 def bench_one(task: str, size: int, device: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -262,14 +191,26 @@ def bench_one(task: str, size: int, device: str, args: argparse.Namespace) -> di
         row["variants"][label] = {
             "start_s": time.perf_counter() - began,
             "serving_tier": runner.tier,
+            "compute": variant.config.compute,
+            "parity": "rel" if variant.config.compute == "fp32" else "regret",
             "tiers": time_runner(runner, obs_dim, args),
         }
+        if cuda:
+            try:
+                row["variants"][label]["kernels"] = kernels_per_plan(runner)
+            except Exception as exc:  # a count is a nicety: never lose the timings for it
+                log.warning("kernel count failed: %s", exc)
         del runner
     return row
 
 
 def _line(
-    row: dict[str, Any], label: str, timing: dict, gpu: float | None, parity: float | None
+    row: dict[str, Any],
+    label: str,
+    timing: dict,
+    gpu: float | None,
+    parity: str = "",
+    kernels: float | None = None,
 ) -> str:
     cells = [
         f"{row['task']:9s}",
@@ -279,15 +220,16 @@ def _line(
         f"{timing['p99_ms']:9.3f}",
         f"{gpu:8.3f}" if gpu is not None else " " * 8,
         f"{row['reference']['p50_ms'] / timing['p50_ms']:7.1f}",
-        f"{parity:8.1e}" if parity is not None else " " * 8,
+        f"{parity:>15s}",
+        f"{kernels:8.0f}" if kernels is not None else " " * 8,
     ]
     return " ".join(cells)
 
 
 def print_table(rows: list[dict[str, Any]], device: str) -> None:
     print(f"\nTD-MPC2 per action on {device} (reference: official-style eager FP32, same run)")
-    names = ["task", "size", "variant", "p50 ms", "p99 ms", "GPU p50", "x ref", "parity"]
-    widths = [9, 5, 30, 9, 9, 8, 7, 8]
+    names = ["task", "size", "variant", "p50 ms", "p99 ms", "GPU p50", "x ref", "parity", "kernels"]
+    widths = [9, 5, 30, 9, 9, 8, 7, 15, 8]
     header = " ".join(
         f"{n:{w}s}" if i < 3 else f"{n:>{w}s}"
         for i, (n, w) in enumerate(zip(names, widths, strict=True))
@@ -295,13 +237,19 @@ def print_table(rows: list[dict[str, Any]], device: str) -> None:
     print(header)
     print("-" * len(header))
     for row in rows:
-        print(_line(row, "reference (official-style)", row["reference"], None, None))
+        print(_line(row, "reference (official-style)", row["reference"], None))
         for group, variant in row["variants"].items():
             for name, r in variant["tiers"].items():
                 gpu = r.get("model_gpu", {}).get("p50_ms")
-                compute = "fp32" if group != "plan-autocast" else r["precision"]
-                label = f"{group} {name} {compute}"
-                print(_line(row, label, r["step"], gpu, r["parity_error"]))
+                compute = "fp32" if name == "eager_fp32" else variant["compute"]
+                label = f"{group} {name} ({compute})"
+                error = r["parity_error"]
+                parity = f"{error:.1e} {variant['parity']}" if error is not None else ""
+                kernels = variant.get("kernels") if name in ("graph", "compiled") else None
+                print(_line(row, label, r["step"], gpu, parity, kernels))
+    for row in rows:
+        starts = ", ".join(f"{g} {v['start_s']:.0f} s" for g, v in row["variants"].items())
+        print(f"start-up {row['task']} {row['model_size']}M (compile, capture, parity): {starts}")
     if device.startswith("cuda"):
         print(
             "\nTargets (H100/H200): plan 5M p50 <= 1.0 ms, p99 <= 1.2 ms and >= 20x the "
@@ -315,10 +263,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     parser.add_argument("--sizes", help="model sizes, comma-separated (cuda: 5,48; cpu: 1,5)")
-    parser.add_argument("--tasks", default="humanoid,dog", help="humanoid, dog")
+    parser.add_argument("--tasks", default="humanoid", help="humanoid, dog (comma-separated)")
     parser.add_argument("--horizon", type=int, default=3)
     parser.add_argument("--iters", type=int, help="timed actions per variant (cuda 300, cpu 5)")
     parser.add_argument("--warmup", type=int, help="untimed actions first (cuda 20, cpu 2)")
+    parser.add_argument(
+        "--eager-iters", type=int, help="timed actions of the eager tiers (cuda 50, cpu --iters)"
+    )
     parser.add_argument("--top-tier", help="highest tier (default: graph on cuda)")
     parser.add_argument("--precision", choices=["fp16", "bf16"], default="fp16")
     parser.add_argument("--parity-rtol", type=float, default=1e-2)
@@ -327,7 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument(
-        "--autocast", action="store_true", help="also plan with half-precision matmuls"
+        "--compute",
+        default="tf32,bf16",
+        help="reduced-precision planners to time beside fp32 (comma-separated: tf32, bf16; "
+        "empty for none)",
+    )
+    parser.add_argument(
+        "--compile-mode", choices=["default", "max-autotune-no-cudagraphs"], default="default"
     )
     parser.add_argument(
         "--tf32",
@@ -344,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = True
     args.iters = args.iters or (300 if cuda else 5)
     args.warmup = args.warmup or (20 if cuda else 2)
+    args.eager_iters = args.eager_iters or (min(50, args.iters) if cuda else args.iters)
     sizes = [int(s) for s in (args.sizes or ("5,48" if cuda else "1,5")).split(",")]
     rows = []
     for task in args.tasks.split(","):

@@ -11,6 +11,14 @@
         else:
             robot.hold()                    # no fresh action: keep the current position
 
+Same host (an ipc:// endpoint): the daemon hands the client a ring of frame slots in shared
+memory, and observations travel as a header naming the slot; the frames never cross the
+socket. Write a camera straight into the next slot to skip even the one copy:
+
+        frames = client.frame_buffers()         # writable views of the next slot, or None
+        camera.read_into(frames["front"])
+        client.send_observation(frames, joint_positions)
+
 If the daemon restarts, the client notices (an `unknown_session` error, or silence) and makes a
 fresh handshake on a fresh socket by itself; until the new `welcome` it answers `hold`, and no
 action from before the restart is ever returned.
@@ -38,6 +46,7 @@ from controller.errors import (
 )
 from controller.wire.curve import ClientKeys, is_local_endpoint, load_client_keys
 from controller.wire.protocol import DEFAULT_LIMITS, Message, decode, encode
+from controller.wire.slot_ring import SlotRing
 from controller.wire.sockets import configure_common
 
 log = logging.getLogger(__name__)
@@ -74,6 +83,7 @@ class ClientCounters:
     lost: int = 0  # gaps in the daemon's action/hold sequence numbers
     duplicated: int = 0  # an action/hold sequence number seen twice (or going backwards)
     last_error: str = ""
+    frames_on_socket: int = 0  # frames in place, but every slot was the daemon's: sent instead
     error_codes: dict[str, int] = field(default_factory=dict)
 
 
@@ -93,8 +103,19 @@ class TempoClient:
         context: zmq.Context | None = None,
         client_secret_key: str | Path | None = None,
         server_public_key: str | Path | None = None,
+        frames_in_place: bool | None = None,
     ) -> None:
+        """`frames_in_place`: camera frames through a shared-memory ring instead of the
+        socket. None (default): when the endpoint is ipc:// and the daemon offers one; True:
+        required (connect raises HandshakeRefused if the daemon offers none); False: never."""
         self.endpoint = endpoint
+        self.frames_in_place = frames_in_place
+        self._ask_in_place = frames_in_place is True or (
+            frames_in_place is None and endpoint.startswith("ipc://")
+        )
+        self._ring: SlotRing | None = None
+        self._ring_next = 0
+        self._claimed: dict[str, np.ndarray] | None = None  # frame_buffers() not yet sent
         self.robot = robot
         self.spec = {
             "joints": list(joints),
@@ -174,7 +195,11 @@ class TempoClient:
         self._latest = None
         self._hello_sent_ns = time.monotonic_ns()
         self._last_heard_ns = self._hello_sent_ns
-        self._send("hello", {"spec": self.spec})
+        self._close_ring()
+        fields: dict[str, Any] = {"spec": self.spec}
+        if self._ask_in_place:
+            fields["frames_in_place"] = True
+        self._send("hello", fields)
 
     def _reconnect(self, why: str) -> None:
         self.counters.reconnects += 1
@@ -190,6 +215,77 @@ class TempoClient:
         self._socket.close(linger=0)
         self._socket = None
         self.welcome = None
+        self._close_ring()
+
+    # -- frames in place -------------------------------------------------------------------
+
+    @property
+    def frames_shared(self) -> bool:
+        """Whether this session's frames go through the daemon's shared-memory ring."""
+        return self._ring is not None
+
+    def frame_buffers(self) -> dict[str, np.ndarray] | None:
+        """Writable views of the next frame slot, one (height, width, 3) uint8 array per
+        camera, for a camera to write into; pass them (the same dict) to `send_observation`,
+        which then sends only the header. The slot is the daemon's from that send until it
+        has finished with the observation: write only into what this returns, before sending.
+        None without a ring, or while the daemon holds every slot (send arrays then)."""
+        ring = self._ring
+        if ring is None:
+            return None
+        if self._claimed is None:
+            index = self._free_slot()
+            if index is None:
+                return None
+            ring.begin(index)  # odd: a daemon reading it now would refuse it
+            arrays = ring.arrays(index)
+            self._ring_next = index
+            self._claimed = {name: arrays[name] for name in self._camera_shapes}
+        return self._claimed
+
+    def _free_slot(self) -> int | None:
+        """The next slot round robin that the daemon does not hold, or None (all held)."""
+        ring = self._ring
+        if ring is None:
+            return None
+        for offset in range(ring.count):
+            index = (self._ring_next + offset) % ring.count
+            if ring.free(index):
+                return index
+        return None
+
+    def _attach_ring(self, offer: Any) -> None:
+        """Map the ring the daemon offered in welcome; its camera parts must be this driver's."""
+        try:
+            parts = [
+                (str(n), tuple(int(d) for d in shape), str(t)) for n, shape, t in offer["parts"]
+            ]
+            ring = SlotRing.attach(str(offer["path"]), parts, int(offer["slots"]))
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            if self.frames_in_place:
+                raise HandshakeRefused(
+                    ErrorCode.FRAME_SLOT.value,
+                    f"the daemon's frame ring cannot be used here ({exc}); run the driver as "
+                    "the daemon's user on its host, or pass frames_in_place=False",
+                ) from None
+            log.warning("frames go through the socket: the daemon's frame ring cannot be "
+                        "used here (%s)", exc)  # fmt: skip
+            return
+        declared = {name: (shape, "uint8") for name, shape in self._camera_shapes.items()}
+        offered = {name: (shape, dtype) for name, shape, dtype in ring.parts}
+        if any(offered.get(name) != part for name, part in declared.items()):
+            ring.close()
+            raise HandshakeRefused(
+                ErrorCode.FRAME_SLOT.value,
+                "the daemon's frame ring does not hold this driver's cameras; upgrade the "
+                "older of driver and daemon",
+            )
+        self._ring, self._ring_next, self._claimed = ring, 0, None
+
+    def _close_ring(self) -> None:
+        if self._ring is not None:
+            self._ring.close()
+        self._ring, self._claimed = None, None
 
     def __enter__(self) -> TempoClient:
         self.connect()
@@ -242,8 +338,10 @@ class TempoClient:
         Raises ObservationError, before sending anything, when the observation does not fit
         what this client declared: camera names, frames uint8 (height, width, 3), state and
         teleop lengths, finite values."""
-        arrays: dict[str, np.ndarray] = dict(images)  # checked first, connected or not
-        self._check_images(arrays)
+        in_place = images is self._claimed and self._claimed is not None
+        arrays: dict[str, np.ndarray] = {} if in_place else dict(images)
+        if not in_place:
+            self._check_images(arrays)  # checked first, connected or not
         arrays["state"] = self._checked_vector(state, "state", self._state_size)
         if teleop is not None:
             arrays["teleop"] = self._checked_vector(teleop, "teleop", self._n_joints)
@@ -256,6 +354,26 @@ class TempoClient:
             fields["resume"] = True
         if episode_start:
             fields["episode_start"] = True
+        ring = self._ring
+        if ring is not None:
+            if in_place:
+                index: int | None = self._ring_next
+            else:
+                if self._claimed is not None:  # buffers taken but frames sent otherwise
+                    ring.end(self._ring_next)
+                    self._claimed = None
+                index = self._free_slot()
+            if index is None:  # the daemon holds every slot: these frames go on the socket
+                self.counters.frames_on_socket += 1
+            else:
+                if in_place:
+                    generation = ring.end(index)
+                    self._claimed = None
+                else:
+                    frames = {n: arrays.pop(n) for n in self._camera_shapes}
+                    generation = ring.write(index, frames)
+                self._ring_next = (index + 1) % ring.count
+                fields["frame_slot"] = {"index": index, "generation": generation}
         return self._send("obs", fields, arrays)
 
     def _check_images(self, images: Mapping[str, Any]) -> None:
@@ -359,6 +477,15 @@ class TempoClient:
         header = message.header
         if message.kind == "welcome":
             self._last_daemon_seq = 0
+            offer = header.get("frame_ring")
+            if offer is not None:
+                self._attach_ring(offer)
+            elif self.frames_in_place:
+                raise HandshakeRefused(
+                    ErrorCode.FRAME_SLOT.value,
+                    "the daemon offers no frame ring (frames in place need an ipc:// endpoint "
+                    "on this host); pass frames_in_place=None or False",
+                )
             self.welcome = Welcome(
                 header["session"],
                 float(header["control_hz"]),
@@ -371,6 +498,20 @@ class TempoClient:
             self.counters.errors += 1
             self.counters.error_codes[code] = self.counters.error_codes.get(code, 0) + 1
             self.counters.last_error = f"{code}: {text}"
+            if (
+                self.welcome is None
+                and self._ask_in_place
+                and self.frames_in_place is None
+                and code == ErrorCode.MALFORMED.value
+                and "frames_in_place" in text
+            ):
+                # A daemon older than frames in place refuses the hello field: ask again
+                # without it, and send frames through the socket.
+                log.info("the daemon at %s predates frames in place; frames go through the "
+                         "socket", self.endpoint)  # fmt: skip
+                self._ask_in_place = False
+                self._send_hello()
+                return
             if self.welcome is None and code != ErrorCode.UNKNOWN_SESSION.value:
                 if raise_refusal:
                     raise HandshakeRefused(code, text)

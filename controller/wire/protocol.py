@@ -60,8 +60,10 @@ _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "error": {"code": str, "message": str},
 }
 _OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "obs": {"resume": bool, "episode_start": bool},
-    "welcome": {"limits": dict},
+    # Frames in place (same host): hello asks, welcome hands over the ring, obs names the slot.
+    "hello": {"frames_in_place": bool},
+    "obs": {"resume": bool, "episode_start": bool, "frame_slot": dict},
+    "welcome": {"limits": dict, "frame_ring": dict},
     "error": {"session": str, "ref_seq": int},
 }
 

@@ -79,14 +79,15 @@ class Normalizer(nn.Module):
 
     def input_bounds(self, limit: float) -> tuple[torch.Tensor, torch.Tensor]:
         """(low, high): the raw values whose normalized value lies within +-limit (the inverse
-        of `normalize` at -limit and +limit), float64, of the feature's shape."""
+        of `normalize` at -limit and +limit), float64 on the CPU (host-side checks use them,
+        wherever the module lives), of the feature's shape."""
         edges = torch.full((2, *self.shape), limit, dtype=torch.float64)
         edges[0] = -limit
         if self.mode == "mean_std":
-            mean, std = self.mean.double(), self.std.double()
+            mean, std = self.mean.double().cpu(), self.std.double().cpu()
             raw = edges * (std + self.eps) + mean
         elif self.mode == "min_max":
-            low, high = self.min.double(), self.max.double()
+            low, high = self.min.double().cpu(), self.max.double().cpu()
             raw = (edges + 1) / 2 * self._range(low, high) + low
         else:
             raw = edges

@@ -24,10 +24,17 @@ One plan (`mode: plan`):
 4. One elite sequence is drawn by a Gumbel-max draw over the final scores; with `explore` the
    final std times standard-normal noise is added; clamped to [-1, 1]; mapped to robot units.
 
-Numerics: with `compute: fp32` (the default) the module turns autocast off, so every tier plans
-in FP32; MPPI's elite choices are discontinuous in the predicted values, and half-precision
-matmuls flip some of them against FP32 (measured on a random 1M agent: 2 of 4 fixed-noise plans
-chose another elite in FP16), so only FP32 tiers agree with the reference to parity_rtol.
+Numerics (`compute`): the module turns the runner's autocast off. With `fp32` every tier plans
+in FP32 and makes the reference's elite choices (parity is elementwise). MPPI's elite choices are
+discontinuous in the predicted values, so reduced precision flips some of them against FP32 and
+elementwise parity is meaningless there: with `tf32` (TF32 matmuls, through the policy's
+`precision_scope`, entered by the runner around its reduced-precision tiers only) or `bf16`
+(weights pre-cast once in `PlannerWeights`, FP32 decodes and MPPI statistics) the reduced tiers
+(those the runner runs under autocast) plan in that precision, eager FP32 stays true FP32, and
+parity is the value regret of `policies.tdmpc2.parity`. The inner loop runs on
+`policies.tdmpc2.fused` (dynamics and reward fused, padded for aligned matmuls); with fixed
+noise in FP32 it equals the plain reference planner of the tests to 1e-5. Fast mode runs the
+model itself: FP32 (TF32 matmuls under `tf32`; `bf16` does not change it).
 
 The whole sequence is returned, not only its first action: played newest-first
 (`inference.ensemble: newest`), a plan that lands every step gives the robot the official
@@ -47,12 +54,15 @@ horizon through the dynamics (its first action is the official fast mode's actio
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from policies.tdmpc2.config import TDMPC2Config
+from policies.tdmpc2.fused import PlannerWeights
 from policies.tdmpc2.model import WorldModel
 
 
@@ -125,10 +135,21 @@ class TDMPC2Policy(nn.Module):
         bank_uniform = torch.rand(self.n_uniform, generator=generator).clamp(1e-6, 1 - 1e-6)
         self.register_buffer("bank_normal", bank_normal, persistent=False)
         self.register_buffer("bank_uniform", bank_uniform, persistent=False)
+        # The dynamics and reward heads fused for the inner loop (FP32), and with `bf16` every
+        # planning weight pre-cast: derived from the model, never saved (see fused.py).
+        self.fused = PlannerWeights(self.model)
+        self.fused_half = (
+            PlannerWeights(self.model, torch.bfloat16) if config.compute == "bf16" else None
+        )
 
     @property
     def policy_type(self) -> str:
         return "tdmpc2"
+
+    def extra_repr(self) -> str:
+        # In repr, hence in the runner's compile-cache key: the settings that change the graph.
+        c = self.config
+        return f"mode={c.mode}, compute={c.compute}, horizon={c.horizon}, samples={c.num_samples}"
 
     def noise_bank(self) -> NoiseBank:
         """The fixed noise a plan uses where `fixed_noise` is 1."""
@@ -142,12 +163,21 @@ class TDMPC2Policy(nn.Module):
         episode_start: torch.Tensor,
         fixed_noise: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.config.compute == "autocast":  # a setting, fixed at construction
-            actions, mean = self._step(obs, prev_mean, episode_start, fixed_noise)
-        else:  # fp32: keep the runner's autocast out, so every tier makes FP32's choices
-            with torch.autocast(obs.device.type, enabled=False):
-                actions, mean = self._step(obs, prev_mean, episode_start, fixed_noise)
+        # The runner runs its reduced-precision tiers under autocast: the cue for `bf16` to plan
+        # on its pre-cast weights (a trace-time constant under torch.compile, no data branch).
+        reduced = torch.is_autocast_enabled(obs.device.type) and self.fused_half is not None
+        weights = self.fused_half if reduced and self.fused_half is not None else self.fused
+        with torch.autocast(obs.device.type, enabled=False):
+            actions, mean = self._step(obs, prev_mean, episode_start, fixed_noise, weights)
         return actions.float(), mean.float()
+
+    def precision_scope(self) -> contextlib.AbstractContextManager[object]:
+        """What the runner enters around its reduced-precision tiers (build, capture, run) and
+        never around eager FP32: TF32 matmuls for `compute: tf32`, nothing otherwise. The flag is
+        process-wide and torch.compile guards on it, so it is set only there, and restored."""
+        if self.config.compute != "tf32":
+            return contextlib.nullcontext()
+        return tf32_matmuls()
 
     def _step(
         self,
@@ -155,6 +185,7 @@ class TDMPC2Policy(nn.Module):
         prev_mean: torch.Tensor,
         episode_start: torch.Tensor,
         fixed_noise: torch.Tensor,
+        weights: PlannerWeights,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.config.mode == "prior":
             plan = self.prior_rollout(obs)
@@ -167,7 +198,7 @@ class TDMPC2Policy(nn.Module):
         normal = torch.where(fixed, self.bank_normal, normal)
         uniform = torch.where(fixed, self.bank_uniform, uniform.clamp(1e-6, 1 - 1e-6))
         noise = split_noise(self.config, normal, uniform)
-        actions, mean = self.plan(obs, prev_mean, episode_start, noise)
+        actions, mean = self.plan(obs, prev_mean, episode_start, noise, weights)
         return self.to_robot(actions), mean
 
     def to_robot(self, actions: torch.Tensor) -> torch.Tensor:
@@ -195,11 +226,14 @@ class TDMPC2Policy(nn.Module):
         prev_mean: torch.Tensor,
         episode_start: torch.Tensor,
         noise: NoiseBank,
+        weights: PlannerWeights | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One MPPI plan for noise `noise` (batched NoiseBank): (chosen actions, final mean),
-        both (B, horizon, action) in [-1, 1]."""
+        both (B, horizon, action) in [-1, 1]. `weights`: the inference layout to plan on (the
+        FP32 one by default)."""
+        w = weights if weights is not None else self.fused
         c, m = self.config, self.model
-        batch, horizon, n, p = obs.shape[0], c.horizon, c.num_samples, c.num_pi_trajs
+        batch, horizon, p = obs.shape[0], c.horizon, c.num_pi_trajs
         z = m.encode(obs)  # (B, latent)
 
         # Trajectories of the policy prior.
@@ -216,14 +250,16 @@ class TDMPC2Policy(nn.Module):
         warm = (1.0 - episode_start.reshape(batch, 1, 1)) * prev_mean
         mean = torch.cat([warm[:, 1:], torch.zeros_like(warm[:, :1])], dim=1)
         std = torch.full_like(mean, c.max_std)
-        z_all = z.unsqueeze(1).expand(batch, n, z.shape[-1])
+        # Every sample starts from the same z: its part of the first layers, once per plan.
+        z_first = w.first_z(z.to(w.first_w.dtype)).unsqueeze(1)  # (B, 1, 2 mlp)
 
+        heads = torch.topk(noise.head_keys, 2, dim=-1).indices  # (B, iterations, 2), at once
         score = elite_actions = None
         for i in range(c.planning_iterations):
             sampled = mean.unsqueeze(2) + std.unsqueeze(2) * noise.sample_eps[:, i]
             actions = torch.cat([prior, sampled.clamp(-1, 1)], dim=2)  # (B, H, N, A)
-            heads = torch.topk(noise.head_keys[:, i], 2, dim=-1).indices  # (B, 2)
-            value = self.estimate_value(z_all, actions, noise.value_eps[:, i], heads)
+            padded = w.pad_actions(actions)  # the layout's input width (see fused.py)
+            value = self.estimate_value(z_first, padded, noise.value_eps[:, i], heads[:, i], w)
             value = value.nan_to_num(0.0)  # (B, N)
             elite_value, elite_index = torch.topk(value, c.num_elites, dim=1)  # (B, E)
             index = elite_index[:, None, :, None].expand(batch, horizon, c.num_elites, c.action_dim)
@@ -248,20 +284,51 @@ class TDMPC2Policy(nn.Module):
         return chosen.clamp(-1, 1), mean
 
     def estimate_value(
-        self, z: torch.Tensor, actions: torch.Tensor, pi_eps: torch.Tensor, heads: torch.Tensor
+        self,
+        z_first: torch.Tensor,
+        actions: torch.Tensor,
+        pi_eps: torch.Tensor,
+        heads: torch.Tensor,
+        w: PlannerWeights,
     ) -> torch.Tensor:
         """Discounted predicted rewards of each action sequence, plus the discounted mean of the
-        chosen Q heads at the horizon: z (B, N, latent), actions (B, H, N, A) -> (B, N)."""
+        chosen Q heads at the horizon: z_first (B, 1, 2 mlp) (the shared start latent's part of
+        the first layers), actions (B, H, N, A + action_pad) (`PlannerWeights.pad_actions`)
+        -> (B, N)."""
         c, m = self.config, self.model
-        ret = torch.zeros_like(z[..., :1])
-        alive = torch.ones_like(ret)  # 1 until the model predicts termination (episodic)
+        dtype = w.first_w.dtype
+        z, h = w.step(z_first + w.first_a(actions[:, 0].to(dtype)))
+        hidden, alive = [h], [torch.ones_like(actions[:, 0, :, :1])]
+        for t in range(c.horizon):
+            if m.termination is not None:  # a property of the model, not of the data
+                ended = m.terminated(z.float()) if w.dtype is None else w.terminated(z)
+                alive.append(alive[-1] * (1.0 - ended))
+            if t + 1 < c.horizon:
+                z, h = w.step_za(z, actions[:, t + 1].to(dtype))
+                hidden.append(h)
+        rewards = w.rewards(torch.stack(hidden), self.model.bins)  # (H, B, N, 1), one matmul
+        ret = torch.zeros_like(alive[0])
         discount = 1.0
         for t in range(c.horizon):
-            reward = m.reward_value(z, actions[:, t])
-            z = m.next(z, actions[:, t])
-            ret = ret + discount * alive * reward
+            live = alive[min(t, len(alive) - 1)]  # not ended before step t (always, not episodic)
+            ret = ret + discount * live * rewards[t]
             discount *= c.discount
-            if m.termination is not None:  # a property of the model, not of the data
-                alive = alive * (1.0 - m.terminated(z))
-        final = m.pi_sample(z, pi_eps)
-        return (ret + discount * alive * m.q_avg(z, final, heads)).squeeze(-1)
+        if w.dtype is None:
+            final = m.pi_sample(z, pi_eps)
+        else:
+            final = w.pi_sample(z, pi_eps, m.log_std_min, m.log_std_dif)
+        q = w.q_avg(z, final, heads, m.bins)
+        return (ret + discount * alive[-1] * q).squeeze(-1)
+
+
+@contextlib.contextmanager
+def tf32_matmuls() -> Iterator[None]:
+    """TF32 for FP32 matmuls (cuBLAS and cuDNN) inside the block; the previous flags after."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn

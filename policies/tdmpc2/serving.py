@@ -23,6 +23,7 @@ import numpy as np
 from policies.base import PolicySpec, RobotContext
 from policies.inputs import InputCodec, TensorInput
 from policies.tdmpc2.config import TDMPC2Config, tdmpc2_spec
+from policies.tdmpc2.parity import ValueRegret
 from policies.tdmpc2.planner import TDMPC2Policy
 from policies.tensor_policy import TensorPolicy
 
@@ -81,21 +82,35 @@ class TDMPC2Codec(InputCodec):
 
 
 def tdmpc2_policy(module: TDMPC2Policy, spec: PolicySpec | None = None) -> TensorPolicy:
-    """The TensorPolicy of a TD-MPC2 module (its codec attached); `spec` defaults to the one its
-    config implies (joints joint_0, ...)."""
+    """The TensorPolicy of a TD-MPC2 module (its codec attached; in reduced-precision compute,
+    its value-regret parity measure); `spec` defaults to the one its config implies (joints
+    joint_0, ...)."""
     spec = spec or tdmpc2_spec(module.config)
-    return TensorPolicy(spec=spec, module=module, codec=TDMPC2Codec(spec, module.config))
+    c = module.config
+    parity = ValueRegret(module, c.parity_regret) if c.compute != "fp32" else None
+    codec = TDMPC2Codec(spec, c)
+    return TensorPolicy(spec=spec, module=module, codec=codec, parity=parity)
 
 
 def with_mode(policy: TensorPolicy, mode: Literal["plan", "prior"]) -> TensorPolicy:
     """The same agent planning (`plan`) or in fast mode (`prior`), sharing the world model's
     weights with `policy`."""
+    return _with(policy, mode=mode)
+
+
+def with_compute(policy: TensorPolicy, compute: Literal["fp32", "tf32", "bf16"]) -> TensorPolicy:
+    """The same agent planning in another precision (TDMPC2Config.compute), sharing the world
+    model's weights with `policy`."""
+    return _with(policy, compute=compute)
+
+
+def _with(policy: TensorPolicy, **changes: str) -> TensorPolicy:
     module = policy.module
     if not isinstance(module, TDMPC2Policy):
-        raise ValueError(f"a {type(module).__name__} policy has no planner mode")
-    if module.config.mode == mode:
+        raise ValueError(f"a {type(module).__name__} policy has no planner settings")
+    if all(getattr(module.config, key) == value for key, value in changes.items()):
         return policy
-    config = module.config.model_copy(update={"mode": mode})
+    config = module.config.model_copy(update=changes)
     return tdmpc2_policy(TDMPC2Policy(config, model=module.model).eval(), policy.spec)
 
 

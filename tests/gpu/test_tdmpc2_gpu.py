@@ -1,6 +1,7 @@
 """TD-MPC2 on a GPU: the whole MPPI plan captured as one CUDA graph, parity of every tier with
 eager FP32 on fixed noise, fresh device-generator noise on every replay, the plan mean carried
-as memory without recompiles or demotions, and fast mode in its own graph."""
+as memory without recompiles or demotions, fast mode in its own graph, and the reduced-precision
+planners (TF32, BF16) passing their value-regret parity while eager FP32 stays true FP32."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ from controller.inference.runner import Runner  # noqa: E402
 from controller.inference.runner_config import RunnerConfig  # noqa: E402
 from policies.base import RobotContext  # noqa: E402
 from policies.tdmpc2.config import TDMPC2Config  # noqa: E402
-from policies.tdmpc2.serving import FIXED_NOISE, MEAN, random_tdmpc2_policy, with_mode  # noqa: E402
+from policies.tdmpc2.planner import TDMPC2Policy  # noqa: E402
+from policies.tdmpc2.serving import (  # noqa: E402
+    FIXED_NOISE,
+    MEAN,
+    random_tdmpc2_policy,
+    tdmpc2_policy,
+    with_mode,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -77,3 +85,29 @@ def test_fast_mode_graph(gpu_cache_dir) -> None:  # type: ignore[no-untyped-def]
     a = prior.predict({}, context(3)).actions
     b = prior.predict({}, context(3)).actions
     np.testing.assert_array_equal(a, b)  # the prior's mean: no noise
+
+
+@pytest.mark.parametrize("compute", ["tf32", "bf16"])
+def test_reduced_precision_tiers_pass_value_regret_and_eager_fp32_stays_fp32(
+    gpu_cache_dir, compute: str
+) -> None:  # type: ignore[no-untyped-def]
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
+    fp32 = random_tdmpc2_policy(CONFIG)
+    reduced = tdmpc2_policy(
+        TDMPC2Policy(CONFIG.model_copy(update={"compute": compute}), model=fp32.module.model)
+    )
+    config = RunnerConfig(cache_dir=gpu_cache_dir, step_budget_ms=None, parity_observations=4)
+    runner = Runner(reduced, config, device="cuda")
+    runner.start()
+    assert runner.tier == "graph"
+    for tier in runner.status()["tiers"]:  # type: ignore[union-attr]
+        assert tier["state"] == "ready" and tier["parity_error"] <= CONFIG.parity_regret, tier
+    mean = np.zeros((CONFIG.horizon, CONFIG.action_dim), dtype=np.float32)
+    fixed = {MEAN: mean, FIXED_NOISE: np.ones(1, dtype=np.float32)}
+    runner.use_tier("eager_fp32")
+    eager = runner.predict({}, context(5, fixed))
+    assert torch.backends.cuda.matmul.allow_tf32 == tf32_before  # the tier scope restored it
+    reference = Runner(fp32, RunnerConfig(top_tier="eager_fp32", cache_dir=None), device="cuda")
+    reference.start()
+    expected = reference.predict({}, context(5, fixed))
+    np.testing.assert_allclose(eager.actions, expected.actions, rtol=1e-5, atol=1e-5)  # not TF32

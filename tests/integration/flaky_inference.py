@@ -11,14 +11,19 @@ import sys
 
 if __name__ == "__main__":
     marker = sys.argv[1]
-    if os.path.exists(marker):
-        os.unlink(marker)
-        import controller.inference.runner as runner_module
+    import controller.inference.runner as runner_module
 
-        def die(*_args: object, **_kwargs: object) -> None:
+    check_parity = runner_module.check_parity
+
+    def die_while_marked(*args: object, **kwargs: object) -> object:
+        # Looked at when the check runs, not when the process starts: a standby process is
+        # started long before it builds.
+        if os.path.exists(marker):
+            os.unlink(marker)
             os._exit(5)
+        return check_parity(*args, **kwargs)
 
-        runner_module.check_parity = die  # type: ignore[assignment]
+    runner_module.check_parity = die_while_marked  # type: ignore[assignment]
     from controller.cli import main
 
     sys.exit(main(sys.argv[2:]))

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.action.guards import GuardsConfig
+from controller.action.guards_config import GuardsConfig
 from controller.observe.status_server import request_status
 from policies.base import Prediction
 from tests.conftest import (

@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from zmq.utils.monitor import recv_monitor_message
 
-from controller.action.guards import GuardsConfig
+from controller.action.guards_config import GuardsConfig
 from controller.errors import ErrorCode
 from controller.observe.histogram import window
 from controller.observe.status_server import StatusServer, request_status

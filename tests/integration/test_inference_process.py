@@ -143,6 +143,26 @@ def test_a_restart_that_dies_during_its_startup_checks_is_retried(tmp_path: Path
     assert policy.pid is None  # stop() waited for the process
 
 
+def test_a_restart_builds_in_the_standby_process_and_stop_ends_both(tmp_path: Path) -> None:
+    policy = _remote(tmp_path, tmp_path / "no-marker")
+    policy.start()
+    try:
+        first, spare = policy.pid, policy.standby_pid
+        assert spare is not None and spare != first
+        assert policy.status()["process"]["standby_pid"] == spare
+        wait_for(lambda: policy.status()["process"]["standby_ready"], 60)  # imports done
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: not policy.serving, 10)
+        wait_for(lambda: policy.serving, 60)
+        assert policy.pid == spare  # the spare took over: no fresh interpreter was started
+        next_spare = wait_for(lambda: policy.standby_pid, 10)
+        assert next_spare not in (first, spare)
+    finally:
+        policy.stop()
+    assert policy.pid is None and policy.standby_pid is None
+    wait_for(lambda: not Path(f"/proc/{next_spare}").exists() or _zombie(next_spare), 10)
+
+
 def test_the_inference_process_ends_when_the_control_process_dies(tmp_path: Path) -> None:
     with daemon_process(tmp_path) as daemon:
         child = wait_for(lambda: _child_pid(tmp_path))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from controller.action.guards import GuardsConfig, Verdict
+from controller.action.guards import Verdict
+from controller.action.guards_config import GuardsConfig
 from controller.action.pipeline import ActionPipeline
 from controller.action.teleop import TeleopConfig
 from policies.base import PolicySpec

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -129,3 +134,18 @@ def test_whose_fault_a_failed_request_is(error: Exception, kind: str) -> None:
     from controller.inference.process_server import reply_kind
 
     assert reply_kind(error) == kind
+
+
+def test_slot_files_of_a_dead_process_are_removed_at_the_next_create(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphan = tmp_path / f"tempo-slots-{dead.pid}-0000abcd"
+    orphan.write_bytes(b"left by a killed control process")
+    live = tmp_path / f"tempo-slots-{os.getpid()}-0000abcd"
+    live.write_bytes(b"still in use")
+    slots = FrameSlots.create(SPEC, 2, directory=str(tmp_path))
+    try:
+        assert not orphan.exists()
+        assert live.exists() and slots.path.exists()
+    finally:
+        slots.close()

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from controller.action.guards import GuardChain, GuardsConfig, Verdict
+from controller.action.guards import GuardChain, Verdict
+from controller.action.guards_config import GuardsConfig
 
 JOINTS = ("shoulder", "elbow", "wrist")
 MS = 1_000_000  # ns per ms

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from controller.action.guards import GuardChain, GuardsConfig, Verdict
+from controller.action.guards import GuardChain, Verdict
+from controller.action.guards_config import GuardsConfig
 from controller.action.teleop import TeleopConfig, TeleopMixer
 
 JOINTS = ("base", "shoulder", "elbow", "gripper")

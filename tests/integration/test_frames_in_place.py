@@ -1,0 +1,193 @@
+"""Same-host drivers write camera frames in place: a real daemon on an ipc:// endpoint, its
+policy in a real inference process, and the real client. The frames travel through the
+session's shared-memory ring (the inference process reads the driver's slot itself), and the
+observation's message carries only its header and state."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from controller.errors import HandshakeRefused
+from controller.inference.remote_policy import RemotePolicy
+from controller.wire import protocol
+from controller.wire.client import Command, TempoClient
+from tests.conftest import ipc_config, running_daemon, wait_for
+from tests.integration.frame_policy_inference import SLOW_PIXEL, expected_action
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="shared memory in /dev/shm")
+
+CHILD = Path(__file__).with_name("frame_policy_inference.py")
+JOINTS = [f"joint_{i}" for i in range(6)]
+STATE = np.zeros(6, np.float32)
+
+
+@pytest.fixture(scope="module")
+def policy() -> Iterator[RemotePolicy]:
+    policy = RemotePolicy([sys.executable, str(CHILD)], hang_timeout_s=5.0)
+    policy.start()
+    yield policy
+    policy.stop()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, policy: RemotePolicy) -> Iterator[Any]:
+    # newest: every action is a row of the newest chunk, a function of one frame only
+    config = ipc_config(tmp_path, "inference.ensemble=newest", "control.rate_hz=100")
+    with running_daemon(config, policy) as daemon:
+        yield daemon
+
+
+def client(daemon: Any, robot: str, frames_in_place: bool | None) -> TempoClient:
+    c = TempoClient(
+        daemon.endpoint,
+        robot,
+        JOINTS,
+        {"front": (96, 128)},
+        6,
+        frames_in_place=frames_in_place,
+        handshake_timeout_s=10.0,
+    )
+    c.connect()
+    return c
+
+
+def frame(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (96, 128, 3), dtype=np.uint8)
+
+
+def action_for(c: TempoClient, send: Callable[[], int | None], timeout: float = 20.0) -> Command:
+    """Send an observation (again every 20 ms, as a driver streams: one observation alone goes
+    stale while another robot's inference runs) until an action planned from one comes."""
+    first = send()
+    assert first is not None
+    deadline = time.monotonic() + timeout
+    next_send = time.monotonic() + 0.02
+    while time.monotonic() < deadline:
+        command = c.receive(timeout_s=0.005)
+        if command.kind == "action" and command.obs_seq >= first:
+            return command
+        if time.monotonic() >= next_send:
+            send()
+            next_send += 0.02
+    raise AssertionError(f"no action from observation {first} on: {c.counters}")
+
+
+def test_frames_written_in_place_give_the_actions_of_frames_sent_on_the_socket(
+    daemon: Any, policy: RemotePolicy
+) -> None:
+    shared = client(daemon, "shared", None)  # ipc: asks for a ring by default
+    copied = client(daemon, "copied", False)
+    try:
+        assert shared.frames_shared and not copied.frames_shared
+        for seed in range(6):
+            image = frame(seed)
+            if seed % 2:  # the camera writes straight into the slot
+
+                def send(image: np.ndarray = image) -> int | None:
+                    buffers = shared.frame_buffers()
+                    assert buffers is not None
+                    buffers["front"][:] = image
+                    return shared.send_observation(buffers, STATE)
+
+            else:  # an ordinary array, copied into the slot by the client
+
+                def send(image: np.ndarray = image) -> int | None:
+                    return shared.send_observation({"front": image}, STATE)
+
+            in_place = action_for(shared, send).action
+            ring = shared._ring
+            assert ring is not None
+            # Once the daemon has served or dropped the observations, their slots are free.
+            wait_for(lambda ring=ring: all(ring.free(i) for i in range(ring.count)))
+            on_socket = action_for(
+                copied, lambda image=image: copied.send_observation({"front": image}, STATE)
+            ).action
+            np.testing.assert_array_equal(in_place, on_socket)
+            np.testing.assert_allclose(in_place, expected_action(image), rtol=1e-6)
+        # The inference process read the driver's ring itself: no copy in the control process.
+        assert len(policy._rings) == 1
+        assert shared.counters.errors == 0 and copied.counters.errors == 0
+        # While the daemon holds every slot, the client sends the frames on the socket.
+        for index in range(ring.count):
+            ring.hold(index, 10**9)
+        assert shared.frame_buffers() is None
+        image = frame(9)
+        served = action_for(shared, lambda: shared.send_observation({"front": image}, STATE))
+        np.testing.assert_allclose(served.action, expected_action(image), rtol=1e-6)
+        assert shared.counters.frames_on_socket >= 1
+        for index in range(ring.count):
+            ring.release(index, 10**9)
+        ring_file = shared._ring.path if shared._ring is not None else None
+    finally:
+        shared.close()
+        copied.close()
+    # The session ended with bye: its ring's file in /dev/shm is gone.
+    assert ring_file is not None
+    wait_for(lambda: not ring_file.exists())
+
+
+def test_a_slot_written_after_it_was_sent_is_refused_and_others_are_served(
+    daemon: Any, policy: RemotePolicy
+) -> None:
+    rogue = client(daemon, "rogue", True)
+    good = client(daemon, "good", False)
+    try:
+        action_for(rogue, lambda: rogue.send_observation({"front": frame(1)}, STATE))
+        # A frame the policy takes long over; the driver writes its slot again meanwhile.
+        buffers = rogue.frame_buffers()
+        assert buffers is not None
+        buffers["front"][:] = SLOW_PIXEL
+        index = rogue._ring_next
+        slow_seq = rogue.send_observation(buffers, STATE)
+        # The daemon has accepted it (the slot was intact then) and the policy is reading it.
+        wait_for(lambda: any(s.last_obs_seq == slow_seq for s in daemon.dispatcher.session_list))
+        time.sleep(0.1)
+        ring = rogue._ring
+        assert ring is not None
+        ring.begin(index)
+        ring.arrays(index)["front"][:] = 0
+        ring.end(index)
+        # The daemon keeps serving the other robot meanwhile.
+        image = frame(2)
+        served = action_for(good, lambda: good.send_observation({"front": image}, STATE))
+        np.testing.assert_allclose(served.action, expected_action(image), rtol=1e-6)
+        wait_for(lambda: rogue.receive(0.01) and rogue.counters.error_codes.get("frame_slot"))
+        assert "frame slot" in rogue.counters.last_error
+        assert str(slow_seq) in rogue.counters.last_error
+        # Nothing planned from the torn observation was ever sent.
+        for _ in range(20):
+            assert rogue.receive(0.01).obs_seq != slow_seq
+        robots = {r["robot"]: r["counters"] for r in daemon.status()["robots"]}
+        assert robots["rogue"].get("frames_overwritten") == 1
+        assert not robots["good"].get("frames_overwritten")
+        # And the rogue robot itself is served again from its next observation.
+        image = frame(3)
+        again = action_for(rogue, lambda: rogue.send_observation({"front": image}, STATE))
+        np.testing.assert_allclose(again.action, expected_action(image), rtol=1e-6)
+    finally:
+        rogue.close()
+        good.close()
+
+
+def test_a_daemon_older_than_frames_in_place_still_serves_a_new_client(
+    daemon: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a daemon of before frames in place does: refuse the unknown hello field.
+    monkeypatch.setitem(protocol._OPTIONAL, "hello", {})
+    c = client(daemon, "new", None)
+    try:
+        assert not c.frames_shared
+        image = frame(4)
+        served = action_for(c, lambda: c.send_observation({"front": image}, STATE))
+        np.testing.assert_allclose(served.action, expected_action(image), rtol=1e-6)
+    finally:
+        c.close()
+    with pytest.raises(HandshakeRefused, match="frames_in_place"):
+        client(daemon, "insists", True)

@@ -1,0 +1,55 @@
+"""The planner's inference layout (policies.tdmpc2.fused): derived from the world model's
+parameters, never saved, and following every way the weights change."""
+
+from __future__ import annotations
+
+import torch
+
+from policies.tdmpc2.planner import TDMPC2Policy
+from tests.unit.test_tdmpc2_planner import run, small_config
+
+
+def plan(policy: TDMPC2Policy) -> tuple[torch.Tensor, torch.Tensor]:
+    c = policy.config
+    gen = torch.Generator().manual_seed(3)
+    obs = torch.randn(c.obs_dim, generator=gen)
+    prev = torch.rand(c.horizon, c.action_dim, generator=gen) * 2 - 1
+    return run(policy, obs, prev, 0.0)
+
+
+def test_fused_weights_are_not_saved_and_follow_load_state_dict() -> None:
+    torch.manual_seed(0)
+    policy = TDMPC2Policy(small_config(episodic=True)).eval()
+    torch.manual_seed(1)
+    other = TDMPC2Policy(small_config(episodic=True)).eval()
+    assert not any("fused" in key for key in policy.state_dict())  # checkpoint names unchanged
+    before = plan(policy)
+    policy.model.load_state_dict(other.model.state_dict())  # the world model's own load
+    for x, y in zip(plan(policy), plan(other), strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    assert not torch.equal(before[1], plan(policy)[1])
+    torch.manual_seed(2)
+    third = TDMPC2Policy(small_config(episodic=True)).eval()
+    policy.load_state_dict(third.state_dict())  # the planner's load reaches the model's hook
+    for x, y in zip(plan(policy), plan(third), strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+def test_fused_weights_follow_dtype_and_refresh_in_place() -> None:
+    policy = TDMPC2Policy(small_config(compute="bf16")).eval()
+    dyn_first = policy.model.dynamics[0].weight
+    latent, rows, cols = policy.config.latent_dim, dyn_first.shape[0], dyn_first.shape[1]
+    first = policy.fused.first_w
+    torch.testing.assert_close(first[:rows, :cols], dyn_first, rtol=0, atol=0)
+    assert first.shape[1] % 8 == 0 and not first[:, cols:].any()  # zero columns: aligned K
+    assert policy.fused_half is not None and policy.fused_half.first_w.dtype == torch.bfloat16
+    with torch.no_grad():
+        dyn_first.add_(1.0)  # an in-place edit: refresh() is the documented way to follow it
+    policy.fused.refresh(policy.model)
+    assert policy.fused.first_w is first  # same storage: a captured CUDA graph sees new weights
+    torch.testing.assert_close(first[:rows, :latent], dyn_first[:, :latent])
+    policy.double()
+    assert policy.fused.first_w.dtype == torch.float64  # buffers convert with the parameters
+    torch.testing.assert_close(
+        policy.fused.first_w[:rows, :cols], policy.model.dynamics[0].weight, rtol=0, atol=0
+    )
