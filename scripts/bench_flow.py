@@ -7,9 +7,10 @@ The policy is the ALOHA-shaped flow policy (3 cameras 480x640, 14 joints, H = 50
 steps, random weights; `policies.demo.make_flow_aloha_policy`), written once as a checkpoint
 under --workdir, unless --checkpoint names one.
 
-Start-up. Each mode is a different graph, so each compiles cold on a fresh machine (the RTC
-modes' graphs hold 10 denoising steps; exact's also their VJPs). One after the other that
-overran a 10-minute call on an H100. So the runners are first started in parallel, one process
+Start-up. Each mode is a different graph, so each compiles cold on a fresh machine (exact's
+holds a VJP per denoising step; the RTC modes compile one step as a region, see
+policy.rtc.regional_compile). One after the other, unrolled, that overran a 10-minute call on
+an H100. So the runners are first started in parallel, one process
 per mode (`--warm MODE`), which fills the persistent compile cache (runner.cache_dir: inductor's
 caches and the per-model mega-cache); the compare then starts each runner from that cache
 (dynamo tracing only). Each process prints its start-up time; the table prints the warm one.
