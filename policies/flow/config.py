@@ -116,9 +116,10 @@ class RTCConfig(BaseModel):
         default=True,
         description="Compile one denoising step and call it for every Euler step "
         "(torch.compiler.nested_compile_region) instead of compiling n unrolled copies: the "
-        "same chunks, a cold compile about half as long on a CPU for exact (more for deeper "
-        "experts). Set false if your torch cannot compile the region (the compiled tiers then "
-        "fail at start-up and the runner steps down).",
+        "same chunks, a shorter cold compile. Modes stop_grad, inpaint and off only: exact "
+        "always unrolls (its VJP inside a region does not compile on torch 2.11). Set false if "
+        "your torch cannot compile the region (the compiled tiers then fail at start-up and the "
+        "runner steps down).",
     )
 
     @field_validator("mode", mode="before")

@@ -130,7 +130,9 @@ class RealTimeChunking(nn.Module):
         flow = self.flow
         context = flow.encode(images, state)
         target, mask = self.guidance_targets(prefix, prefix_len, delay)
-        if not self.rtc.regional_compile:
+        # exact's VJP inside a compiled region fails to compile on torch 2.11 ("Expected
+        # FakeTensor", seen on an H100): exact always unrolls its steps.
+        if not self.rtc.regional_compile or self.rtc.mode == "exact":
             actions = noise
             for step in range(flow.config.n_steps):
                 actions = self.denoise(actions, step, context, target, mask, noise)
