@@ -238,7 +238,11 @@ class Dispatcher:
             },
         }
         if message.header.get("frames_in_place") and self.frames_in_place:
-            session.frame_ring = FrameSlots.create(self.spec, DRIVER_RING_SLOTS)
+            try:
+                session.frame_ring = FrameSlots.create(self.spec, DRIVER_RING_SLOTS)
+            except OSError as exc:  # /dev/shm full: this robot's frames come on the socket
+                log.warning("robot %s gets no frame ring: %s", robot, exc)
+        if session.frame_ring is not None:
             fields["frame_ring"] = {
                 "path": str(session.frame_ring.path),
                 "slots": session.frame_ring.count,
@@ -436,11 +440,12 @@ class Dispatcher:
             or isinstance(index, bool)
             or isinstance(generation, bool)
             or not 0 <= index < ring.count
+            or not 0 <= generation < 2**63  # the slot header's int64
         ):
             raise ProtocolError(
                 ErrorCode.MALFORMED,
                 f"obs.frame_slot must be a map of 'index' (0 to {ring.count - 1}) and "
-                "'generation' (integers)",
+                "'generation' (an integer from 0 to 2**63 - 1)",
             )
         frames = SlotFrames(ring, index, generation, self._camera_names)  # held from here
         current = ring.generation(index)

@@ -156,7 +156,7 @@ def check_parity(
     what = "parity error"
     if measure is not None:
         rtol, what = measure.tolerance, measure.name
-        setting = f"the policy's {measure.name} tolerance"
+        setting = getattr(measure, "setting", f"the policy's {measure.name} tolerance")
     errors, times = [], []
     for index, ((images, context), ref) in enumerate(zip(examples, references, strict=True)):
         began = time.perf_counter()
@@ -170,6 +170,6 @@ def check_parity(
             errors.append(max(relative_error(o, r) for o, r in zip(out, ref, strict=True)))
         if errors[-1] > rtol:
             raise ValueError(
-                f"{what} {errors[-1]:.2e} exceeds {setting} {rtol:.0e} on observation {index}"
+                f"{what} {errors[-1]:.2e} exceeds {setting} {rtol:.2g} on observation {index}"
             )
     return max(errors), float(np.median(times))

@@ -113,6 +113,8 @@ class RemotePolicy:
         # Same-host drivers' frame rings the current process has attached: path -> (id, ring).
         self._rings: dict[Any, tuple[int, FrameSlots]] = {}
         self._pinned_rings: set[int] = set()  # of those, the ones pinned for DMA
+        # Rings the process could not attach: asked once, then copied (not asked every step).
+        self._refused_rings: dict[Any, FrameSlots] = {}
         self._request_id = 0
         self._serving = threading.Event()
         self._failed = threading.Event()  # the serving process is gone: requests stop waiting
@@ -245,7 +247,7 @@ class RemotePolicy:
         attached = self._rings.get(ring.path)
         if attached is not None:
             return attached[0]
-        if len(self._rings) >= MAX_DRIVER_RINGS:
+        if len(self._rings) >= MAX_DRIVER_RINGS or ring.path in self._refused_rings:
             return None
         self._request_id += 1
         ring_id = self._request_id
@@ -254,6 +256,7 @@ class RemotePolicy:
         if reply["kind"] != "ring_ready":
             log.warning("the inference process cannot read a driver's frame ring: %s; its "
                         "frames are copied instead", reply.get("error"))  # fmt: skip
+            self._refused_rings[ring.path] = ring
             return None
         self._rings[ring.path] = (ring_id, ring)
         if reply.get("pinned"):
@@ -262,6 +265,9 @@ class RemotePolicy:
 
     def _detach_closed_rings(self, socket: zmq.Socket) -> None:
         """Rings of sessions that have ended: the inference process unpins and unmaps them."""
+        for path, refused in list(self._refused_rings.items()):
+            if refused.closed:
+                del self._refused_rings[path]
         for path, (ring_id, ring) in list(self._rings.items()):
             if ring.closed:
                 socket.send(pack("detach_ring", ring=ring_id))
@@ -445,6 +451,7 @@ class RemotePolicy:
         ready = self._expect(socket, process, "ready", 60.0)
         self.pinned = bool(ready.get("pinned"))
         self._rings, self._pinned_rings = {}, set()  # a new process has attached none
+        self._refused_rings = {}
         if progress is not None:
             progress(f"inference process {process.pid} ready")
         self._failed.clear()
@@ -452,7 +459,11 @@ class RemotePolicy:
         if self._use_standby:
             with self._lock:  # stop() ends the standby under this lock: never one left behind
                 if not self._stop.is_set():
-                    self._standby = self._spawn()
+                    try:
+                        self._standby = self._spawn()
+                    except OSError as exc:  # the serving process is fine: go on without one
+                        log.warning("no standby inference process (%s); a restart will "
+                                    "start a fresh one", exc)  # fmt: skip
 
     def _expect(
         self, socket: zmq.Socket, process: subprocess.Popen[bytes], kind: str, timeout_s: float

@@ -30,6 +30,7 @@ Only numpy and the standard library (a driver imports this).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import mmap
 import os
@@ -85,15 +86,25 @@ class SlotRing:
         self.size = ring_bytes(self.parts, count)
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if owner else 0)
         fd = os.open(self.path, flags, 0o600)
+        self._owner_fd: int | None = None
         try:
             if owner:
-                os.ftruncate(fd, self.size)
+                # The creator holds a shared lock for as long as the ring lives: a file nobody
+                # locks is an orphan (remove_orphans), whatever pid namespace its creator had.
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                self._owner_fd = os.dup(fd)
+                _reserve(fd, self.size, self.path)
             elif os.fstat(fd).st_size != self.size:
                 raise ValueError(
                     f"shared observation slots {self.path} have {os.fstat(fd).st_size} bytes, "
                     f"expected {self.size} for this policy's spec"
                 )
             self._map = mmap.mmap(fd, self.size)
+        except BaseException:
+            if self._owner_fd is not None:
+                os.close(self._owner_fd)
+                self.path.unlink(missing_ok=True)
+            raise
         finally:
             os.close(fd)
         self.buffer = np.frombuffer(self._map, dtype=np.uint8)
@@ -179,14 +190,20 @@ class SlotRing:
 
     # ---- ownership (a driver's ring) -------------------------------------------------------
 
+    # Readers take `self._headers` once into a local: close() on another thread swaps it for
+    # an empty list, and a closed ring then holds nothing and has nothing unchanged.
+
     def hold(self, index: int, generation: int) -> None:
         """The reader keeps slot `index` (as `generation`): the writer leaves it alone."""
-        self._headers[index][_HELD] = generation
+        headers = self._headers
+        if headers:
+            headers[index][_HELD] = generation
 
     def release(self, index: int, generation: int) -> None:
         """The reader is done with `generation` (a later hold of the slot stays)."""
-        if self._headers and self._headers[index][_HELD] == generation:
-            self._headers[index][_HELD] = 0
+        headers = self._headers
+        if headers and headers[index][_HELD] == generation:
+            headers[index][_HELD] = 0
 
     def free(self, index: int) -> bool:
         """Whether the writer may write slot `index` (the reader holds nothing there)."""
@@ -194,7 +211,8 @@ class SlotRing:
 
     def unchanged(self, index: int, generation: int) -> bool:
         """Whether slot `index` still holds the complete observation `generation`."""
-        return generation % 2 == 0 and int(self._headers[index][0]) == generation
+        headers = self._headers
+        return bool(headers) and generation % 2 == 0 and int(headers[index][0]) == generation
 
     # ---- heartbeat ---------------------------------------------------------------------------
 
@@ -220,6 +238,26 @@ class SlotRing:
             pass  # a view is still alive somewhere; the mapping goes with it
         if self._owner:
             self.path.unlink(missing_ok=True)
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)
+            self._owner_fd = None
+
+
+def _reserve(fd: int, size: int, path: Path) -> None:
+    """Give the file its memory now: a sparse file in a full /dev/shm would kill the process
+    with SIGBUS at its first write instead. OSError (one sentence) when there is no room."""
+    allocate = getattr(os, "posix_fallocate", None)  # Linux; not on macOS (drivers attach only)
+    try:
+        if allocate is not None:
+            allocate(fd, 0, size)
+        else:
+            os.ftruncate(fd, size)
+    except OSError as exc:
+        raise OSError(
+            exc.errno,
+            f"no room for {size / 1e6:.1f} MB of shared observation slots in {path.parent} "
+            f"({exc.strerror}); free space there or enlarge it (Docker: --shm-size)",
+        ) from None
 
 
 SLOT_FILE_PREFIX = "tempo-slots-"  # then the creating process's pid, "-", a random suffix
@@ -234,30 +272,30 @@ def new_path(directory: str | None = None) -> Path:
     return Path(directory) / f"{SLOT_FILE_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
 
 
-def remove_orphans(directory: Path) -> list[Path]:
-    """Delete slot files whose creating process is gone: a daemon that was killed (SIGKILL)
-    cannot delete its own, and /dev/shm is memory."""
+def remove_orphans(directory: Path, min_age_s: float = 10.0) -> list[Path]:
+    """Delete slot files that no live ring owns: a daemon that was killed (SIGKILL) cannot
+    delete its own, and /dev/shm is memory. A file is owned while its creator holds its lock
+    (works across pid namespaces: containers sharing /dev/shm); files younger than `min_age_s`
+    are left alone, since their creator may not have taken the lock yet."""
     removed = []
-    for path in directory.glob(f"{SLOT_FILE_PREFIX}*-*"):
-        pid_text = path.name[len(SLOT_FILE_PREFIX) :].split("-", 1)[0]
-        if not pid_text.isdigit() or _alive(int(pid_text)):
-            continue
+    now = time.time()
+    for path in directory.glob(f"{SLOT_FILE_PREFIX}*"):
         try:
-            path.unlink()
-            removed.append(path)
+            if now - path.stat().st_mtime < min_age_s:
+                continue
+            fd = os.open(path, os.O_RDONLY)
         except OSError:  # another user's, or removed meanwhile: not ours to worry about
             continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # locked: its ring is alive
+            continue
+        else:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, another user's
-        return True
-    return True
 
 
 class SlotFrames(dict[str, np.ndarray]):

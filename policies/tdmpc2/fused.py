@@ -18,6 +18,7 @@ are held here too, cast once instead of by autocast on every call.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -70,10 +71,17 @@ class PlannerWeights(nn.Module):
         self.action_pad, self.bins_pad = -c.action_dim % ALIGN, -c.num_bins % ALIGN
         self.simnorm = SimNorm(model.config.simnorm_dim)
         self.refresh(model)
-        model.register_load_state_dict_post_hook(self._after_load)
+        # The model keeps only a weak reference: planners rebuilt on one model (another mode,
+        # another compute) must not keep every earlier copy of the weights alive through it.
+        ref = weakref.ref(self)
 
-    def _after_load(self, model: nn.Module, _incompatible: Any) -> None:
-        self.refresh(model)  # type: ignore[arg-type]
+        def after_load(loaded: nn.Module, _incompatible: Any) -> None:
+            weights = ref()
+            if weights is not None:
+                weights.refresh(loaded)  # type: ignore[arg-type]
+
+        handle = model.register_load_state_dict_post_hook(after_load)
+        weakref.finalize(self, handle.remove)
 
     def _put(self, name: str, tensor: torch.Tensor) -> None:
         tensor = tensor.detach()

@@ -61,6 +61,7 @@ class ValueRegret:
     """The ParityMeasure (policies.tensor_policy) of a TD-MPC2 planner: see the module doc."""
 
     name = "value regret"
+    setting = "parity_regret (in the checkpoint's config.json)"  # named when a tier is refused
 
     def __init__(self, module: TDMPC2Policy, tolerance: float, random_plans: int = 256) -> None:
         self.module = module

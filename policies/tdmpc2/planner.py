@@ -137,9 +137,12 @@ class TDMPC2Policy(nn.Module):
         self.register_buffer("bank_uniform", bank_uniform, persistent=False)
         # The dynamics and reward heads fused for the inner loop (FP32), and with `bf16` every
         # planning weight pre-cast: derived from the model, never saved (see fused.py).
-        self.fused = PlannerWeights(self.model)
+        planning = config.mode == "plan"  # fast mode runs the model's own layers
+        self.fused = PlannerWeights(self.model) if planning else None
         self.fused_half = (
-            PlannerWeights(self.model, torch.bfloat16) if config.compute == "bf16" else None
+            PlannerWeights(self.model, torch.bfloat16)
+            if planning and config.compute == "bf16"
+            else None
         )
 
     @property
@@ -232,6 +235,8 @@ class TDMPC2Policy(nn.Module):
         both (B, horizon, action) in [-1, 1]. `weights`: the inference layout to plan on (the
         FP32 one by default)."""
         w = weights if weights is not None else self.fused
+        if w is None:  # a planner built for fast mode (mode: prior) has no inference layout
+            raise RuntimeError("this TD-MPC2 module was built for fast mode (mode: prior)")
         c, m = self.config, self.model
         batch, horizon, p = obs.shape[0], c.horizon, c.num_pi_trajs
         z = m.encode(obs)  # (B, latent)

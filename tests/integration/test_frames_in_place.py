@@ -29,8 +29,18 @@ STATE = np.zeros(6, np.float32)
 
 
 @pytest.fixture(scope="module")
-def policy() -> Iterator[RemotePolicy]:
-    policy = RemotePolicy([sys.executable, str(CHILD)], hang_timeout_s=5.0)
+def release_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Created by a test once it has rewritten the slow frame: the policy then finishes."""
+    return tmp_path_factory.mktemp("frame-policy") / "release"
+
+
+@pytest.fixture(scope="module")
+def policy(release_file: Path) -> Iterator[RemotePolicy]:
+    policy = RemotePolicy(
+        [sys.executable, str(CHILD)],
+        hang_timeout_s=5.0,
+        env={"FRAME_POLICY_RELEASE": str(release_file)},
+    )
     policy.start()
     yield policy
     policy.stop()
@@ -134,7 +144,7 @@ def test_frames_written_in_place_give_the_actions_of_frames_sent_on_the_socket(
 
 
 def test_a_slot_written_after_it_was_sent_is_refused_and_others_are_served(
-    daemon: Any, policy: RemotePolicy
+    daemon: Any, policy: RemotePolicy, release_file: Path
 ) -> None:
     rogue = client(daemon, "rogue", True)
     good = client(daemon, "good", False)
@@ -148,12 +158,12 @@ def test_a_slot_written_after_it_was_sent_is_refused_and_others_are_served(
         slow_seq = rogue.send_observation(buffers, STATE)
         # The daemon has accepted it (the slot was intact then) and the policy is reading it.
         wait_for(lambda: any(s.last_obs_seq == slow_seq for s in daemon.dispatcher.session_list))
-        time.sleep(0.1)
         ring = rogue._ring
         assert ring is not None
         ring.begin(index)
         ring.arrays(index)["front"][:] = 0
         ring.end(index)
+        release_file.touch()  # the policy, still reading the slot, may finish now
         # The daemon keeps serving the other robot meanwhile.
         image = frame(2)
         served = action_for(good, lambda: good.send_observation({"front": image}, STATE))

@@ -173,3 +173,13 @@ def test_the_ring_file_goes_with_its_session(rig: Any) -> None:
     assert path.exists()
     driver.send("bye", {})
     assert not path.exists()
+
+
+def test_a_generation_outside_the_slot_header_is_malformed_not_an_internal_error(
+    rig: Any,
+) -> None:
+    driver = Driver(rig, in_place=True)
+    assert driver.ring is not None
+    for generation in (2**64 - 2, -2):
+        assert codes(driver.obs({"index": 0, "generation": generation})) == ["malformed"]
+    assert driver.ring.free(0)

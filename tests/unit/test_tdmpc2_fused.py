@@ -53,3 +53,25 @@ def test_fused_weights_follow_dtype_and_refresh_in_place() -> None:
     torch.testing.assert_close(
         policy.fused.first_w[:rows, :cols], policy.model.dynamics[0].weight, rtol=0, atol=0
     )
+
+
+def test_planners_rebuilt_on_one_model_do_not_stay_alive_through_its_load_hook() -> None:
+    """with_mode / with_compute build new planners on the same world model: the ones they
+    replace must be freed, weights and hook included."""
+    import gc
+    import weakref
+
+    first = TDMPC2Policy(small_config(compute="bf16")).eval()
+    model = first.model
+    gone = [weakref.ref(first.fused), weakref.ref(first.fused_half)]
+    for _ in range(3):
+        TDMPC2Policy(small_config(compute="bf16"), model)  # built and dropped
+    del first
+    gc.collect()
+    assert all(ref() is None for ref in gone)
+    kept = TDMPC2Policy(small_config(), model)
+    gc.collect()
+    assert len(model._load_state_dict_post_hooks) == 1  # only the live planner's
+    assert kept.fused is not None
+    prior = TDMPC2Policy(small_config(mode="prior"), model)
+    assert prior.fused is None and prior.fused_half is None  # fast mode keeps no fused copy

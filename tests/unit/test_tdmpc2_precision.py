@@ -106,7 +106,8 @@ def test_runner_checks_reduced_precision_with_the_policys_measure() -> None:
     runner.start()
     assert runner.status()["tiers"][-1]["parity_error"] == 0.0  # type: ignore[index]
     mirrored = {"eager_fp32": FaultPlan(start_error=-2.0)}  # every plan negated at start-up
-    with pytest.raises(PolicyError, match="value regret .* exceeds the policy's value regret"):
+    refused = r"value regret .* exceeds parity_regret \(in the checkpoint's config.json\) 0.15"
+    with pytest.raises(PolicyError, match=refused):
         Runner(policy, config, device="cpu", faults=mirrored).start()
 
 
