@@ -18,10 +18,8 @@ later call) is `fatal`: this process exits and the control process starts a fres
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -34,6 +32,7 @@ import zmq
 from controller.errors import InputFault, TempoError
 from controller.inference.frame_slots import FrameSlots
 from controller.inference.ladder import first_line
+from controller.inference.parent_death import control_pid, die_with_parent, parent_alive
 from controller.inference.process_messages import (
     MAX_MESSAGE_BYTES,
     MessageError,
@@ -65,7 +64,6 @@ class ServedPolicy(Policy, Protocol):
 IDLE_POLL_MS = 50  # the heartbeat period while no request comes
 STATUS_EVERY_S = 0.5  # the runner's status rides on a chunk at most this often
 EXIT_FATAL = 3
-PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 
 
 def device_poisoned(runner: ServedPolicy) -> bool:
@@ -148,16 +146,6 @@ class DriverRings:
             self.detach(ring_id)
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this process when the control process dies, even in the middle
-    of a compile (the idle loop's parent check covers the rest, and other systems)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
-
 def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: str) -> int:
     """Serve requests from the control process at `endpoint` until `stop` or a fatal error."""
     # The control process decides when this one ends (it sends `stop`): a SIGTERM to the whole
@@ -165,8 +153,10 @@ def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: st
     # would count a crash and start another while it shuts down.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-    parent = os.getppid()
-    _die_with_parent()
+    die_with_parent()  # again: a test or tool may call this without the CLI
+    parent = control_pid()
+    if not parent_alive(parent):
+        return 0  # the control process died while this one started
     context = zmq.Context()
     socket = context.socket(zmq.PAIR)
     socket.setsockopt(zmq.LINGER, 1000)
@@ -176,7 +166,7 @@ def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: st
     # waiting like this, so a restart does not wait for Python and torch to import again.
     socket.send(pack("standby"))
     while not socket.poll(IDLE_POLL_MS):
-        if os.getppid() != parent:
+        if not parent_alive(parent):
             return 0  # the control process died while this one stood by
     if unpack(socket.recv())["kind"] != "build":
         socket.close(linger=0)
@@ -207,7 +197,7 @@ def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: st
     pinned: _Pinned | None = None
     try:
         while not socket.poll(IDLE_POLL_MS):
-            if os.getppid() != parent:
+            if not parent_alive(parent):
                 return 0  # the control process died before handing over the slots
         attach = unpack(socket.recv())
         if attach["kind"] != "attach":
@@ -236,7 +226,7 @@ def _serve(
     while True:
         slots.beat()
         if not socket.poll(IDLE_POLL_MS):
-            if os.getppid() != parent:  # the control process died: nobody to serve
+            if not parent_alive(parent):  # the control process died: nobody to serve
                 log.error("the control process is gone; the inference process exits")
                 return 0
             continue

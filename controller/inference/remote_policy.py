@@ -45,6 +45,7 @@ import zmq
 
 from controller.errors import InputFault, PolicyError
 from controller.inference.frame_slots import FrameSlots
+from controller.inference.parent_death import CONTROL_PID
 from controller.inference.process_messages import (
     MAX_MESSAGE_BYTES,
     pack,
@@ -394,10 +395,9 @@ class RemotePolicy:
             socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
             socket.setsockopt(zmq.LINGER, 0)
             socket.bind(endpoint)
-            process = subprocess.Popen(
-                [*self._command, "--channel", endpoint],
-                env={**os.environ, **self._env} if self._env is not None else None,
-            )
+            # Named, so the child can tell it was orphaned before it could ask to die with us.
+            env = {**os.environ, **(self._env or {}), CONTROL_PID: str(os.getpid())}
+            process = subprocess.Popen([*self._command, "--channel", endpoint], env=env)
         except BaseException:
             socket.close(linger=0)
             raise

@@ -164,11 +164,33 @@ def test_a_restart_builds_in_the_standby_process_and_stop_ends_both(tmp_path: Pa
 
 
 def test_the_inference_process_ends_when_the_control_process_dies(tmp_path: Path) -> None:
+    """The serving process and the standby alike; killed while the standby is still
+    importing (it asks to die with its parent only once it runs, and must notice that the
+    parent is already gone)."""
     with daemon_process(tmp_path) as daemon:
         child = wait_for(lambda: _child_pid(tmp_path))
+        wait_for(lambda: _status(tmp_path)["policy"]["process"]["standby_pid"], 10)
         os.kill(daemon.pid, signal.SIGKILL)
         daemon.wait(5)
         wait_for(lambda: not Path(f"/proc/{child}").exists() or _zombie(child), 10)
+        wait_for(lambda: not _children_of(daemon.pid), 60)
+
+
+def _children_of(control_pid: int) -> list[int]:
+    """Live processes started by that control process (they carry its pid in their env)."""
+    found = []
+    marker = f"TEMPO_CONTROL_PID={control_pid}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0") and not _zombie(
+                int(proc.name)
+            ):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 def _zombie(pid: int) -> bool:
