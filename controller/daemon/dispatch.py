@@ -24,6 +24,13 @@ from controller.daemon.handshake import (
     parse_driver_limits,
     spec_to_wire,
 )
+from controller.daemon.observation_checks import (
+    Superseded,
+    camera_frames,
+    check_clock,
+    float_vector,
+    slot_frames,
+)
 from controller.daemon.session import PendingObservation, Session, StateHistory
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
@@ -31,7 +38,6 @@ from controller.inference.frame_slots import FrameSlots
 from controller.inference.worker import InferenceWorker
 from controller.observe.telemetry import PREPROCESS, Telemetry
 from controller.wire.protocol import DEFAULT_LIMITS, DRIVER_KINDS, Limits, Message, decode
-from controller.wire.slot_ring import SlotFrames
 from policies.base import HALF_MAX, PolicySpec
 
 log = logging.getLogger(__name__)
@@ -40,14 +46,7 @@ log = logging.getLogger(__name__)
 # observation naming it until it drops that observation (served or superseded); the driver
 # writes the free ones round robin, and sends frames on the socket when none is free.
 DRIVER_RING_SLOTS = 4
-MAX_ERROR_TEXT = 1000
-
-
-class Superseded(Exception):
-    """An observation written in place whose slot the driver has written again since."""
-
-
-# characters; well under the decoders' string limit
+MAX_ERROR_TEXT = 1000  # characters; well under the decoders' string limit
 # A refusal is logged at most this often per robot and error code; the rest are counted and the
 # count goes into the next line, so a driver sending thousands of bad messages is seen, not spammed.
 REFUSAL_LOG_INTERVAL_NS = 10_000_000_000
@@ -342,7 +341,7 @@ class Dispatcher:
             session.counters["observations_superseded"] += 1
             return
         time_ns = message.header["time_ns"]
-        self._check_clock(session, time_ns)
+        check_clock(session, time_ns)
         session.last_obs_seq = message.seq
         session.last_observation_ns = now_ns
         if not session.record_clock_offset(time_ns, now_ns):
@@ -364,25 +363,6 @@ class Dispatcher:
             state_window=session.history.push(state),
         )
         self.submit_if_due(session, step)
-
-    @staticmethod
-    def _check_clock(session: Session, time_ns: int) -> None:
-        """An observation's time_ns is the driver's monotonic clock: never 0, never earlier than
-        the session's last observation that the clock estimate used."""
-        if time_ns == 0:
-            raise ProtocolError(
-                ErrorCode.CLOCK,
-                "obs time_ns is 0; stamp each observation with the driver's CLOCK_MONOTONIC in "
-                "nanoseconds (protocol section 6)",
-            )
-        if time_ns < session.last_driver_time_ns:
-            session.counters["clock_backwards"] += 1
-            raise ProtocolError(
-                ErrorCode.CLOCK,
-                f"obs time_ns {time_ns} is earlier than this session's previous observation "
-                f"({session.last_driver_time_ns}); a monotonic clock never goes back, so the "
-                "observation was refused (a driver that restarted says hello again)",
-            )
 
     def submit_if_due(self, session: Session, step: int) -> None:
         """Ask the policy at most every `query_period` steps, always on the newest observation,
@@ -411,103 +391,16 @@ class Dispatcher:
             )
         images: dict[str, np.ndarray]
         if slot is not None:
-            images = self._slot_frames(slot, session)
+            images = slot_frames(slot, session, self._camera_names)
         else:
-            images = self._frames(arrays)
-        state = self._float_vector(arrays["state"], "state", self._state_range)
+            images = camera_frames(arrays, self.spec)
+        state = float_vector(arrays["state"], "state", self._state_range, self.spec.joint_names)
         teleop = None
         if "teleop" in arrays:
-            teleop = self._float_vector(arrays["teleop"], "teleop", self._teleop_range).copy()
+            teleop = float_vector(
+                arrays["teleop"], "teleop", self._teleop_range, self.spec.joint_names
+            ).copy()
         return images, state, teleop
-
-    def _slot_frames(self, slot: dict[str, Any], session: Session) -> SlotFrames:
-        """The frames of an observation written in place: the slot must be complete (even
-        generation) and hold the generation the driver named, or the driver is still writing
-        it; from here on it is the daemon's until the driver writes it again, which the
-        generation check after inference catches (controller.inference.worker)."""
-        ring = session.frame_ring
-        if ring is None:
-            raise ProtocolError(
-                ErrorCode.NOT_ALLOWED,
-                "obs.frame_slot names a frame slot, but this session has no frame ring: ask "
-                "for one with hello.frames_in_place over an ipc:// endpoint, or send the frames",
-            )
-        index, generation = slot.get("index"), slot.get("generation")
-        if (
-            set(slot) != {"index", "generation"}
-            or not isinstance(index, int)
-            or not isinstance(generation, int)
-            or isinstance(index, bool)
-            or isinstance(generation, bool)
-            or not 0 <= index < ring.count
-            or not 0 <= generation < 2**63  # the slot header's int64
-        ):
-            raise ProtocolError(
-                ErrorCode.MALFORMED,
-                f"obs.frame_slot must be a map of 'index' (0 to {ring.count - 1}) and "
-                "'generation' (an integer from 0 to 2**63 - 1)",
-            )
-        frames = SlotFrames(ring, index, generation, self._camera_names)  # held from here
-        current = ring.generation(index)
-        if current == generation and generation % 2 == 0:
-            return frames
-        if current > generation and generation % 2 == 0:
-            # The driver has written the slot again since: this message waited in the socket
-            # while the ring came round, and a newer observation follows it.
-            raise Superseded
-        session.counters["frame_slot_refused"] += 1
-        raise ProtocolError(
-            ErrorCode.FRAME_SLOT,
-            f"frame slot {index} holds generation {current}, not {generation} as the "
-            "observation says: the driver sent it before it had finished writing it; write "
-            "the slot (frame_buffers, or send_observation's copy), then send",
-        )
-
-    def _frames(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        images = {}
-        for camera in self.spec.cameras:
-            frame = arrays[camera.name]
-            if frame.dtype != np.uint8 or frame.shape != camera.shape:
-                raise ProtocolError(
-                    ErrorCode.SHAPE,
-                    f"camera {camera.name!r} must be uint8 of shape {list(camera.shape)}, got "
-                    f"{frame.dtype} {list(frame.shape)}",
-                )
-            images[camera.name] = frame
-        return images
-
-    def _float_vector(
-        self, array: np.ndarray, name: str, bounds: tuple[np.ndarray, np.ndarray]
-    ) -> np.ndarray:
-        low, high = bounds
-        size = len(low)
-        if array.dtype.kind != "f" or array.shape != (size,):
-            raise ProtocolError(
-                ErrorCode.SHAPE,
-                f"{name!r} must be float32 or float64 of shape [{size}], got {array.dtype} "
-                f"{list(array.shape)}",
-            )
-        # Cast first: a float64 beyond float32's range would become Inf after the check.
-        with np.errstate(over="ignore", invalid="ignore"):
-            vector = array.astype(np.float32, copy=False)
-        if not np.isfinite(vector).all():
-            raise ProtocolError(
-                ErrorCode.NON_FINITE,
-                f"{name!r} contains NaN, Inf or values beyond float32's range; the observation "
-                "was refused",
-            )
-        outside = (vector < low) | (vector > high)
-        if outside.any():
-            i = int(np.argmax(outside))
-            joints = self.spec.joint_names
-            label = f" ({joints[i]})" if name == "teleop" or len(joints) == size else ""
-            what = "the policy represents after normalization" if name == "state" else "allowed"
-            raise ProtocolError(
-                ErrorCode.OUT_OF_RANGE,
-                f"{name}[{i}]{label} is {float(vector[i]):.6g}, outside [{float(low[i]):.6g}, "
-                f"{float(high[i]):.6g}], the range {what}; the observation was refused",
-            )
-        return vector
 
     def _teleop(self, identity: bytes, message: Message, now_ns: int) -> None:
         session = self._session_of(identity, message)
