@@ -45,8 +45,8 @@ from controller.errors import (
     SecurityError,
 )
 from controller.wire.curve import ClientKeys, is_local_endpoint, load_client_keys
+from controller.wire.frame_ring_writer import FrameRingWriter
 from controller.wire.protocol import DEFAULT_LIMITS, Message, decode, encode
-from controller.wire.slot_ring import SlotRing
 from controller.wire.sockets import configure_common
 
 log = logging.getLogger(__name__)
@@ -113,9 +113,7 @@ class TempoClient:
         self._ask_in_place = frames_in_place is True or (
             frames_in_place is None and endpoint.startswith("ipc://")
         )
-        self._ring: SlotRing | None = None
-        self._ring_next = 0
-        self._claimed: dict[str, np.ndarray] | None = None  # frame_buffers() not yet sent
+        self._frames: FrameRingWriter | None = None  # frames in place, once welcomed
         self.robot = robot
         self.spec = {
             "joints": list(joints),
@@ -222,7 +220,7 @@ class TempoClient:
     @property
     def frames_shared(self) -> bool:
         """Whether this session's frames go through the daemon's shared-memory ring."""
-        return self._ring is not None
+        return self._frames is not None
 
     def frame_buffers(self) -> dict[str, np.ndarray] | None:
         """Writable views of the next frame slot, one (height, width, 3) uint8 array per
@@ -230,62 +228,12 @@ class TempoClient:
         which then sends only the header. The slot is the daemon's from that send until it
         has finished with the observation: write only into what this returns, before sending.
         None without a ring, or while the daemon holds every slot (send arrays then)."""
-        ring = self._ring
-        if ring is None:
-            return None
-        if self._claimed is None:
-            index = self._free_slot()
-            if index is None:
-                return None
-            ring.begin(index)  # odd: a daemon reading it now would refuse it
-            arrays = ring.arrays(index)
-            self._ring_next = index
-            self._claimed = {name: arrays[name] for name in self._camera_shapes}
-        return self._claimed
-
-    def _free_slot(self) -> int | None:
-        """The next slot round robin that the daemon does not hold, or None (all held)."""
-        ring = self._ring
-        if ring is None:
-            return None
-        for offset in range(ring.count):
-            index = (self._ring_next + offset) % ring.count
-            if ring.free(index):
-                return index
-        return None
-
-    def _attach_ring(self, offer: Any) -> None:
-        """Map the ring the daemon offered in welcome; its camera parts must be this driver's."""
-        try:
-            parts = [
-                (str(n), tuple(int(d) for d in shape), str(t)) for n, shape, t in offer["parts"]
-            ]
-            ring = SlotRing.attach(str(offer["path"]), parts, int(offer["slots"]))
-        except (KeyError, TypeError, ValueError, OSError) as exc:
-            if self.frames_in_place:
-                raise HandshakeRefused(
-                    ErrorCode.FRAME_SLOT.value,
-                    f"the daemon's frame ring cannot be used here ({exc}); run the driver as "
-                    "the daemon's user on its host, or pass frames_in_place=False",
-                ) from None
-            log.warning("frames go through the socket: the daemon's frame ring cannot be "
-                        "used here (%s)", exc)  # fmt: skip
-            return
-        declared = {name: (shape, "uint8") for name, shape in self._camera_shapes.items()}
-        offered = {name: (shape, dtype) for name, shape, dtype in ring.parts}
-        if any(offered.get(name) != part for name, part in declared.items()):
-            ring.close()
-            raise HandshakeRefused(
-                ErrorCode.FRAME_SLOT.value,
-                "the daemon's frame ring does not hold this driver's cameras; upgrade the "
-                "older of driver and daemon",
-            )
-        self._ring, self._ring_next, self._claimed = ring, 0, None
+        return self._frames.buffers() if self._frames is not None else None
 
     def _close_ring(self) -> None:
-        if self._ring is not None:
-            self._ring.close()
-        self._ring, self._claimed = None, None
+        if self._frames is not None:
+            self._frames.close()
+        self._frames = None
 
     def __enter__(self) -> TempoClient:
         self.connect()
@@ -338,7 +286,7 @@ class TempoClient:
         Raises ObservationError, before sending anything, when the observation does not fit
         what this client declared: camera names, frames uint8 (height, width, 3), state and
         teleop lengths, finite values."""
-        in_place = images is self._claimed and self._claimed is not None
+        in_place = self._frames is not None and self._frames.claimed(images)
         arrays: dict[str, np.ndarray] = {} if in_place else dict(images)
         if not in_place:
             self._check_images(arrays)  # checked first, connected or not
@@ -354,26 +302,12 @@ class TempoClient:
             fields["resume"] = True
         if episode_start:
             fields["episode_start"] = True
-        ring = self._ring
-        if ring is not None:
-            if in_place:
-                index: int | None = self._ring_next
-            else:
-                if self._claimed is not None:  # buffers taken but frames sent otherwise
-                    ring.end(self._ring_next)
-                    self._claimed = None
-                index = self._free_slot()
-            if index is None:  # the daemon holds every slot: these frames go on the socket
+        if self._frames is not None:
+            slot = self._frames.place(arrays, in_place)
+            if slot is None:  # the daemon holds every slot: these frames go on the socket
                 self.counters.frames_on_socket += 1
             else:
-                if in_place:
-                    generation = ring.end(index)
-                    self._claimed = None
-                else:
-                    frames = {n: arrays.pop(n) for n in self._camera_shapes}
-                    generation = ring.write(index, frames)
-                self._ring_next = (index + 1) % ring.count
-                fields["frame_slot"] = {"index": index, "generation": generation}
+                fields["frame_slot"] = slot
         return self._send("obs", fields, arrays)
 
     def _check_images(self, images: Mapping[str, Any]) -> None:
@@ -479,7 +413,9 @@ class TempoClient:
             self._last_daemon_seq = 0
             offer = header.get("frame_ring")
             if offer is not None:
-                self._attach_ring(offer)
+                self._frames = FrameRingWriter.attach(
+                    offer, self._camera_shapes, required=bool(self.frames_in_place)
+                )
             elif self.frames_in_place:
                 raise HandshakeRefused(
                     ErrorCode.FRAME_SLOT.value,

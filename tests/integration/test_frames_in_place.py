@@ -112,8 +112,8 @@ def test_frames_written_in_place_give_the_actions_of_frames_sent_on_the_socket(
                     return shared.send_observation({"front": image}, STATE)
 
             in_place = action_for(shared, send).action
-            ring = shared._ring
-            assert ring is not None
+            assert shared._frames is not None
+            ring = shared._frames.ring
             # Once the daemon has served or dropped the observations, their slots are free.
             wait_for(lambda ring=ring: all(ring.free(i) for i in range(ring.count)))
             on_socket = action_for(
@@ -134,7 +134,7 @@ def test_frames_written_in_place_give_the_actions_of_frames_sent_on_the_socket(
         assert shared.counters.frames_on_socket >= 1
         for index in range(ring.count):
             ring.release(index, 10**9)
-        ring_file = shared._ring.path if shared._ring is not None else None
+        ring_file = shared._frames.ring.path if shared._frames is not None else None
     finally:
         shared.close()
         copied.close()
@@ -154,12 +154,12 @@ def test_a_slot_written_after_it_was_sent_is_refused_and_others_are_served(
         buffers = rogue.frame_buffers()
         assert buffers is not None
         buffers["front"][:] = SLOW_PIXEL
-        index = rogue._ring_next
+        assert rogue._frames is not None
+        index = rogue._frames.next
         slow_seq = rogue.send_observation(buffers, STATE)
         # The daemon has accepted it (the slot was intact then) and the policy is reading it.
         wait_for(lambda: any(s.last_obs_seq == slow_seq for s in daemon.dispatcher.session_list))
-        ring = rogue._ring
-        assert ring is not None
+        ring = rogue._frames.ring
         ring.begin(index)
         ring.arrays(index)["front"][:] = 0
         ring.end(index)
