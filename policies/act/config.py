@@ -18,6 +18,21 @@ Backbone = Literal["resnet18", "resnet34", "resnet50", "resnet101", "resnet152"]
 BASIC_BLOCK_BACKBONES = ("resnet18", "resnet34")
 
 
+def check_model_dims(dim_model: int, n_heads: int) -> None:
+    """A transformer over image tokens with the 2D sine position embedding (ACT's, and the flow
+    policy's): ValueError with what to change."""
+    if dim_model % n_heads != 0:
+        raise ValueError(
+            f"dim_model ({dim_model}) must be divisible by n_heads ({n_heads}); "
+            "change one of them"
+        )
+    if dim_model % 4 != 0:
+        raise ValueError(
+            f"dim_model ({dim_model}) must be a multiple of 4: the 2D position embedding "
+            "gives each image axis half of it, in sine/cosine pairs"
+        )
+
+
 class ACTConfig(BaseModel):
     """Shapes, options and normalization modes of one ACT model."""
 
@@ -147,16 +162,7 @@ class ACTConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ACTConfig:
-        if self.dim_model % self.n_heads != 0:
-            raise ValueError(
-                f"dim_model ({self.dim_model}) must be divisible by n_heads ({self.n_heads}); "
-                "change one of them"
-            )
-        if self.dim_model % 4 != 0:
-            raise ValueError(
-                f"dim_model ({self.dim_model}) must be a multiple of 4: the 2D position embedding "
-                "gives each image axis half of it, in sine/cosine pairs"
-            )
+        check_model_dims(self.dim_model, self.n_heads)
         if self.n_cameras == 0 and self.env_state_dim == 0:
             raise ValueError(
                 "ACT needs at least one camera or an environment state; set n_cameras or "

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from policies.act.config import Backbone, NormMode
+from policies.act.config import Backbone, NormMode, check_model_dims
 
 RTCMode = Literal["off", "exact", "stop_grad", "inpaint"]
 MaskSchedule = Literal["exp", "linear", "ones", "zeros"]
@@ -65,16 +65,7 @@ class FlowConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> FlowConfig:
-        if self.dim_model % self.n_heads != 0:
-            raise ValueError(
-                f"dim_model ({self.dim_model}) must be divisible by n_heads ({self.n_heads}); "
-                "change one of them"
-            )
-        if self.dim_model % 4 != 0:
-            raise ValueError(
-                f"dim_model ({self.dim_model}) must be a multiple of 4: the 2D position "
-                "embedding gives each image axis half of it, in sine/cosine pairs"
-            )
+        check_model_dims(self.dim_model, self.n_heads)
         return self
 
     @property
