@@ -9,6 +9,8 @@ numbers, same math). After that every layer to quantize is an nn.Linear, found b
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
@@ -57,26 +59,24 @@ class SplitAttention(nn.Module):
 
 def split_attention(module: nn.Module) -> nn.Module:
     """Replace, in place, every Attention under `encoder` and `decoder` by a SplitAttention."""
-    for prefix in ("encoder", "decoder"):
-        root = getattr(module, prefix, None)
-        if root is None:
-            continue
-        for name, child in list(root.named_modules()):
-            if isinstance(child, Attention):
-                set_submodule(root, name, SplitAttention.from_attention(child))
-    return module
+    return _replace_attention(module, SplitAttention.from_attention)
 
 
 def split_shell(module: nn.Module) -> nn.Module:
     """The same replacement with empty layers, for loading a quantized checkpoint."""
+    return _replace_attention(
+        module, lambda child: SplitAttention(child.out_proj.in_features, child.n_heads)
+    )
+
+
+def _replace_attention(module: nn.Module, make: Callable[[Attention], SplitAttention]) -> nn.Module:
     for prefix in ("encoder", "decoder"):
         root = getattr(module, prefix, None)
         if root is None:
             continue
         for name, child in list(root.named_modules()):
             if isinstance(child, Attention):
-                dim = child.out_proj.in_features
-                set_submodule(root, name, SplitAttention(dim, child.n_heads))
+                set_submodule(root, name, make(child))
     return module
 
 
