@@ -263,12 +263,18 @@ def _reserve(fd: int, size: int, path: Path) -> None:
 SLOT_FILE_PREFIX = "tempo-slots-"  # then the creating process's pid, "-", a random suffix
 
 
+_SWEPT: set[str] = set()  # directories this process has already cleared of orphans
+
+
 def new_path(directory: str | None = None) -> Path:
-    """A fresh, unguessable file name under /dev/shm (or `directory`); slot files that a dead
-    process left there are removed first."""
+    """A fresh, unguessable file name under /dev/shm (or `directory`); slot files that dead
+    processes left there are removed on this process's first ring there (a driver's hello
+    creates one on the daemon's loop thread: the sweep is not repeated per hello)."""
     if directory is None:
         directory = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    remove_orphans(Path(directory))
+    if directory not in _SWEPT:
+        _SWEPT.add(directory)
+        remove_orphans(Path(directory))
     return Path(directory) / f"{SLOT_FILE_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
 
 
