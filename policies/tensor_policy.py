@@ -19,7 +19,7 @@ inference delay, a planner's warm start) declares an `InputCodec` that builds th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -68,8 +68,6 @@ class TensorPolicy:
     module: nn.Module
     codec: InputCodec | None = None
     reference: ReferenceChunks | None = None
-    # Runner tiers this policy must not be served from, each with the reason (a known problem).
-    refused_tiers: Mapping[str, str] = field(default_factory=dict)
     # The start-up parity measure, when elementwise relative error within parity_rtol is not it.
     parity: ParityMeasure | None = None
 

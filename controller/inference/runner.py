@@ -277,10 +277,6 @@ class Runner:
                 if name in names:
                     names.remove(name)
                     self._skip(name, "needs CUDA (this runner is on the CPU)", logging.INFO)
-        for name, reason in self._policy.refused_tiers.items():
-            if name in names and name != "eager_fp32":  # the reference always serves
-                names.remove(name)
-                self._skip(name, f"refused by the policy: {reason}")
         return names
 
     def _skip(self, name: str, reason: str, level: int = logging.WARNING) -> None:
