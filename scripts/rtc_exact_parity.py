@@ -12,7 +12,7 @@ means one side lost its guidance. Also printed: whether this torch's torch.func.
 zeros under torch.inference_mode (pytorch#177318, fixed 2026-03): the suspected cause of the 0.88
 that the eager reference (then under inference mode) showed on an H100.
 
-    python scripts/rtc_exact_parity.py [--policy demo|aloha] [--tier graph] [-n 100] [--unrolled]
+    python scripts/rtc_exact_parity.py [--policy demo|aloha] [--tier graph] [-n 100]
 
 Exit status 0 when every error is within the runner's parity_rtol.
 """
@@ -52,14 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tier", default="graph", help="runner.top_tier")
     parser.add_argument("--precision", choices=("fp16", "bf16"), default="fp16")
     parser.add_argument("-n", "--contexts", type=int, default=100, help="per kind")
-    parser.add_argument("--unrolled", action="store_true", help="policy.rtc.regional_compile=false")
     args = parser.parse_args(argv)
     print(
         f"torch {torch.__version__}: torch.func.vjp under inference_mode returns zeros: "
         f"{vjp_zero_under_inference_mode()}"
     )
     base = make_flow_aloha_policy() if args.policy == "aloha" else make_demo_flow_policy()
-    served = serve_with_rtc(base, RTCConfig(mode="exact", regional_compile=not args.unrolled))
+    served = serve_with_rtc(base, RTCConfig(mode="exact"))  # exact always unrolls its steps
     config = RunnerConfig(top_tier=args.tier, precision=args.precision, step_budget_ms=None)
     runner = Runner(served, config, device=args.device)
     runner.start(progress=lambda line: print(line, file=sys.stderr))
