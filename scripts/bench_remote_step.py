@@ -11,7 +11,7 @@ The driver's own write into its slot (its camera's business) is not timed. ACT a
 ALOHA defaults (3 cameras 480x640, 14 joints, chunk 100), random weights, or `--tiny` for a
 quick CPU run.
 
-    python scripts/bench_remote_step.py [--iters 300] [--cache-dir DIR] [--tiny]
+    python scripts/bench_remote_step.py [--iters 300] [--cache-dir DIR] [--tiny] [--set K=V]
 """
 
 from __future__ import annotations
@@ -75,6 +75,10 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=300)
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--tiny", action="store_true", help="a small ACT (CPU-friendly)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[],
+        help="a config override, e.g. runner.cudnn_benchmark=true (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tempo-bench-") as tmp:
         policy = make_demo_policy() if args.tiny else make_aloha_policy()
@@ -82,6 +86,7 @@ def main() -> int:
         overrides = ["policy.kind=checkpoint", f"policy.path={tmp}/ckpt"]
         if args.cache_dir:
             overrides.append(f"runner.cache_dir={args.cache_dir}")
+        overrides += args.overrides
         config = load_config(None, overrides)
         observations = [random_observation(policy.spec, seed) for seed in range(8)]
         local = build_policy(config)
@@ -96,7 +101,8 @@ def main() -> int:
             pinned = remote.pinned
         finally:
             remote.stop()
-    print(f"{device}, tier {tier}, {args.iters} steps each (ms)")
+    settings = ", ".join(args.overrides) or "default settings"
+    print(f"{device}, tier {tier}, {settings}, {args.iters} steps each (ms)")
     print(f"{'':34s}{'p50':>10s}{'p99':>10s}{'mean':>10s}")
     rows = [
         ("in the daemon's process", in_process),

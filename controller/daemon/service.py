@@ -26,6 +26,8 @@ from controller.daemon.pacer import Pacer
 from controller.daemon.security import CurveServer, check_bind_allowed
 from controller.daemon.transport import RouterTransport
 from controller.errors import ConfigError, SecurityError
+from controller.inference.remote_policy import RemotePolicy
+from controller.inference.remote_worker import RemoteInference
 from controller.inference.worker import InferenceWorker
 from controller.observe.gc_pauses import GcPauses
 from controller.observe.status import guard_totals, recorded_figures
@@ -136,7 +138,14 @@ class Daemon:
             transport = unopened_transport(config, self.context, self.limits)
         self.transport = transport
         self.curve = transport.curve
-        self.worker = InferenceWorker(policy, self.telemetry)
+        # A policy in its own process is fed by the loop's thread itself, between ticks
+        # (remote_worker says why); one in this process by a worker thread.
+        self.worker: InferenceWorker | RemoteInference
+        self._side: RemoteInference | None = None
+        if isinstance(policy, RemotePolicy):
+            self.worker = self._side = RemoteInference(policy, self.telemetry)
+        else:
+            self.worker = InferenceWorker(policy, self.telemetry)
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
         self.dispatcher = Dispatcher(
             policy.spec,
@@ -178,7 +187,7 @@ class Daemon:
         self._start_error: Exception | None = None
 
     def _receive_until(self, until_ns: int) -> None:
-        self.transport.receive_until(until_ns, self._handle)
+        self.transport.receive_until(until_ns, self._handle, self._side)
 
     def start(self) -> str:
         """Bind (unless bound already) and start serving; returns the bound endpoint."""

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import zmq
 
@@ -48,6 +48,15 @@ def daemon_frames(
     )
 
 
+class SideChannel(Protocol):
+    """Work the receiving thread does between robots' messages: another socket to poll (None
+    when nothing is awaited on it), held for the duration of the poll, and its servicing."""
+
+    def polled(self) -> contextlib.AbstractContextManager[zmq.Socket | None]: ...
+
+    def service(self, until_ns: int) -> None: ...
+
+
 class RouterTransport:
     """Receives (identity, frames) and sends messages to identities without ever blocking."""
 
@@ -72,6 +81,9 @@ class RouterTransport:
         # Sending to a peer that is gone raises instead of vanishing silently.
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._poller = zmq.Poller()
+        # The robots' socket and the side channel's (see receive_until), for the current one.
+        self._side_poller = zmq.Poller()
+        self._side_socket: zmq.Socket | None = None
         self.sent = 0
         self.send_dropped = 0
         self.on_peer_gone: Callable[[bytes], None] | None = None
@@ -110,13 +122,25 @@ class RouterTransport:
             monitor.close(0)
         self.endpoint = bind_endpoint(self.socket, self.endpoint, "server.bind")
 
-    def receive_until(self, until_ns: int, handle: Callable[[bytes, list[Any], int], None]) -> None:
-        """Hand every message that arrives before `until_ns` to `handle(identity, frames, now)`."""
+    def receive_until(
+        self,
+        until_ns: int,
+        handle: Callable[[bytes, list[Any], int], None],
+        side: SideChannel | None = None,
+    ) -> None:
+        """Hand every message that arrives before `until_ns` to `handle(identity, frames, now)`.
+        `side`, the inference process's channel when the policy runs in one, is serviced
+        between messages and polled beside the robots' socket (see `SideChannel`)."""
         while True:
+            if side is not None:
+                side.service(until_ns)
             timeout_ms = (until_ns - time.monotonic_ns()) // 1_000_000
             if timeout_ms < 0:
                 return
-            if not self._poller.poll(timeout_ms):
+            robots, other = self._wait(timeout_ms, side)
+            if other:
+                continue  # a reply: serviced at the top
+            if not robots:
                 if timeout_ms == 0:
                     # Under a millisecond left, which poll cannot express: sleep it off.
                     remaining = until_ns - time.monotonic_ns()
@@ -134,6 +158,21 @@ class RouterTransport:
                 except zmq.Again:
                     break
                 handle(identity, frames, time.monotonic_ns())
+
+    def _wait(self, timeout_ms: int, side: SideChannel | None) -> tuple[bool, bool]:
+        """Poll for up to `timeout_ms`: (a robot's message is waiting, the side's is)."""
+        if side is None:
+            return bool(self._poller.poll(timeout_ms)), False
+        with side.polled() as other:
+            if other is None:
+                return bool(self._poller.poll(timeout_ms)), False
+            if other is not self._side_socket:  # a restarted process has a new socket
+                self._side_poller = zmq.Poller()
+                self._side_poller.register(self.socket, zmq.POLLIN)
+                self._side_poller.register(other, zmq.POLLIN)
+                self._side_socket = other
+            ready = dict(self._side_poller.poll(timeout_ms))
+            return self.socket in ready, other in ready
 
     def _receive_message(self) -> tuple[bytes, list[Any]]:
         """One message, part by part: ZeroMQ bounds the size of a part but not their number,

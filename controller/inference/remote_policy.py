@@ -6,13 +6,14 @@
     policy.serving                  # False while the process is down or restarting: hold robots
     policy.stop()
 
-RemotePolicy is a `Policy`, so the daemon's inference worker runs it as it runs an in-process
-Runner. `predict` copies the observation into a shared-memory slot (`frame_slots`), sends the
-rest of the context in a small message (`process_messages`) and waits for the chunk; the
-worker thread only waits on a socket, so the control loop never competes with torch for the GIL.
-Frames a same-host driver wrote in place (`SlotFrames` of its session's ring) are not copied:
-the inference process attaches that ring once (and pins it) and reads the driver's slot itself;
-the worker's generation check afterwards refuses the observation if the driver wrote it since.
+RemotePolicy is a `Policy`: `predict` copies the observation into a shared-memory slot
+(`frame_slots`), sends the rest of the context in a small message (`process_messages`) and
+waits for the chunk. The daemon does not wait: its control loop sends and takes replies itself,
+between ticks, through `requests()` (`remote_worker`), so no second thread of the control
+process competes with the loop for the GIL. Frames a same-host driver wrote in place
+(`SlotFrames` of its session's ring) are not copied: the inference process attaches that ring
+(and pins it) and reads the driver's slot itself (`remote_requests`); a generation check after
+the reply refuses the observation if the driver wrote it since.
 
 Supervision (a thread of its own): the process exiting, or its heartbeat stopping for
 `hang_timeout()` while serving (a hung step; it is then killed), or a `fatal` reply (a poisoned
@@ -29,6 +30,7 @@ waits: CUDA starts only with the build.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import shutil
@@ -36,26 +38,18 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import zmq
 
-from controller.errors import InputFault, PolicyError
+from controller.errors import PolicyError
 from controller.inference.frame_slots import FrameSlots
 from controller.inference.parent_death import CONTROL_PID
-from controller.inference.process_messages import (
-    MAX_MESSAGE_BYTES,
-    pack,
-    pack_array,
-    pack_memory,
-    unpack,
-    unpack_array,
-    unpack_memory,
-)
-from controller.wire.slot_ring import SlotFrames
+from controller.inference.process_messages import MAX_MESSAGE_BYTES, pack, unpack
+from controller.inference.remote_requests import ProcessFatal, RequestChannel, prediction_of
 from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
@@ -64,7 +58,6 @@ SLOT_COUNT = 2  # the worker sends one request at a time; two slots keep a torn 
 POLL_MS = 20
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # then the ladder starts over
 RESTARTS_KEPT = 50  # restarts listed in status (all are counted)
-MAX_DRIVER_RINGS = 64  # frame rings attached at once; past it a driver's frames are copied
 HANG_STEPS = 20  # a step this many times the slowest tier's start-up step time is a hang
 
 
@@ -110,13 +103,7 @@ class RemotePolicy:
         self._spec: PolicySpec | None = None
         self._status: dict[str, Any] = {}
         self._generation = 0  # one per started process
-        self._next_slot = 0
-        # Same-host drivers' frame rings the current process has attached: path -> (id, ring).
-        self._rings: dict[Any, tuple[int, FrameSlots]] = {}
-        self._pinned_rings: set[int] = set()  # of those, the ones pinned for DMA
-        # Rings the process could not attach: asked once, then copied (not asked every step).
-        self._refused_rings: dict[Any, FrameSlots] = {}
-        self._request_id = 0
+        self._channel: RequestChannel | None = None  # the serving process's (one per process)
         self._serving = threading.Event()
         self._failed = threading.Event()  # the serving process is gone: requests stop waiting
         self._stop = threading.Event()
@@ -180,110 +167,45 @@ class RemotePolicy:
         return self._spec
 
     def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
-        """One observation through the inference process. ValueError when the observation is
-        at fault (that robot's problem), InferenceUnavailable while the process is down,
-        PolicyError when the policy failed on it."""
-        if not self._serving.is_set():
-            raise InferenceUnavailable("the inference process is restarting; robots are held")
-        with self._lock:
-            socket, slots = self._socket, self._slots
-            if socket is None or slots is None or not self._serving.is_set():
+        """One observation through the inference process, waiting for its chunk (the daemon's
+        loop does not wait: it uses `requests()`, see remote_worker). ValueError when the
+        observation is at fault (that robot's problem), InferenceUnavailable while the process
+        is down, PolicyError when the policy failed on it."""
+        with self.requests() as channel:
+            if channel is None:
                 raise InferenceUnavailable("the inference process is restarting; robots are held")
-            self._detach_closed_rings(socket)
-            ring = self._driver_ring(socket, images)
-            where: dict[str, Any]
-            if ring is not None and isinstance(images, SlotFrames):
-                # Frames in place: the inference process reads the driver's slot itself (no
-                # copy here); the state history, which the daemon checked, travels along.
-                where = {
-                    "ring": ring,
-                    "slot": images.index,
-                    "generation": images.generation,
-                    "state": pack_array(context.state_history),
-                }
-            else:
-                index = self._next_slot
-                self._next_slot = (index + 1) % slots.count
-                generation = slots.write(index, images, context.state_history)
-                where = {"slot": index, "generation": generation}
-            self._request_id += 1
-            plan = context.previous_plan
-            socket.send(
-                pack(
-                    "infer",
-                    id=self._request_id,
-                    **where,
-                    step=context.step,
-                    episode_start=context.episode_start,
-                    delay=context.inference_delay,
-                    plan_start=plan.start_step if plan is not None else None,
-                    plan=pack_array(plan.actions) if plan is not None else None,
-                    memory=pack_memory(context.memory) if context.memory else None,
-                )
-            )
-            reply = self._await_reply(socket, self._request_id)
-        kind = reply["kind"]
-        if kind == "chunk":
-            if isinstance(reply.get("status"), dict):
-                self._status = reply["status"]
-            actions = unpack_array(reply.get("actions"), "chunk")
-            return Prediction(actions, unpack_memory(reply.get("memory")))
-        if kind == "refused":
-            raise ValueError(str(reply.get("error")))
-        if kind == "input_fault":
-            raise InputFault(str(reply.get("error")))
-        if kind == "fatal":
+            request_id = channel.send(images, context)
+            reply = self._await_reply(channel, request_id)
+        return self.prediction(reply)
+
+    @contextlib.contextmanager
+    def requests(self) -> Iterator[RequestChannel | None]:
+        """The serving process's request channel, held: no restart replaces or closes it until
+        the block ends (keep blocks short: a restart waits for them). None while the process
+        is down or restarting."""
+        with self._lock:
+            yield self._channel if self._serving.is_set() else None
+
+    def prediction(self, reply: dict[str, Any]) -> Prediction:
+        """A step reply as a Prediction (see `remote_requests.prediction_of`); a `fatal` reply
+        (a poisoned CUDA context) ends serving and starts a fresh process."""
+        if isinstance(reply.get("status"), dict):
+            self._status = reply["status"]
+        try:
+            return prediction_of(reply)
+        except ProcessFatal as exc:
             self._fail("fatal", str(reply.get("error")))
-            raise InferenceUnavailable(f"the inference process failed: {reply.get('error')}")
-        raise PolicyError(str(reply.get("error")))
+            raise InferenceUnavailable(str(exc)) from None
 
-    def _driver_ring(self, socket: zmq.Socket, images: Mapping[str, np.ndarray]) -> int | None:
-        """The id under which the inference process reads the driver ring these frames lie in
-        (attached on first use), or None: not frames in place (or too many rings), so copy."""
-        if not isinstance(images, SlotFrames):
-            return None
-        ring = images.ring
-        if not isinstance(ring, FrameSlots) or ring.spec != self._spec or ring.closed:
-            return None
-        attached = self._rings.get(ring.path)
-        if attached is not None:
-            return attached[0]
-        if len(self._rings) >= MAX_DRIVER_RINGS or ring.path in self._refused_rings:
-            return None
-        self._request_id += 1
-        ring_id = self._request_id
-        socket.send(pack("attach_ring", id=ring_id, path=str(ring.path), count=ring.count))
-        reply = self._await_reply(socket, ring_id)
-        if reply["kind"] != "ring_ready":
-            log.warning("the inference process cannot read a driver's frame ring: %s; its "
-                        "frames are copied instead", reply.get("error"))  # fmt: skip
-            self._refused_rings[ring.path] = ring
-            return None
-        self._rings[ring.path] = (ring_id, ring)
-        if reply.get("pinned"):
-            self._pinned_rings.add(ring_id)
-        return ring_id
-
-    def _detach_closed_rings(self, socket: zmq.Socket) -> None:
-        """Rings of sessions that have ended: the inference process unpins and unmaps them."""
-        for path, refused in list(self._refused_rings.items()):
-            if refused.closed:
-                del self._refused_rings[path]
-        for path, (ring_id, ring) in list(self._rings.items()):
-            if ring.closed:
-                socket.send(pack("detach_ring", ring=ring_id))
-                del self._rings[path]
-                self._pinned_rings.discard(ring_id)
-
-    def _await_reply(self, socket: zmq.Socket, request_id: int) -> dict[str, Any]:
+    def _await_reply(self, channel: RequestChannel, request_id: int) -> dict[str, Any]:
         # Its own deadline too: if the supervisor thread were gone, nothing else would end it.
         deadline = time.monotonic() + self.hang_timeout() + 1.0
         while True:
-            if socket.poll(POLL_MS):
-                reply = unpack(socket.recv())
-                if reply.get("id") == request_id:
+            if channel.socket.poll(POLL_MS):
+                reply = channel.receive()
+                if reply is not None and reply.get("id") == request_id:
                     return reply
-                continue  # an answer to a request that was given up on
+                continue  # a ring's answer, or one to a request that was given up on
             if self._failed.is_set():
                 raise InferenceUnavailable("the inference process stopped during this step")
             if time.monotonic() > deadline:
@@ -294,7 +216,7 @@ class RemotePolicy:
 
     def status(self) -> dict[str, Any]:
         """The runner's status as the inference process last reported it, and the process's."""
-        process = self._process
+        process, channel = self._process, self._channel
         return {
             **self._status,
             "process": {
@@ -304,8 +226,8 @@ class RemotePolicy:
                 "standby_ready": self._standby_ready if self._use_standby else None,
                 "pinned_slots": self.pinned,
                 # Same-host drivers' frame rings read in place, and how many are pinned.
-                "driver_rings": len(self._rings),
-                "pinned_driver_rings": len(self._pinned_rings),
+                "driver_rings": len(channel.rings) if channel is not None else 0,
+                "pinned_driver_rings": len(channel.pinned_rings) if channel is not None else 0,
                 "restart_count": self.restart_count,
                 "restarts": [r.as_dict() for r in self.restarts],  # the newest RESTARTS_KEPT
             },
@@ -343,6 +265,10 @@ class RemotePolicy:
             if spare is not None and not self._standby_ready and spare[0].poll(0):
                 self._standby_ready = True  # its message stays queued for _launch
 
+    def report_hang(self, detail: str) -> None:
+        """A caller waited too long for a step: the process is taken for hung and restarted."""
+        self._fail("hung", detail)
+
     def _fail(self, cause: str, detail: str) -> None:
         if self._failed.is_set():
             return
@@ -377,7 +303,7 @@ class RemotePolicy:
                 except zmq.ZMQError:
                     pass
             socket.close(linger=0)
-            self._socket = None
+            self._socket = self._channel = None
         if process is not None:
             try:
                 process.wait(timeout=2.0 if polite else 0.0)
@@ -450,8 +376,8 @@ class RemotePolicy:
         socket.send(pack("attach", path=str(self._slots.path), count=self._slots.count))
         ready = self._expect(socket, process, "ready", 60.0)
         self.pinned = bool(ready.get("pinned"))
-        self._rings, self._pinned_rings = {}, set()  # a new process has attached none
-        self._refused_rings = {}
+        with self._lock:  # a new process has attached no driver ring yet
+            self._channel = RequestChannel(socket, self._slots, spec)
         if progress is not None:
             progress(f"inference process {process.pid} ready")
         self._failed.clear()

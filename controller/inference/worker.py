@@ -1,11 +1,11 @@
 """The inference worker: one thread that runs the policy on each session's newest observation.
 
-The control loop never waits for it. The policy gets the observation and the robot's context (the
-session built it when it submitted the request); a finished chunk is tagged with the control step
-of the observation it came from and the robot's episode, and handed back through the session's
-`chunks` deque with the policy's new memory for that robot. The loop drops the steps that have
-already passed, so slow inference shortens the useful chunk instead of shifting the robot in
-time, and drops a chunk of an episode that has ended.
+For a policy in the daemon's own process. The control loop never waits for it. The policy gets
+the observation and the robot's context (the session built it when it submitted the request);
+what becomes of the answer is `outcomes`. The loop drops the chunk steps that have already
+passed, so slow inference shortens the useful chunk instead of shifting the robot in time, and
+drops a chunk of an episode that has ended. A policy in its own process is fed by the loop
+itself instead (`remote_worker`).
 """
 
 from __future__ import annotations
@@ -13,40 +13,23 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-import time
-from collections.abc import Mapping
 
-import numpy as np
-
-from controller.errors import ErrorCode, InputFault
-from controller.inference.requests import Chunk, InferenceRequest, Refusal, RobotQueues
-from controller.observe.telemetry import INFERENCE, MAILBOX_WAIT, Telemetry
-from controller.wire.slot_ring import SlotFrames
+from controller.inference.outcomes import InferenceOutcomes
+from controller.inference.requests import InferenceRequest, RobotQueues
+from controller.observe.telemetry import Telemetry
 from policies.base import Policy
 
 log = logging.getLogger(__name__)
 
-WARNING_INTERVAL_NS = 1_000_000_000
 
-
-class InferenceWorker:
+class InferenceWorker(InferenceOutcomes):
     def __init__(self, policy: Policy, telemetry: Telemetry | None = None) -> None:
+        super().__init__(telemetry)
         self.policy = policy
-        telemetry = telemetry or Telemetry(enabled=False)
-        self._timed = telemetry.enabled
-        self._t_mailbox = telemetry.section(MAILBOX_WAIT)
-        self._t_inference = telemetry.section(INFERENCE)
         self._ready: collections.deque[RobotQueues] = collections.deque()
         self._wake = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
-        self.inferences = 0
-        self.failures = 0
-        self.non_finite = 0
-        self.input_faults = 0  # observations refused because the reference fails on them too
-        self.frames_overwritten = 0  # written in place, then rewritten by the driver mid-read
-        self._last_warning_ns = -WARNING_INTERVAL_NS
-        self._suppressed = 0
 
     def submit(self, session: RobotQueues, request: InferenceRequest) -> None:
         """Called from the loop thread: newest observation wins."""
@@ -97,98 +80,10 @@ class InferenceWorker:
             del request
 
     def _infer(self, session: RobotQueues, request: InferenceRequest) -> None:
-        started = time.monotonic_ns()
-        if self._timed:  # received_ns is the dispatcher's time.monotonic_ns() too
-            self._t_mailbox.record_ns(started - request.received_ns)
+        started = self.began(request)
         try:
             prediction = self.policy.predict(request.images, request.context)
-        except InputFault as exc:  # this robot's observation is at fault: tell it, count it
-            self.input_faults += 1
-            session.counters["input_faults"] += 1
-            session.refused.append(Refusal(request.obs_seq, str(exc)))
-            self._warn(f"robot {session.robot}: observation {request.obs_seq} refused: {exc}")
-            return
         except Exception as exc:  # noqa: BLE001 - any failure: keep serving from existing chunks
-            self.failures += 1
-            session.counters["inference_failures"] += 1
-            self._warn(f"inference failed for robot {session.robot}: {exc}")
+            self.failed(session, request, exc)
             return
-        elapsed = time.monotonic_ns() - started
-        if self._timed:
-            self._t_inference.record_ns(elapsed)
-        self.inferences += 1
-        images = request.images
-        if isinstance(images, SlotFrames) and not images.unchanged():
-            # Frames in place: the policy has read (uploaded) them by now; if the driver wrote
-            # the slot meanwhile, what was served is a torn mix: never executed.
-            self.frames_overwritten += 1
-            session.counters["frames_overwritten"] += 1
-            session.refused.append(
-                Refusal(
-                    request.obs_seq,
-                    f"observation {request.obs_seq} was refused: the driver wrote its frame slot "
-                    f"{images.index} while the policy read it; write a slot only before sending "
-                    "it (the client's ring does this), or use more slots",
-                    ErrorCode.FRAME_SLOT.value,
-                )
-            )
-            return
-        shape = (session.spec.chunk_size, session.spec.action_dim)
-        actions = self._usable_chunk(getattr(prediction, "actions", None), shape)
-        memory = self._usable_memory(getattr(prediction, "memory", None))
-        if actions is None or memory is False:
-            self.non_finite += 1
-            session.counters["chunks_rejected"] += 1
-            self._warn(
-                f"policy returned an unusable chunk or memory for robot {session.robot} (a "
-                "finite chunk of the spec's shape, memory a mapping of names to arrays); dropped"
-            )
-            return
-        session.chunks.append(
-            Chunk(
-                start_step=request.step,
-                actions=actions,
-                obs_seq=request.obs_seq,
-                obs_received_ns=request.received_ns,
-                inference_ns=elapsed,
-                episode=request.episode,
-                memory=memory,
-            )
-        )
-
-    def _warn(self, message: str) -> None:
-        """At most one warning a second: a failing policy fails on every observation."""
-        now = time.monotonic_ns()
-        if now - self._last_warning_ns < WARNING_INTERVAL_NS:
-            self._suppressed += 1
-            return
-        if self._suppressed:
-            message += f" ({self._suppressed} similar messages suppressed)"
-        log.warning("%s", message)
-        self._last_warning_ns, self._suppressed = now, 0
-
-    @staticmethod
-    def _usable_memory(raw: object) -> dict[str, np.ndarray] | None | bool:
-        """The policy's new memory for the robot as a dict of its own array copies (the policy
-        may reuse its buffers), None to keep the old one, False when it is not a mapping of
-        names to arrays."""
-        if raw is None:
-            return None
-        if not isinstance(raw, Mapping):
-            return False
-        memory = {}
-        for name, value in raw.items():
-            if not isinstance(name, str) or not isinstance(value, np.ndarray):
-                return False
-            memory[name] = value.copy()
-        return memory
-
-    @staticmethod
-    def _usable_chunk(raw: object, shape: tuple[int, int]) -> np.ndarray | None:
-        """The chunk as float32 of the expected shape with every value finite, else None.
-        Cast before the finite check: float64 beyond float32's range becomes Inf."""
-        if not isinstance(raw, np.ndarray) or raw.dtype.kind not in "fiu" or raw.shape != shape:
-            return None
-        with np.errstate(over="ignore", invalid="ignore"):
-            actions = raw.astype(np.float32)
-        return actions if np.isfinite(actions).all() else None
+        self.finished(session, request, prediction, started)

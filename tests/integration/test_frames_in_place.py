@@ -6,6 +6,7 @@ observation's message carries only its header and state."""
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from controller.errors import HandshakeRefused
 from controller.inference.remote_policy import RemotePolicy
+from controller.inference.remote_worker import RemoteInference
 from controller.wire import protocol
 from controller.wire.client import Command, TempoClient
 from tests.conftest import ipc_config, running_daemon, wait_for
@@ -122,7 +124,7 @@ def test_frames_written_in_place_give_the_actions_of_frames_sent_on_the_socket(
             np.testing.assert_array_equal(in_place, on_socket)
             np.testing.assert_allclose(in_place, expected_action(image), rtol=1e-6)
         # The inference process read the driver's ring itself: no copy in the control process.
-        assert len(policy._rings) == 1
+        assert policy.status()["process"]["driver_rings"] == 1
         assert shared.counters.errors == 0 and copied.counters.errors == 0
         # While the daemon holds every slot, the client sends the frames on the socket.
         for index in range(ring.count):
@@ -201,3 +203,21 @@ def test_a_daemon_older_than_frames_in_place_still_serves_a_new_client(
         c.close()
     with pytest.raises(HandshakeRefused, match="frames_in_place"):
         client(daemon, "insists", True)
+
+
+def test_the_control_loop_feeds_the_inference_process_without_a_worker_thread(
+    daemon: Any, policy: RemotePolicy
+) -> None:
+    """A second Python thread in the control process would compete with the loop for the GIL:
+    requests are sent and replies taken by the loop's own thread, between ticks."""
+    assert isinstance(daemon.worker, RemoteInference)
+    before = daemon.worker.inferences
+    robot = client(daemon, "looped", False)
+    try:
+        served = action_for(robot, lambda: robot.send_observation({"front": frame(3)}, STATE))
+        np.testing.assert_allclose(served.action, expected_action(frame(3)), rtol=1e-6)
+    finally:
+        robot.close()
+    assert daemon.worker.inferences > before
+    names = {thread.name for thread in threading.enumerate()}
+    assert "tempo-loop" in names and "tempo-inference" not in names

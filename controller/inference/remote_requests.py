@@ -1,0 +1,178 @@
+"""The request side of one inference process: observations out, replies in, never blocking.
+
+    channel = RequestChannel(socket, slots, spec)     # per started process (RemotePolicy)
+    request_id = channel.send(images, context)        # frames in a slot (or the driver's), sent
+    reply = channel.receive()                         # the next step reply, or None for now
+    prediction = prediction_of(reply)                 # or the exception the reply stands for
+
+Frames are copied into the process's observation slots, except those a same-host driver wrote
+in place (`SlotFrames` of its session's ring): the first time a ring is seen, the process is
+asked to attach it (`attach_ring`) and that observation is still copied; once `ring_ready`
+comes back, the ring's frames are read where the driver wrote them. A ring the process refused
+is not asked for again. Rings of ended sessions are detached on the next send.
+
+The process answers requests one by one, in order; a reply whose id is not the one awaited
+answers a request that was given up on and is dropped by the caller. Not thread-safe: its owner
+(RemotePolicy) hands it out under a lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import zmq
+
+from controller.errors import InputFault, PolicyError
+from controller.inference.frame_slots import FrameSlots
+from controller.inference.process_messages import (
+    pack,
+    pack_array,
+    pack_memory,
+    unpack,
+    unpack_array,
+    unpack_memory,
+)
+from controller.wire.slot_ring import SlotFrames
+from policies.base import PolicySpec, Prediction, RobotContext
+
+log = logging.getLogger(__name__)
+
+MAX_DRIVER_RINGS = 64  # frame rings attached at once; past it a driver's frames are copied
+STEP_REPLIES = ("chunk", "refused", "input_fault", "failed", "fatal")
+
+
+class RequestChannel:
+    def __init__(self, socket: zmq.Socket, slots: FrameSlots, spec: PolicySpec) -> None:
+        self.socket = socket
+        self.slots = slots
+        self.spec = spec
+        self._next_slot = 0
+        self._request_id = 0
+        # Same-host drivers' frame rings the process has attached: path -> (id, ring).
+        self.rings: dict[Any, tuple[int, FrameSlots]] = {}
+        self.pinned_rings: set[int] = set()  # of those, the ones pinned for DMA
+        self._attaching: dict[int, FrameSlots] = {}  # asked, not answered yet: id -> ring
+        # Rings the process could not attach: asked once, then copied (not asked every step).
+        self._refused: dict[Any, FrameSlots] = {}
+
+    def send(self, images: Mapping[str, np.ndarray], context: RobotContext) -> int:
+        """Send one observation (ZeroMQ queues it; nothing waits); returns its request id."""
+        self._detach_closed_rings()
+        ring = self._driver_ring(images)
+        where: dict[str, Any]
+        if ring is not None and isinstance(images, SlotFrames):
+            # Frames in place: the inference process reads the driver's slot itself (no copy
+            # here); the state history, which the daemon checked, travels along.
+            where = {
+                "ring": ring,
+                "slot": images.index,
+                "generation": images.generation,
+                "state": pack_array(context.state_history),
+            }
+        else:
+            index = self._next_slot
+            self._next_slot = (index + 1) % self.slots.count
+            generation = self.slots.write(index, images, context.state_history)
+            where = {"slot": index, "generation": generation}
+        self._request_id += 1
+        plan = context.previous_plan
+        self.socket.send(
+            pack(
+                "infer",
+                id=self._request_id,
+                **where,
+                step=context.step,
+                episode_start=context.episode_start,
+                delay=context.inference_delay,
+                plan_start=plan.start_step if plan is not None else None,
+                plan=pack_array(plan.actions) if plan is not None else None,
+                memory=pack_memory(context.memory) if context.memory else None,
+            )
+        )
+        return self._request_id
+
+    def receive(self) -> dict[str, Any] | None:
+        """The next step reply waiting on the socket (answers to ring requests are taken in
+        passing), or None when none is there yet."""
+        while True:
+            try:
+                message = unpack(self.socket.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return None
+            ring = self._attaching.pop(message.get("id"), None)  # type: ignore[arg-type]
+            if ring is not None:
+                self._ring_answered(ring, message)
+            elif message["kind"] in STEP_REPLIES:
+                return message
+
+    def _driver_ring(self, images: Mapping[str, np.ndarray]) -> int | None:
+        """The id under which the process reads the driver ring these frames lie in, or None:
+        not frames in place, not attached (yet), or too many rings; then the frames are
+        copied. A ring seen for the first time is asked for."""
+        if not isinstance(images, SlotFrames):
+            return None
+        ring = images.ring
+        if not isinstance(ring, FrameSlots) or ring.spec != self.spec or ring.closed:
+            return None
+        attached = self.rings.get(ring.path)
+        if attached is not None:
+            return attached[0]
+        asked = any(r is ring for r in self._attaching.values())
+        if asked or ring.path in self._refused:
+            return None
+        if len(self.rings) + len(self._attaching) >= MAX_DRIVER_RINGS:
+            return None
+        self._request_id += 1
+        self.socket.send(
+            pack("attach_ring", id=self._request_id, path=str(ring.path), count=ring.count)
+        )
+        self._attaching[self._request_id] = ring
+        return None
+
+    def _ring_answered(self, ring: FrameSlots, reply: dict[str, Any]) -> None:
+        if reply["kind"] != "ring_ready":
+            log.warning("the inference process cannot read a driver's frame ring: %s; its "
+                        "frames are copied instead", reply.get("error"))  # fmt: skip
+            self._refused[ring.path] = ring
+            return
+        ring_id = int(reply["id"])
+        if ring.closed:  # its session ended while the process attached it
+            self.socket.send(pack("detach_ring", ring=ring_id))
+            return
+        self.rings[ring.path] = (ring_id, ring)
+        if reply.get("pinned"):
+            self.pinned_rings.add(ring_id)
+
+    def _detach_closed_rings(self) -> None:
+        """Rings of sessions that have ended: the inference process unpins and unmaps them."""
+        for path, refused in list(self._refused.items()):
+            if refused.closed:
+                del self._refused[path]
+        for path, (ring_id, ring) in list(self.rings.items()):
+            if ring.closed:
+                self.socket.send(pack("detach_ring", ring=ring_id))
+                del self.rings[path]
+                self.pinned_rings.discard(ring_id)
+
+
+class ProcessFatal(PolicyError):
+    """The reply says the device is unusable and the process is exiting (a restart follows)."""
+
+
+def prediction_of(reply: dict[str, Any]) -> Prediction:
+    """A step reply as the Policy contract has it: the Prediction, or ValueError (a malformed
+    observation), InputFault (the reference fails on it too), ProcessFatal, PolicyError."""
+    kind = reply["kind"]
+    if kind == "chunk":
+        actions = unpack_array(reply.get("actions"), "chunk")
+        return Prediction(actions, unpack_memory(reply.get("memory")))
+    if kind == "refused":
+        raise ValueError(str(reply.get("error")))
+    if kind == "input_fault":
+        raise InputFault(str(reply.get("error")))
+    if kind == "fatal":
+        raise ProcessFatal(f"the inference process failed: {reply.get('error')}")
+    raise PolicyError(str(reply.get("error")))
