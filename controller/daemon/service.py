@@ -30,6 +30,7 @@ from controller.inference.remote_policy import RemotePolicy
 from controller.inference.remote_worker import RemoteInference
 from controller.inference.worker import InferenceWorker
 from controller.observe.gc_pauses import GcPauses
+from controller.observe.late_ticks import LateTicks
 from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry
 from controller.wire.protocol import DEFAULT_LIMITS, Limits
@@ -176,6 +177,7 @@ class Daemon:
         self._handle = self.telemetry.section(RECEIVE)(self.dispatcher.handle)
         self._timed = self.telemetry.enabled
         self._t_lateness = self.telemetry.section(TICK_LATENESS)
+        self.late_ticks = LateTicks()  # with telemetry on: late ticks, and which were preempted
         self._t_tick = self.telemetry.section(TICK)
         self.endpoint = ""
         self.started_ns = 0
@@ -244,6 +246,7 @@ class Daemon:
                 step = self.pacer.wait()
                 if self._timed:
                     self._t_lateness.record_ns(self.pacer.last_lateness_ns)
+                    self.late_ticks.record(self.pacer.last_lateness_ns)
                     started = self._t_tick.start()
                 self.loop.tick(step, self.pacer.deadline_of(step), time.monotonic_ns())
                 if self._timed:
@@ -311,6 +314,7 @@ class Daemon:
             "ticks": ticks,
             "achieved_hz": ticks / uptime if uptime > 0 else 0.0,
             "missed_ticks": self.pacer.missed_ticks,
+            "late_ticks": self.late_ticks.as_dict(),
             **recorded_figures(telemetry),
             "inferences": self.worker.inferences,
             "inference_failures": self.worker.failures,
