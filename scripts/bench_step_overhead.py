@@ -55,7 +55,8 @@ from policies.tiny import build_tiny_policy, tiny_spec  # noqa: E402
 
 
 class NullModule(nn.Module):
-    """state (1, 1, n) -> chunk (1, chunk, joints): one small matmul, so the model costs ~nothing."""
+    """state (1, 1, n) -> chunk (1, chunk, joints): one small matmul, a model that costs
+    next to nothing."""
 
     def __init__(self, spec: PolicySpec) -> None:
         super().__init__()
@@ -132,14 +133,14 @@ def measure(runner: Runner, tier: str, args: argparse.Namespace) -> dict[str, An
         with torch.no_grad(), path.on_stream():
             out = runner.serving_tier.run()
             t2 = clock()
-            path.staging.mark_consumed()
             outputs = path.download.fetch(out)
         t3 = clock()
         if not all_finite(outputs):
             raise RuntimeError("non-finite output")
         t4 = clock()
         for key, value in zip(
-            ("upload", "run", "download", "check"), (t1 - t0, t2 - t1, t3 - t2, t4 - t3),
+            ("upload", "run", "download", "check"),
+            (t1 - t0, t2 - t1, t3 - t2, t4 - t3),
             strict=True,
         ):
             samples[key].append(value)
@@ -165,7 +166,8 @@ def measure(runner: Runner, tier: str, args: argparse.Namespace) -> dict[str, An
     row["overhead_p50_us"] = row["predict"]["p50_us"] - row["model alone"]["p50_us"]
     if cuda:
         gpu = np.asarray(runner.time_device(tier, args.iters)) * 1e6
-        row["model gpu"] = {"p50_us": float(np.median(gpu)), "p99_us": float(np.percentile(gpu, 99))}
+        p50, p99 = float(np.median(gpu)), float(np.percentile(gpu, 99))
+        row["model gpu"] = {"p50_us": p50, "p99_us": p99}
     return row
 
 

@@ -144,51 +144,64 @@ class Runner:
             path = self._path
             if path is None:  # unreachable once started; keeps the type checker honest
                 raise PolicyError("the runner is not started: call start() before predict")
-            try:
-                path.upload(images, context)
-            except ValueError:
-                raise
-            except Exception as exc:
-                raise PolicyError(f"uploading the observation failed: {first_line(exc)}") from exc
-            while True:
-                name = ladder.tiers[ladder.current]
-                try:
-                    outputs = path.execute(self._tiers[name])
-                    if not all_finite(outputs):
-                        raise NonFiniteOutput("the chunk has NaN or Inf values")
-                    break
-                except Exception as exc:
-                    if isinstance(exc, NonFiniteOutput) and self._reference_fails_too(path):
-                        # The input is at fault, not the tier: refuse it, demote nothing.
-                        self._counts["input_faults"] += 1
-                        raise InputFault(
-                            "the policy's FP32 reference also returns NaN or Inf for this "
-                            "observation, so the observation was refused (no tier was demoted)"
-                        ) from None
-                    self._counts["failed_steps"] += 1
-                    self._last_error = f"{name}: {first_line(exc)}"
-                    cause = "non_finite" if isinstance(exc, NonFiniteOutput) else "exception"
-                    to = ladder.demote(cause, first_line(exc))
-                    if to is None:
-                        raise PolicyError(
-                            f"tier {name} failed ({first_line(exc)}) and no lower tier is left; "
-                            "this step has no chunk"
-                        ) from exc
-                    budget = ladder.budget_s
-                    spent = self._clock() - started
-                    expected = self._reports[to].step_s or 0.0
-                    if budget is not None and spent + expected > budget:
-                        raise PolicyError(
-                            f"tier {name} failed ({first_line(exc)}); demoted to {to}, but this "
-                            f"step was not re-run: {spent * 1e3:.1f} ms spent + "
-                            f"{expected * 1e3:.1f} ms expected exceeds the {budget * 1e3:.1f} ms "
-                            "budget"
-                        ) from exc
-                    self._counts["reruns"] += 1
+            with path.scope:  # one stream switch for upload, run and download
+                outputs, name = self._serve(path, images, context, started)
             self._reports[name].served_steps += 1
             self._counts["steps"] += 1
             ladder.record_step(self._clock() - started)
             return outputs
+
+    def _serve(
+        self,
+        path: StepPath,
+        images: Mapping[str, np.ndarray],
+        context: RobotContext,
+        started: float,
+    ) -> tuple[list[np.ndarray], str]:
+        """Upload, then run on the serving tier, stepping down on trouble (see predict);
+        returns the outputs and the tier that produced them."""
+        ladder = self._ladder
+        try:
+            path.stage(images, context)
+        except ValueError:
+            raise
+        except Exception as exc:
+            raise PolicyError(f"uploading the observation failed: {first_line(exc)}") from exc
+        while True:
+            name = ladder.tiers[ladder.current or 0]
+            try:
+                outputs = path.run(self._tiers[name])
+                if not all_finite(outputs):
+                    raise NonFiniteOutput("the chunk has NaN or Inf values")
+                return outputs, name
+            except Exception as exc:
+                if isinstance(exc, NonFiniteOutput) and self._reference_fails_too(path):
+                    # The input is at fault, not the tier: refuse it, demote nothing.
+                    self._counts["input_faults"] += 1
+                    raise InputFault(
+                        "the policy's FP32 reference also returns NaN or Inf for this "
+                        "observation, so the observation was refused (no tier was demoted)"
+                    ) from None
+                self._counts["failed_steps"] += 1
+                self._last_error = f"{name}: {first_line(exc)}"
+                cause = "non_finite" if isinstance(exc, NonFiniteOutput) else "exception"
+                to = ladder.demote(cause, first_line(exc))
+                if to is None:
+                    raise PolicyError(
+                        f"tier {name} failed ({first_line(exc)}) and no lower tier is left; "
+                        "this step has no chunk"
+                    ) from exc
+                budget = ladder.budget_s
+                spent = self._clock() - started
+                expected = self._reports[to].step_s or 0.0
+                if budget is not None and spent + expected > budget:
+                    raise PolicyError(
+                        f"tier {name} failed ({first_line(exc)}); demoted to {to}, but this "
+                        f"step was not re-run: {spent * 1e3:.1f} ms spent + "
+                        f"{expected * 1e3:.1f} ms expected exceeds the {budget * 1e3:.1f} ms "
+                        "budget"
+                    ) from exc
+                self._counts["reruns"] += 1
 
     def _reference_fails_too(self, path: StepPath) -> bool:
         """Run eager FP32 (the reference) on the observation still in the static inputs: does
