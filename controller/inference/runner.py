@@ -28,7 +28,6 @@ may be read from any thread.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -47,16 +46,14 @@ from controller.inference.ladder import (
     Progress,
     TierReport,
     all_finite,
-    check_parity,
     first_line,
-    heartbeat,
     random_example,
-    reference_examples,
     reference_outputs,
 )
 from controller.inference.runner_config import TIER_ORDER, RunnerConfig, TierName
 from controller.inference.serving_ladder import ServingLadder
 from controller.inference.step_path import StepPath
+from controller.inference.tier_checks import start_tier, tier_parity
 from controller.inference.tiers import EagerTier, Tier, build_tiers
 from controller.observe.telemetry import Telemetry
 from policies.base import PolicySpec, Prediction, RobotContext, window_context
@@ -309,56 +306,32 @@ class Runner:
     def _parity(
         self, tier: Tier, observations: list[Example], references: list[list[np.ndarray]]
     ) -> tuple[float, float]:
-        path, rtol = self._checked_path(), self._config.parity_rtol
-        return check_parity(path, tier, observations, references, rtol, measure=self._policy.parity)
+        path, policy = self._checked_path(), self._policy
+        return tier_parity(path, tier, policy, self._config, observations, references)
 
     def _start_tier(
         self,
         name: str,
         tier: Tier,
-        observations: list[Example],
+        examples: list[Example],
         references: list[list[np.ndarray]],
         say: Progress,
     ) -> None:
         report = self._reports[name]
         try:
-            built = time.perf_counter()
-            verb = {"graph": "compiling and capturing", "compiled": "compiling"}.get(name)
-            with heartbeat(say, f"{name}: {verb}") if verb else contextlib.nullcontext():
-                self._checked_path().build(tier)
-            report.build_s = time.perf_counter() - built
-            for _ in range(self._config.warmup_steps):
-                self._checked_path().execute(tier, *observations[0])
-            report.parity_error, report.step_s = self._parity(tier, observations, references)
-            against = ""
-            if self._policy.reference is not None:
-                report.reference_error = self._reference_parity(tier)
-                against = f", {report.reference_error:.1e} against {self._policy.reference.source}"
-            report.state = "ready"
-            say(
-                f"{name}: ready ({report.precision}, parity error {report.parity_error:.1e}"
-                f"{against}, "
-                f"{report.step_s * 1e3:.2f} ms/step, built in {report.build_s:.1f} s)"
+            start_tier(
+                self._checked_path(),
+                tier,
+                report,
+                self._policy,
+                self._config,
+                examples,
+                references,
+                say,
             )
         except Exception as exc:
             self._skip(name, first_line(exc))
             say(f"{name}: skipped: {report.reason}")
-
-    def _reference_parity(self, tier: Tier) -> float:
-        """Largest relative error of `tier` against the policy's reference chunks."""
-        reference = self._policy.reference
-        if reference is None:
-            raise PolicyError("the policy has no reference chunks")
-        examples = reference_examples(self.spec, reference)
-        chunks = [[chunk] for chunk in reference.chunks]  # the chunk: no extra outputs
-        rtol = self._config.reference_parity_rtol
-        try:
-            error, _ = check_parity(
-                self._checked_path(), tier, examples, chunks, rtol, "reference_parity_rtol"
-            )
-        except ValueError as exc:
-            raise ValueError(f"against {reference.source}: {exc}") from None
-        return error
 
     # ---- re-promotion ------------------------------------------------------------------------
 
