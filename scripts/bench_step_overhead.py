@@ -4,8 +4,9 @@
     python scripts/bench_step_overhead.py --device cuda          # graph tier, TD-MPC2 5M
     python scripts/bench_step_overhead.py --device cuda --tiers graph,compiled --policies tdmpc2
 
-For each policy (TD-MPC2 fast mode, `mode: prior`; the tiny visuomotor policy; the demo ACT) and
-each tier asked for, rounds alternate, one call each, between:
+For each policy (TD-MPC2 fast mode, `mode: prior`, humanoid shapes, its whole horizon rolled out
+(tdmpc2) or `prior_steps: 1` (tdmpc2-1); the tiny visuomotor policy; the demo ACT) and each tier
+asked for, rounds alternate, one call each, between:
 
 - model alone: the tier's `run()` on the static inputs already staged (a graph replay on CUDA),
   then a synchronize: the floor any serving path pays;
@@ -68,10 +69,12 @@ class NullModule(nn.Module):
 
 
 def build_policy(name: str, args: argparse.Namespace) -> TensorPolicy:
-    if name == "tdmpc2":
+    if name in ("tdmpc2", "tdmpc2-1"):  # fast mode; -1: prior_steps 1 (one prior mean)
         size = args.model_size or (5 if args.device == "cuda" else 1)
         changes: dict[str, Any] = {"obs_dim": 67, "action_dim": 21, "model_size": size}
         changes["mode"] = "prior"
+        if name == "tdmpc2-1":
+            changes["prior_steps"] = 1
         return random_tdmpc2_policy(TDMPC2Config.model_validate(changes))
     if name == "tiny":
         return build_tiny_policy(tiny_spec(cameras=1, height=48, width=64))
@@ -80,7 +83,7 @@ def build_policy(name: str, args: argparse.Namespace) -> TensorPolicy:
     if name == "null":
         spec = tiny_spec(cameras=0, state_size=14, joints=14, chunk_size=20)
         return TensorPolicy(spec=spec, module=NullModule(spec).eval())
-    raise SystemExit(f"unknown policy {name!r}; choose from tdmpc2, tiny, act, null")
+    raise SystemExit(f"unknown policy {name!r}; choose from tdmpc2, tdmpc2-1, tiny, act, null")
 
 
 def contexts(runner: Runner, count: int = 8) -> list[RobotContext]:
@@ -183,7 +186,7 @@ def print_table(name: str, tier: str, row: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--policies", default="tdmpc2,tiny,null")
+    parser.add_argument("--policies", default="tdmpc2,tdmpc2-1,tiny,null")
     parser.add_argument("--tiers", default="", help="default: graph on CUDA, eager_fp32 on CPU")
     parser.add_argument("--model-size", type=int, default=None, help="TD-MPC2 size (5 / 1)")
     parser.add_argument("--iters", type=int, default=2000)
