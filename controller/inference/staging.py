@@ -204,6 +204,25 @@ class InputStaging:
         return self._compute if self._cuda else None
 
 
+class PackedOutputs(tuple):  # type: ignore[type-arg]
+    """A step's outputs that are views of one contiguous float32 device buffer, `packed` (the
+    graph tier packs them inside its graph): the download moves them in one copy. A tier that
+    replaces an output (fault injection) returns a plain tuple, downloaded output by output."""
+
+    packed: torch.Tensor
+
+
+def packed_outputs(packed: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> PackedOutputs:
+    """`outputs`' shapes as consecutive views of `packed` (their values concatenated)."""
+    views, offset = [], 0
+    for out in outputs:
+        views.append(packed[offset : offset + out.numel()].view(out.shape))
+        offset += out.numel()
+    result = PackedOutputs(views)
+    result.packed = packed
+    return result
+
+
 class OutputDownload:
     """The device -> host path of a step's outputs (the chunk, then any extras), through pinned
     buffers owned by the runner, allocated on the first fetch (at start-up). On CUDA the copies
@@ -221,6 +240,9 @@ class OutputDownload:
         self._host: list[torch.Tensor] = []
         self._host_arrays: list[np.ndarray] = []  # numpy views of `_host`, made once
         self._host_shapes: tuple[torch.Size, ...] = ()
+        self._packed_source: PackedOutputs | None = None  # what `_packed_host` was made for
+        self._packed_host = torch.empty(0)
+        self._packed_arrays: list[np.ndarray] = []
         if self._cuda:
             self._stream = stream or torch.cuda.current_stream(device)
             self._done = torch.cuda.Event()
@@ -237,6 +259,8 @@ class OutputDownload:
             )
         if not self._cuda:
             return [o[0].detach().to(torch.float32).numpy().copy() for o in outputs]
+        if isinstance(outputs, PackedOutputs):
+            return self._fetch_packed(outputs)
         shapes = tuple(o.shape[1:] for o in outputs)
         if shapes != self._host_shapes:  # the first fetch (a copy_ would broadcast a mismatch)
             self._host = [torch.empty(s, dtype=torch.float32, pin_memory=True) for s in shapes]
@@ -247,3 +271,20 @@ class OutputDownload:
         self._done.record(self._stream)
         self._done.synchronize()
         return [array.copy() for array in self._host_arrays]
+
+    def _fetch_packed(self, outputs: PackedOutputs) -> list[np.ndarray]:
+        """One copy of the packed buffer, then each output's slice into a new array."""
+        if outputs is not self._packed_source:  # the graph returns one object: made once
+            self._packed_host = torch.empty(
+                outputs.packed.shape, dtype=torch.float32, pin_memory=True
+            )
+            flat, self._packed_arrays, offset = self._packed_host.numpy(), [], 0
+            for out in outputs:
+                size = out.numel()
+                self._packed_arrays.append(flat[offset : offset + size].reshape(out.shape[1:]))
+                offset += size
+            self._packed_source = outputs
+        self._packed_host.copy_(outputs.packed, non_blocking=True)
+        self._done.record(self._stream)
+        self._done.synchronize()
+        return [array.copy() for array in self._packed_arrays]
