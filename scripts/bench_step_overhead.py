@@ -88,7 +88,8 @@ def build_policy(name: str, args: argparse.Namespace) -> TensorPolicy:
 
 def contexts(runner: Runner, count: int = 8) -> list[RobotContext]:
     """Contexts the codec makes for examples: every codec's own inputs, shaped right."""
-    return [runner.codec.example(seed) for seed in range(1, count + 1)]
+    codec = getattr(runner, "codec", None) or runner._codec  # older builds, for bisecting
+    return [codec.example(seed) for seed in range(1, count + 1)]
 
 
 def percentile_us(samples: list[int], q: float) -> float:
@@ -136,6 +137,9 @@ def measure(runner: Runner, tier: str, args: argparse.Namespace) -> dict[str, An
         with torch.no_grad(), path.on_stream():
             out = runner.serving_tier.run()
             t2 = clock()
+            consumed = getattr(path.staging, "mark_consumed", None)  # builds before issue 16
+            if consumed is not None:
+                consumed()
             outputs = path.download.fetch(out)
         t3 = clock()
         if not all_finite(outputs):

@@ -171,36 +171,26 @@ def no_recompile() -> contextlib.AbstractContextManager[object]:
     return torch.compiler.set_stance("fail_on_recompile")  # type: ignore[return-value]
 
 
-def reusable_no_recompile() -> contextlib.AbstractContextManager[object]:
-    """`no_recompile()` made once, to be entered on every serving step: making it costs tens of
-    microseconds (44 us on a CPU here), entering it a few. set_stance's object sets the stance
-    as it is made, so it is exited at once; each `with` then sets the stance and restores the
-    one that was current when it was made (the default: nothing else in Tempo sets one)."""
-    stance = no_recompile()
-    stance.__exit__(None, None, None)
-    return stance
-
-
 class CompiledTier(Tier):
     name: TierName = "compiled"
 
     def __init__(self, step: CompiledStep, warmup_steps: int) -> None:
         self._step = step
         self._warmup = warmup_steps
-        self._stance: contextlib.AbstractContextManager[object] | None = None  # once serving
+        self._serving = False
         self.precision = step.precision
 
     def build(self) -> None:
         self._step.warm(self._warmup)
 
     def run(self) -> Outputs:
-        if self._stance is None:
+        if not self._serving:
             return self._step()
-        with self._stance:
+        with no_recompile():
             return self._step()
 
     def begin_serving(self) -> None:
-        self._stance = reusable_no_recompile()
+        self._serving = True
 
 
 class GraphTier(Tier):
