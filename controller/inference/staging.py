@@ -258,7 +258,7 @@ class OutputDownload:
                 f"the model returned shape {tuple(outputs[0].shape)}, expected {(1, *self._shape)}"
             )
         if not self._cuda:
-            return [o[0].detach().to(torch.float32).numpy().copy() for o in outputs]
+            return [o.detach().numpy()[0].astype(np.float32) for o in outputs]  # a new array
         if isinstance(outputs, PackedOutputs):
             return self._fetch_packed(outputs)
         shapes = tuple(o.shape[1:] for o in outputs)
