@@ -245,7 +245,6 @@ class OutputDownload:
         self._packed_arrays: list[np.ndarray] = []
         if self._cuda:
             self._stream = stream or torch.cuda.current_stream(device)
-            self._done = torch.cuda.Event()
 
     def fetch(self, outputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
         """Copy each output (batch 1, on the device) into a new float32 numpy array, without
@@ -268,8 +267,7 @@ class OutputDownload:
             self._host_shapes = shapes
         for host, out in zip(self._host, outputs, strict=True):
             host.copy_(out[0], non_blocking=True)
-        self._done.record(self._stream)
-        self._done.synchronize()
+        self._stream.synchronize()  # the copies, queued behind the step on this stream
         return [array.copy() for array in self._host_arrays]
 
     def _fetch_packed(self, outputs: PackedOutputs) -> list[np.ndarray]:
@@ -285,6 +283,5 @@ class OutputDownload:
                 offset += size
             self._packed_source = outputs
         self._packed_host.copy_(outputs.packed, non_blocking=True)
-        self._done.record(self._stream)
-        self._done.synchronize()
+        self._stream.synchronize()  # the copies, queued behind the step on this stream
         return [array.copy() for array in self._packed_arrays]
