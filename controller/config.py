@@ -128,6 +128,15 @@ class PlannerConfig(_Section):
         "weights (faster on a GPU), eager FP32 stays FP32, and start-up parity is the value "
         "regret of their plans under the FP32 model. checkpoint: what the checkpoint says.",
     )
+    prior_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Fast mode (and the fallback's prior): how many of the chunk's actions the "
+        "prior rolls out through the dynamics, the last one held after; 1 is the official "
+        "fast mode (encode and one prior mean, the least GPU work). null: the checkpoint's "
+        "(the whole horizon unless it says otherwise).",
+    )
     fallback_budget_ms: float | None = Field(
         default=None,
         gt=0,

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from pydantic import ValidationError
+
 from controller.errors import ConfigError
 from policies.base import CameraSpec
 from policies.tensor_policy import TensorPolicy, with_state_bounds
@@ -61,16 +63,21 @@ def build_tensor_policy(
     )
     planner = policy.planner
     changed = planner.mode != "checkpoint" or planner.compute != "checkpoint"
+    changed = changed or planner.prior_steps is not None
     if changed or planner.fallback_budget_ms is not None:
-        from policies.tdmpc2.serving import with_compute, with_mode
+        from policies.tdmpc2.serving import with_compute, with_mode, with_prior_steps
 
         try:
             if planner.compute != "checkpoint":
                 loaded = with_compute(loaded, planner.compute)
+            if planner.prior_steps is not None:
+                loaded = with_prior_steps(loaded, planner.prior_steps)
             if planner.mode != "checkpoint":
                 loaded = with_mode(loaded, planner.mode)
             elif planner.fallback_budget_ms is not None:
                 with_mode(loaded, "prior")  # refuse a fallback for a policy without a prior
+        except ValidationError as exc:  # the agent's config refuses a setting (prior_steps)
+            raise ConfigError(f"policy.planner: {exc.errors()[0]['msg']}") from None
         except ValueError:
             raise ConfigError(
                 f"policy.planner applies to TD-MPC2 checkpoints; {policy.path} holds another "

@@ -179,7 +179,6 @@ class Step:
                 t = s[UPLOAD].lap(t)
             with torch.no_grad():
                 out = self.tier.run()
-                self.path.staging.mark_consumed()
             if timed:
                 t = s[MODEL].lap(t)
             chunk = self.download.fetch(out)[0]

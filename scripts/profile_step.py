@@ -45,7 +45,6 @@ def main() -> None:
         t1 = time.perf_counter()
         with torch.no_grad(), path.on_stream():
             out = tier.run()
-            path.staging.mark_consumed()
             sync()
             t2 = time.perf_counter()
             path.download.fetch(out)

@@ -28,7 +28,6 @@ may be read from any thread.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -47,16 +46,14 @@ from controller.inference.ladder import (
     Progress,
     TierReport,
     all_finite,
-    check_parity,
     first_line,
-    heartbeat,
     random_example,
-    reference_examples,
     reference_outputs,
 )
 from controller.inference.runner_config import TIER_ORDER, RunnerConfig, TierName
 from controller.inference.serving_ladder import ServingLadder
 from controller.inference.step_path import StepPath
+from controller.inference.tier_checks import start_tier, tier_parity
 from controller.inference.tiers import EagerTier, Tier, build_tiers
 from controller.observe.telemetry import Telemetry
 from policies.base import PolicySpec, Prediction, RobotContext, window_context
@@ -144,51 +141,64 @@ class Runner:
             path = self._path
             if path is None:  # unreachable once started; keeps the type checker honest
                 raise PolicyError("the runner is not started: call start() before predict")
-            try:
-                path.upload(images, context)
-            except ValueError:
-                raise
-            except Exception as exc:
-                raise PolicyError(f"uploading the observation failed: {first_line(exc)}") from exc
-            while True:
-                name = ladder.tiers[ladder.current]
-                try:
-                    outputs = path.execute(self._tiers[name])
-                    if not all_finite(outputs):
-                        raise NonFiniteOutput("the chunk has NaN or Inf values")
-                    break
-                except Exception as exc:
-                    if isinstance(exc, NonFiniteOutput) and self._reference_fails_too(path):
-                        # The input is at fault, not the tier: refuse it, demote nothing.
-                        self._counts["input_faults"] += 1
-                        raise InputFault(
-                            "the policy's FP32 reference also returns NaN or Inf for this "
-                            "observation, so the observation was refused (no tier was demoted)"
-                        ) from None
-                    self._counts["failed_steps"] += 1
-                    self._last_error = f"{name}: {first_line(exc)}"
-                    cause = "non_finite" if isinstance(exc, NonFiniteOutput) else "exception"
-                    to = ladder.demote(cause, first_line(exc))
-                    if to is None:
-                        raise PolicyError(
-                            f"tier {name} failed ({first_line(exc)}) and no lower tier is left; "
-                            "this step has no chunk"
-                        ) from exc
-                    budget = ladder.budget_s
-                    spent = self._clock() - started
-                    expected = self._reports[to].step_s or 0.0
-                    if budget is not None and spent + expected > budget:
-                        raise PolicyError(
-                            f"tier {name} failed ({first_line(exc)}); demoted to {to}, but this "
-                            f"step was not re-run: {spent * 1e3:.1f} ms spent + "
-                            f"{expected * 1e3:.1f} ms expected exceeds the {budget * 1e3:.1f} ms "
-                            "budget"
-                        ) from exc
-                    self._counts["reruns"] += 1
+            with path.scope:  # one stream switch for upload, run and download
+                outputs, name = self._serve(path, images, context, started)
             self._reports[name].served_steps += 1
             self._counts["steps"] += 1
             ladder.record_step(self._clock() - started)
             return outputs
+
+    def _serve(
+        self,
+        path: StepPath,
+        images: Mapping[str, np.ndarray],
+        context: RobotContext,
+        started: float,
+    ) -> tuple[list[np.ndarray], str]:
+        """Upload, then run on the serving tier, stepping down on trouble (see predict);
+        returns the outputs and the tier that produced them."""
+        ladder = self._ladder
+        try:
+            path.stage(images, context)
+        except ValueError:
+            raise
+        except Exception as exc:
+            raise PolicyError(f"uploading the observation failed: {first_line(exc)}") from exc
+        while True:
+            name = ladder.tiers[ladder.current or 0]
+            try:
+                outputs = path.run(self._tiers[name])
+                if not all_finite(outputs):
+                    raise NonFiniteOutput("the chunk has NaN or Inf values")
+                return outputs, name
+            except Exception as exc:
+                if isinstance(exc, NonFiniteOutput) and self._reference_fails_too(path):
+                    # The input is at fault, not the tier: refuse it, demote nothing.
+                    self._counts["input_faults"] += 1
+                    raise InputFault(
+                        "the policy's FP32 reference also returns NaN or Inf for this "
+                        "observation, so the observation was refused (no tier was demoted)"
+                    ) from None
+                self._counts["failed_steps"] += 1
+                self._last_error = f"{name}: {first_line(exc)}"
+                cause = "non_finite" if isinstance(exc, NonFiniteOutput) else "exception"
+                to = ladder.demote(cause, first_line(exc))
+                if to is None:
+                    raise PolicyError(
+                        f"tier {name} failed ({first_line(exc)}) and no lower tier is left; "
+                        "this step has no chunk"
+                    ) from exc
+                budget = ladder.budget_s
+                spent = self._clock() - started
+                expected = self._reports[to].step_s or 0.0
+                if budget is not None and spent + expected > budget:
+                    raise PolicyError(
+                        f"tier {name} failed ({first_line(exc)}); demoted to {to}, but this "
+                        f"step was not re-run: {spent * 1e3:.1f} ms spent + "
+                        f"{expected * 1e3:.1f} ms expected exceeds the {budget * 1e3:.1f} ms "
+                        "budget"
+                    ) from exc
+                self._counts["reruns"] += 1
 
     def _reference_fails_too(self, path: StepPath) -> bool:
         """Run eager FP32 (the reference) on the observation still in the static inputs: does
@@ -296,56 +306,32 @@ class Runner:
     def _parity(
         self, tier: Tier, observations: list[Example], references: list[list[np.ndarray]]
     ) -> tuple[float, float]:
-        path, rtol = self._checked_path(), self._config.parity_rtol
-        return check_parity(path, tier, observations, references, rtol, measure=self._policy.parity)
+        path, policy = self._checked_path(), self._policy
+        return tier_parity(path, tier, policy, self._config, observations, references)
 
     def _start_tier(
         self,
         name: str,
         tier: Tier,
-        observations: list[Example],
+        examples: list[Example],
         references: list[list[np.ndarray]],
         say: Progress,
     ) -> None:
         report = self._reports[name]
         try:
-            built = time.perf_counter()
-            verb = {"graph": "compiling and capturing", "compiled": "compiling"}.get(name)
-            with heartbeat(say, f"{name}: {verb}") if verb else contextlib.nullcontext():
-                self._checked_path().build(tier)
-            report.build_s = time.perf_counter() - built
-            for _ in range(self._config.warmup_steps):
-                self._checked_path().execute(tier, *observations[0])
-            report.parity_error, report.step_s = self._parity(tier, observations, references)
-            against = ""
-            if self._policy.reference is not None:
-                report.reference_error = self._reference_parity(tier)
-                against = f", {report.reference_error:.1e} against {self._policy.reference.source}"
-            report.state = "ready"
-            say(
-                f"{name}: ready ({report.precision}, parity error {report.parity_error:.1e}"
-                f"{against}, "
-                f"{report.step_s * 1e3:.2f} ms/step, built in {report.build_s:.1f} s)"
+            start_tier(
+                self._checked_path(),
+                tier,
+                report,
+                self._policy,
+                self._config,
+                examples,
+                references,
+                say,
             )
         except Exception as exc:
             self._skip(name, first_line(exc))
             say(f"{name}: skipped: {report.reason}")
-
-    def _reference_parity(self, tier: Tier) -> float:
-        """Largest relative error of `tier` against the policy's reference chunks."""
-        reference = self._policy.reference
-        if reference is None:
-            raise PolicyError("the policy has no reference chunks")
-        examples = reference_examples(self.spec, reference)
-        chunks = [[chunk] for chunk in reference.chunks]  # the chunk: no extra outputs
-        rtol = self._config.reference_parity_rtol
-        try:
-            error, _ = check_parity(
-                self._checked_path(), tier, examples, chunks, rtol, "reference_parity_rtol"
-            )
-        except ValueError as exc:
-            raise ValueError(f"against {reference.source}: {exc}") from None
-        return error
 
     # ---- re-promotion ------------------------------------------------------------------------
 

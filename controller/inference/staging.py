@@ -15,11 +15,12 @@ How it is excluded here:
 - At least two pinned slots, used in turn. Before the host writes a slot it waits on the CUDA
   event recorded after that slot's last copy, so a slot is never rewritten while a copy from it
   can still run. (With one slot that wait would serialize every upload behind the previous one.)
-- The static GPU tensors are themselves reused, so a copy into them waits on the event recorded
-  after the last step that read them (`mark_consumed`): an upload can never overwrite inputs a
-  queued step has not read yet.
-- Copies run on a dedicated stream; the compute stream waits on the copy's event, so the model
-  never starts before its inputs have landed, and uploads can overlap other GPU work.
+- The static GPU tensors are themselves reused; the copies into them are enqueued on the compute
+  stream, the stream every step runs on, so stream order alone keeps an upload from overwriting
+  inputs a queued step has not read yet, and the model never starts before its inputs have
+  landed. (A separate copy stream would need two cross-stream event waits and an event record
+  per step, host calls on the serving path, and buys no overlap: each step waits for its
+  download before the next upload starts.)
 
 The chunk goes the other way through a pinned buffer owned by the runner, then into a fresh numpy
 array for the caller: graph-owned output memory is overwritten by the next replay, and a chunk
@@ -71,6 +72,9 @@ class _Slot:
         self.tensors = frames + codec
         # numpy views of the pinned memory: np.copyto also takes read-only arrays (zmq frames).
         self.arrays = [t.numpy() for t in self.tensors]
+        # What the codec writes: its inputs without the batch dimension (0-d for shape (1,)),
+        # made once: the views never change.
+        self.codec_arrays = [a[0, ...] for a in self.arrays[len(frames) :]]
         self.uploaded = torch.cuda.Event()
         self.uploaded.record()  # "already done": the first use does not wait
 
@@ -118,14 +122,13 @@ class InputStaging:
         self._cuda = device.type == "cuda"
         self._wait_for_slot = wait_for_slot
         self._next = 0
+        self._has_codec_inputs = self._packed.numel() > 0
         if self._cuda:
             self._compute = compute_stream or torch.cuda.current_stream(device)
-            self._copy_stream = torch.cuda.Stream(device)
             self._slots = [_Slot(frame_shapes, codec_shapes) for _ in range(slots)]
-            self._consumed = torch.cuda.Event()
-            self._consumed.record(self._compute)
         else:
             self._host = [t.numpy() for t in self.tensors]
+            self._host_codec = [a[0, ...] for a in self._host[self._n_frames :]]  # no batch dim
         self._pinned_regions: list[tuple[int, int]] = []
 
     def add_pinned_region(self, address: int, size: int) -> None:
@@ -150,17 +153,25 @@ class InputStaging:
         return self.tensors[: self._n_frames]
 
     def upload(self, images: Mapping[str, np.ndarray], context: RobotContext) -> None:
-        """Copy one observation into the static tensors; the compute stream waits for it.
-        Raises ValueError, before anything is written, when a frame does not fit the spec;
-        the codec checks its own inputs.
+        """Copy one observation into the static tensors, on the compute stream. Raises
+        ValueError, before anything is written, when a frame does not fit the spec; the codec
+        checks its own inputs.
 
         Returns once the host-side copy into pinned memory is done: the caller may reuse or free
         its arrays at once.
         """
-        check_frames(self._spec, images)
-        n = self._n_frames
         if not self._cuda:
-            self._codec.encode(context, [a[0, ...] for a in self._host[n:]])  # views, no batch
+            self.stage(images, context)
+            return
+        with torch.cuda.stream(self._compute):
+            self.stage(images, context)
+
+    def stage(self, images: Mapping[str, np.ndarray], context: RobotContext) -> None:
+        """`upload` for a caller whose current stream is already the compute stream (the
+        runner's step, which switches streams once for upload, run and download)."""
+        check_frames(self._spec, images)
+        if not self._cuda:
+            self._codec.encode(context, self._host_codec)
             for name, index, row in self._placement:
                 np.copyto(self._host[index][0, row], images[name])
             return
@@ -168,49 +179,72 @@ class InputStaging:
         if self._wait_for_slot:
             slot.uploaded.synchronize()  # the slot's previous copy has been read by the GPU
         # The codec first: it may refuse the context, and then nothing has been enqueued.
-        self._codec.encode(context, [a[0, ...] for a in slot.arrays[n:]])  # views, also 0-d
+        self._codec.encode(context, slot.codec_arrays)
         self._next = (self._next + 1) % len(self._slots)
-        # Nothing is written to the static tensors before the last step has read them.
-        self._copy_stream.wait_event(self._consumed)
-        with torch.cuda.stream(self._copy_stream):
-            # Camera by camera, so each frame's DMA overlaps the host copy of the next one.
-            for name, index, row in self._placement:
-                frame = images[name]
-                if self._pinned_regions and self._pinned(frame):
-                    # Already page-locked (a shared observation slot): one DMA from there.
-                    source = torch.from_numpy(frame)
-                else:
-                    # np.copyto, single-threaded on purpose: torch's multi-threaded CPU copy was
-                    # faster when the machine was idle but took 24 ms a step on an H200 host
-                    # while other processes kept its cores busy (its threads wait on each other).
-                    np.copyto(slot.arrays[index][0, row], frame)
-                    source = slot.tensors[index][0, row]
-                self.tensors[index][0, row].copy_(source, non_blocking=True)
-            if self._packed.numel():
-                self._packed.copy_(slot.packed, non_blocking=True)  # every codec input at once
-            slot.uploaded.record(self._copy_stream)
-        self._compute.wait_event(slot.uploaded)
-
-    def mark_consumed(self) -> None:
-        """Call after enqueuing the step that reads the static tensors (on the compute stream)."""
-        if self._cuda:
-            self._consumed.record(self._compute)
+        # Camera by camera, so each frame's DMA overlaps the host copy of the next one.
+        for name, index, row in self._placement:
+            frame = images[name]
+            if self._pinned_regions and self._pinned(frame):
+                # Already page-locked (a shared observation slot): one DMA from there.
+                source = torch.from_numpy(frame)
+            else:
+                # np.copyto, single-threaded on purpose: torch's multi-threaded CPU copy was
+                # faster when the machine was idle but took 24 ms a step on an H200 host
+                # while other processes kept its cores busy (its threads wait on each other).
+                np.copyto(slot.arrays[index][0, row], frame)
+                source = slot.tensors[index][0, row]
+            self.tensors[index][0, row].copy_(source, non_blocking=True)
+        if self._has_codec_inputs:
+            self._packed.copy_(slot.packed, non_blocking=True)  # every codec input at once
+        slot.uploaded.record(self._compute)
 
     @property
-    def copy_stream(self) -> torch.cuda.Stream | None:
-        return self._copy_stream if self._cuda else None
+    def stream(self) -> torch.cuda.Stream | None:
+        """The stream the copies are enqueued on: the compute stream (None on a CPU)."""
+        return self._compute if self._cuda else None
+
+
+class PackedOutputs(tuple):  # type: ignore[type-arg]
+    """A step's outputs that are views of one contiguous float32 device buffer, `packed` (the
+    graph tier packs them inside its graph): the download moves them in one copy. A tier that
+    replaces an output (fault injection) returns a plain tuple, downloaded output by output."""
+
+    packed: torch.Tensor
+
+
+def packed_outputs(packed: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> PackedOutputs:
+    """`outputs`' shapes as consecutive views of `packed` (their values concatenated)."""
+    views, offset = [], 0
+    for out in outputs:
+        views.append(packed[offset : offset + out.numel()].view(out.shape))
+        offset += out.numel()
+    result = PackedOutputs(views)
+    result.packed = packed
+    return result
 
 
 class OutputDownload:
     """The device -> host path of a step's outputs (the chunk, then any extras), through pinned
-    buffers owned by the runner, allocated on the first fetch (at start-up)."""
+    buffers owned by the runner, allocated on the first fetch (at start-up). On CUDA the copies
+    are enqueued on the current stream, which must be `stream` (the compute stream)."""
 
-    def __init__(self, shape: tuple[int, int], device: torch.device) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, int],
+        device: torch.device,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
         self._shape = shape
+        self._expected = torch.Size((1, *shape))
         self._cuda = device.type == "cuda"
         self._host: list[torch.Tensor] = []
+        self._host_arrays: list[np.ndarray] = []  # numpy views of `_host`, made once
+        self._host_shapes: tuple[torch.Size, ...] = ()
+        self._packed_source: PackedOutputs | None = None  # what `_packed_host` was made for
+        self._packed_host = torch.empty(0)
+        self._packed_arrays: list[np.ndarray] = []
         if self._cuda:
-            self._done = torch.cuda.Event()
+            self._stream = stream or torch.cuda.current_stream(device)
 
     def fetch(self, outputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
         """Copy each output (batch 1, on the device) into a new float32 numpy array, without
@@ -218,20 +252,36 @@ class OutputDownload:
 
         Blocks until the copy is done, so graph-owned outputs may be overwritten right after.
         """
-        if tuple(outputs[0].shape) != (1, *self._shape):
+        if outputs[0].shape != self._expected:
             raise ValueError(
                 f"the model returned shape {tuple(outputs[0].shape)}, expected {(1, *self._shape)}"
             )
         if not self._cuda:
-            return [o[0].detach().to(torch.float32).numpy().copy() for o in outputs]
-        if len(self._host) != len(outputs) or any(
-            h.shape != o.shape[1:] for h, o in zip(self._host, outputs, strict=True)
-        ):
-            self._host = [
-                torch.empty(o.shape[1:], dtype=torch.float32, pin_memory=True) for o in outputs
-            ]
+            return [o.detach().numpy()[0].astype(np.float32) for o in outputs]  # a new array
+        if isinstance(outputs, PackedOutputs):
+            return self._fetch_packed(outputs)
+        shapes = tuple(o.shape[1:] for o in outputs)
+        if shapes != self._host_shapes:  # the first fetch (a copy_ would broadcast a mismatch)
+            self._host = [torch.empty(s, dtype=torch.float32, pin_memory=True) for s in shapes]
+            self._host_arrays = [h.numpy() for h in self._host]
+            self._host_shapes = shapes
         for host, out in zip(self._host, outputs, strict=True):
             host.copy_(out[0], non_blocking=True)
-        self._done.record()
-        self._done.synchronize()
-        return [host.numpy().copy() for host in self._host]
+        self._stream.synchronize()  # the copies, queued behind the step on this stream
+        return [array.copy() for array in self._host_arrays]
+
+    def _fetch_packed(self, outputs: PackedOutputs) -> list[np.ndarray]:
+        """One copy of the packed buffer, then each output's slice into a new array."""
+        if outputs is not self._packed_source:  # the graph returns one object: made once
+            self._packed_host = torch.empty(
+                outputs.packed.shape, dtype=torch.float32, pin_memory=True
+            )
+            flat, self._packed_arrays, offset = self._packed_host.numpy(), [], 0
+            for out in outputs:
+                size = out.numel()
+                self._packed_arrays.append(flat[offset : offset + size].reshape(out.shape[1:]))
+                offset += size
+            self._packed_source = outputs
+        self._packed_host.copy_(outputs.packed, non_blocking=True)
+        self._stream.synchronize()  # the copies, queued behind the step on this stream
+        return [array.copy() for array in self._packed_arrays]

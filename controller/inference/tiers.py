@@ -31,14 +31,27 @@ import torch
 from torch import nn
 
 from controller.inference.runner_config import RunnerConfig, TierName
-from controller.inference.staging import InputStaging
+from controller.inference.staging import InputStaging, packed_outputs
 
 Outputs = tuple[torch.Tensor, ...]
 
 
-class _Step(nn.Module):
+def step_outputs(
+    module: nn.Module, half: torch.dtype | None, device_type: str, inputs: tuple[torch.Tensor, ...]
+) -> Outputs:
     """module(*inputs) under autocast (when `half` is set), always returning a tuple of FP32
     outputs (a module that returns one tensor gives a 1-tuple)."""
+    if half is None:
+        out = module(*inputs)
+    else:
+        with torch.autocast(device_type, dtype=half):
+            out = module(*inputs)
+    outputs = out if isinstance(out, tuple) else (out,)
+    return tuple(o.float() for o in outputs)
+
+
+class _Step(nn.Module):
+    """`step_outputs` as a module, for torch.compile."""
 
     def __init__(self, module: nn.Module, half: torch.dtype | None, device_type: str) -> None:
         super().__init__()
@@ -47,13 +60,7 @@ class _Step(nn.Module):
         self.device_type = device_type
 
     def forward(self, *inputs: torch.Tensor) -> Outputs:
-        if self.autocast_dtype is None:
-            out = self.module(*inputs)
-        else:
-            with torch.autocast(self.device_type, dtype=self.autocast_dtype):
-                out = self.module(*inputs)
-        outputs = out if isinstance(out, tuple) else (out,)
-        return tuple(o.float() for o in outputs)
+        return step_outputs(self.module, self.autocast_dtype, self.device_type, inputs)
 
 
 Scope = Callable[[], contextlib.AbstractContextManager[object]]
@@ -89,13 +96,14 @@ class EagerTier(Tier):
     ) -> None:
         self.name = name
         self.precision = precision_name(half)
-        self._step = _Step(module, half, inputs.device.type)
+        self._module, self._half, self._device_type = module, half, inputs.device.type
         self._scope = precision_scope(module, half)
         self._inputs = inputs
 
     def run(self) -> Outputs:
+        # Not through _Step: a module call of its own costs a few microseconds a step.
         with self._scope():
-            return self._step(*self._inputs.tensors)
+            return step_outputs(self._module, self._half, self._device_type, self._inputs.tensors)
 
 
 class CompiledStep:
@@ -194,7 +202,9 @@ class CompiledTier(Tier):
 
 
 class GraphTier(Tier):
-    """One CUDA graph of the compiled step, replayed over the static input tensors."""
+    """One CUDA graph of the compiled step, replayed over the static input tensors. A step with
+    extra outputs ends, inside the graph, with one copy of them all into one buffer
+    (`PackedOutputs`): a device copy of a few kilobytes is cheaper than a second download."""
 
     name: TierName = "graph"
 
@@ -221,6 +231,8 @@ class GraphTier(Tier):
         capture = torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local")
         with no_recompile(), capture:
             out = self._step()
+            if len(out) > 1:  # one buffer, so the download is one copy instead of one each
+                out = packed_outputs(torch.cat([o.reshape(-1) for o in out]), out)
         self._graph, self._out = graph, out
         graph.replay()
         torch.cuda.synchronize(self._inputs.device)

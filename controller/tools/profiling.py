@@ -161,13 +161,11 @@ class _Phases:
                 self.begin.record()
                 out = tier.run()
                 self.end.record()
-                path.staging.mark_consumed()
                 torch.cuda.synchronize(path.device)
                 model = self.begin.elapsed_time(self.end) / 1e3
             else:
                 began = clock()
                 out = tier.run()
-                path.staging.mark_consumed()
                 model = clock() - began
             fetched = clock()
             chunk = path.download.fetch(out)[0]
@@ -201,7 +199,6 @@ def _breakdown(
             images, state = source.next()
             path.upload(images, window_context(state))
             measured = timer.measure(forward)
-            path.staging.mark_consumed()
             if i < 3:
                 continue  # the hooks' own first calls
             for name, seconds in measured.items():

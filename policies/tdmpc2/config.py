@@ -87,6 +87,16 @@ class TDMPC2Config(BaseModel):
         description="plan: MPPI. prior (fast mode): the policy prior's mean action, rolled out "
         "over the horizon through the dynamics, no planning.",
     )
+    prior_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Fast mode: how many of the chunk's actions the policy prior rolls out "
+        "through the dynamics; the rest of the chunk repeats the last one. Unset: the whole "
+        "horizon. 1 is the official fast mode (encode, then one prior mean): a third of the "
+        "layers at horizon 3; played newest-first, a chunk that lands every step only "
+        "ever has its first action played.",
+    )
 
     # ---- Robot units -------------------------------------------------------------------------
     action_low: tuple[float, ...] | None = Field(
@@ -126,6 +136,11 @@ class TDMPC2Config(BaseModel):
         if self.num_elites > self.num_samples:
             raise ValueError(
                 f"num_elites ({self.num_elites}) must be at most num_samples ({self.num_samples})"
+            )
+        if self.prior_steps is not None and self.prior_steps > self.horizon:
+            raise ValueError(
+                f"prior_steps ({self.prior_steps}) must be at most horizon ({self.horizon}): "
+                "the prior fills one chunk"
             )
         if self.min_std > self.max_std:
             raise ValueError(f"min_std ({self.min_std}) must be at most max_std ({self.max_std})")

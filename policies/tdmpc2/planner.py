@@ -49,7 +49,9 @@ parity check compares across tiers and what the tests compare with a reference p
 tensors combined arithmetically: no Python branch depends on data, nothing calls `.item()`.
 
 `mode: prior` (fast mode) skips planning: the policy prior's mean action, rolled out over the
-horizon through the dynamics (its first action is the official fast mode's action).
+horizon through the dynamics (its first action is the official fast mode's action); with
+`prior_steps` the rollout stops there and its last action is held for the rest of the chunk
+(`prior_steps: 1` is the official fast mode's work: encode and one prior mean).
 """
 
 from __future__ import annotations
@@ -152,7 +154,8 @@ class TDMPC2Policy(nn.Module):
     def extra_repr(self) -> str:
         # In repr, hence in the runner's compile-cache key: the settings that change the graph.
         c = self.config
-        return f"mode={c.mode}, compute={c.compute}, horizon={c.horizon}, samples={c.num_samples}"
+        text = f"mode={c.mode}, compute={c.compute}, horizon={c.horizon}, samples={c.num_samples}"
+        return text if c.prior_steps is None else f"{text}, prior_steps={c.prior_steps}"
 
     def noise_bank(self) -> NoiseBank:
         """The fixed noise a plan uses where `fixed_noise` is 1."""
@@ -211,14 +214,19 @@ class TDMPC2Policy(nn.Module):
     # ---- Fast mode ---------------------------------------------------------------------------
 
     def prior_rollout(self, obs: torch.Tensor) -> torch.Tensor:
-        """The policy prior's mean actions along its own latent rollout: (B, horizon, action)."""
+        """The policy prior's mean actions along its own latent rollout for `prior_steps`
+        steps (all `horizon` when unset), the last one repeated to fill the chunk:
+        (B, horizon, action)."""
+        horizon = self.config.horizon
+        steps = self.config.prior_steps or horizon
         z = self.model.encode(obs)
         actions = []
-        for t in range(self.config.horizon):
+        for t in range(steps):
             a = self.model.pi_mean(z)
             actions.append(a)
-            if t + 1 < self.config.horizon:
+            if t + 1 < steps:
                 z = self.model.next(z, a)
+        actions.extend(actions[-1:] * (horizon - steps))  # held: no dynamics to run for them
         return torch.stack(actions, dim=1)
 
     # ---- MPPI --------------------------------------------------------------------------------

@@ -104,13 +104,20 @@ def with_compute(policy: TensorPolicy, compute: Literal["fp32", "tf32", "bf16"])
     return _with(policy, compute=compute)
 
 
-def _with(policy: TensorPolicy, **changes: str) -> TensorPolicy:
+def with_prior_steps(policy: TensorPolicy, steps: int) -> TensorPolicy:
+    """The same agent with fast mode rolling the prior out `steps` steps
+    (TDMPC2Config.prior_steps), sharing the world model's weights with `policy`."""
+    return _with(policy, prior_steps=steps)
+
+
+def _with(policy: TensorPolicy, **changes: object) -> TensorPolicy:
     module = policy.module
     if not isinstance(module, TDMPC2Policy):
         raise ValueError(f"a {type(module).__name__} policy has no planner settings")
     if all(getattr(module.config, key) == value for key, value in changes.items()):
         return policy
-    config = module.config.model_copy(update=changes)
+    # Validated again (model_copy would not): a change may contradict another setting.
+    config = type(module.config).model_validate(module.config.model_dump() | changes)
     return tdmpc2_policy(TDMPC2Policy(config, model=module.model).eval(), policy.spec)
 
 

@@ -1,9 +1,10 @@
 """The pinned-buffer race of `controller.inference.staging`, shown on a real GPU.
 
-The copy stream is stalled with a long GPU sleep so that every upload's H2D copy is still queued
-when the host prepares the next observation. With one pinned buffer reused without waiting (the
-naive design) the first step reads the second observation; with the runner's design (two slots,
-each reused only after its copy's event) every step reads exactly its own observation.
+The compute stream, where uploads are enqueued, is stalled with a long GPU sleep so that every
+upload's H2D copy is still queued when the host prepares the next observation. With one pinned
+buffer reused without waiting (the naive design) the first step reads the second observation;
+with the runner's design (two slots, each reused only after its copy's event) every step reads
+exactly its own observation.
 """
 
 from __future__ import annotations
@@ -31,14 +32,13 @@ def observation(value: int) -> tuple[dict[str, np.ndarray], RobotContext]:
 
 def stage_all(staging: InputStaging, compute: torch.cuda.Stream, values: list[int]):  # type: ignore[no-untyped-def]
     """Upload each observation and, on the compute stream, snapshot what the step would read."""
-    with torch.cuda.stream(staging.copy_stream):
+    with torch.cuda.stream(staging.stream):
         torch.cuda._sleep(STALL_CYCLES)  # every copy below queues behind this
     seen = []
     for value in values:
         staging.upload(*observation(value))
         with torch.cuda.stream(compute):
             seen.append(tuple(t.clone() for t in staging.tensors))
-            staging.mark_consumed()
     torch.cuda.synchronize()
     return seen
 
@@ -74,7 +74,7 @@ def test_upload_returns_before_the_gpu_copy_and_the_caller_may_reuse_its_arrays(
     compute = torch.cuda.Stream(device)
     staging = InputStaging(SPEC, device, compute_stream=compute)
     images, state = observation(7)
-    with torch.cuda.stream(staging.copy_stream):
+    with torch.cuda.stream(staging.stream):
         torch.cuda._sleep(STALL_CYCLES)
     staging.upload(images, state)
     for frame in images.values():

@@ -11,9 +11,9 @@ import sys
 
 if __name__ == "__main__":
     marker = sys.argv[1]
-    import controller.inference.runner as runner_module
+    import controller.inference.tier_checks as checks_module
 
-    check_parity = runner_module.check_parity
+    check_parity = checks_module.check_parity
 
     def die_while_marked(*args: object, **kwargs: object) -> object:
         # Looked at when the check runs, not when the process starts: a standby process is
@@ -23,7 +23,7 @@ if __name__ == "__main__":
             os._exit(5)
         return check_parity(*args, **kwargs)
 
-    runner_module.check_parity = die_while_marked  # type: ignore[assignment]
+    checks_module.check_parity = die_while_marked  # type: ignore[assignment]
     from controller.cli import main
 
     sys.exit(main(sys.argv[2:]))

@@ -268,6 +268,17 @@ def test_recompile_after_start_is_an_error_not_a_stall(cache_dir) -> None:
     assert demotion.cause == "exception" and "recompile" in demotion.detail.lower()
 
 
+def test_the_no_recompile_stance_is_set_only_inside_serving_steps(cache_dir) -> None:
+    runner = started(cache_dir)
+    elsewhere = torch.compile(lambda x: x + 1, backend="eager", dynamic=False)
+    elsewhere(torch.ones(2))
+    elsewhere(torch.ones(3))  # a recompile outside the runner, once it serves: allowed
+    runner.predict_chunk(*random_observation(runner.spec, 14))
+    runner.predict_chunk(*random_observation(runner.spec, 15))  # the stance re-entered
+    elsewhere(torch.ones(4))  # and after its steps
+    assert runner.tier == "compiled" and not runner.demotions
+
+
 def test_returned_chunks_are_owned_by_the_caller(cache_dir) -> None:
     runner = started(cache_dir)
     first = runner.predict_chunk(*random_observation(runner.spec, 20))

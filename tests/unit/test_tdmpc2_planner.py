@@ -204,6 +204,28 @@ def test_fast_mode_is_the_prior_mean_rollout() -> None:
     torch.testing.assert_close(actions, mean)  # bounds default to [-1, 1]
 
 
+@pytest.mark.parametrize("steps", [1, 2])
+def test_fast_mode_prior_steps_rolls_out_that_far_then_holds(steps: int) -> None:
+    torch.manual_seed(2)
+    full = TDMPC2Policy(small_config(mode="prior", horizon=4)).eval()
+    short = TDMPC2Policy(small_config(mode="prior", horizon=4, prior_steps=steps), full.model)
+    c = full.config
+    obs, prev = torch.randn(c.obs_dim), torch.zeros(c.horizon, c.action_dim)
+    whole, _ = run(full, obs, prev, 0.0)
+    actions, mean = run(short.eval(), obs, prev, 0.0)
+    assert actions.shape == whole.shape == (1, 4, c.action_dim)
+    torch.testing.assert_close(actions[:, :steps], whole[:, :steps])  # the same rollout
+    for t in range(steps, 4):  # then the last rolled-out action, held
+        torch.testing.assert_close(actions[:, t], whole[:, steps - 1])
+    torch.testing.assert_close(actions, mean)
+    assert "prior_steps=" in repr(short) and "prior_steps" not in repr(full)  # cache keys
+
+
+def test_prior_steps_beyond_the_horizon_is_refused() -> None:
+    with pytest.raises(ValueError, match="prior_steps \\(4\\) must be at most horizon \\(3\\)"):
+        small_config(mode="prior", horizon=3, prior_steps=4)
+
+
 def test_fp32_compute_ignores_the_runners_autocast() -> None:
     policy = TDMPC2Policy(small_config()).eval()
     c = policy.config

@@ -104,6 +104,11 @@ def test_policy_planner_section_selects_fast_mode(tmp_path) -> None:  # type: ig
     assert build_tensor_policy(PolicyConfig(kind="checkpoint", path=path)).module.config.mode == (
         "plan"
     )
+    short = PolicyConfig(kind="checkpoint", path=path, planner={"prior_steps": 1})
+    assert build_tensor_policy(short).module.config.prior_steps == 1
+    too_long = PolicyConfig(kind="checkpoint", path=path, planner={"prior_steps": 64})
+    with pytest.raises(ConfigError, match="policy.planner: .*prior_steps \\(64\\) must be at most"):
+        build_tensor_policy(too_long)
     act = make_demo_checkpoint(tmp_path / "act")
     with pytest.raises(ConfigError, match="TD-MPC2 checkpoints"):
         build_tensor_policy(
