@@ -135,7 +135,7 @@ class PlannerConfig(_Section):
         description="Fast mode (and the fallback's prior): how many of the chunk's actions the "
         "prior rolls out through the dynamics, the last one held after; 1 is the official "
         "fast mode (encode and one prior mean, the least GPU work). null: the checkpoint's "
-        "(the whole horizon unless it says otherwise).",
+        "(1 unless it says otherwise).",
     )
     fallback_budget_ms: float | None = Field(
         default=None,

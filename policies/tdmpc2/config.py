@@ -84,18 +84,18 @@ class TDMPC2Config(BaseModel):
     )
     mode: Literal["plan", "prior"] = Field(
         default="plan",
-        description="plan: MPPI. prior (fast mode): the policy prior's mean action, rolled out "
-        "over the horizon through the dynamics, no planning.",
+        description="plan: MPPI. prior (fast mode): the policy prior's mean action, no "
+        "planning (see prior_steps).",
     )
     prior_steps: int | None = Field(
-        default=None,
+        default=1,
         ge=1,
         le=64,
         description="Fast mode: how many of the chunk's actions the policy prior rolls out "
-        "through the dynamics; the rest of the chunk repeats the last one. Unset: the whole "
-        "horizon. 1 is the official fast mode (encode, then one prior mean): a third of the "
-        "layers at horizon 3; played newest-first, a chunk that lands every step only "
-        "ever has its first action played.",
+        "through the dynamics; the rest of the chunk repeats the last one. 1 (the default) is "
+        "the official fast mode (encode, then one prior mean): a third of the layers of the "
+        "whole rollout at horizon 3, and played newest-first, a chunk that lands every step "
+        "only ever has its first action played. null: the whole horizon.",
     )
 
     # ---- Robot units -------------------------------------------------------------------------

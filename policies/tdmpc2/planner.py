@@ -48,10 +48,10 @@ instead: the plan is then a deterministic function of the inputs, which is what 
 parity check compares across tiers and what the tests compare with a reference planner. Flags are
 tensors combined arithmetically: no Python branch depends on data, nothing calls `.item()`.
 
-`mode: prior` (fast mode) skips planning: the policy prior's mean action, rolled out over the
-horizon through the dynamics (its first action is the official fast mode's action); with
-`prior_steps` the rollout stops there and its last action is held for the rest of the chunk
-(`prior_steps: 1` is the official fast mode's work: encode and one prior mean).
+`mode: prior` (fast mode) skips planning: the policy prior's mean action, rolled out through
+the dynamics for `prior_steps` actions, the last one held for the rest of the chunk. The default
+1 is the official fast mode's work (encode and one prior mean); null rolls the prior out over
+the whole horizon.
 """
 
 from __future__ import annotations

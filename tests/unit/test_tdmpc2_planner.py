@@ -186,10 +186,11 @@ def test_shapes_bounds_and_fresh_noise() -> None:
     torch.testing.assert_close(fixed, fixed_again)  # the bank: reproducible
 
 
-def test_fast_mode_is_the_prior_mean_rollout() -> None:
+def test_fast_mode_over_the_whole_horizon_is_the_prior_mean_rollout() -> None:
     torch.manual_seed(1)
     planner = TDMPC2Policy(small_config()).eval()
-    prior = TDMPC2Policy(small_config(mode="prior"), model=planner.model).eval()
+    whole = small_config(mode="prior", prior_steps=None)
+    prior = TDMPC2Policy(whole, model=planner.model).eval()
     c = planner.config
     obs = torch.randn(1, c.obs_dim)
     actions, mean = run(prior, obs[0], torch.zeros(c.horizon, c.action_dim), 0.0)
@@ -207,7 +208,7 @@ def test_fast_mode_is_the_prior_mean_rollout() -> None:
 @pytest.mark.parametrize("steps", [1, 2])
 def test_fast_mode_prior_steps_rolls_out_that_far_then_holds(steps: int) -> None:
     torch.manual_seed(2)
-    full = TDMPC2Policy(small_config(mode="prior", horizon=4)).eval()
+    full = TDMPC2Policy(small_config(mode="prior", horizon=4, prior_steps=None)).eval()
     short = TDMPC2Policy(small_config(mode="prior", horizon=4, prior_steps=steps), full.model)
     c = full.config
     obs, prev = torch.randn(c.obs_dim), torch.zeros(c.horizon, c.action_dim)
