@@ -37,6 +37,7 @@ ROWS = [
     ("tick lateness max (us)", "tick_lateness_us_max", "{:.0f}"),
     ("ticks > 100 us late", "late_ticks", "{:.0f}"),
     ("  of which preempted", "late_ticks_preempted", "{:.0f}"),
+    ("  of which idle overran", "late_ticks_idle_overran", "{:.0f}"),
     ("inference p50 (ms)", "inference_ms_p50", "{:.3f}"),
     ("inference p99 (ms)", "inference_ms_p99", "{:.3f}"),
     ("obs -> action p50 (ms)", "daemon_obs_to_action_ms_p50", "{:.2f}"),

@@ -109,9 +109,11 @@ def soak(
         # cover only its last 4096 samples).
         "tick_lateness_us_p99": _section(after, "tick_lateness", "p99_s", 1e6),
         "tick_lateness_us_max": _section(after, "tick_lateness", "max_s", 1e6),
-        # Ticks over 100 us late, and of those, the ones whose thread the OS had switched out.
+        # Ticks over 100 us late; of those, the ones whose thread the OS had switched out, and
+        # the ones whose work between ticks ran past the deadline (controller/observe/late_ticks).
         "late_ticks": (after.get("late_ticks") or {}).get("count"),
         "late_ticks_preempted": (after.get("late_ticks") or {}).get("preempted"),
+        "late_ticks_idle_overran": (after.get("late_ticks") or {}).get("idle_overran"),
         "guard_interventions": robot_status.get("guards", {}),
         "daemon_sent_last_seen": robot_status.get("sent"),
         "driver_received": driver.get("received"),

@@ -55,6 +55,7 @@ class Pacer:
         self.step = 0
         self.missed_ticks = 0
         self.last_lateness_ns = 0
+        self.last_idle_overrun_ns = 0  # how far past the deadline the idle work had run (0: not)
 
     def start(self, start_ns: int | None = None) -> None:
         """Step 0's deadline is `start_ns` (default: now)."""
@@ -79,6 +80,7 @@ class Pacer:
         while now < spin_from:
             self._idle(spin_from)
             now = self.clock.now_ns()
+        self.last_idle_overrun_ns = max(0, now - deadline)
         while now < deadline:
             now = self.clock.now_ns()
         self.last_lateness_ns = now - deadline

@@ -246,7 +246,9 @@ class Daemon:
                 step = self.pacer.wait()
                 if self._timed:
                     self._t_lateness.record_ns(self.pacer.last_lateness_ns)
-                    self.late_ticks.record(self.pacer.last_lateness_ns)
+                    self.late_ticks.record(
+                        self.pacer.last_lateness_ns, self.pacer.last_idle_overrun_ns
+                    )
                     started = self._t_tick.start()
                 self.loop.tick(step, self.pacer.deadline_of(step), time.monotonic_ns())
                 if self._timed:

@@ -1,10 +1,14 @@
-"""Late ticks, and whether the OS had taken the loop's core away before each.
+"""Late ticks, and what made each late, as far as the loop can tell.
 
-A tick later than `threshold_ns` is counted. It is counted as preempted too when the loop's
-thread was switched out involuntarily (getrusage RUSAGE_THREAD, ru_nivcsw) since the tick
-before: that tells the OS scheduler (another process on the core; the cure is
-`control.realtime_priority` or a core of its own) from a wait inside the process (the GIL, a
-long handler), whose cure is in the code. One system call a tick, made by the loop's thread.
+A tick later than `threshold_ns` is counted, and attributed:
+- preempted: the loop's thread was switched out involuntarily (getrusage RUSAGE_THREAD,
+  ru_nivcsw) since the tick before: the OS scheduler gave its core to another thread (the cure
+  is `control.realtime_priority`, or a core of its own);
+- idle overran: the work between ticks (a message's handling, a sleep that woke late) ran past
+  the deadline before the final spin could start;
+- the rest were late during the spin without losing the core: waiting for the GIL, which
+  another thread of the process held.
+One system call a tick, made by the loop's thread.
 """
 
 from __future__ import annotations
@@ -23,15 +27,19 @@ class LateTicks:
         self.threshold_ns = threshold_ns
         self.count = 0
         self.preempted = 0
+        self.idle_overran = 0
         self._switches = 0
 
-    def record(self, lateness_ns: int) -> None:
-        """Call from the loop's own thread, once a tick."""
+    def record(self, lateness_ns: int, idle_overrun_ns: int = 0) -> None:
+        """Call from the loop's own thread, once a tick. `idle_overrun_ns`: how far past the
+        deadline the work between ticks had run (Pacer.last_idle_overrun_ns)."""
         switches = _involuntary_switches()
         if lateness_ns > self.threshold_ns:
             self.count += 1
             if switches != self._switches:
                 self.preempted += 1
+            elif idle_overrun_ns > 0:
+                self.idle_overran += 1
         self._switches = switches
 
     def as_dict(self) -> dict[str, int]:
@@ -39,4 +47,5 @@ class LateTicks:
             "over_us": self.threshold_ns // 1000,
             "count": self.count,
             "preempted": self.preempted,
+            "idle_overran": self.idle_overran,
         }
