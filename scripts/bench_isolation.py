@@ -38,6 +38,7 @@ ROWS = [
     ("ticks > 100 us late", "late_ticks", "{:.0f}"),
     ("  of which preempted", "late_ticks_preempted", "{:.0f}"),
     ("  of which idle overran", "late_ticks_idle_overran", "{:.0f}"),
+    ("  overran by (longest step)", "late_ticks_idle_overran_by", "{}"),
     ("inference p50 (ms)", "inference_ms_p50", "{:.3f}"),
     ("inference p99 (ms)", "inference_ms_p99", "{:.3f}"),
     ("obs -> action p50 (ms)", "daemon_obs_to_action_ms_p50", "{:.2f}"),
@@ -52,6 +53,8 @@ def _cell(result: dict[str, Any], key: str | None, fmt: str) -> str:
     if key is None:
         return f"{result.get('lost')} / {result.get('duplicated')}"
     value = result.get(key)
+    if isinstance(value, dict):  # counts by name, short: "wait:3 handle:1"
+        return " ".join(f"{name}:{count}" for name, count in value.items()) or "-"
     return "n/a" if value is None else fmt.format(value)
 
 

@@ -114,6 +114,7 @@ def soak(
         "late_ticks": (after.get("late_ticks") or {}).get("count"),
         "late_ticks_preempted": (after.get("late_ticks") or {}).get("preempted"),
         "late_ticks_idle_overran": (after.get("late_ticks") or {}).get("idle_overran"),
+        "late_ticks_idle_overran_by": (after.get("late_ticks") or {}).get("idle_overran_by"),
         "guard_interventions": robot_status.get("guards", {}),
         "daemon_sent_last_seen": robot_status.get("sent"),
         "driver_received": driver.get("received"),

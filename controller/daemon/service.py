@@ -242,15 +242,21 @@ class Daemon:
             finally:
                 self._loop_started.set()
             self.pacer.start()
+            last_tick_ns = 0
             while not self._stop.is_set():
                 step = self.pacer.wait()
                 if self._timed:
                     self._t_lateness.record_ns(self.pacer.last_lateness_ns)
                     self.late_ticks.record(
-                        self.pacer.last_lateness_ns, self.pacer.last_idle_overrun_ns
+                        self.pacer.last_lateness_ns,
+                        self.pacer.last_idle_overrun_ns,
+                        self.transport.take_longest(),
+                        last_tick_ns,
                     )
                     started = self._t_tick.start()
-                self.loop.tick(step, self.pacer.deadline_of(step), time.monotonic_ns())
+                tick_began = time.monotonic_ns()
+                self.loop.tick(step, self.pacer.deadline_of(step), tick_began)
+                last_tick_ns = time.monotonic_ns() - tick_began
                 if self._timed:
                     self._t_tick.stop(started)
         except Exception:

@@ -84,6 +84,7 @@ class RouterTransport:
         # The robots' socket and the side channel's (see receive_until), for the current one.
         self._side_poller = zmq.Poller()
         self._side_socket: zmq.Socket | None = None
+        self._longest: tuple[str, int] = ("", 0)  # see take_longest
         self.sent = 0
         self.send_dropped = 0
         self.on_peer_gone: Callable[[bytes], None] | None = None
@@ -133,19 +134,25 @@ class RouterTransport:
         between messages and polled beside the robots' socket (see `SideChannel`)."""
         while True:
             if side is not None:
+                began = time.monotonic_ns()
                 side.service(until_ns)
+                self._note("service", time.monotonic_ns() - began)
             timeout_ms = (until_ns - time.monotonic_ns()) // 1_000_000
             if timeout_ms < 0:
                 return
+            began = time.monotonic_ns()
             robots, other = self._wait(timeout_ms, side)
             if other:
                 continue  # a reply: serviced at the top
             if not robots:
+                # How late the wait returned: the OS's (or ZeroMQ's) timer, or the GIL after it.
+                self._note("wait", time.monotonic_ns() - began - timeout_ms * 1_000_000)
                 if timeout_ms == 0:
                     # Under a millisecond left, which poll cannot express: sleep it off.
                     remaining = until_ns - time.monotonic_ns()
                     if remaining > 0:
                         time.sleep(remaining / 1e9)
+                        self._note("wait", time.monotonic_ns() - until_ns)
                     return
                 continue
             # Drain what is queued, checking the clock so a flood cannot delay the tick.
@@ -157,7 +164,20 @@ class RouterTransport:
                     identity, frames = self._receive_message()
                 except zmq.Again:
                     break
-                handle(identity, frames, time.monotonic_ns())
+                began = time.monotonic_ns()
+                handle(identity, frames, began)
+                self._note("handle", time.monotonic_ns() - began)
+
+    def _note(self, step: str, duration_ns: int) -> None:
+        """Keep the longest step of the idle work since `take_longest` (see late_ticks)."""
+        if duration_ns > self._longest[1]:
+            self._longest = (step, duration_ns)
+
+    def take_longest(self) -> tuple[str, int]:
+        """The longest step of the idle work since the last call ("wait": how late a poll or
+        sleep returned; "handle": one message's handling; "service": the side channel's)."""
+        longest, self._longest = self._longest, ("", 0)
+        return longest
 
     def _wait(self, timeout_ms: int, side: SideChannel | None) -> tuple[bool, bool]:
         """Poll for up to `timeout_ms`: (a robot's message is waiting, the side's is)."""
