@@ -45,15 +45,6 @@ class ControlConfig(_Section):
         description="Sleep until this long before each deadline, then spin (OS sleep is late by "
         "~0.2 ms; spinning is accurate to ~1 us).",
     )
-    busy_wait: bool = Field(
-        default=False,
-        description="Never sleep between ticks: poll the sockets without blocking, then spin to "
-        "each deadline. Keeps one core busy. Under load an OS wake-up can come over a "
-        "millisecond late, past the spin (2.5% of ticks at 200 Hz on a 16-core machine with two "
-        "busy processes): this takes wake-ups out of the tick's path. Meant for the policy in "
-        "its own process (supervision.inference_process), where no other thread of the daemon "
-        "needs the GIL.",
-    )
     realtime_priority: int | None = Field(
         default=None,
         ge=1,

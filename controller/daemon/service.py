@@ -138,13 +138,6 @@ class Daemon:
         if transport is None:
             transport = unopened_transport(config, self.context, self.limits)
         self.transport = transport
-        self.transport.busy_wait = config.control.busy_wait
-        if config.control.busy_wait and not isinstance(policy, RemotePolicy):
-            log.warning(
-                "control.busy_wait with the policy in the daemon's process: the loop's polling "
-                "competes with inference for the GIL and slows it; serve the policy in its own "
-                "process (supervision.inference_process: true) or turn busy_wait off"
-            )
         self.curve = transport.curve
         # A policy in its own process is fed by the loop's thread itself, between ticks
         # (remote_worker says why); one in this process by a worker thread.

@@ -85,9 +85,6 @@ class RouterTransport:
         self._side_poller = zmq.Poller()
         self._side_socket: zmq.Socket | None = None
         self._longest: tuple[str, int] = ("", 0)  # see take_longest
-        # control.busy_wait: poll without blocking instead of sleeping in the OS until a message
-        # or the deadline (a wake-up can come over a millisecond late under load).
-        self.busy_wait = False
         self.sent = 0
         self.send_dropped = 0
         self.on_peer_gone: Callable[[bytes], None] | None = None
@@ -140,10 +137,9 @@ class RouterTransport:
                 began = time.monotonic_ns()
                 side.service(until_ns)
                 self._note("service", time.monotonic_ns() - began)
-            left_ms = (until_ns - time.monotonic_ns()) // 1_000_000
-            if left_ms < 0:
+            timeout_ms = (until_ns - time.monotonic_ns()) // 1_000_000
+            if timeout_ms < 0:
                 return
-            timeout_ms = 0 if self.busy_wait else left_ms
             began = time.monotonic_ns()
             robots, other = self._wait(timeout_ms, side)
             if other:
@@ -151,8 +147,6 @@ class RouterTransport:
             if not robots:
                 # How late the wait returned: the OS's (or ZeroMQ's) timer, or the GIL after it.
                 self._note("wait", time.monotonic_ns() - began - timeout_ms * 1_000_000)
-                if self.busy_wait:
-                    continue  # never sleep: poll again until `until_ns`
                 if timeout_ms == 0:
                     # Under a millisecond left, which poll cannot express: sleep it off.
                     remaining = until_ns - time.monotonic_ns()
