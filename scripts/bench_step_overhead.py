@@ -73,8 +73,7 @@ def build_policy(name: str, args: argparse.Namespace) -> TensorPolicy:
         size = args.model_size or (5 if args.device == "cuda" else 1)
         changes: dict[str, Any] = {"obs_dim": 67, "action_dim": 21, "model_size": size}
         changes["mode"] = "prior"
-        if name == "tdmpc2-1":
-            changes["prior_steps"] = 1
+        changes["prior_steps"] = 1 if name == "tdmpc2-1" else None  # None: the whole horizon
         return random_tdmpc2_policy(TDMPC2Config.model_validate(changes))
     if name == "tiny":
         return build_tiny_policy(tiny_spec(cameras=1, height=48, width=64))

@@ -34,6 +34,22 @@ def _section(status: dict[str, Any], name: str, key: str, scale: float) -> float
     return None if section is None or section.get(key) is None else section[key] * scale
 
 
+def _late_ticks(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's late-tick counts during the run (after minus before)."""
+    late, early = after.get("late_ticks") or {}, before.get("late_ticks") or {}
+    by, by_before = late.get("idle_overran_by") or {}, early.get("idle_overran_by") or {}
+    out: dict[str, Any] = {}
+    for key in ("count", "preempted", "idle_overran"):
+        value = late.get(key)
+        out["late_ticks" if key == "count" else f"late_ticks_{key}"] = (
+            None if value is None else value - early.get(key, 0)
+        )
+    out["late_ticks_idle_overran_by"] = {
+        step: n - by_before.get(step, 0) for step, n in by.items() if n - by_before.get(step, 0)
+    }
+    return out
+
+
 def soak(
     seconds: float,
     rate: float,
@@ -111,10 +127,7 @@ def soak(
         "tick_lateness_us_max": _section(after, "tick_lateness", "max_s", 1e6),
         # Ticks over 100 us late; of those, the ones whose thread the OS had switched out, and
         # the ones whose work between ticks ran past the deadline (controller/observe/late_ticks).
-        "late_ticks": (after.get("late_ticks") or {}).get("count"),
-        "late_ticks_preempted": (after.get("late_ticks") or {}).get("preempted"),
-        "late_ticks_idle_overran": (after.get("late_ticks") or {}).get("idle_overran"),
-        "late_ticks_idle_overran_by": (after.get("late_ticks") or {}).get("idle_overran_by"),
+        **_late_ticks(before, after),
         "guard_interventions": robot_status.get("guards", {}),
         "daemon_sent_last_seen": robot_status.get("sent"),
         "driver_received": driver.get("received"),

@@ -1,4 +1,5 @@
-"""The daemon's threads: the control loop (owns the socket), the inference worker, status.
+"""The daemon's threads: the control loop (owns the socket; it also feeds a policy served in its
+own process, between ticks), the inference worker for a policy in this process, status.
 
 Built by `controller.app` from a config, a ready policy and the socket it bound before loading
 the policy (`open_transport`); constructing it does no I/O, `start()` binds (unless bound
@@ -322,7 +323,7 @@ class Daemon:
             "ticks": ticks,
             "achieved_hz": ticks / uptime if uptime > 0 else 0.0,
             "missed_ticks": self.pacer.missed_ticks,
-            "late_ticks": self.late_ticks.as_dict(),
+            "late_ticks": self.late_ticks.as_dict() if self._timed else None,  # telemetry's
             **recorded_figures(telemetry),
             "inferences": self.worker.inferences,
             "inference_failures": self.worker.failures,

@@ -135,12 +135,13 @@ class RemotePolicy:
         self._failed.set()
         if self._watch is not None and self._watch is not threading.current_thread():
             self._watch.join(timeout=2.0)
+        self._end_process(polite=True)
         with self._lock:
-            self._end_process(polite=True)
-            self._end_standby()
+            spare, self._standby = self._standby, None
             if self._slots is not None:
                 self._slots.close()
                 self._slots = None
+        self._end_spare(spare)
         self._zmq.destroy(linger=0)
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -283,8 +284,7 @@ class RemotePolicy:
             if attempt and self._stop.wait(backoff):
                 return
             try:
-                with self._lock:
-                    self._end_process(polite=False)
+                self._end_process(polite=False)
                 self._launch(None)
                 log.info("inference process restarted (pid %s); serving again", self.pid)
                 return
@@ -294,23 +294,21 @@ class RemotePolicy:
         log.error("the inference process could not be restarted yet; robots stay held, retrying")
 
     def _end_process(self, polite: bool) -> None:
-        """Stop the process (asked to first when `polite`), close its socket. Holds the lock."""
-        process, socket = self._process, self._socket
-        if socket is not None:
-            if polite and process is not None and process.poll() is None:
-                try:
-                    socket.send(pack("stop"), zmq.NOBLOCK)
-                except zmq.ZMQError:
-                    pass
-            socket.close(linger=0)
-            self._socket = self._channel = None
+        """Stop the process (asked to first when `polite`) and close its socket. The lock is
+        held only while they are taken out of use: the control loop takes it to send, and a
+        killed GPU process can take a while to exit."""
+        with self._lock:
+            process, socket = self._process, self._socket
+            self._process = self._socket = self._channel = None
+            if socket is not None:
+                if polite and process is not None and process.poll() is None:
+                    try:
+                        socket.send(pack("stop"), zmq.NOBLOCK)
+                    except zmq.ZMQError:
+                        pass
+                socket.close(linger=0)
         if process is not None:
-            try:
-                process.wait(timeout=2.0 if polite else 0.0)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            self._process = None
+            _wait_or_kill(process, 2.0 if polite else 0.0)
 
     def _spawn(self) -> tuple[zmq.Socket, subprocess.Popen[bytes]]:
         """A new process on a channel of its own; it says `standby` once imported."""
@@ -340,8 +338,8 @@ class RemotePolicy:
             spare[0].close(linger=0)
         return self._spawn()
 
-    def _end_standby(self) -> None:
-        spare, self._standby = self._standby, None
+    @staticmethod
+    def _end_spare(spare: tuple[zmq.Socket, subprocess.Popen[bytes]] | None) -> None:
         if spare is None:
             return
         socket, process = spare
@@ -350,11 +348,7 @@ class RemotePolicy:
         except zmq.ZMQError:
             pass
         socket.close(linger=0)
-        try:
-            process.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        _wait_or_kill(process, 1.0)
 
     def _launch(self, progress: Callable[[str], None] | None) -> None:
         """Take the standby process (or spawn one), tell it to build, wait for its hello, hand
@@ -382,14 +376,17 @@ class RemotePolicy:
             progress(f"inference process {process.pid} ready")
         self._failed.clear()
         self._serving.set()
-        if self._use_standby:
-            with self._lock:  # stop() ends the standby under this lock: never one left behind
+        if self._use_standby and not self._stop.is_set():
+            try:  # spawned outside the lock, which the control loop takes to send
+                spare = self._spawn()
+            except OSError as exc:  # the serving process is fine: go on without one
+                log.warning("no standby inference process (%s); a restart will start a "
+                            "fresh one", exc)  # fmt: skip
+                return
+            with self._lock:  # stop() takes the standby under this lock: never one left behind
                 if not self._stop.is_set():
-                    try:
-                        self._standby = self._spawn()
-                    except OSError as exc:  # the serving process is fine: go on without one
-                        log.warning("no standby inference process (%s); a restart will "
-                                    "start a fresh one", exc)  # fmt: skip
+                    self._standby, spare = spare, None
+            self._end_spare(spare)
 
     def _expect(
         self, socket: zmq.Socket, process: subprocess.Popen[bytes], kind: str, timeout_s: float
@@ -414,3 +411,11 @@ class RemotePolicy:
         raise PolicyError(
             f"the inference process sent no {kind!r} within {timeout_s:.0f} s of starting"
         )
+
+
+def _wait_or_kill(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -12,8 +12,10 @@ comes back, the ring's frames are read where the driver wrote them. A ring the p
 is not asked for again. Rings of ended sessions are detached on the next send.
 
 The process answers requests one by one, in order; a reply whose id is not the one awaited
-answers a request that was given up on and is dropped by the caller. Not thread-safe: its owner
-(RemotePolicy) hands it out under a lock.
+answers a request that was given up on and is dropped by the caller. Nothing here blocks: a send
+to a process that is gone (ZeroMQ would wait for it to come back) raises ProcessGone, because
+the control loop's thread sends. Not thread-safe: its owner (RemotePolicy) hands it out under a
+lock.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class RequestChannel:
             where = {"slot": index, "generation": generation}
         self._request_id += 1
         plan = context.previous_plan
-        self.socket.send(
+        self._send(
             pack(
                 "infer",
                 id=self._request_id,
@@ -108,6 +110,15 @@ class RequestChannel:
             elif message["kind"] in STEP_REPLIES:
                 return message
 
+    def _send(self, message: bytes) -> None:
+        try:
+            self.socket.send(message, zmq.NOBLOCK)
+        except zmq.Again:
+            raise ProcessGone(
+                "the inference process is not taking messages (it is gone or stuck); robots "
+                "are held until it is restarted"
+            ) from None
+
     def _driver_ring(self, images: Mapping[str, np.ndarray]) -> int | None:
         """The id under which the process reads the driver ring these frames lie in, or None:
         not frames in place, not attached (yet), or too many rings; then the frames are
@@ -126,9 +137,7 @@ class RequestChannel:
         if len(self.rings) + len(self._attaching) >= MAX_DRIVER_RINGS:
             return None
         self._request_id += 1
-        self.socket.send(
-            pack("attach_ring", id=self._request_id, path=str(ring.path), count=ring.count)
-        )
+        self._send(pack("attach_ring", id=self._request_id, path=str(ring.path), count=ring.count))
         self._attaching[self._request_id] = ring
         return None
 
@@ -140,7 +149,7 @@ class RequestChannel:
             return
         ring_id = int(reply["id"])
         if ring.closed:  # its session ended while the process attached it
-            self.socket.send(pack("detach_ring", ring=ring_id))
+            self._send(pack("detach_ring", ring=ring_id))
             return
         self.rings[ring.path] = (ring_id, ring)
         if reply.get("pinned"):
@@ -153,9 +162,13 @@ class RequestChannel:
                 del self._refused[path]
         for path, (ring_id, ring) in list(self.rings.items()):
             if ring.closed:
-                self.socket.send(pack("detach_ring", ring=ring_id))
                 del self.rings[path]
                 self.pinned_rings.discard(ring_id)
+                self._send(pack("detach_ring", ring=ring_id))
+
+
+class ProcessGone(PolicyError):
+    """A message could not be handed to the inference process without waiting."""
 
 
 class ProcessFatal(PolicyError):

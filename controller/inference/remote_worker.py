@@ -41,6 +41,7 @@ class InFlight:
     request: InferenceRequest
     request_id: int
     started_ns: int
+    give_up_ns: int  # past it the process is taken for hung (the supervisor should be first)
     channel: RequestChannel  # of the process it was sent to
 
 
@@ -84,9 +85,21 @@ class RemoteInference(InferenceOutcomes):
         passed (a remote driver's frames are copied here: a few hundred microseconds)."""
         if not self._running or (self._in_flight is None and not self._ready):
             return
+        try:
+            self._service(until_ns)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours, or a malformed message: the
+            # control loop runs this and must outlive it; the request in flight is given up.
+            self.failures += 1
+            flight, self._in_flight = self._in_flight, None
+            if flight is not None:
+                flight.session.counters["inference_failures"] += 1
+            self._warn(f"the inference channel failed ({type(exc).__name__}: {exc}); the "
+                       "request in flight is dropped")  # fmt: skip
+
+    def _service(self, until_ns: int) -> None:
         with self.policy.requests() as channel:
             self._take_reply(channel)
-            if channel is None:
+            if channel is None or not self.policy.serving:  # down, or a reply just said fatal
                 self._fail_waiting()
                 return
             while self._in_flight is None and self._ready and time.monotonic_ns() < until_ns:
@@ -113,9 +126,9 @@ class RemoteInference(InferenceOutcomes):
             if not flight.session.closed:
                 self.finished(flight.session, flight.request, prediction, flight.started_ns)
             return
-        waited_s = (time.monotonic_ns() - flight.started_ns) / 1e9
-        if waited_s > self.policy.hang_timeout() + 1.0:
+        if time.monotonic_ns() > flight.give_up_ns:
             # The supervisor's heartbeat check should have ended it first; never wait forever.
+            waited_s = (time.monotonic_ns() - flight.started_ns) / 1e9
             self.policy.report_hang(f"no answer to a step within {waited_s:.0f} s")
 
     def _send_next(self, channel: RequestChannel) -> None:
@@ -129,7 +142,8 @@ class RemoteInference(InferenceOutcomes):
         except Exception as exc:  # noqa: BLE001 - e.g. a frame of the wrong shape for the slot
             self.failed(session, request, exc)
             return
-        self._in_flight = InFlight(session, request, request_id, started, channel)
+        give_up = started + int((self.policy.hang_timeout() + 1.0) * 1e9)
+        self._in_flight = InFlight(session, request, request_id, started, give_up, channel)
 
     def _fail_waiting(self) -> None:
         """The process is down: every waiting request fails now, as a policy that is down does."""

@@ -32,7 +32,7 @@ class LateTicks:
         self.preempted = 0
         self.idle_overran = 0
         self.idle_overran_by: collections.Counter[str] = collections.Counter()
-        self._switches = 0
+        self._switches: int | None = None  # none seen yet: the first tick is not attributed
 
     def record(
         self,
@@ -48,7 +48,7 @@ class LateTicks:
         switches = _involuntary_switches()
         if lateness_ns > self.threshold_ns:
             self.count += 1
-            if switches != self._switches:
+            if self._switches is not None and switches != self._switches:
                 self.preempted += 1
             elif idle_overrun_ns > 0:
                 self.idle_overran += 1

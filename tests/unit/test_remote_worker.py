@@ -1,0 +1,262 @@
+"""The control loop's side of a policy in its own process (RemoteInference over a RequestChannel),
+against a peer played by the test on a real ZeroMQ PAIR socket: replies become the robot's
+chunks, nothing the process does (dying, a malformed reply, a restart) blocks the loop or
+escapes into it, and a driver's frame ring is asked for once and then read in place."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import zmq
+
+from controller.inference.frame_slots import FrameSlots
+from controller.inference.mailbox import Mailbox
+from controller.inference.process_messages import pack, pack_array, unpack
+from controller.inference.remote_requests import RequestChannel, prediction_of
+from controller.inference.remote_worker import RemoteInference
+from controller.inference.requests import Chunk, InferenceRequest, Refusal
+from controller.wire.slot_ring import SlotFrames
+from policies.base import CameraSpec, PolicySpec, Prediction, first_context
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="shared memory in /dev/shm")
+
+SPEC = PolicySpec(
+    cameras=(CameraSpec(name="a", height=4, width=6),),
+    state_size=3,
+    joint_names=("x", "y", "z"),
+    chunk_size=2,
+    state_history=2,
+)
+FAR = 2**62  # a deadline that never comes
+_endpoints = itertools.count()
+
+
+@dataclass
+class Robot:
+    robot: str = "r"
+    spec: PolicySpec = SPEC
+    closed: bool = False
+    requests: Mailbox[InferenceRequest] = field(default_factory=Mailbox)
+    chunks: collections.deque[Chunk] = field(default_factory=collections.deque)
+    refused: collections.deque[Refusal] = field(default_factory=collections.deque)
+    counters: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+class FakePolicy:
+    """What RemoteInference needs of a RemotePolicy."""
+
+    def __init__(self, channel: RequestChannel) -> None:
+        self.channel = channel
+        self.serving = True
+        self.hangs: list[str] = []
+
+    @contextlib.contextmanager
+    def requests(self) -> Iterator[RequestChannel | None]:
+        yield self.channel if self.serving else None
+
+    def prediction(self, reply: dict[str, Any]) -> Prediction:
+        return prediction_of(reply)
+
+    def hang_timeout(self) -> float:
+        return 5.0
+
+    def report_hang(self, detail: str) -> None:
+        self.hangs.append(detail)
+
+
+@pytest.fixture
+def context() -> Iterator[zmq.Context]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+@pytest.fixture
+def slots() -> Iterator[FrameSlots]:
+    slots = FrameSlots.create(SPEC, 2)
+    yield slots
+    slots.close()
+
+
+def channel_pair(context: zmq.Context, slots: FrameSlots) -> tuple[RequestChannel, zmq.Socket]:
+    endpoint = f"inproc://remote-worker-{next(_endpoints)}"
+    ours = context.socket(zmq.PAIR)
+    ours.bind(endpoint)
+    peer = context.socket(zmq.PAIR)
+    peer.connect(endpoint)
+    return RequestChannel(ours, slots, SPEC), peer
+
+
+def request(seq: int, images: dict[str, np.ndarray] | None = None) -> InferenceRequest:
+    frames = images if images is not None else {"a": np.full((4, 6, 3), seq, np.uint8)}
+    context = first_context(SPEC, np.zeros(3, np.float32), step=seq)
+    return InferenceRequest(obs_seq=seq, received_ns=0, episode=0, images=frames, context=context)
+
+
+def received(peer: zmq.Socket) -> dict[str, Any]:
+    assert peer.poll(2000), "nothing reached the inference process"
+    return unpack(peer.recv())
+
+
+def answer(peer: zmq.Socket, request_id: int, value: float = 1.0) -> None:
+    actions = np.full((SPEC.chunk_size, SPEC.action_dim), value, np.float32)
+    peer.send(pack("chunk", id=request_id, actions=pack_array(actions), memory=None))
+
+
+def service_until(worker: RemoteInference, done: Any) -> None:
+    for _ in range(2000):
+        worker.service(FAR)
+        if done():
+            return
+        threading.Event().wait(0.001)
+    raise AssertionError("the reply was never taken")
+
+
+def test_a_reply_becomes_the_robots_chunk_and_the_next_request_goes_out(
+    context: zmq.Context, slots: FrameSlots
+) -> None:
+    channel, peer = channel_pair(context, slots)
+    worker = RemoteInference(FakePolicy(channel))  # type: ignore[arg-type]
+    worker.start()
+    robot = Robot()
+    worker.submit(robot, request(1))
+    worker.submit(robot, request(2))  # newest wins: 1 is never sent
+    worker.service(FAR)
+    sent = received(peer)
+    assert sent["kind"] == "infer" and sent["step"] == 2
+    worker.submit(robot, request(3))
+    worker.service(FAR)  # one request in flight at a time: 3 waits
+    assert not peer.poll(50)
+    answer(peer, sent["id"], 7.0)
+    service_until(worker, lambda: robot.chunks)
+    chunk = robot.chunks[0]
+    assert chunk.obs_seq == 2 and chunk.start_step == 2 and np.all(chunk.actions == 7.0)
+    assert received(peer)["step"] == 3  # sent as soon as the reply was taken
+    assert worker.inferences == 1 and worker.failures == 0
+
+
+def test_a_send_to_a_process_that_is_gone_fails_the_request_without_blocking(
+    context: zmq.Context, slots: FrameSlots
+) -> None:
+    lonely = context.socket(zmq.PAIR)
+    lonely.bind(f"inproc://remote-worker-{next(_endpoints)}")  # nobody on the other end
+    worker = RemoteInference(FakePolicy(RequestChannel(lonely, slots, SPEC)))  # type: ignore[arg-type]
+    worker.start()
+    robot = Robot()
+    worker.submit(robot, request(1))
+    loop = threading.Thread(target=worker.service, args=(FAR,), daemon=True)
+    loop.start()
+    loop.join(10.0)
+    assert not loop.is_alive(), "the control loop blocked on a send"
+    assert worker.failures == 1 and robot.counters["inference_failures"] == 1
+    assert not robot.chunks
+
+
+def test_a_malformed_reply_is_counted_and_the_loop_goes_on(
+    context: zmq.Context, slots: FrameSlots
+) -> None:
+    channel, peer = channel_pair(context, slots)
+    worker = RemoteInference(FakePolicy(channel))  # type: ignore[arg-type]
+    worker.start()
+    robot = Robot()
+    worker.submit(robot, request(1))
+    worker.service(FAR)
+    received(peer)
+    peer.send(b"\xc1 not msgpack")
+    service_until(worker, lambda: worker.failures)
+    assert robot.counters["inference_failures"] == 1
+    worker.submit(robot, request(2))  # the next observation is served as usual
+    worker.service(FAR)
+    answer(peer, received(peer)["id"])
+    service_until(worker, lambda: robot.chunks)
+    assert robot.chunks[0].obs_seq == 2
+
+
+def test_a_restart_fails_the_request_in_flight_and_serves_on_the_new_process(
+    context: zmq.Context, slots: FrameSlots
+) -> None:
+    old, old_peer = channel_pair(context, slots)
+    policy = FakePolicy(old)
+    worker = RemoteInference(policy)  # type: ignore[arg-type]
+    worker.start()
+    robot = Robot()
+    worker.submit(robot, request(1))
+    worker.service(FAR)
+    received(old_peer)
+    policy.serving = False  # the process died: the request in flight is given up
+    worker.submit(robot, request(2))
+    worker.service(FAR)
+    assert robot.counters["inference_failures"] == 2  # the one in flight, and the waiting one
+    new, new_peer = channel_pair(context, slots)
+    policy.channel, policy.serving = new, True
+    answer(old_peer, 1)  # a late answer of the dead process reaches nobody
+    worker.submit(robot, request(3))
+    worker.service(FAR)
+    answer(new_peer, received(new_peer)["id"])
+    service_until(worker, lambda: robot.chunks)
+    assert [c.obs_seq for c in robot.chunks] == [3]
+
+
+def test_a_driver_ring_is_asked_for_once_then_its_frames_are_read_in_place(
+    context: zmq.Context, slots: FrameSlots
+) -> None:
+    channel, peer = channel_pair(context, slots)
+    ring = FrameSlots.create(SPEC, 4)  # the driver's
+    try:
+        frames = {"a": np.full((4, 6, 3), 9, np.uint8)}
+        state = np.zeros((2, 3), np.float32)
+        first = SlotFrames(ring, 0, ring.write(0, frames, state), ["a"])
+        context_1 = first_context(SPEC, np.zeros(3, np.float32))
+        channel.send(first, context_1)
+        attach, infer = received(peer), received(peer)
+        assert attach["kind"] == "attach_ring" and attach["path"] == str(ring.path)
+        assert "ring" not in infer  # not attached yet: this observation is copied
+        np.testing.assert_array_equal(slots.views(infer["slot"])[0]["a"], frames["a"])
+        peer.send(pack("ring_ready", id=attach["id"], pinned=True))
+        answer(peer, infer["id"])
+        reply = None
+        for _ in range(2000):
+            if (reply := channel.receive()) is not None:
+                break
+            threading.Event().wait(0.001)
+        assert reply is not None and reply["id"] == infer["id"]
+        assert list(channel.rings) == [ring.path] and channel.pinned_rings == {attach["id"]}
+        second = SlotFrames(ring, 1, ring.write(1, frames, state), ["a"])
+        channel.send(second, context_1)
+        infer = received(peer)
+        assert infer["ring"] == attach["id"] and infer["slot"] == 1
+        assert not peer.poll(50)  # asked once only
+    finally:
+        ring.close()
+
+
+def test_a_ring_whose_session_ended_before_the_process_attached_it_is_detached(
+    context: zmq.Context, slots: FrameSlots
+) -> None:
+    channel, peer = channel_pair(context, slots)
+    ring = FrameSlots.create(SPEC, 4)
+    frames = {"a": np.zeros((4, 6, 3), np.uint8)}
+    state = np.zeros((2, 3), np.float32)
+    observation = SlotFrames(ring, 0, ring.write(0, frames, state), ["a"])
+    channel.send(observation, first_context(SPEC, np.zeros(3, np.float32)))
+    attach = received(peer)
+    received(peer)  # the (copied) observation
+    del observation
+    ring.close()
+    peer.send(pack("ring_ready", id=attach["id"], pinned=False))
+    for _ in range(2000):
+        channel.receive()
+        if peer.poll(0):
+            break
+        threading.Event().wait(0.001)
+    assert received(peer) == {"kind": "detach_ring", "ring": attach["id"]}
+    assert not channel.rings
