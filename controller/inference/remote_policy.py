@@ -32,10 +32,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import os
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -47,8 +44,8 @@ import zmq
 
 from controller.errors import PolicyError
 from controller.inference.frame_slots import FrameSlots
-from controller.inference.parent_death import CONTROL_PID
-from controller.inference.process_messages import MAX_MESSAGE_BYTES, pack, unpack
+from controller.inference.process_messages import pack, unpack
+from controller.inference.process_spawner import Child, Spawner, end_child, wait_or_kill
 from controller.inference.remote_requests import ProcessFatal, RequestChannel, prediction_of
 from policies.base import PolicySpec, Prediction, RobotContext
 
@@ -87,22 +84,18 @@ class RemotePolicy:
         env: Mapping[str, str] | None = None,
         standby: bool = True,
     ) -> None:
-        self._command = list(command)
+        self._spawner = Spawner(command, env)
         self._use_standby = standby
-        self._standby: tuple[zmq.Socket, subprocess.Popen[bytes]] | None = None
+        self._standby: Child | None = None
         self._standby_ready = False  # it said `standby` (seen by the supervisor thread)
-        self._env = dict(env) if env is not None else None
         self.hang_timeout_s = hang_timeout_s
         self.start_timeout_s = start_timeout_s
-        self._dir = tempfile.mkdtemp(prefix="tempo-inference-")
-        self._zmq = zmq.Context()
         self._lock = threading.Lock()  # the socket: one request at a time, or a restart
         self._socket: zmq.Socket | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._slots: FrameSlots | None = None
         self._spec: PolicySpec | None = None
         self._status: dict[str, Any] = {}
-        self._generation = 0  # one per started process
         self._channel: RequestChannel | None = None  # the serving process's (one per process)
         self._serving = threading.Event()
         self._failed = threading.Event()  # the serving process is gone: requests stop waiting
@@ -128,7 +121,7 @@ class RemotePolicy:
 
     def stop(self) -> None:
         """End the process and free everything; safe to call twice."""
-        if self._zmq.closed:
+        if self._spawner.closed:
             return
         self._stop.set()
         self._serving.clear()
@@ -141,9 +134,8 @@ class RemotePolicy:
             if self._slots is not None:
                 self._slots.close()
                 self._slots = None
-        self._end_spare(spare)
-        self._zmq.destroy(linger=0)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        end_child(spare, 1.0)
+        self._spawner.close()
 
     @property
     def serving(self) -> bool:
@@ -308,26 +300,9 @@ class RemotePolicy:
                         pass
                 socket.close(linger=0)
         if process is not None:
-            _wait_or_kill(process, 2.0 if polite else 0.0)
+            wait_or_kill(process, 2.0 if polite else 0.0)
 
-    def _spawn(self) -> tuple[zmq.Socket, subprocess.Popen[bytes]]:
-        """A new process on a channel of its own; it says `standby` once imported."""
-        self._generation += 1
-        endpoint = f"ipc://{self._dir}/channel-{self._generation}"
-        socket = self._zmq.socket(zmq.PAIR)
-        try:
-            socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-            socket.setsockopt(zmq.LINGER, 0)
-            socket.bind(endpoint)
-            # Named, so the child can tell it was orphaned before it could ask to die with us.
-            env = {**os.environ, **(self._env or {}), CONTROL_PID: str(os.getpid())}
-            process = subprocess.Popen([*self._command, "--channel", endpoint], env=env)
-        except BaseException:
-            socket.close(linger=0)
-            raise
-        return socket, process
-
-    def _take_standby(self) -> tuple[zmq.Socket, subprocess.Popen[bytes]]:
+    def _take_standby(self) -> Child:
         """The spare process if it is still alive, else a fresh one."""
         spare, self._standby = self._standby, None
         self._standby_ready = False
@@ -336,19 +311,7 @@ class RemotePolicy:
         if spare is not None:
             log.warning("the standby inference process had exited (code %s)", spare[1].poll())
             spare[0].close(linger=0)
-        return self._spawn()
-
-    @staticmethod
-    def _end_spare(spare: tuple[zmq.Socket, subprocess.Popen[bytes]] | None) -> None:
-        if spare is None:
-            return
-        socket, process = spare
-        try:
-            socket.send(pack("stop"), zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
-        socket.close(linger=0)
-        _wait_or_kill(process, 1.0)
+        return self._spawner.spawn()
 
     def _launch(self, progress: Callable[[str], None] | None) -> None:
         """Take the standby process (or spawn one), tell it to build, wait for its hello, hand
@@ -378,7 +341,7 @@ class RemotePolicy:
         self._serving.set()
         if self._use_standby and not self._stop.is_set():
             try:  # spawned outside the lock, which the control loop takes to send
-                spare = self._spawn()
+                spare: Child | None = self._spawner.spawn()
             except OSError as exc:  # the serving process is fine: go on without one
                 log.warning("no standby inference process (%s); a restart will start a "
                             "fresh one", exc)  # fmt: skip
@@ -386,7 +349,7 @@ class RemotePolicy:
             with self._lock:  # stop() takes the standby under this lock: never one left behind
                 if not self._stop.is_set():
                     self._standby, spare = spare, None
-            self._end_spare(spare)
+            end_child(spare, 1.0)
 
     def _expect(
         self, socket: zmq.Socket, process: subprocess.Popen[bytes], kind: str, timeout_s: float
@@ -411,11 +374,3 @@ class RemotePolicy:
         raise PolicyError(
             f"the inference process sent no {kind!r} within {timeout_s:.0f} s of starting"
         )
-
-
-def _wait_or_kill(process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
