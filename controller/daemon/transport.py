@@ -239,18 +239,20 @@ class RouterTransport:
         frames = daemon_frames(kind, seq=seq, fields=fields, arrays=arrays, version=version)
         try:
             self.socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK, copy=False)
-        except zmq.Again:  # the peer's queue is full: it is not reading; drop, never block
-            self.send_dropped += 1
-            return False
         except zmq.ZMQError as exc:
-            self.send_dropped += 1
-            if exc.errno == zmq.EHOSTUNREACH and self.on_peer_gone is not None:
-                # ZeroMQ dropped the connection: the driver closed it or was killed (a frozen
-                # driver is closed by the session timeout). ROUTER_MANDATORY makes this visible.
-                self.on_peer_gone(identity)
-            return False
+            return self._refused(identity, exc)
         self.sent += 1
         return True
+
+    def _refused(self, identity: bytes, exc: zmq.ZMQError) -> bool:
+        """A send the socket refused, counted; always False. Again: the peer's queue is full (it
+        is not reading): dropped, never blocked on. EHOSTUNREACH: ZeroMQ dropped the connection
+        (the driver closed it or was killed; a frozen driver is closed by the session timeout),
+        visible through ROUTER_MANDATORY: the session goes."""
+        self.send_dropped += 1
+        if exc.errno == zmq.EHOSTUNREACH and self.on_peer_gone is not None:
+            self.on_peer_gone(identity)
+        return False
 
     @contextlib.contextmanager
     def discarding(self) -> Iterator[None]:
@@ -297,14 +299,8 @@ class RouterTransport:
             else:
                 socket.send(header, _MORE)
                 socket.send(array, zmq.NOBLOCK)
-        except zmq.Again:
-            self.send_dropped += 1
-            return False
         except zmq.ZMQError as exc:
-            self.send_dropped += 1
-            if exc.errno == zmq.EHOSTUNREACH and self.on_peer_gone is not None:
-                self.on_peer_gone(identity)
-            return False
+            return self._refused(identity, exc)
         self.sent += 1
         return True
 
