@@ -4,9 +4,11 @@ Why: a plan runs the dynamics and the reward head on the same input [z, a] at ev
 step of every MPPI iteration (48 times for horizon 3 and 8 iterations), and on a GPU each small
 matmul is one kernel whose launch and tail cost more than its arithmetic. Here the two heads'
 first layers are one matrix (out 2 * mlp_dim), their second layers one batched matmul over
-stacked weights, and the z part of the first layer is kept apart, because at the first step
-every sample shares the same z: W_z z is computed once per plan, and each step adds W_a a.
-The reward head's last layer runs once per iteration over every step's hidden state.
+stacked weights, and the first layer's z and action columns are apart: the actions of every
+step of an iteration are known before its rollout, so W_a a is one matmul over all of them
+(`first_a`), and each step adds W_z z (`first_z`; once per plan at the first step, where every
+sample shares the start latent). The reward head's last layer runs once per iteration over
+every step's hidden state.
 
 `model.py` keeps the paper's layout and the checkpoints' parameter names; this module only
 derives tensors from it. They are non-persistent buffers (never saved, moved by `.to()` like
@@ -105,14 +107,13 @@ class PlannerWeights(nn.Module):
         (d1, d2, d3), (r1, r2, r3) = dyn, rew
         # First layers side by side: rows [0, mlp) dynamics, [mlp, 2 mlp) reward.
         first = _pad_columns(torch.cat([d1[0], r1[0]]), self.action_pad)
-        self._put("first_w", first)
-        # Its z and action columns apart as well, contiguous (a strided slice can cost a copy
-        # per call in a compiled graph).
+        # Its z and action columns apart, each contiguous (a strided slice can cost a copy per
+        # call in a compiled graph).
         self._put("first_z_w", first[:, : self.latent_dim])
         self._put("first_a_w", first[:, self.latent_dim :])
         self._put("first_b", torch.cat([d1[1], r1[1]]))
-        self._put("first_ln_w", torch.stack([d1[2], r1[2]]))  # (2, mlp)
-        self._put("first_ln_b", torch.stack([d1[3], r1[3]]))
+        self._put("first_ln_w", torch.stack([d1[2], r1[2]]).unsqueeze(1))  # (2, 1, mlp)
+        self._put("first_ln_b", torch.stack([d1[3], r1[3]]).unsqueeze(1))
         # Second layers stacked for one bmm, transposed: (2, in, out).
         self._put("second_wt", torch.stack([d2[0].t(), r2[0].t()]))
         self._put("second_b", torch.stack([d2[1], r2[1]]).unsqueeze(1))  # (2, 1, mlp)
@@ -166,21 +167,18 @@ class PlannerWeights(nn.Module):
         """Both heads after their first matmul: first (B, N, 2 mlp) pre-activation ->
         (next latent (B, N, latent), the reward head's last hidden state (B, N, mlp))."""
         batch, n, width = first.shape
-        h = first.reshape(batch * n, 2, width // 2)
+        # Heads first, (2, B N, mlp), before the layer norm: the compiled norm then writes the
+        # layout the batched matmul reads, instead of a transposing copy after it.
+        h = first.reshape(batch * n, 2, width // 2).transpose(0, 1)
         h = F.layer_norm(h, h.shape[-1:])
         h = F.mish(h * self.t("first_ln_w") + self.t("first_ln_b"))
-        h = torch.baddbmm(self.t("second_b"), h.transpose(0, 1), self.t("second_wt"))
+        h = torch.baddbmm(self.t("second_b"), h, self.t("second_wt"))
         h = F.layer_norm(h, h.shape[-1:])
         h = F.mish(h * self.t("second_ln_w") + self.t("second_ln_b"))  # (2, B N, mlp)
         z = F.linear(h[0], self.t("dyn_out_w"), self.t("dyn_out_b"))
         z = F.layer_norm(z, z.shape[-1:], self.t("dyn_out_ln_w"), self.t("dyn_out_ln_b"))
         z = self.simnorm(z)
         return z.reshape(batch, n, -1), h[1].reshape(batch, n, -1)
-
-    def step_za(self, z: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`step` for a per-sample z and padded actions: one matmul over [z, a]."""
-        first = F.linear(torch.cat([z, a], dim=-1), self.t("first_w"), self.t("first_b"))
-        return self.step(first)
 
     def rewards(self, hidden: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
         """The reward head's last layer and two-hot decode for every step at once:

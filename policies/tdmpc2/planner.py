@@ -31,10 +31,10 @@ elementwise parity is meaningless there: with `tf32` (TF32 matmuls, through the 
 `precision_scope`, entered by the runner around its reduced-precision tiers only) or `bf16`
 (weights pre-cast once in `PlannerWeights`, FP32 decodes and MPPI statistics) the reduced tiers
 (those the runner runs under autocast) plan in that precision, eager FP32 stays true FP32, and
-parity is the value regret of `policies.tdmpc2.parity`. The inner loop runs on
-`policies.tdmpc2.fused` (dynamics and reward fused, padded for aligned matmuls); with fixed
-noise in FP32 it equals the plain reference planner of the tests to 1e-5. Fast mode runs the
-model itself: FP32 (TF32 matmuls under `tf32`; `bf16` does not change it).
+parity is the value regret of `policies.tdmpc2.parity`. The prior's trajectories and the inner
+loop run on `policies.tdmpc2.fused` (dynamics and reward fused, padded for aligned matmuls);
+with fixed noise in FP32 it equals the plain reference planner of the tests to 1e-5. Fast mode
+runs the model itself: FP32 (TF32 matmuls under `tf32`; `bf16` does not change it).
 
 The whole sequence is returned, not only its first action: played newest-first
 (`inference.ensemble: newest`), a plan that lands every step gives the robot the official
@@ -248,33 +248,42 @@ class TDMPC2Policy(nn.Module):
         c, m = self.config, self.model
         batch, horizon, p = obs.shape[0], c.horizon, c.num_pi_trajs
         z = m.encode(obs)  # (B, latent)
+        dtype = w.first_z_w.dtype
+        # Every sample starts from the same z: its part of the first layers, once per plan.
+        z_first = w.first_z(z.to(dtype)).unsqueeze(1)  # (B, 1, 2 mlp)
 
-        # Trajectories of the policy prior.
-        z_pi = z.unsqueeze(1).expand(batch, p, z.shape[-1])
+        # Trajectories of the policy prior, on the planner's layout (and precision).
+        z_pi = z.to(dtype).unsqueeze(1).expand(batch, p, z.shape[-1])
         pi_actions = []
         for t in range(horizon):
-            a = m.pi_sample(z_pi, noise.pi_eps[:, t])
+            a = self._pi_sample(z_pi, noise.pi_eps[:, t], w)
             pi_actions.append(a)
             if t + 1 < horizon:
-                z_pi = m.next(z_pi, a)
+                first = z_first if t == 0 else w.first_z(z_pi)
+                z_pi, _ = w.step(first + w.first_a(w.pad_actions(a.to(dtype))))
         prior = torch.stack(pi_actions, dim=1)  # (B, H, P, A)
 
         # Warm start: the previous mean, one step on; nothing at an episode start.
         warm = (1.0 - episode_start.reshape(batch, 1, 1)) * prev_mean
         mean = torch.cat([warm[:, 1:], torch.zeros_like(warm[:, :1])], dim=1)
         std = torch.full_like(mean, c.max_std)
-        # Every sample starts from the same z: its part of the first layers, once per plan.
-        z_first = w.first_z(z.to(w.first_w.dtype)).unsqueeze(1)  # (B, 1, 2 mlp)
 
         heads = torch.topk(noise.head_keys, 2, dim=-1).indices  # (B, iterations, 2), at once
         score = elite_actions = None
         for i in range(c.planning_iterations):
             sampled = mean.unsqueeze(2) + std.unsqueeze(2) * noise.sample_eps[:, i]
             actions = torch.cat([prior, sampled.clamp(-1, 1)], dim=2)  # (B, H, N, A)
-            padded = w.pad_actions(actions)  # the layout's input width (see fused.py)
-            value = self.estimate_value(z_first, padded, noise.value_eps[:, i], heads[:, i], w)
+            # Every step's action part of the first layers in one matmul (see fused.py).
+            actions_first = w.first_a(w.pad_actions(actions).to(dtype))  # (B, H, N, 2 mlp)
+            value = self.estimate_value(
+                z_first, actions_first, noise.value_eps[:, i], heads[:, i], w
+            )
             value = value.nan_to_num(0.0)  # (B, N)
-            elite_value, elite_index = torch.topk(value, c.num_elites, dim=1)  # (B, E)
+            # The elites, best first: one sort of the row is one kernel on a GPU, where topk
+            # takes two (a selection, then a sort of what it selected).
+            ranked_value, ranked_index = torch.sort(value, dim=1, descending=True)
+            elite_value = ranked_value[:, : c.num_elites]  # (B, E)
+            elite_index = ranked_index[:, : c.num_elites]
             index = elite_index[:, None, :, None].expand(batch, horizon, c.num_elites, c.action_dim)
             elite_actions = torch.gather(actions, 2, index)  # (B, H, E, A)
             max_value = elite_value.max(dim=1, keepdim=True).values
@@ -299,25 +308,24 @@ class TDMPC2Policy(nn.Module):
     def estimate_value(
         self,
         z_first: torch.Tensor,
-        actions: torch.Tensor,
+        actions_first: torch.Tensor,
         pi_eps: torch.Tensor,
         heads: torch.Tensor,
         w: PlannerWeights,
     ) -> torch.Tensor:
         """Discounted predicted rewards of each action sequence, plus the discounted mean of the
         chosen Q heads at the horizon: z_first (B, 1, 2 mlp) (the shared start latent's part of
-        the first layers), actions (B, H, N, A + action_pad) (`PlannerWeights.pad_actions`)
-        -> (B, N)."""
+        the first layers), actions_first (B, H, N, 2 mlp) (each step's action part,
+        `PlannerWeights.first_a`) -> (B, N)."""
         c, m = self.config, self.model
-        dtype = w.first_w.dtype
-        z, h = w.step(z_first + w.first_a(actions[:, 0].to(dtype)))
-        hidden, alive = [h], [torch.ones_like(actions[:, 0, :, :1])]
+        z, h = w.step(z_first + actions_first[:, 0])
+        hidden, alive = [h], [torch.ones_like(actions_first[:, 0, :, :1], dtype=torch.float32)]
         for t in range(c.horizon):
             if m.termination is not None:  # a property of the model, not of the data
                 ended = m.terminated(z.float()) if w.dtype is None else w.terminated(z)
                 alive.append(alive[-1] * (1.0 - ended))
             if t + 1 < c.horizon:
-                z, h = w.step_za(z, actions[:, t + 1].to(dtype))
+                z, h = w.step(w.first_z(z) + actions_first[:, t + 1])
                 hidden.append(h)
         rewards = w.rewards(torch.stack(hidden), self.model.bins)  # (H, B, N, 1), one matmul
         ret = torch.zeros_like(alive[0])
@@ -326,12 +334,17 @@ class TDMPC2Policy(nn.Module):
             live = alive[min(t, len(alive) - 1)]  # not ended before step t (always, not episodic)
             ret = ret + discount * live * rewards[t]
             discount *= c.discount
-        if w.dtype is None:
-            final = m.pi_sample(z, pi_eps)
-        else:
-            final = w.pi_sample(z, pi_eps, m.log_std_min, m.log_std_dif)
+        final = self._pi_sample(z, pi_eps, w)
         q = w.q_avg(z, final, heads, m.bins)
         return (ret + discount * alive[-1] * q).squeeze(-1)
+
+    def _pi_sample(self, z: torch.Tensor, eps: torch.Tensor, w: PlannerWeights) -> torch.Tensor:
+        """The policy prior's sampled action (FP32) for latents on the planner's layout: the
+        model's own layers in FP32, the pre-cast ones otherwise."""
+        m = self.model
+        if w.dtype is None:
+            return m.pi_sample(z, eps)
+        return w.pi_sample(z, eps, m.log_std_min, m.log_std_dif)
 
 
 @contextlib.contextmanager

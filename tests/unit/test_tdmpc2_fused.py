@@ -39,19 +39,25 @@ def test_fused_weights_follow_dtype_and_refresh_in_place() -> None:
     policy = TDMPC2Policy(small_config(compute="bf16")).eval()
     dyn_first = policy.model.dynamics[0].weight
     latent, rows, cols = policy.config.latent_dim, dyn_first.shape[0], dyn_first.shape[1]
-    first = policy.fused.first_w
-    torch.testing.assert_close(first[:rows, :cols], dyn_first, rtol=0, atol=0)
-    assert first.shape[1] % 8 == 0 and not first[:, cols:].any()  # zero columns: aligned K
-    assert policy.fused_half is not None and policy.fused_half.first_w.dtype == torch.bfloat16
+    first_z, first_a = policy.fused.first_z_w, policy.fused.first_a_w
+    torch.testing.assert_close(first_z[:rows], dyn_first[:, :latent], rtol=0, atol=0)
+    torch.testing.assert_close(
+        first_a[:rows, : cols - latent], dyn_first[:, latent:], rtol=0, atol=0
+    )
+    assert first_a.shape[1] % 8 == 0 and not first_a[:, cols - latent :].any()  # aligned K
+    assert policy.fused_half is not None and policy.fused_half.first_z_w.dtype == torch.bfloat16
     with torch.no_grad():
         dyn_first.add_(1.0)  # an in-place edit: refresh() is the documented way to follow it
     policy.fused.refresh(policy.model)
-    assert policy.fused.first_w is first  # same storage: a captured CUDA graph sees new weights
-    torch.testing.assert_close(first[:rows, :latent], dyn_first[:, :latent])
+    assert policy.fused.first_z_w is first_z  # same storage: a captured CUDA graph sees it
+    torch.testing.assert_close(first_z[:rows], dyn_first[:, :latent])
     policy.double()
-    assert policy.fused.first_w.dtype == torch.float64  # buffers convert with the parameters
+    assert policy.fused.first_z_w.dtype == torch.float64  # buffers convert with the parameters
     torch.testing.assert_close(
-        policy.fused.first_w[:rows, :cols], policy.model.dynamics[0].weight, rtol=0, atol=0
+        policy.fused.first_a_w[:rows, : cols - latent],
+        policy.model.dynamics[0].weight[:, latent:],
+        rtol=0,
+        atol=0,
     )
 
 
