@@ -81,8 +81,9 @@ def inference_process(config: TempoConfig, config_file: Path) -> RemotePolicy:
     )
 
 
-def run_inference_process(config: TempoConfig, channel: str) -> int:
-    """The inference process's main: build the policy, serve the control process at `channel`."""
+def run_inference_process(config: TempoConfig, channel_fd: int) -> int:
+    """The inference process's main: build the policy, serve the control process on the channel
+    it passed as file descriptor `channel_fd`."""
     # Everything build_policy imports, imported before the process stands by (a restart then
     # spends no time on imports).
     import torch._dynamo  # noqa: F401 - torch imports its compiler on the first compile otherwise
@@ -93,7 +94,7 @@ def run_inference_process(config: TempoConfig, channel: str) -> int:
     import policies.checkpoints.load  # noqa: F401
     from controller.inference.process_server import serve_control_process
 
-    return serve_control_process(lambda: build_policy(config), channel)
+    return serve_control_process(lambda: build_policy(config), channel_fd)
 
 
 def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> Policy:

@@ -129,7 +129,7 @@ def cmd_inference_process(args: argparse.Namespace) -> int:
 
     config = TempoConfig.model_validate_json(args.config_json.read_text())
     setup_logging(config.logging.level)
-    return run_inference_process(config, args.channel)
+    return run_inference_process(config, args.channel_fd)
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Started by `tempo serve` for its inference process; hidden from the help.
     child = sub.add_parser("inference-process")
     child.add_argument("--config-json", type=Path, required=True)
-    child.add_argument("--channel", required=True)
+    child.add_argument("--channel-fd", type=int, required=True)
     child.set_defaults(func=cmd_inference_process)
 
     config = sub.add_parser("config", help="configuration tools")

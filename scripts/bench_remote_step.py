@@ -7,6 +7,8 @@ All are timed in this one run on the same observations: the in-process Runner's 
 request -> the same runner in the inference process -> reply), then RemotePolicy's `predict` on
 frames already in a driver's ring slot (as the daemon hands them on: request naming the slot ->
 the inference process uploads from the driver's pinned slot -> reply -> the generation check).
+For both, "inside the inference process" is the step as that process times it (request taken ->
+chunk in its host memory); the rest of the round trip is the two trips between the processes.
 The driver's own write into its slot (its camera's business) is not timed. ACT at LeRobot's
 ALOHA defaults (3 cameras 480x640, 14 joints, chunk 100), random weights, or `--tiny` for a
 quick CPU run.
@@ -34,24 +36,33 @@ from policies.base import Policy, window_context
 from policies.checkpoints.tempo_format import save_checkpoint
 from policies.demo import make_aloha_policy, make_demo_policy
 
+Samples = tuple[np.ndarray, np.ndarray]  # round trip (ms); inside the inference process (ms)
 
-def time_steps(policy: Policy, observations: list, iterations: int) -> np.ndarray:  # type: ignore[type-arg]
-    samples = []
+
+def _inside_ms(policy: Policy) -> float:
+    """The last step as the inference process timed it (NaN in the daemon's process)."""
+    step_ns = getattr(policy, "last_step_ns", None)
+    return step_ns / 1e6 if step_ns is not None else float("nan")
+
+
+def time_steps(policy: Policy, observations: list, iterations: int) -> Samples:  # type: ignore[type-arg]
+    samples, inside = [], []
     for i in range(iterations + 20):
         images, state = observations[i % len(observations)]
         began = time.perf_counter()
         policy.predict(images, window_context(state))
         if i >= 20:  # warm-up
-            samples.append(time.perf_counter() - began)
-    return np.array(samples) * 1e3
+            samples.append((time.perf_counter() - began) * 1e3)
+            inside.append(_inside_ms(policy))
+    return np.array(samples), np.array(inside)
 
 
-def time_in_place(policy: Policy, observations: list, iterations: int) -> np.ndarray:  # type: ignore[type-arg]
+def time_in_place(policy: Policy, observations: list, iterations: int) -> Samples:  # type: ignore[type-arg]
     """Steps on frames in a driver's ring, as the daemon serves an observation written in place
     (the ring is made as the dispatcher makes a session's)."""
     ring = FrameSlots.create(policy.spec, DRIVER_RING_SLOTS)
     names = [c.name for c in policy.spec.cameras]
-    samples = []
+    samples, inside = [], []
     try:
         for i in range(iterations + 20):
             images, state = observations[i % len(observations)]
@@ -63,11 +74,12 @@ def time_in_place(policy: Policy, observations: list, iterations: int) -> np.nda
             if not frames.unchanged():
                 raise RuntimeError("the slot changed during the step")
             if i >= 20:
-                samples.append(time.perf_counter() - began)
+                samples.append((time.perf_counter() - began) * 1e3)
+                inside.append(_inside_ms(policy))
             del frames
     finally:
         ring.close()
-    return np.array(samples) * 1e3
+    return np.array(samples), np.array(inside)
 
 
 def main() -> int:
@@ -103,15 +115,17 @@ def main() -> int:
             remote.stop()
     settings = ", ".join(args.overrides) or "default settings"
     print(f"{device}, tier {tier}, {settings}, {args.iters} steps each (ms)")
-    print(f"{'':34s}{'p50':>10s}{'p99':>10s}{'mean':>10s}")
+    print(f"{'':44s}{'p50':>10s}{'p99':>10s}{'mean':>10s}")
     rows = [
-        ("in the daemon's process", in_process),
-        ("through the inference process", separate),
-        ("  frames in place (same host)", in_place),
+        ("in the daemon's process", in_process[0]),
+        ("through the inference process", separate[0]),
+        ("  of which inside the inference process", separate[1]),
+        ("frames in place (same host)", in_place[0]),
+        ("  of which inside the inference process", in_place[1]),
     ]
     for label, samples in rows:
         p50, p99 = np.percentile(samples, [50, 99])
-        print(f"{label:34s}{p50:10.3f}{p99:10.3f}{samples.mean():10.3f}")
+        print(f"{label:44s}{p50:10.3f}{p99:10.3f}{samples.mean():10.3f}")
     print(f"observation slots pinned for DMA: {pinned}")
     return 0
 

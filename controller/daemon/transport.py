@@ -48,11 +48,15 @@ def daemon_frames(
     )
 
 
+class Pollable(Protocol):
+    def fileno(self) -> int: ...
+
+
 class SideChannel(Protocol):
-    """Work the receiving thread does between robots' messages: another socket to poll (None
+    """Work the receiving thread does between robots' messages: another channel to poll (None
     when nothing is awaited on it), held for the duration of the poll, and its servicing."""
 
-    def polled(self) -> contextlib.AbstractContextManager[zmq.Socket | None]: ...
+    def polled(self) -> contextlib.AbstractContextManager[Pollable | None]: ...
 
     def service(self, until_ns: int) -> None: ...
 
@@ -83,7 +87,7 @@ class RouterTransport:
         self._poller = zmq.Poller()
         # The robots' socket and the side channel's (see receive_until), for the current one.
         self._side_poller = zmq.Poller()
-        self._side_socket: zmq.Socket | None = None
+        self._side: Pollable | None = None  # the side channel registered in _side_poller
         self._longest: tuple[str, int] = ("", 0)  # see take_longest
         self.sent = 0
         self.send_dropped = 0
@@ -186,13 +190,13 @@ class RouterTransport:
         with side.polled() as other:
             if other is None:
                 return bool(self._poller.poll(timeout_ms)), False
-            if other is not self._side_socket:  # a restarted process has a new socket
+            if other is not self._side:  # a restarted process has a new channel
                 self._side_poller = zmq.Poller()
                 self._side_poller.register(self.socket, zmq.POLLIN)
-                self._side_poller.register(other, zmq.POLLIN)
-                self._side_socket = other
+                self._side_poller.register(other.fileno(), zmq.POLLIN)
+                self._side = other
             ready = dict(self._side_poller.poll(timeout_ms))
-            return self.socket in ready, other in ready
+            return self.socket in ready, other.fileno() in ready
 
     def _receive_message(self) -> tuple[bytes, list[Any]]:
         """One message, part by part: ZeroMQ bounds the size of a part but not their number,

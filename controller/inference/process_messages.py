@@ -1,5 +1,5 @@
-"""The messages between the control process and its inference process: msgpack maps on a
-private ipc socket (ZeroMQ PAIR), arrays as float32 bytes with their shape; never pickle.
+"""The messages between the control process and its inference process: msgpack maps on their
+private channel (`process_channel`), arrays as float32 bytes with their shape; never pickle.
 
     control -> inference   attach {path, count}          the observation slots, after `hello`
                            infer {id, slot, generation, step, episode_start, delay, plan_start,

@@ -1,6 +1,6 @@
 """The inference process's side: serve a started Runner to the control process.
 
-    code = serve_control_process(build_runner, endpoint)   # returns the exit code
+    code = serve_control_process(build_runner, channel_fd)   # returns the exit code
 
 It says `standby` once imported and waits for `build` (the control process keeps a spare process
 waiting so that a restart skips the imports), then builds the runner (load, warm up, parity: the
@@ -27,14 +27,13 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-import zmq
 
 from controller.errors import InputFault, TempoError
 from controller.inference.frame_slots import FrameSlots
 from controller.inference.ladder import first_line
 from controller.inference.parent_death import control_pid, die_with_parent, parent_alive
+from controller.inference.process_channel import ChannelError, ProcessChannel
 from controller.inference.process_messages import (
-    MAX_MESSAGE_BYTES,
     MessageError,
     pack,
     pack_array,
@@ -62,6 +61,7 @@ class ServedPolicy(Policy, Protocol):
 
 
 IDLE_POLL_MS = 50  # the heartbeat period while no request comes
+SEND_TIMEOUT_S = 10.0  # a control process that takes no message for this long is stuck
 STATUS_EVERY_S = 0.5  # the runner's status rides on a chunk at most this often
 EXIT_FATAL = 3
 
@@ -146,8 +146,9 @@ class DriverRings:
             self.detach(ring_id)
 
 
-def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: str) -> int:
-    """Serve requests from the control process at `endpoint` until `stop` or a fatal error."""
+def serve_control_process(build_runner: Callable[[], ServedPolicy], channel_fd: int) -> int:
+    """Serve requests from the control process on the channel it passed as file descriptor
+    `channel_fd`, until `stop`, its end of the channel, or a fatal error."""
     # The control process decides when this one ends (it sends `stop`): a SIGTERM to the whole
     # group (systemd, Ctrl-C in a terminal) must not end it first, or the control process
     # would count a crash and start another while it shuts down.
@@ -157,80 +158,88 @@ def serve_control_process(build_runner: Callable[[], ServedPolicy], endpoint: st
     parent = control_pid()
     if not parent_alive(parent):
         return 0  # the control process died while this one started
-    context = zmq.Context()
-    socket = context.socket(zmq.PAIR)
-    socket.setsockopt(zmq.LINGER, 1000)
-    socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-    socket.connect(endpoint)
+    link = ProcessChannel.inherited(channel_fd)
+    try:
+        return _stand_by_and_serve(build_runner, link, parent)
+    except ChannelError:
+        return 0  # the control process closed the channel: it is gone or has replaced us
+    finally:
+        link.close()
+
+
+def _next_message(link: ProcessChannel, parent: int) -> dict[str, Any] | None:
+    """The control process's next message; None when it has gone (its end of the channel, or
+    its pid). Waits as long as it takes."""
+    while True:
+        data = link.receive(timeout_ms=IDLE_POLL_MS)
+        if data is not None:
+            return unpack(data)
+        if link.closed or not parent_alive(parent):
+            return None
+
+
+def _send(link: ProcessChannel, kind: str, **fields: Any) -> None:
+    link.send(pack(kind, **fields), timeout_s=SEND_TIMEOUT_S)
+
+
+def _stand_by_and_serve(
+    build_runner: Callable[[], ServedPolicy], link: ProcessChannel, parent: int
+) -> int:
     # Stand by, imports done, until the control process says `build`: it keeps one process
     # waiting like this, so a restart does not wait for Python and torch to import again.
-    socket.send(pack("standby"))
-    while not socket.poll(IDLE_POLL_MS):
-        if not parent_alive(parent):
-            return 0  # the control process died while this one stood by
-    if unpack(socket.recv())["kind"] != "build":
-        socket.close(linger=0)
-        context.term()
-        return 0  # `stop`: the control process ends without needing this one
+    _send(link, "standby")
+    build = _next_message(link, parent)
+    if build is None or build["kind"] != "build":
+        return 0  # `stop` (or gone): the control process ends without needing this one
     try:
         runner = build_runner()
     except Exception as exc:  # noqa: BLE001 - the control process shows the sentence
         text = str(exc) if isinstance(exc, TempoError) else first_line(exc)
-        socket.send(pack("failed_start", error=text))
-        socket.close(linger=1000)
-        context.term()
+        _send(link, "failed_start", error=text)
         return 2
     # Everything built so far lives as long as the process: keep it out of every collection
     # (a full collection over torch's objects takes milliseconds, in the middle of a step).
     gc.collect()
     gc.freeze()
     spec = runner.spec
-    socket.send(
-        pack(
-            "hello",
-            spec=spec.model_dump(mode="json"),
-            outputs=list(runner.outputs),
-            status=runner.status(),
-        )
+    _send(
+        link,
+        "hello",
+        spec=spec.model_dump(mode="json"),
+        outputs=list(runner.outputs),
+        status=runner.status(),
     )
-    slots: FrameSlots | None = None
+    attach = _next_message(link, parent)
+    if attach is None or attach["kind"] != "attach":
+        return 0  # `stop` (or gone) before serving began
+    slots = FrameSlots.attach(attach["path"], spec, int(attach["count"]))
     pinned: _Pinned | None = None
+    rings = DriverRings(runner)
     try:
-        while not socket.poll(IDLE_POLL_MS):
-            if not parent_alive(parent):
-                return 0  # the control process died before handing over the slots
-        attach = unpack(socket.recv())
-        if attach["kind"] != "attach":
-            return 0  # `stop` before serving began
-        slots = FrameSlots.attach(attach["path"], spec, int(attach["count"]))
         pinned = _Pinned.maybe(slots, runner)
-        socket.send(pack("ready", pinned=bool(pinned and pinned.ok)))
-        rings = DriverRings(runner)
-        try:
-            return _serve(runner, socket, slots, rings, parent)
-        finally:
-            rings.close()
+        _send(link, "ready", pinned=bool(pinned and pinned.ok))
+        return _serve(runner, link, slots, rings, parent)
     finally:
+        rings.close()
         if pinned is not None:
             pinned.release()
-        if slots is not None:
-            slots.close()
-        socket.close(linger=1000)
-        context.term()
+        slots.close()
 
 
 def _serve(
-    runner: ServedPolicy, socket: zmq.Socket, slots: FrameSlots, rings: DriverRings, parent: int
+    runner: ServedPolicy, link: ProcessChannel, slots: FrameSlots, rings: DriverRings, parent: int
 ) -> int:
     last_status = 0.0
     while True:
         slots.beat()
-        if not socket.poll(IDLE_POLL_MS):
-            if not parent_alive(parent):  # the control process died: nobody to serve
+        data = link.receive(timeout_ms=IDLE_POLL_MS)
+        if data is None:
+            if link.closed or not parent_alive(parent):  # nobody to serve
                 log.error("the control process is gone; the inference process exits")
                 return 0
             continue
-        message = unpack(socket.recv())
+        received_ns = time.monotonic_ns()
+        message = unpack(data)
         kind = message["kind"]
         if kind == "stop":
             return 0
@@ -240,9 +249,9 @@ def _serve(
                     int(message["id"]), str(message["path"]), int(message["count"])
                 )
             except (OSError, ValueError) as exc:
-                socket.send(pack("failed", id=message.get("id"), error=str(exc)))
+                _send(link, "failed", id=message.get("id"), error=str(exc))
             else:
-                socket.send(pack("ring_ready", id=message.get("id"), pinned=pinned))
+                _send(link, "ring_ready", id=message.get("id"), pinned=pinned)
             continue
         if kind == "detach_ring":
             rings.detach(int(message["ring"]))
@@ -258,15 +267,18 @@ def _serve(
             if kind == "failed" and device_poisoned(runner):
                 kind = "fatal"
             text = str(exc) if kind in ("refused", "input_fault") else first_line(exc)
-            socket.send(pack(kind, id=request_id, error=text))
+            _send(link, kind, id=request_id, error=text)
             if kind == "fatal":
                 return EXIT_FATAL
             continue
+        # The step as this process saw it (request taken -> chunk in host memory): the control
+        # side tells it apart from the trips between the processes.
+        reply["step_ns"] = time.monotonic_ns() - received_ns
         now = time.monotonic()
         if now - last_status >= STATUS_EVERY_S:
             reply["status"] = runner.status()
             last_status = now
-        socket.send(pack("chunk", id=request_id, **reply))
+        _send(link, "chunk", id=request_id, **reply)
 
 
 def reply_kind(exc: BaseException) -> str:

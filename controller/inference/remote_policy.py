@@ -40,10 +40,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-import zmq
 
 from controller.errors import PolicyError
 from controller.inference.frame_slots import FrameSlots
+from controller.inference.process_channel import ChannelError, ProcessChannel
 from controller.inference.process_messages import pack, unpack
 from controller.inference.process_spawner import Child, Spawner, end_child, wait_or_kill
 from controller.inference.remote_requests import ProcessFatal, RequestChannel, prediction_of
@@ -90,12 +90,15 @@ class RemotePolicy:
         self._standby_ready = False  # it said `standby` (seen by the supervisor thread)
         self.hang_timeout_s = hang_timeout_s
         self.start_timeout_s = start_timeout_s
-        self._lock = threading.Lock()  # the socket: one request at a time, or a restart
-        self._socket: zmq.Socket | None = None
+        self._lock = threading.Lock()  # the channel: one request at a time, or a restart
+        self._link: ProcessChannel | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._slots: FrameSlots | None = None
         self._spec: PolicySpec | None = None
         self._status: dict[str, Any] = {}
+        # The last step as the inference process timed it (request taken -> chunk in its host
+        # memory), for benchmarks; the daemon records every one in telemetry (remote_worker).
+        self.last_step_ns: int | None = None
         self._channel: RequestChannel | None = None  # the serving process's (one per process)
         self._serving = threading.Event()
         self._failed = threading.Event()  # the serving process is gone: requests stop waiting
@@ -104,6 +107,7 @@ class RemotePolicy:
         self.restarts: collections.deque[Restart] = collections.deque(maxlen=RESTARTS_KEPT)
         self.restart_count = 0
         self.pinned = False
+        self._stopped = False
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -121,8 +125,9 @@ class RemotePolicy:
 
     def stop(self) -> None:
         """End the process and free everything; safe to call twice."""
-        if self._spawner.closed:
+        if self._stopped:
             return
+        self._stopped = True
         self._stop.set()
         self._serving.clear()
         self._failed.set()
@@ -135,7 +140,6 @@ class RemotePolicy:
                 self._slots.close()
                 self._slots = None
         end_child(spare, 1.0)
-        self._spawner.close()
 
     @property
     def serving(self) -> bool:
@@ -184,6 +188,8 @@ class RemotePolicy:
         (a poisoned CUDA context) ends serving and starts a fresh process."""
         if isinstance(reply.get("status"), dict):
             self._status = reply["status"]
+        if isinstance(reply.get("step_ns"), int):
+            self.last_step_ns = reply["step_ns"]
         try:
             return prediction_of(reply)
         except ProcessFatal as exc:
@@ -194,7 +200,7 @@ class RemotePolicy:
         # Its own deadline too: if the supervisor thread were gone, nothing else would end it.
         deadline = time.monotonic() + self.hang_timeout() + 1.0
         while True:
-            if channel.socket.poll(POLL_MS):
+            if channel.link.poll(POLL_MS):
                 reply = channel.receive()
                 if reply is not None and reply.get("id") == request_id:
                     return reply
@@ -286,19 +292,19 @@ class RemotePolicy:
         log.error("the inference process could not be restarted yet; robots stay held, retrying")
 
     def _end_process(self, polite: bool) -> None:
-        """Stop the process (asked to first when `polite`) and close its socket. The lock is
+        """Stop the process (asked to first when `polite`) and close its channel. The lock is
         held only while they are taken out of use: the control loop takes it to send, and a
         killed GPU process can take a while to exit."""
         with self._lock:
-            process, socket = self._process, self._socket
-            self._process = self._socket = self._channel = None
-            if socket is not None:
+            process, link = self._process, self._link
+            self._process = self._link = self._channel = None
+            if link is not None:
                 if polite and process is not None and process.poll() is None:
                     try:
-                        socket.send(pack("stop"), zmq.NOBLOCK)
-                    except zmq.ZMQError:
+                        link.send(pack("stop"))
+                    except ChannelError:
                         pass
-                socket.close(linger=0)
+                link.close()
         if process is not None:
             wait_or_kill(process, 2.0 if polite else 0.0)
 
@@ -310,18 +316,18 @@ class RemotePolicy:
             return spare
         if spare is not None:
             log.warning("the standby inference process had exited (code %s)", spare[1].poll())
-            spare[0].close(linger=0)
+            spare[0].close()
         return self._spawner.spawn()
 
     def _launch(self, progress: Callable[[str], None] | None) -> None:
         """Take the standby process (or spawn one), tell it to build, wait for its hello, hand
         it the slots, wait for ready; then start the next standby."""
-        socket, process = self._take_standby()
+        link, process = self._take_standby()
         with self._lock:
-            self._socket, self._process = socket, process
-        self._expect(socket, process, "standby", self.start_timeout_s)
-        socket.send(pack("build"))
-        hello = self._expect(socket, process, "hello", self.start_timeout_s)
+            self._link, self._process = link, process
+        self._expect(link, process, "standby", self.start_timeout_s)
+        self._send(link, pack("build"))
+        hello = self._expect(link, process, "hello", self.start_timeout_s)
         spec = PolicySpec.model_validate(hello["spec"])
         if self._spec is not None and spec != self._spec:
             raise PolicyError("the restarted inference process serves a different policy spec")
@@ -330,11 +336,11 @@ class RemotePolicy:
         if self._slots is None:
             self._slots = FrameSlots.create(spec, SLOT_COUNT)
         self._slots.beat()
-        socket.send(pack("attach", path=str(self._slots.path), count=self._slots.count))
-        ready = self._expect(socket, process, "ready", 60.0)
+        self._send(link, pack("attach", path=str(self._slots.path), count=self._slots.count))
+        ready = self._expect(link, process, "ready", 60.0)
         self.pinned = bool(ready.get("pinned"))
         with self._lock:  # a new process has attached no driver ring yet
-            self._channel = RequestChannel(socket, self._slots, spec)
+            self._channel = RequestChannel(link, self._slots, spec)
         if progress is not None:
             progress(f"inference process {process.pid} ready")
         self._failed.clear()
@@ -352,20 +358,24 @@ class RemotePolicy:
             end_child(spare, 1.0)
 
     def _expect(
-        self, socket: zmq.Socket, process: subprocess.Popen[bytes], kind: str, timeout_s: float
+        self, link: ProcessChannel, process: subprocess.Popen[bytes], kind: str, timeout_s: float
     ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._stop.is_set():
                 raise PolicyError("stopped while the inference process was starting")
-            if socket.poll(100):
-                message = unpack(socket.recv())
+            data = link.receive(timeout_ms=100)
+            if data is not None:
+                message = unpack(data)
                 if message["kind"] == kind:
                     return message
                 if message["kind"] == "failed_start":
                     raise PolicyError(str(message.get("error")))
                 continue
-            code = process.poll()
+            try:  # its channel ends when it exits: wait for the exit code then
+                code = process.wait(timeout=0.1) if link.closed else process.poll()
+            except subprocess.TimeoutExpired:
+                code = None
             if code is not None:
                 raise PolicyError(
                     f"the inference process exited with code {code} while starting (its log "
@@ -374,3 +384,12 @@ class RemotePolicy:
         raise PolicyError(
             f"the inference process sent no {kind!r} within {timeout_s:.0f} s of starting"
         )
+
+    @staticmethod
+    def _send(link: ProcessChannel, message: bytes) -> None:
+        """A start-up message: the process is waiting for it, so a short wait is enough."""
+        try:
+            link.send(message, timeout_s=5.0)
+        except ChannelError as exc:
+            raise PolicyError(f"the inference process stopped taking messages while starting "
+                              f"({exc})") from None  # fmt: skip

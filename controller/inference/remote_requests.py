@@ -13,8 +13,8 @@ is not asked for again. Rings of ended sessions are detached on the next send.
 
 The process answers requests one by one, in order; a reply whose id is not the one awaited
 answers a request that was given up on and is dropped by the caller. Nothing here blocks: a send
-to a process that is gone (ZeroMQ would wait for it to come back) raises ProcessGone, because
-the control loop's thread sends. Not thread-safe: its owner (RemotePolicy) hands it out under a
+to a process that is gone or not reading raises ProcessGone, because the control loop's thread
+sends. Not thread-safe: its owner (RemotePolicy) hands it out under a
 lock.
 """
 
@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import zmq
 
 from controller.errors import InputFault, PolicyError
 from controller.inference.frame_slots import FrameSlots
+from controller.inference.process_channel import ChannelError, ProcessChannel
 from controller.inference.process_messages import (
     pack,
     pack_array,
@@ -47,8 +47,8 @@ STEP_REPLIES = ("chunk", "refused", "input_fault", "failed", "fatal")
 
 
 class RequestChannel:
-    def __init__(self, socket: zmq.Socket, slots: FrameSlots, spec: PolicySpec) -> None:
-        self.socket = socket
+    def __init__(self, link: ProcessChannel, slots: FrameSlots, spec: PolicySpec) -> None:
+        self.link = link
         self.slots = slots
         self.spec = spec
         self._next_slot = 0
@@ -61,7 +61,7 @@ class RequestChannel:
         self._refused: dict[Any, FrameSlots] = {}
 
     def send(self, images: Mapping[str, np.ndarray], context: RobotContext) -> int:
-        """Send one observation (ZeroMQ queues it; nothing waits); returns its request id."""
+        """Send one observation (nothing waits); returns its request id."""
         self._detach_closed_rings()
         ring = self._driver_ring(images)
         where: dict[str, Any]
@@ -97,13 +97,14 @@ class RequestChannel:
         return self._request_id
 
     def receive(self) -> dict[str, Any] | None:
-        """The next step reply waiting on the socket (answers to ring requests are taken in
-        passing), or None when none is there yet."""
+        """The next step reply waiting on the channel (answers to ring requests are taken in
+        passing), or None when none is there yet (or the process has gone: its supervisor
+        sees it exit)."""
         while True:
-            try:
-                message = unpack(self.socket.recv(zmq.NOBLOCK))
-            except zmq.Again:
+            data = self.link.receive()
+            if data is None:
                 return None
+            message = unpack(data)
             ring = self._attaching.pop(message.get("id"), None)  # type: ignore[arg-type]
             if ring is not None:
                 self._ring_answered(ring, message)
@@ -112,8 +113,8 @@ class RequestChannel:
 
     def _send(self, message: bytes) -> None:
         try:
-            self.socket.send(message, zmq.NOBLOCK)
-        except zmq.Again:
+            self.link.send(message)
+        except ChannelError:
             raise ProcessGone(
                 "the inference process is not taking messages (it is gone or stuck); robots "
                 "are held until it is restarted"

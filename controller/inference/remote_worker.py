@@ -2,7 +2,7 @@
 
     worker = RemoteInference(policy, telemetry)    # policy: a started RemotePolicy
     worker.submit(session, request)                # from the loop: queued, newest wins per robot
-    with worker.polled() as socket: ...            # polled beside the robots' socket when idle
+    with worker.polled() as channel: ...           # polled beside the robots' socket when idle
     worker.service(until_ns)                       # take the reply, send the next request
 
 Why no thread: in the control process a second Python thread competes with the loop for the
@@ -26,13 +26,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import zmq
-
 from controller.inference.outcomes import InferenceOutcomes
+from controller.inference.process_channel import ProcessChannel
 from controller.inference.remote_policy import InferenceUnavailable, RemotePolicy
 from controller.inference.remote_requests import RequestChannel
 from controller.inference.requests import InferenceRequest, RobotQueues
-from controller.observe.telemetry import Telemetry
+from controller.observe.telemetry import PROCESS_STEP, Telemetry
 
 
 @dataclass
@@ -48,6 +47,7 @@ class InFlight:
 class RemoteInference(InferenceOutcomes):
     def __init__(self, policy: RemotePolicy, telemetry: Telemetry | None = None) -> None:
         super().__init__(telemetry)
+        self._t_process_step = (telemetry or Telemetry(enabled=False)).section(PROCESS_STEP)
         self.policy = policy
         self._ready: collections.deque[RobotQueues] = collections.deque()
         self._in_flight: InFlight | None = None
@@ -71,14 +71,15 @@ class RemoteInference(InferenceOutcomes):
         self._ready.clear()
 
     @contextlib.contextmanager
-    def polled(self) -> Iterator[zmq.Socket | None]:
-        """The socket a reply comes on, held (no restart closes it meanwhile), or None when no
-        reply is awaited."""
+    def polled(self) -> Iterator[ProcessChannel | None]:
+        """The channel a reply comes on, held (no restart closes it meanwhile), or None when no
+        reply is awaited (or the process has gone: its closed end would wake every poll)."""
         if self._in_flight is None:
             yield None
             return
         with self.policy.requests() as channel:
-            yield channel.socket if channel is not None else None
+            usable = channel is not None and not channel.link.closed
+            yield channel.link if usable and channel is not None else None
 
     def service(self, until_ns: int) -> None:
         """Take the reply if it has come, then send the next request unless `until_ns` has
@@ -118,6 +119,8 @@ class RemoteInference(InferenceOutcomes):
             if reply.get("id") != flight.request_id:
                 continue  # an answer to a request that was given up on
             self._in_flight = None
+            if isinstance(reply.get("step_ns"), int):
+                self._t_process_step.record_ns(reply["step_ns"])
             try:
                 prediction = self.policy.prediction(reply)
             except Exception as exc:  # noqa: BLE001 - every failure is counted and told

@@ -53,6 +53,7 @@ RECEIVE = "receive"
 PREPROCESS = "preprocess"
 MAILBOX_WAIT = "mailbox_wait"
 INFERENCE = "inference"
+PROCESS_STEP = "process_step"
 UPLOAD = "upload"
 MODEL = "model"
 MODEL_GPU = "model_gpu"
@@ -70,6 +71,8 @@ BUILTIN_SECTIONS: dict[str, str] = {
     PREPROCESS: "check an observation's arrays (names, shapes, finite values), loop thread",
     MAILBOX_WAIT: "observation received -> the inference worker starts on it",
     INFERENCE: "one policy call on the inference worker (upload + model + postprocess)",
+    PROCESS_STEP: "one step inside the inference process: request taken -> chunk in its host "
+    "memory (inference minus this: the trips between the processes)",
     UPLOAD: "staging upload: host copy into (pinned) staging and enqueue the copy, host time",
     MODEL: "serving tier's run (graph replay, compiled or eager call), host time",
     MODEL_GPU: "serving tier's run on the compute stream, CUDA events",

@@ -1,7 +1,7 @@
 """`tempo inference-process ARGS` whose 5th step runs a kernel that fails a device-side assert
 (an out-of-range index on the GPU): the CUDA context is poisoned, as a real kernel fault would.
 
-    python poison_inference.py inference-process --config-json FILE --channel ENDPOINT
+    python poison_inference.py inference-process --config-json FILE --channel-fd FD
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`tempo inference-process ARGS`, except that while the file MARKER exists (it is deleted) the
 process dies inside its start-up parity check: an inference process that fails while starting.
 
-    python flaky_inference.py MARKER inference-process --config-json FILE --channel ENDPOINT
+    python flaky_inference.py MARKER inference-process --config-json FILE --channel-fd FD
 """
 
 from __future__ import annotations

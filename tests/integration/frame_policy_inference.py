@@ -3,7 +3,7 @@
 it wait first, until the file named by $FRAME_POLICY_RELEASE exists (the test has rewritten
 the frame while it is being served) or SLOW_S has passed.
 
-    python frame_policy_inference.py --channel ENDPOINT     (RemotePolicy adds --channel)
+    python frame_policy_inference.py --channel-fd FD     (RemotePolicy adds --channel-fd)
 """
 
 from __future__ import annotations
@@ -65,5 +65,5 @@ class FramePolicy:
 if __name__ == "__main__":
     from controller.inference.process_server import serve_control_process
 
-    channel = sys.argv[sys.argv.index("--channel") + 1]
-    sys.exit(serve_control_process(FramePolicy, channel))
+    channel_fd = int(sys.argv[sys.argv.index("--channel-fd") + 1])
+    sys.exit(serve_control_process(FramePolicy, channel_fd))

@@ -2,7 +2,7 @@
 included, returns NaN when the first state value exceeds 1000 (tests/integration/test_faults.py's
 NanAbove1000): an input fault, seen through the inference process.
 
-    python nan_inference.py inference-process --config-json FILE --channel ENDPOINT
+    python nan_inference.py inference-process --config-json FILE --channel-fd FD
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """The control loop's side of a policy in its own process (RemoteInference over a RequestChannel),
-against a peer played by the test on a real ZeroMQ PAIR socket: replies become the robot's
-chunks, nothing the process does (dying, a malformed reply, a restart) blocks the loop or
+against a peer played by the test on a real process channel (a socket pair): replies become the
+robot's chunks, nothing the process does (dying, a malformed reply, a restart) blocks the loop or
 escapes into it, and a driver's frame ring is asked for once and then read in place."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import itertools
 import sys
 import threading
 from collections.abc import Iterator
@@ -16,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-import zmq
 
 from controller.inference.frame_slots import FrameSlots
 from controller.inference.mailbox import Mailbox
+from controller.inference.process_channel import ProcessChannel
 from controller.inference.process_messages import pack, pack_array, unpack
 from controller.inference.remote_requests import RequestChannel, prediction_of
 from controller.inference.remote_worker import RemoteInference
@@ -37,7 +36,6 @@ SPEC = PolicySpec(
     state_history=2,
 )
 FAR = 2**62  # a deadline that never comes
-_endpoints = itertools.count()
 
 
 @dataclass
@@ -73,11 +71,25 @@ class FakePolicy:
         self.hangs.append(detail)
 
 
+class Links:
+    """Channel pairs made by a test, closed after it."""
+
+    def __init__(self) -> None:
+        self.made: list[ProcessChannel] = []
+
+    def pair(self) -> tuple[ProcessChannel, ProcessChannel]:
+        ours, theirs = ProcessChannel.pair()
+        peer = ProcessChannel(theirs)
+        self.made += [ours, peer]
+        return ours, peer
+
+
 @pytest.fixture
-def context() -> Iterator[zmq.Context]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
+def context() -> Iterator[Links]:
+    links = Links()
+    yield links
+    for link in links.made:
+        link.close()
 
 
 @pytest.fixture
@@ -87,12 +99,8 @@ def slots() -> Iterator[FrameSlots]:
     slots.close()
 
 
-def channel_pair(context: zmq.Context, slots: FrameSlots) -> tuple[RequestChannel, zmq.Socket]:
-    endpoint = f"inproc://remote-worker-{next(_endpoints)}"
-    ours = context.socket(zmq.PAIR)
-    ours.bind(endpoint)
-    peer = context.socket(zmq.PAIR)
-    peer.connect(endpoint)
+def channel_pair(context: Links, slots: FrameSlots) -> tuple[RequestChannel, ProcessChannel]:
+    ours, peer = context.pair()
     return RequestChannel(ours, slots, SPEC), peer
 
 
@@ -102,12 +110,13 @@ def request(seq: int, images: dict[str, np.ndarray] | None = None) -> InferenceR
     return InferenceRequest(obs_seq=seq, received_ns=0, episode=0, images=frames, context=context)
 
 
-def received(peer: zmq.Socket) -> dict[str, Any]:
-    assert peer.poll(2000), "nothing reached the inference process"
-    return unpack(peer.recv())
+def received(peer: ProcessChannel) -> dict[str, Any]:
+    data = peer.receive(timeout_ms=2000)
+    assert data is not None, "nothing reached the inference process"
+    return unpack(data)
 
 
-def answer(peer: zmq.Socket, request_id: int, value: float = 1.0) -> None:
+def answer(peer: ProcessChannel, request_id: int, value: float = 1.0) -> None:
     actions = np.full((SPEC.chunk_size, SPEC.action_dim), value, np.float32)
     peer.send(pack("chunk", id=request_id, actions=pack_array(actions), memory=None))
 
@@ -122,7 +131,7 @@ def service_until(worker: RemoteInference, done: Any) -> None:
 
 
 def test_a_reply_becomes_the_robots_chunk_and_the_next_request_goes_out(
-    context: zmq.Context, slots: FrameSlots
+    context: Links, slots: FrameSlots
 ) -> None:
     channel, peer = channel_pair(context, slots)
     worker = RemoteInference(FakePolicy(channel))  # type: ignore[arg-type]
@@ -145,10 +154,10 @@ def test_a_reply_becomes_the_robots_chunk_and_the_next_request_goes_out(
 
 
 def test_a_send_to_a_process_that_is_gone_fails_the_request_without_blocking(
-    context: zmq.Context, slots: FrameSlots
+    context: Links, slots: FrameSlots
 ) -> None:
-    lonely = context.socket(zmq.PAIR)
-    lonely.bind(f"inproc://remote-worker-{next(_endpoints)}")  # nobody on the other end
+    lonely, peer = context.pair()
+    peer.close()  # the process has gone
     worker = RemoteInference(FakePolicy(RequestChannel(lonely, slots, SPEC)))  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
@@ -162,7 +171,7 @@ def test_a_send_to_a_process_that_is_gone_fails_the_request_without_blocking(
 
 
 def test_a_malformed_reply_is_counted_and_the_loop_goes_on(
-    context: zmq.Context, slots: FrameSlots
+    context: Links, slots: FrameSlots
 ) -> None:
     channel, peer = channel_pair(context, slots)
     worker = RemoteInference(FakePolicy(channel))  # type: ignore[arg-type]
@@ -182,7 +191,7 @@ def test_a_malformed_reply_is_counted_and_the_loop_goes_on(
 
 
 def test_a_restart_fails_the_request_in_flight_and_serves_on_the_new_process(
-    context: zmq.Context, slots: FrameSlots
+    context: Links, slots: FrameSlots
 ) -> None:
     old, old_peer = channel_pair(context, slots)
     policy = FakePolicy(old)
@@ -207,7 +216,7 @@ def test_a_restart_fails_the_request_in_flight_and_serves_on_the_new_process(
 
 
 def test_a_driver_ring_is_asked_for_once_then_its_frames_are_read_in_place(
-    context: zmq.Context, slots: FrameSlots
+    context: Links, slots: FrameSlots
 ) -> None:
     channel, peer = channel_pair(context, slots)
     ring = FrameSlots.create(SPEC, 4)  # the driver's
@@ -240,7 +249,7 @@ def test_a_driver_ring_is_asked_for_once_then_its_frames_are_read_in_place(
 
 
 def test_a_ring_whose_session_ended_before_the_process_attached_it_is_detached(
-    context: zmq.Context, slots: FrameSlots
+    context: Links, slots: FrameSlots
 ) -> None:
     channel, peer = channel_pair(context, slots)
     ring = FrameSlots.create(SPEC, 4)
