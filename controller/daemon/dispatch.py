@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from controller.action.pipeline import ActionPipeline
-from controller.config import InferenceConfig, ServerConfig
+from controller.config_sections import InferenceConfig, ServerConfig
 from controller.daemon.connection_budget import ConnectionBudget
 from controller.daemon.handshake import (
     check_driver_spec,
