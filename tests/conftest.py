@@ -17,7 +17,8 @@ import pytest
 
 from controller.config import TempoConfig, load_config
 from controller.daemon.transport import daemon_frames
-from controller.wire.protocol import PROTOCOL_VERSION, decode
+from controller.wire.header_schema import PROTOCOL_VERSION
+from controller.wire.protocol import decode
 
 
 def ipc_config(tmp_path: Path, *overrides: str) -> TempoConfig:

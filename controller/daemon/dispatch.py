@@ -32,7 +32,8 @@ from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
 from controller.inference.frame_slots import FrameSlots
 from controller.inference.worker import InferenceWorker
 from controller.observe.telemetry import PREPROCESS, Telemetry
-from controller.wire.protocol import DEFAULT_LIMITS, DRIVER_KINDS, Limits, Message, decode
+from controller.wire.header_schema import DRIVER_KINDS
+from controller.wire.protocol import DEFAULT_LIMITS, Limits, Message, decode
 from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
