@@ -19,7 +19,8 @@ from controller.errors import HandshakeRefused
 from controller.inference.remote_policy import RemotePolicy
 from controller.inference.remote_worker import RemoteInference
 from controller.wire import header_schema
-from controller.wire.client import Command, TempoClient
+from controller.wire.client import TempoClient
+from controller.wire.commands import Command
 from tests.conftest import ipc_config, running_daemon, wait_for
 from tests.integration.frame_policy_inference import SLOW_PIXEL, expected_action
 
