@@ -36,7 +36,7 @@ SERVE_EXTRA_MODULES = {
     "yaml": "PyYAML",
     "safetensors": "safetensors",
 }
-# server.bind's default (controller.config), for `tempo sim-robot --joints` without a config.
+# server.bind's default (ServerConfig), for `tempo sim-robot --joints` without a config.
 DEFAULT_BIND = "tcp://127.0.0.1:5555"
 
 

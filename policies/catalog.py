@@ -22,7 +22,7 @@ from policies.tensor_policy import TensorPolicy, with_state_bounds
 if TYPE_CHECKING:  # the config sections only type the arguments; policies never import them
     import torch
 
-    from controller.config import PolicyConfig, RobotConfig
+    from controller.config_sections import PolicyConfig, RobotConfig
 
 BenchmarkPolicy = Literal["tiny", "act-demo", "act-aloha"]
 

@@ -156,7 +156,7 @@ class Step:
         return decode(self.frames)
 
     def _check(self, message: Any) -> dict[str, np.ndarray]:
-        """What Dispatcher._check_observation does: pick the frames, check the state."""
+        """What ObservationChecker.check does: pick the frames, check the state."""
         images = {c.name: message.arrays[c.name] for c in self.spec.cameras}
         bool(np.isfinite(message.arrays["state"].astype(np.float32, copy=False)).all())
         return images

@@ -17,7 +17,8 @@ import pytest
 
 from controller.config import TempoConfig, load_config
 from controller.daemon.transport import daemon_frames
-from controller.wire.protocol import PROTOCOL_VERSION, decode
+from controller.wire.header_schema import PROTOCOL_VERSION
+from controller.wire.protocol import decode
 
 
 def ipc_config(tmp_path: Path, *overrides: str) -> TempoConfig:
@@ -133,6 +134,7 @@ def recording_client(endpoint: str, robot: str = "good", **kwargs: Any) -> Any:
     import numpy as np
 
     from controller.wire.client import TempoClient
+    from controller.wire.commands import CommandInbox
 
     class RecordingClient(TempoClient):
         def __init__(self) -> None:
@@ -143,12 +145,13 @@ def recording_client(endpoint: str, robot: str = "good", **kwargs: Any) -> Any:
             self.origin: dict[int, Any] = {}  # id(Command) -> session of its message
             self._kept: list[Any] = []  # keeps those ids valid
             self._origin: Any = None
+            self._inbox = RecordingInbox(self)
 
         def _on_message(self, message: Any, raise_refusal: bool) -> None:
             self._origin = message.session
             super()._on_message(message, raise_refusal)
 
-        def _store(self, command: Any) -> None:
+        def record(self, command: Any) -> None:
             finite = command.action is None or bool(np.isfinite(command.action).all())
             self.records.append(
                 Record(
@@ -163,6 +166,16 @@ def recording_client(endpoint: str, robot: str = "good", **kwargs: Any) -> Any:
             )
             self.origin[id(command)] = self._origin
             self._kept.append(command)
+
+    class RecordingInbox(CommandInbox):
+        """Hands the client every action and hold it stores, as it stores it."""
+
+        def __init__(self, client: RecordingClient) -> None:
+            super().__init__(client.counters)
+            self.client = client
+
+        def _store(self, command: Any) -> None:
+            self.client.record(command)
             super()._store(command)
 
     return RecordingClient()

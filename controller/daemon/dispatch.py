@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from controller.action.pipeline import ActionPipeline
-from controller.config import InferenceConfig, ServerConfig
+from controller.config_sections import InferenceConfig, ServerConfig
 from controller.daemon.connection_budget import ConnectionBudget
 from controller.daemon.handshake import (
     check_driver_spec,
@@ -24,21 +24,17 @@ from controller.daemon.handshake import (
     parse_driver_limits,
     spec_to_wire,
 )
-from controller.daemon.observation_checks import (
-    Superseded,
-    camera_frames,
-    check_clock,
-    float_vector,
-    slot_frames,
-)
+from controller.daemon.observation_checks import ObservationChecker, Superseded, check_clock
+from controller.daemon.refusals import Refusals, Sender
 from controller.daemon.session import PendingObservation, Session, StateHistory
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
 from controller.inference.frame_slots import FrameSlots
 from controller.inference.worker import InferenceWorker
 from controller.observe.telemetry import PREPROCESS, Telemetry
-from controller.wire.protocol import DEFAULT_LIMITS, DRIVER_KINDS, Limits, Message, decode
-from policies.base import HALF_MAX, PolicySpec
+from controller.wire.header_schema import DRIVER_KINDS
+from controller.wire.protocol import DEFAULT_LIMITS, Limits, Message, decode
+from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +42,6 @@ log = logging.getLogger(__name__)
 # observation naming it until it drops that observation (served or superseded); the driver
 # writes the free ones round robin, and sends frames on the socket when none is free.
 DRIVER_RING_SLOTS = 4
-MAX_ERROR_TEXT = 1000  # characters; well under the decoders' string limit
-# A refusal is logged at most this often per robot and error code; the rest are counted and the
-# count goes into the next line, so a driver sending thousands of bad messages is seen, not spammed.
-REFUSAL_LOG_INTERVAL_NS = 10_000_000_000
-
-Sender = Callable[..., bool]  # (identity, kind, *, seq, fields, arrays=None) -> sent?
 # (identity, packed header frame, array or None) -> sent? (RouterTransport.send_prepared)
 PreparedSender = Callable[[bytes, Any, Any], bool]
 # driver's joint limits from hello -> that robot's action pipeline (raises ValueError if invalid)
@@ -88,7 +78,6 @@ class Dispatcher:
         self.send = send
         self.send_prepared = send_prepared
         self.frames_in_place = frames_in_place
-        self._camera_names = [c.name for c in spec.cameras]
         self.current_step = current_step
         self.limits = limits
         self.sessions: dict[str, Session] = {}
@@ -96,28 +85,17 @@ class Dispatcher:
         # without building a list each time (and a session closed mid-tick is harmless).
         self.session_list: tuple[Session, ...] = ()
         self.by_identity: dict[bytes, str] = {}
-        self.errors: collections.Counter[str] = collections.Counter()
+        self.refusals = Refusals(send, self.sessions)
+        self.errors = self.refusals.errors  # per error code, for status
         # Guard interventions of sessions that have ended, so totals survive a disconnect.
         self.closed_guard_counts: collections.Counter[str] = collections.Counter()
         self.messages = 0
-        self._error_seq = 0
-        self._refusal_logged_ns: dict[tuple[str, str], int] = {}
-        self._refusals_unlogged: collections.Counter[tuple[str, str]] = collections.Counter()
         # A flood from one connection is dropped unread past its budget: a driver sends about
         # one observation per tick; four per tick and a hundred more a second is plenty.
         self.budget = ConnectionBudget(max_messages=int(4 * control_hz) + 100)
-        self._observation_arrays = frozenset(spec.camera_names) | {"state"}
-        # What the model represents (state) and any robot can be commanded (teleop): values
-        # past these are refused like NaN, before they reach the model or the guards.
-        self._state_range = spec.state_range()
-        teleop_high = np.full(spec.action_dim, HALF_MAX, dtype=np.float32)
-        self._teleop_range = (-teleop_high, teleop_high)
         # Observation checks, timed as `preprocess` (the method itself when telemetry is off).
-        self._check = (
-            self._check_observation
-            if telemetry is None
-            else telemetry.section(PREPROCESS)(self._check_observation)
-        )
+        check = ObservationChecker(spec).check
+        self._check = check if telemetry is None else telemetry.section(PREPROCESS)(check)
 
     # -- entry point -----------------------------------------------------------------------
 
@@ -126,85 +104,29 @@ class Dispatcher:
         if not self.budget.admit(identity, now_ns):
             return  # this connection sent too much, or too much junk, just now: dropped unread
         message: Message | None = None
-        errors = self._error_seq
+        errors = self.refusals.sent
         try:
             # A kind only the daemon sends is refused as such before its fields are checked.
             message = decode(frames, self.limits, kinds=DRIVER_KINDS)
             self._handlers[message.kind](self, identity, message, now_ns)
         except ProtocolError as exc:
-            self.reply_error(identity, exc.code, str(exc), message, exc.reply_version)
+            self.refusals.reply(identity, exc.code, str(exc), message, exc.reply_version)
         except SpecMismatchError as exc:
-            self.reply_error(identity, exc.code, str(exc), message)
+            self.refusals.reply(identity, exc.code, str(exc), message)
         except Exception:  # a bug of ours: log it here, tell the driver only that it happened
             log.exception("internal error while handling a message")
-            self.reply_error(
+            self.refusals.reply(
                 identity,
                 ErrorCode.INTERNAL,
                 "the daemon failed on this message; see its log",
                 message,
             )
-        if self._error_seq != errors and self.budget.refused(identity, now_ns):
+        if self.refusals.sent != errors and self.budget.refused(identity, now_ns):
             log.warning(
                 "a connection caused more than %d refusals within a second; its messages are "
                 "dropped unread for the rest of that second",
                 self.budget.max_refusals,
             )
-
-    def reply_error(
-        self,
-        identity: bytes,
-        code: ErrorCode,
-        text: str,
-        message: Message | None,
-        version: int | None = None,
-    ) -> None:
-        self.errors[code.value] += 1
-        self._log_refusal(code, text, message)
-        if len(text) > MAX_ERROR_TEXT:  # a driver's decoder caps strings; keep the sentence
-            text = text[: MAX_ERROR_TEXT - 3] + "..."
-        fields: dict[str, Any] = {"code": code.value, "message": text}
-        if message is not None:
-            fields["ref_seq"] = message.seq
-            if message.session in self.sessions:
-                fields["session"] = message.session
-        self._error_seq += 1
-        if version is None:
-            self.send(identity, "error", seq=self._error_seq, fields=fields)
-        else:  # a driver of an older protocol version: in its version, so it can read why
-            self.send(identity, "error", seq=self._error_seq, fields=fields, version=version)
-
-    def _log_refusal(self, code: ErrorCode, text: str, message: Message | None) -> None:
-        """Say in the daemon's log why a robot's message was refused (rate-limited)."""
-        robot = message.header.get("robot") if message is not None else None
-        who = robot if isinstance(robot, str) else "an unidentified driver"
-        key = (who, code.value)
-        now = time.monotonic_ns()
-        last = self._refusal_logged_ns.get(key)
-        if last is not None and now - last < REFUSAL_LOG_INTERVAL_NS:
-            self._refusals_unlogged[key] += 1
-            return
-        if len(self._refusal_logged_ns) > 1000:  # many names (a hostile driver): start over
-            self._refusal_logged_ns.clear()
-            self._refusals_unlogged.clear()
-        self._refusal_logged_ns[key] = now
-        more = self._refusals_unlogged.pop(key, 0)
-        since = f" ({more} more such refusals since the last line)" if more else ""
-        log.warning("refused a message from robot %s (%s): %s%s", who, code.value, text, since)
-
-    def tell_refused(self, session: Session) -> None:
-        """Observations the worker refused because of their content (the policy's reference
-        fails on them too): each gets an `error` to its robot, like a refusal on arrival."""
-        while session.refused:
-            refusal = session.refused.popleft()
-            self.errors[refusal.code] += 1
-            self._error_seq += 1
-            fields = {
-                "code": refusal.code,
-                "message": refusal.reason[:MAX_ERROR_TEXT],
-                "ref_seq": refusal.obs_seq,
-                "session": session.id,
-            }
-            self.send(session.identity, "error", seq=self._error_seq, fields=fields)
 
     # -- handlers --------------------------------------------------------------------------
 
@@ -374,33 +296,6 @@ class Dispatcher:
             return
         session.last_request_step = step
         self.worker.submit(session, request)
-
-    def _check_observation(
-        self, message: Message, session: Session
-    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray | None]:
-        arrays = message.arrays
-        slot = message.header.get("frame_slot")
-        expected = self._observation_arrays if slot is None else {"state"}
-        names = set(arrays)
-        if not expected <= names or names - expected - {"teleop"}:
-            where = "" if slot is None else " (its frames are in the frame slot it names)"
-            raise ProtocolError(
-                ErrorCode.SHAPE,
-                f"an observation{where} carries exactly the arrays {sorted(expected)} (and "
-                f"optionally 'teleop'); got {sorted(names)}",
-            )
-        images: dict[str, np.ndarray]
-        if slot is not None:
-            images = slot_frames(slot, session, self._camera_names)
-        else:
-            images = camera_frames(arrays, self.spec)
-        state = float_vector(arrays["state"], "state", self._state_range, self.spec.joint_names)
-        teleop = None
-        if "teleop" in arrays:
-            teleop = float_vector(
-                arrays["teleop"], "teleop", self._teleop_range, self.spec.joint_names
-            ).copy()
-        return images, state, teleop
 
     def _teleop(self, identity: bytes, message: Message, now_ns: int) -> None:
         session = self._session_of(identity, message)

@@ -65,7 +65,7 @@ class ControlLoop:
                 self.dispatcher.close(session.id, "no observation within server.session_timeout_s")
                 continue
             if session.refused:
-                self.dispatcher.tell_refused(session)
+                self.dispatcher.refusals.tell_refused(session)
             if not serving:
                 self._hold_for_restart(session, step)
                 continue
@@ -82,7 +82,7 @@ class ControlLoop:
                     "tick failed for robot %s; holding it and ending its session", session.robot
                 )
                 self.send_hold(session, step, "internal_error")
-                self.dispatcher.reply_error(
+                self.dispatcher.refusals.reply(
                     session.identity,
                     ErrorCode.INTERNAL,
                     "the daemon failed on this robot's control tick (see its log); the session "

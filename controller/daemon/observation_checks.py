@@ -11,12 +11,56 @@ import numpy as np
 
 from controller.daemon.session import Session
 from controller.errors import ErrorCode, ProtocolError
+from controller.wire.protocol import Message
 from controller.wire.slot_ring import SlotFrames
-from policies.base import PolicySpec
+from policies.base import HALF_MAX, PolicySpec
 
 
 class Superseded(Exception):
     """An observation written in place whose slot the driver has written again since."""
+
+
+class ObservationChecker:
+    """One observation's arrays against the policy's spec: exactly the arrays it must carry,
+    its frames (on the socket or in the slot it names), state and teleop within range."""
+
+    def __init__(self, spec: PolicySpec) -> None:
+        self.spec = spec
+        self._camera_names = [c.name for c in spec.cameras]
+        self._observation_arrays = frozenset(spec.camera_names) | {"state"}
+        # What the model represents (state) and any robot can be commanded (teleop): values
+        # past these are refused like NaN, before they reach the model or the guards.
+        self._state_range = spec.state_range()
+        teleop_high = np.full(spec.action_dim, HALF_MAX, dtype=np.float32)
+        self._teleop_range = (-teleop_high, teleop_high)
+
+    def check(
+        self, message: Message, session: Session
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray | None]:
+        """(images, state, teleop or None); raises ProtocolError, or Superseded."""
+        arrays = message.arrays
+        slot = message.header.get("frame_slot")
+        expected = self._observation_arrays if slot is None else {"state"}
+        names = set(arrays)
+        if not expected <= names or names - expected - {"teleop"}:
+            where = "" if slot is None else " (its frames are in the frame slot it names)"
+            raise ProtocolError(
+                ErrorCode.SHAPE,
+                f"an observation{where} carries exactly the arrays {sorted(expected)} (and "
+                f"optionally 'teleop'); got {sorted(names)}",
+            )
+        images: dict[str, np.ndarray]
+        if slot is not None:
+            images = slot_frames(slot, session, self._camera_names)
+        else:
+            images = camera_frames(arrays, self.spec)
+        state = float_vector(arrays["state"], "state", self._state_range, self.spec.joint_names)
+        teleop = None
+        if "teleop" in arrays:
+            teleop = float_vector(
+                arrays["teleop"], "teleop", self._teleop_range, self.spec.joint_names
+            ).copy()
+        return images, state, teleop
 
 
 def check_clock(session: Session, time_ns: int) -> None:

@@ -18,7 +18,7 @@ Key files and their checks live in `controller.wire.keys`. The allowlist is read
 removing a driver's key takes a daemon restart.
 
 The driver's side (client keys, which endpoints are local) is `controller.wire.curve`; this module
-is the daemon's side. Its config section, `SecurityConfig`, is in `controller.config`.
+is the daemon's side. Its config section, `SecurityConfig`, is in `controller.config_sections`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import threading
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from controller.config import SecurityConfig
+from controller.config_sections import SecurityConfig
 from controller.errors import SecurityError
 from controller.wire.curve import is_local_endpoint
 from controller.wire.keys import (

@@ -19,7 +19,8 @@ import zmq
 
 from controller.daemon.security import CurveServer
 from controller.wire.binding import bind as bind_endpoint
-from controller.wire.protocol import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, encode
+from controller.wire.header_schema import PROTOCOL_VERSION
+from controller.wire.protocol import DEFAULT_LIMITS, Limits, encode
 from controller.wire.sockets import configure_common
 
 log = logging.getLogger(__name__)

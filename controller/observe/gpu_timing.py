@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from controller.observe.telemetry import Section
+    from controller.observe.instruments import Section
 
 
 class GpuTimer:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,12 @@ from controller.errors import (
     DaemonUnavailable,
     ErrorCode,
     HandshakeRefused,
-    ObservationError,
     ProtocolError,
     SecurityError,
 )
+from controller.wire.commands import ClientCounters, Command, CommandInbox
 from controller.wire.curve import ClientKeys, is_local_endpoint, load_client_keys
+from controller.wire.declared_robot import DeclaredRobot
 from controller.wire.frame_ring_writer import FrameRingWriter
 from controller.wire.protocol import DEFAULT_LIMITS, Message, decode, encode
 from controller.wire.sockets import configure_common
@@ -53,38 +54,11 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Command:
-    """What the robot should do now: `action` (apply `action`) or `hold` (keep position)."""
-
-    kind: str
-    action: np.ndarray | None = None
-    step: int = -1
-    obs_seq: int = -1
-    deadline_ns: int = 0
-    reason: str = ""
-
-
-@dataclass(frozen=True)
 class Welcome:
     session: str
     control_hz: float
     spec: dict[str, Any]
     limits: dict[str, list[float]]
-
-
-@dataclass
-class ClientCounters:
-    actions: int = 0
-    holds: int = 0
-    expired: int = 0  # actions that reached us (or were asked for) past their deadline
-    errors: int = 0
-    reconnects: int = 0
-    dropped_observations: int = 0  # sent while not connected
-    lost: int = 0  # gaps in the daemon's action/hold sequence numbers
-    duplicated: int = 0  # an action/hold sequence number seen twice (or going backwards)
-    last_error: str = ""
-    frames_on_socket: int = 0  # frames in place, but every slot was the daemon's: sent instead
-    error_codes: dict[str, int] = field(default_factory=dict)
 
 
 class TempoClient:
@@ -115,19 +89,8 @@ class TempoClient:
         )
         self._frames: FrameRingWriter | None = None  # frames in place, once welcomed
         self.robot = robot
-        self.spec = {
-            "joints": list(joints),
-            "cameras": [
-                {"name": n, "height": int(h), "width": int(w)} for n, (h, w) in cameras.items()
-            ],
-            "state_size": int(state_size),
-        }
-        if limits:
-            # The robot's own joint limits; the daemon's guards keep the tighter of these and
-            # its configured ones.
-            self.spec["limits"] = {j: [float(lo), float(hi)] for j, (lo, hi) in limits.items()}
-        self._camera_shapes = {n: (int(h), int(w), 3) for n, (h, w) in cameras.items()}
-        self._state_size, self._n_joints = int(state_size), len(joints)
+        self._declared = DeclaredRobot(joints, cameras, state_size, limits)
+        self.spec = self._declared.spec
         self.stale_after_ns = int(stale_after_s * 1e9)
         self.silence_reconnect_ns = int(silence_reconnect_s * 1e9)
         self.handshake_timeout_ns = int(handshake_timeout_s * 1e9)
@@ -143,14 +106,12 @@ class TempoClient:
             else None
         )
         self.counters = ClientCounters()
+        self._inbox = CommandInbox(self.counters)
         self.welcome: Welcome | None = None
         self._socket: zmq.Socket | None = None
         self._seq = 0
-        self._latest: Command | None = None
-        self._latest_received_ns = 0
         self._last_heard_ns = 0
         self._hello_sent_ns = 0
-        self._last_daemon_seq = 0
 
     # -- connection ------------------------------------------------------------------------
 
@@ -190,7 +151,7 @@ class TempoClient:
             self._keys.apply(self._socket)
         self._socket.connect(self.endpoint)
         self.welcome = None
-        self._latest = None
+        self._inbox.clear()
         self._hello_sent_ns = time.monotonic_ns()
         self._last_heard_ns = self._hello_sent_ns
         self._close_ring()
@@ -289,10 +250,10 @@ class TempoClient:
         in_place = self._frames is not None and self._frames.claimed(images)
         arrays: dict[str, np.ndarray] = {} if in_place else dict(images)
         if not in_place:
-            self._check_images(arrays)  # checked first, connected or not
-        arrays["state"] = self._checked_vector(state, "state", self._state_size)
+            self._declared.check_images(arrays)  # checked first, connected or not
+        arrays["state"] = self._declared.state(state)
         if teleop is not None:
-            arrays["teleop"] = self._checked_vector(teleop, "teleop", self._n_joints)
+            arrays["teleop"] = self._declared.teleop(teleop)
         self._check_connection()
         if self.welcome is None:
             self.counters.dropped_observations += 1
@@ -309,55 +270,6 @@ class TempoClient:
             else:
                 fields["frame_slot"] = slot
         return self._send("obs", fields, arrays)
-
-    def _check_images(self, images: Mapping[str, Any]) -> None:
-        """Each declared camera's frame: a uint8 numpy array of shape (height, width, 3)."""
-        declared = self._camera_shapes
-        if set(images) != set(declared):
-            missing = sorted(set(declared) - set(images))
-            extra = sorted(set(images) - set(declared))
-            raise ObservationError(
-                f"the observation's cameras {sorted(images)} differ from those declared "
-                f"{sorted(declared)}"
-                + (f" (missing {missing})" if missing else "")
-                + (f" (not declared {extra})" if extra else "")
-            )
-        for name, frame in images.items():
-            shape = declared[name]
-            if not isinstance(frame, np.ndarray):
-                raise ObservationError(
-                    f"camera {name!r}: the frame is a {type(frame).__name__}, not a numpy array"
-                )
-            if frame.shape != shape:
-                hint = ""
-                if frame.shape == (3, shape[0], shape[1]):
-                    hint = "; it is channels-first: send frame.transpose(1, 2, 0)"
-                elif frame.ndim == 3 and frame.shape[2] == 3:
-                    hint = "; resize the frame, or declare the camera's real size in cameras="
-                raise ObservationError(
-                    f"camera {name!r}: frame of shape {list(frame.shape)}, declared "
-                    f"{list(shape)} (height, width, 3 RGB){hint}"
-                )
-            if frame.dtype != np.uint8:
-                raise ObservationError(
-                    f"camera {name!r}: frames are uint8 (0-255 RGB), got {frame.dtype}; convert "
-                    "them, e.g. (frame * 255).clip(0, 255).astype(np.uint8) for [0, 1] floats"
-                )
-
-    @staticmethod
-    def _checked_vector(values: Any, name: str, size: int) -> np.ndarray:
-        try:
-            with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: Inf, refused
-                vector = np.asarray(values, dtype=np.float32)
-        except (TypeError, ValueError):
-            raise ObservationError(f"{name} must be {size} numbers") from None
-        if vector.shape != (size,):
-            raise ObservationError(
-                f"{name} has shape {list(vector.shape)}; the declared robot has {size} values"
-            )
-        if not np.isfinite(vector).all():
-            raise ObservationError(f"{name} contains NaN or Inf (or values beyond float32)")
-        return vector
 
     def set_teleop(self, joints: Sequence[str]) -> None:
         """Hand these joints to the operator (all others to the policy)."""
@@ -378,15 +290,9 @@ class TempoClient:
         self._pump(int(timeout_s * 1000), raise_refusal=False)
         self._check_connection()
         now = time.monotonic_ns()
-        latest = self._latest
         if self.welcome is None:
             return Command("hold", reason="connecting")
-        if latest is None or now - self._latest_received_ns > self.stale_after_ns:
-            return Command("hold", reason="no_action")
-        if latest.kind == "action" and now > latest.deadline_ns:
-            self.counters.expired += 1
-            return Command("hold", step=latest.step, reason="expired")
-        return latest
+        return self._inbox.current(now, self.stale_after_ns)
 
     def _pump(self, timeout_ms: int, raise_refusal: bool) -> None:
         if self._socket is None:
@@ -410,11 +316,11 @@ class TempoClient:
     def _on_message(self, message: Message, raise_refusal: bool) -> None:
         header = message.header
         if message.kind == "welcome":
-            self._last_daemon_seq = 0
+            self._inbox.new_session()
             offer = header.get("frame_ring")
             if offer is not None:
                 self._frames = FrameRingWriter.attach(
-                    offer, self._camera_shapes, required=bool(self.frames_in_place)
+                    offer, self._declared.camera_shapes, required=bool(self.frames_in_place)
                 )
             elif self.frames_in_place:
                 raise HandshakeRefused(
@@ -457,37 +363,7 @@ class TempoClient:
             return
         if self.welcome is None or message.session != self.welcome.session:
             return  # from an earlier session: never act on it
-        self._count_sequence(message.seq)
-        if message.kind == "action":
-            self.counters.actions += 1
-            self._store(
-                Command(
-                    "action",
-                    action=message.arrays["action"],
-                    step=header["step"],
-                    obs_seq=header["obs_seq"],
-                    deadline_ns=header["deadline_ns"],
-                )
-            )
-            if time.monotonic_ns() > header["deadline_ns"]:
-                self.counters.expired += 1
-        elif message.kind == "hold":
-            self.counters.holds += 1
-            self._store(Command("hold", step=header["step"], reason=header["reason"]))
-
-    def _count_sequence(self, seq: int) -> None:
-        """The daemon numbers each session's actions and holds 1, 2, 3, ...: gaps are lost
-        messages, repeats are duplicates."""
-        if seq <= self._last_daemon_seq:
-            self.counters.duplicated += 1
-            return
-        self.counters.lost += seq - self._last_daemon_seq - 1
-        self._last_daemon_seq = seq
-
-    def _store(self, command: Command) -> None:
-        if self._latest is None or command.step >= self._latest.step:
-            self._latest = command
-            self._latest_received_ns = time.monotonic_ns()
+        self._inbox.take(message)
 
     def _check_connection(self) -> None:
         now = time.monotonic_ns()

@@ -10,7 +10,8 @@ reference for drivers in other languages; keep the two in step.
 Decoding is strict and bounded, because the bytes come from another process: header size, frame
 count and array sizes are checked before anything is parsed or built; msgpack runs with limits
 and an ext_hook that refuses; dtypes come from an allowlist, so object or big-endian arrays cannot
-be expressed; every array's byte length must equal what its shape and dtype say. Any failure is a
+be expressed; every array's byte length must equal what its shape and dtype say; the header's
+fields are checked against its kind's (controller.wire.header_schema). Any failure is a
 `ProtocolError` with a code and a sentence. This module imports numpy and msgpack only: drivers
 use it without torch.
 """
@@ -26,11 +27,13 @@ import msgpack
 import numpy as np
 
 from controller.errors import ErrorCode, ProtocolError
-
-PROTOCOL_VERSION = 2
-# Older versions and what changed since: a peer speaking one of them gets its error in its own
-# version (the `error` message has not changed), so an old client can read why it was refused.
-OLDER_VERSIONS = {1: "version 2 added episode starts (obs.episode_start)"}
+from controller.wire.header_schema import (
+    KINDS,
+    PROTOCOL_VERSION,
+    check_fields,
+    is_type,
+    refuse_foreign_types,
+)
 
 # The only dtypes that can cross the wire; all little-endian, none can hold Python objects.
 DTYPES: dict[str, np.dtype] = {
@@ -43,29 +46,6 @@ DTYPES: dict[str, np.dtype] = {
 _DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 MAX_NDIM = 4
-KINDS = ("hello", "welcome", "obs", "action", "hold", "teleop", "bye", "error")
-DRIVER_KINDS = ("hello", "obs", "teleop", "bye")  # what a driver may send; the rest is ours
-_WITH_ARRAYS = ("obs", "action")  # every other kind carries no array frames
-
-_COMMON = {"version": int, "kind": str, "robot": str, "seq": int, "time_ns": int, "arrays": list}
-# Fields each kind must (required) or may (optional) carry besides the common ones.
-_REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "hello": {"spec": dict},
-    "welcome": {"session": str, "control_hz": float, "spec": dict},
-    "obs": {"session": str},
-    "action": {"session": str, "step": int, "obs_seq": int, "deadline_ns": int},
-    "hold": {"session": str, "step": int, "reason": str},
-    "teleop": {"session": str, "joints": list},
-    "bye": {"session": str},
-    "error": {"code": str, "message": str},
-}
-_OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
-    # Frames in place (same host): hello asks, welcome hands over the ring, obs names the slot.
-    "hello": {"frames_in_place": bool},
-    "obs": {"resume": bool, "episode_start": bool, "frame_slot": dict},
-    "welcome": {"limits": dict, "frame_ring": dict},
-    "error": {"session": str, "ref_seq": int},
-}
 
 
 @dataclass(frozen=True)
@@ -139,7 +119,7 @@ def _unpack_header(raw: Any, limits: Limits) -> dict[str, Any]:
     header = _unpack(raw, limits)
     if not isinstance(header, dict):
         raise ProtocolError(ErrorCode.MALFORMED, "header frame must be a msgpack map")
-    _refuse_foreign_types(header, limits.max_header_values)
+    refuse_foreign_types(header, limits.max_header_values)
     # Once more with a Python check of every map's keys: only now that the header is known to
     # be small (a hook per map on 16 KiB of empty maps would cost the loop milliseconds).
     _unpack(raw, limits, object_pairs_hook=_map_without_duplicates)
@@ -175,120 +155,6 @@ def _unpack(raw: Any, limits: Limits, **hooks: Any) -> Any:
         ) from None
 
 
-_PLAIN = (str, int, float, bool, type(None))
-
-
-def _refuse_foreign_types(header: dict[str, Any], max_values: int) -> None:
-    """A header holds maps, lists, strings, numbers, booleans and nil only: no bin (even empty,
-    which no msgpack length limit can refuse), no ext (timestamps bypass ext_hook). Iterative,
-    so nesting as deep as msgpack allows cannot exhaust the Python stack, and bounded, so a
-    header packed with tiny values cannot hold the loop thread for long."""
-    pending: list[Any] = [header]
-    seen = 0
-    while pending:
-        node = pending.pop()
-        seen += 1
-        if seen > max_values:
-            raise ProtocolError(
-                ErrorCode.NOT_ALLOWED,
-                f"the header holds more than {max_values} values; a real header holds a few "
-                "hundred",
-            )
-        if isinstance(node, dict):
-            pending.extend(node.keys())
-            pending.extend(node.values())
-        elif isinstance(node, list):
-            pending.extend(node)
-        elif not isinstance(node, _PLAIN):
-            kind = "bin" if isinstance(node, bytes) else "ext"
-            raise ProtocolError(
-                ErrorCode.NOT_ALLOWED,
-                f"msgpack {kind} data is not allowed in a header; send text as str and "
-                "binary data as an array frame",
-            )
-
-
-def _check_fields(header: dict[str, Any], kinds: Sequence[str] = KINDS) -> str:
-    for name, expected in _COMMON.items():
-        if name not in header:
-            raise ProtocolError(ErrorCode.MALFORMED, f"header is missing the field {name!r}")
-        if not _is_type(header[name], expected):
-            raise ProtocolError(
-                ErrorCode.MALFORMED, f"header field {name!r} must be {_type_name(expected)}"
-            )
-    version = header["version"]
-    if version != PROTOCOL_VERSION:
-        change = OLDER_VERSIONS.get(version)
-        raise ProtocolError(
-            ErrorCode.VERSION,
-            f"protocol version {version} is not supported; this end speaks version "
-            f"{PROTOCOL_VERSION}" + (f" ({change})" if change else "") + ": driver and daemon "
-            "must speak one version, so upgrade the older (a driver: pip install -U "
-            "tempo-controller)",
-            reply_version=version if change else None,
-        )
-    kind = header["kind"]
-    if kind not in _REQUIRED:
-        raise ProtocolError(
-            ErrorCode.NOT_ALLOWED, f"unknown message kind {kind!r}; expected one of {KINDS}"
-        )
-    if kind not in kinds:
-        raise ProtocolError(
-            ErrorCode.NOT_ALLOWED, f"this end accepts {', '.join(kinds)}, not {kind!r}"
-        )
-    required, optional = _REQUIRED[kind], _OPTIONAL.get(kind, {})
-    for name in [n for n in optional if n in header and header[n] is None]:
-        del header[name]  # nil in an optional field means the field is absent
-    for name in required:
-        if name not in header:
-            raise ProtocolError(ErrorCode.MALFORMED, f"a {kind!r} message needs the field {name!r}")
-    for name, value in header.items():
-        allowed = _COMMON.get(name) or required.get(name) or optional.get(name)
-        if allowed is None:
-            raise ProtocolError(
-                ErrorCode.MALFORMED, f"unknown header field {name!r} in a {kind!r} message"
-            )
-        if not _is_type(value, allowed):
-            raise ProtocolError(
-                ErrorCode.MALFORMED, f"header field {name!r} must be {_type_name(allowed)}"
-            )
-    if header["arrays"] and kind not in _WITH_ARRAYS:
-        raise ProtocolError(
-            ErrorCode.MALFORMED,
-            f"a {kind!r} message carries no arrays; only obs and action do (send 'arrays': [])",
-        )
-    if not 0 <= header["seq"] < 2**63:
-        raise ProtocolError(ErrorCode.MALFORMED, "header field 'seq' must be in [0, 2^63)")
-    if not 0 <= header["time_ns"] < 2**63:
-        raise ProtocolError(
-            ErrorCode.MALFORMED,
-            "header field 'time_ns' must be the sender's monotonic clock in ns, in [0, 2^63)",
-        )
-    return kind
-
-
-def _is_type(value: Any, expected: type | tuple[type, ...]) -> bool:
-    if expected is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if expected is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, expected)
-
-
-def _type_name(expected: type | tuple[type, ...]) -> str:
-    names = {
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a map",
-        bool: "true or false",
-    }
-    if isinstance(expected, tuple):
-        return " or ".join(names.get(t, t.__name__) for t in expected)
-    return names.get(expected, expected.__name__)
-
-
 def _array_descriptors(header: dict[str, Any], limits: Limits) -> list[tuple[str, np.dtype, tuple]]:
     entries = header["arrays"]
     if len(entries) > limits.max_arrays:
@@ -317,7 +183,7 @@ def _array_descriptors(header: dict[str, Any], limits: Limits) -> list[tuple[str
         if (
             not isinstance(shape, list)
             or len(shape) > MAX_NDIM
-            or not all(_is_type(d, int) and 0 <= d <= limits.max_array_bytes for d in shape)
+            or not all(is_type(d, int) and 0 <= d <= limits.max_array_bytes for d in shape)
         ):
             raise ProtocolError(
                 ErrorCode.SHAPE,
@@ -344,7 +210,7 @@ def decode(
     # zmq.Frame exposes .buffer; bytes and arrays are buffers already. Views, never copies.
     buffers = [memoryview(getattr(f, "buffer", f)).cast("B") for f in frames]
     header = _unpack_header(buffers[0], limits)
-    kind = _check_fields(header, kinds)
+    kind = check_fields(header, kinds)
     descriptors = _array_descriptors(header, limits)
     if len(descriptors) != len(buffers) - 1:
         raise ProtocolError(

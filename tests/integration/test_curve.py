@@ -16,7 +16,7 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from controller.config import SecurityConfig
+from controller.config_sections import SecurityConfig
 from controller.daemon.security import CurveServer
 from controller.errors import SecurityError
 from controller.wire.curve import secure_client

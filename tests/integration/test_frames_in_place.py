@@ -18,8 +18,9 @@ import pytest
 from controller.errors import HandshakeRefused
 from controller.inference.remote_policy import RemotePolicy
 from controller.inference.remote_worker import RemoteInference
-from controller.wire import protocol
-from controller.wire.client import Command, TempoClient
+from controller.wire import header_schema
+from controller.wire.client import TempoClient
+from controller.wire.commands import Command
 from tests.conftest import ipc_config, running_daemon, wait_for
 from tests.integration.frame_policy_inference import SLOW_PIXEL, expected_action
 
@@ -192,7 +193,7 @@ def test_a_daemon_older_than_frames_in_place_still_serves_a_new_client(
     daemon: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # What a daemon of before frames in place does: refuse the unknown hello field.
-    monkeypatch.setitem(protocol._OPTIONAL, "hello", {})
+    monkeypatch.setitem(header_schema._OPTIONAL, "hello", {})
     c = client(daemon, "new", None)
     try:
         assert not c.frames_shared

@@ -49,7 +49,7 @@ def test_the_client_refuses_what_does_not_fit_its_spec_before_sending(
 def test_the_daemon_logs_why_it_refuses_a_robots_messages_rate_limited(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level("WARNING", logger="controller.daemon.dispatch")
+    caplog.set_level("WARNING", logger="controller.daemon.refusals")
     config = ipc_config(tmp_path)
     with running_daemon(config) as daemon:
         client = client_for(config.server.bind)
@@ -68,20 +68,18 @@ def test_the_daemon_logs_why_it_refuses_a_robots_messages_rate_limited(
 
 
 def test_a_later_line_counts_the_refusals_it_did_not_log(monkeypatch, caplog) -> None:
-    from controller.daemon import dispatch
+    from controller.daemon import refusals
     from controller.errors import ErrorCode
     from controller.wire.protocol import Message
 
-    caplog.set_level("WARNING", logger="controller.daemon.dispatch")
-    dispatcher = dispatch.Dispatcher.__new__(dispatch.Dispatcher)
-    dispatcher._refusal_logged_ns = {}
-    dispatcher._refusals_unlogged = __import__("collections").Counter()
+    caplog.set_level("WARNING", logger="controller.daemon.refusals")
+    refused = refusals.Refusals(send=lambda *args, **kwargs: True, sessions=set())
     message = Message("obs", {"robot": "arm0", "seq": 1})
     clock = [1_000_000_000_000]
     monkeypatch.setattr(time, "monotonic_ns", lambda: clock[0])
     for _ in range(5):
-        dispatcher._log_refusal(ErrorCode.SHAPE, "bad frame", message)
-    clock[0] += dispatch.REFUSAL_LOG_INTERVAL_NS
-    dispatcher._log_refusal(ErrorCode.SHAPE, "bad frame", message)
+        refused.log(ErrorCode.SHAPE, "bad frame", message)
+    clock[0] += refusals.REFUSAL_LOG_INTERVAL_NS
+    refused.log(ErrorCode.SHAPE, "bad frame", message)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and "4 more such refusals" in lines[1]

@@ -263,7 +263,7 @@ def test_a_version_1_driver_is_told_in_version_1_to_upgrade(tmp_path) -> None:
 
 def test_the_reply_to_an_old_driver_decodes_as_version_1(monkeypatch) -> None:
     from controller.errors import ProtocolError
-    from controller.wire import protocol
+    from controller.wire import header_schema
 
     frames = encode(
         "error",
@@ -276,6 +276,6 @@ def test_the_reply_to_an_old_driver_decodes_as_version_1(monkeypatch) -> None:
     with pytest.raises(ProtocolError) as refused:
         decode(frames)  # today's decoder refuses it: it is in the old client's version
     assert refused.value.reply_version == 1
-    monkeypatch.setattr(protocol, "PROTOCOL_VERSION", 1)  # a version-1 client's decoder
+    monkeypatch.setattr(header_schema, "PROTOCOL_VERSION", 1)  # a version-1 client's decoder
     message = decode(frames)
     assert message.kind == "error" and message.header["message"] == "upgrade"

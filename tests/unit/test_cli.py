@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from controller import cli
-from controller.config import ServerConfig
+from controller.config_sections import ServerConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

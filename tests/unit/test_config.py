@@ -7,14 +7,8 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from controller.config import (
-    ControlConfig,
-    ServerConfig,
-    TempoConfig,
-    dump_config,
-    load_config,
-    parse_override,
-)
+from controller.config import TempoConfig, dump_config, load_config, parse_override
+from controller.config_sections import ControlConfig, ServerConfig
 from controller.errors import ConfigError
 
 

@@ -19,12 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.errors import ErrorCode, ProtocolError
+from controller.wire.header_schema import KINDS, PROTOCOL_VERSION
 from controller.wire.protocol import (
     DEFAULT_LIMITS,
     DTYPES,
-    KINDS,
     MAX_NDIM,
-    PROTOCOL_VERSION,
     Limits,
     Message,
     decode,

@@ -13,7 +13,7 @@ import zmq
 import zmq.auth
 from pydantic import ValidationError
 
-from controller.config import SecurityConfig
+from controller.config_sections import SecurityConfig
 from controller.daemon.security import (
     check_bind_allowed,
     check_local_only,

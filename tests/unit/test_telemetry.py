@@ -12,23 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controller.observe.gpu_timing import NOOP_GPU_TIMER, GpuTimer
 from controller.observe.histogram import (
     DEFAULT_BOUNDS_NS,
     MAX_RELATIVE_WIDTH,
     Histogram,
     coarse_cumulative,
 )
+from controller.observe.instruments import NOOP_SECTION, Section
 from controller.observe.status_view import fmt_duration, render_status
-from controller.observe.telemetry import (
-    BUILTIN_SECTIONS,
-    MODEL,
-    NOOP_GPU_TIMER,
-    NOOP_SECTION,
-    GpuTimer,
-    Section,
-    Telemetry,
-    TelemetryConfig,
-)
+from controller.observe.telemetry import BUILTIN_SECTIONS, MODEL, Telemetry, TelemetryConfig
 
 # -- histogram -------------------------------------------------------------------------------------
 

@@ -1,0 +1,293 @@
+"""The sections of the daemon's configuration (`control:`, `server:`, `policy:`, ...): one
+pydantic model each, frozen, unknown fields refused, a working default for every field.
+
+Apart from controller.config, which assembles them into TempoConfig and loads and dumps the
+file, so each section reads on its own; sections that belong to one component (guards, runner,
+teleop, telemetry, metrics) live next to it instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from policies.flow.config import RTCConfig
+
+
+class Section(BaseModel):
+    """A config section: frozen, and an unknown field is refused (a typo never passes)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ControlConfig(Section):
+    """The fixed-rate loop that sends one action per robot per tick."""
+
+    rate_hz: float = Field(
+        default=50.0,
+        gt=0,
+        le=2000,
+        description="Control rate. For chunking policies it must equal the rate of the training "
+        "data: one chunk element is one control step.",
+    )
+    spin_us: int = Field(
+        default=1000,
+        ge=0,
+        le=20_000,
+        description="Sleep until this long before each deadline, then spin (OS sleep is late by "
+        "~0.2 ms; spinning is accurate to ~1 us).",
+    )
+    realtime_priority: int | None = Field(
+        default=None,
+        ge=1,
+        le=99,
+        description="Run the control-loop thread under SCHED_FIFO at this priority (Linux; needs "
+        "CAP_SYS_NICE or root). The daemon refuses to start if it cannot. Off by default.",
+    )
+    action_valid_ticks: float = Field(
+        default=2.0,
+        gt=0,
+        le=100,
+        description="An action's deadline, in control periods after the tick that sent it. The "
+        "driver must not apply it later.",
+    )
+
+
+class ServerConfig(Section):
+    """Where the daemon listens."""
+
+    bind: str = Field(
+        default="tcp://127.0.0.1:5555",
+        description="ZeroMQ endpoint: tcp://HOST:PORT or ipc:///path. Localhost by default.",
+    )
+    max_robots: int = Field(default=8, ge=1, le=256, description="Sessions served at once.")
+    status_bind: str = Field(
+        default="tcp://127.0.0.1:5556",
+        description="Local control socket answering `tempo status` (tcp://127.0.0.1:PORT or ipc://).",
+    )
+    session_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="A session that sends no observation for this long is closed (teleop or "
+        "other messages alone do not keep it).",
+    )
+    idle_when_full_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="When every slot is taken, a new driver's hello closes the session that has "
+        "sent no observation for longest, if that is at least this long.",
+    )
+
+    @field_validator("bind", "status_bind")
+    @classmethod
+    def _known_transport(cls, value: str) -> str:
+        if not (value.startswith("tcp://") or value.startswith("ipc://")):
+            raise ValueError("must start with tcp:// or ipc://, e.g. tcp://127.0.0.1:5555")
+        return value
+
+
+class CameraConfig(Section):
+    name: str = Field(min_length=1, max_length=64)
+    height: int = Field(gt=0, le=4096)
+    width: int = Field(gt=0, le=4096)
+
+
+class RobotConfig(Section):
+    """Robot defaults, used by policies that do not fix their own spec (the built-in `reach`)."""
+
+    joints: tuple[str, ...] = Field(
+        default=tuple(f"joint_{i}" for i in range(6)), min_length=1, max_length=256
+    )
+    cameras: tuple[CameraConfig, ...] = Field(
+        default=(CameraConfig(name="front", height=96, width=128),), max_length=16
+    )
+
+
+class PlannerConfig(Section):
+    """How a TD-MPC2 checkpoint is served (the `policy.planner:` section)."""
+
+    mode: Literal["checkpoint", "plan", "prior"] = Field(
+        default="checkpoint",
+        description="plan: MPPI planning; prior: fast mode (the policy prior's mean, no "
+        "planning); checkpoint: what the checkpoint's config says.",
+    )
+    compute: Literal["checkpoint", "fp32", "tf32", "bf16"] = Field(
+        default="checkpoint",
+        description="fp32: every tier plans in FP32 (elementwise start-up parity). tf32 or bf16: "
+        "the graph, compiled and eager_half tiers plan with TF32 matmuls or pre-cast BF16 "
+        "weights (faster on a GPU), eager FP32 stays FP32, and start-up parity is the value "
+        "regret of their plans under the FP32 model. checkpoint: what the checkpoint says.",
+    )
+    prior_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Fast mode (and the fallback's prior): how many of the chunk's actions the "
+        "prior rolls out through the dynamics, the last one held after; 1 is the official "
+        "fast mode (encode and one prior mean, the least GPU work). null: the checkpoint's "
+        "(1 unless it says otherwise).",
+    )
+    fallback_budget_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=10_000,
+        description="When planning overruns this budget fallback_k times in the last "
+        "fallback_n plans, serve the policy prior for the next fallback_n steps (logged and "
+        "counted in status). null: always plan.",
+    )
+    fallback_k: int = Field(default=3, ge=1, le=1000, description="Overruns that switch ...")
+    fallback_n: int = Field(
+        default=20, ge=1, le=1000, description="... within the last n plans; prior steps after."
+    )
+
+    @model_validator(mode="after")
+    def _k_within_n(self) -> PlannerConfig:
+        if self.fallback_k > self.fallback_n:
+            raise ValueError(
+                f"fallback_k ({self.fallback_k}) must be at most fallback_n ({self.fallback_n})"
+            )
+        return self
+
+
+class PolicyConfig(Section):
+    """Which policy the daemon serves."""
+
+    kind: Literal["reach", "checkpoint"] = Field(
+        default="reach",
+        description="reach: the built-in scripted policy (moves smoothly toward `target`); "
+        "checkpoint: load the directory at `path`.",
+    )
+    path: Path | None = Field(default=None, description="Checkpoint directory (kind: checkpoint).")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto",
+        description="auto: cuda if present, else cpu (the choice is logged). cuda without a GPU "
+        "is refused.",
+    )
+    joint_names: tuple[str, ...] | None = Field(
+        default=None,
+        min_length=1,
+        description="checkpoint: names of the action entries, in order, for a LeRobot "
+        "directory (whose config has none; else taken from the dataset's meta/info.json next to "
+        "it, else joint_0..). A Tempo checkpoint records its own; these must then agree.",
+    )
+    chunk_size: int = Field(default=20, ge=1, le=1000, description="reach: steps per chunk.")
+    target: tuple[float, ...] | None = Field(
+        default=None, description="reach: target pose, one value per joint (default: 0.5 rad each)."
+    )
+    time_constant_steps: float = Field(
+        default=25.0, gt=0, description="reach: steps to cover ~63% of the way to the target."
+    )
+    rtc: RTCConfig = Field(
+        default=RTCConfig(),
+        description="Real-time chunking for a flow policy (mode off|exact|stop_grad|inpaint, "
+        "beta, schedule); the execution horizon is inference.query_period, and the robot plays "
+        "the old chunk until the new one lands (needs inference.ensemble: newest).",
+    )
+    planner: PlannerConfig = Field(
+        default=PlannerConfig(), description="TD-MPC2 checkpoints: planning, fast mode, fallback."
+    )
+
+    @model_validator(mode="after")
+    def _path_for_checkpoint(self) -> PolicyConfig:
+        if self.kind == "checkpoint" and self.path is None:
+            raise ValueError("policy.kind 'checkpoint' needs policy.path set to a directory")
+        return self
+
+
+class InferenceConfig(Section):
+    """How chunks become one action per tick. A field left out of the config follows the
+    policy's checkpoint (LeRobot's n_action_steps and temporal_ensemble_coeff, or the execution
+    a Tempo checkpoint records), and the default below when the checkpoint says nothing; a field
+    set in the file or with --set always wins (see `resolve_execution`)."""
+
+    query_period: int = Field(
+        default=1, ge=1, le=1000, description="Ask the policy at most every N control steps."
+    )
+    ensemble: Literal["temporal", "newest"] = Field(
+        default="temporal",
+        description="temporal: weighted mean of every chunk's prediction for the step (ACT); "
+        "newest: play the newest chunk.",
+    )
+    temporal_k: float = Field(
+        default=0.01,
+        ge=-10,
+        le=10,
+        description="Ensembling weight exp(-k*i), i=0 the oldest prediction. 0 is uniform; "
+        "negative favours new chunks.",
+    )
+
+
+class SecurityConfig(BaseModel):
+    """CurveZMQ keys for binding beyond localhost (the `security:` section)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    server_secret_key: Path | None = Field(
+        default=None,
+        description="The daemon's secret key file (NAME.key_secret from `tempo keys generate`). "
+        "It must be readable by its owner only (chmod 600). Needed, with authorized_keys, to "
+        "bind anything but tcp://127.0.0.1 or ipc://; when set, CURVE is used on any bind.",
+    )
+    authorized_keys: Path | None = Field(
+        default=None,
+        description="A directory of the public key files (*.key) of the drivers allowed to "
+        "connect: the allowlist. Read at start; a key added later needs a restart.",
+    )
+    zap_domain: str = Field(
+        default="tempo",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="ZAP domain of the daemon's socket; only needs changing if another ZAP "
+        "handler shares the process.",
+    )
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> SecurityConfig:
+        if (self.server_secret_key is None) != (self.authorized_keys is None):
+            raise ValueError(
+                "security.server_secret_key and security.authorized_keys go together: set both "
+                "(see `tempo keys generate`) or neither"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """True when the daemon has keys: its socket then uses CURVE, whatever it binds."""
+        return self.server_secret_key is not None and self.authorized_keys is not None
+
+
+class SupervisionConfig(Section):
+    """Where the policy runs, and how its process is watched (the `supervision:` section)."""
+
+    inference_process: bool = Field(
+        default=True,
+        description="Run the policy in its own supervised process, so the control loop never "
+        "shares an interpreter with torch; a crashed or hung one is restarted while every "
+        "robot is held. false: in the daemon's own process (debugging).",
+    )
+    hang_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="An inference process silent this long while serving (or 20 times its "
+        "slowest tier's step time, when that is longer) is killed and restarted.",
+    )
+    start_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long the inference process may take to load, compile and check.",
+    )
+    standby_process: bool = Field(
+        default=True,
+        description="Keep a spare inference process waiting with Python and torch imported, so "
+        "a restart skips those seconds; it uses host memory (a few hundred MB), no GPU memory.",
+    )
+
+
+class LoggingConfig(Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -1,0 +1,93 @@
+"""Refusals of a driver's message: the `error` reply (a code and one sentence), counted per
+code and logged at most every few seconds per robot and code, so a driver sending thousands of
+bad messages is seen in the log, not spammed into it."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable, Container
+from typing import Any
+
+from controller.daemon.session import Session
+from controller.errors import ErrorCode
+from controller.wire.protocol import Message
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_TEXT = 1000  # characters; well under the decoders' string limit
+# A refusal is logged at most this often per robot and error code; the rest are counted and the
+# count goes into the next line.
+REFUSAL_LOG_INTERVAL_NS = 10_000_000_000
+
+Sender = Callable[..., bool]  # (identity, kind, *, seq, fields, arrays=None) -> sent?
+
+
+class Refusals:
+    """Sends, counts and logs the daemon's `error` replies (see the module doc)."""
+
+    def __init__(self, send: Sender, sessions: Container[str | None]) -> None:
+        """`sessions`: the live session ids; a reply names the message's session if live."""
+        self.send = send
+        self.sessions = sessions
+        self.errors: collections.Counter[str] = collections.Counter()
+        self.sent = 0  # the seq of the last `error` sent (each gets the next)
+        self._logged_ns: dict[tuple[str, str], int] = {}
+        self._unlogged: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def reply(
+        self,
+        identity: bytes,
+        code: ErrorCode,
+        text: str,
+        message: Message | None,
+        version: int | None = None,
+    ) -> None:
+        self.errors[code.value] += 1
+        self.log(code, text, message)
+        if len(text) > MAX_ERROR_TEXT:  # a driver's decoder caps strings; keep the sentence
+            text = text[: MAX_ERROR_TEXT - 3] + "..."
+        fields: dict[str, Any] = {"code": code.value, "message": text}
+        if message is not None:
+            fields["ref_seq"] = message.seq
+            if message.session in self.sessions:
+                fields["session"] = message.session
+        self.sent += 1
+        if version is None:
+            self.send(identity, "error", seq=self.sent, fields=fields)
+        else:  # a driver of an older protocol version: in its version, so it can read why
+            self.send(identity, "error", seq=self.sent, fields=fields, version=version)
+
+    def log(self, code: ErrorCode, text: str, message: Message | None) -> None:
+        """Say in the daemon's log why a robot's message was refused (rate-limited)."""
+        robot = message.header.get("robot") if message is not None else None
+        who = robot if isinstance(robot, str) else "an unidentified driver"
+        key = (who, code.value)
+        now = time.monotonic_ns()
+        last = self._logged_ns.get(key)
+        if last is not None and now - last < REFUSAL_LOG_INTERVAL_NS:
+            self._unlogged[key] += 1
+            return
+        if len(self._logged_ns) > 1000:  # many names (a hostile driver): start over
+            self._logged_ns.clear()
+            self._unlogged.clear()
+        self._logged_ns[key] = now
+        more = self._unlogged.pop(key, 0)
+        since = f" ({more} more such refusals since the last line)" if more else ""
+        log.warning("refused a message from robot %s (%s): %s%s", who, code.value, text, since)
+
+    def tell_refused(self, session: Session) -> None:
+        """Observations the worker refused because of their content (the policy's reference
+        fails on them too): each gets an `error` to its robot, like a refusal on arrival."""
+        while session.refused:
+            refusal = session.refused.popleft()
+            self.errors[refusal.code] += 1
+            self.sent += 1
+            fields = {
+                "code": refusal.code,
+                "message": refusal.reason[:MAX_ERROR_TEXT],
+                "ref_seq": refusal.obs_seq,
+                "session": session.id,
+            }
+            self.send(session.identity, "error", seq=self.sent, fields=fields)
