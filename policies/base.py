@@ -57,6 +57,8 @@ class Execution(BaseModel):
         if self.ensemble == "temporal" and self.temporal_k is None:
             raise ValueError("temporal ensembling needs temporal_k")
         return self
+
+
 # The largest finite float16. The half-precision tiers cannot represent a normalized input past
 # it, so it bounds what a robot may send (PolicySpec.state_range) and what teleop may command.
 HALF_MAX = 65504.0

@@ -118,9 +118,7 @@ def check_frames(spec: PolicySpec, images: Mapping[str, np.ndarray]) -> None:
             )
 
 
-def stack_frames(
-    spec: PolicySpec, images: Mapping[str, np.ndarray]
-) -> list[np.ndarray]:
+def stack_frames(spec: PolicySpec, images: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """The frame tensors of one observation as numpy arrays (no batch dimension)."""
     check_frames(spec, images)
     stacked = []

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from controller.inference.runner_config import RunnerConfig
+from controller.inference.tiers import compile_options
 from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ def cache_key(
             include={"precision", "compile_mode", "compile_backend", "fullgraph", "freezing"},
         ),
         "memory_format": channels_last_of(module),
+        "module_options": compile_options(module),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "device": device_name,

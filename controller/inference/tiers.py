@@ -18,7 +18,9 @@ A module may define `precision_scope()`, a context manager for its reduced preci
 process-wide state (TD-MPC2's TF32 matmuls): the reduced-precision tiers (those with a half
 dtype: graph, compiled and eager_half on CUDA) enter it around compiling, warming up, capturing
 and running; eager FP32, the reference, never does. torch.compile guards on such flags, so the
-compiled tier always runs under the state it was compiled in.
+compiled tier always runs under the state it was compiled in. A module may also define
+`compile_options()`, inductor settings its compiled code wants (TD-MPC2's planner asks for
+`triton.multi_kernel`); they are part of the compile cache's key.
 """
 
 from __future__ import annotations
@@ -64,6 +66,12 @@ class _Step(nn.Module):
 
 
 Scope = Callable[[], contextlib.AbstractContextManager[object]]
+
+
+def compile_options(module: nn.Module) -> dict[str, object]:
+    """Inductor settings the module asks for (its `compile_options()`), else none."""
+    options = getattr(module, "compile_options", None)
+    return dict(options()) if callable(options) else {}
 
 
 def precision_scope(module: nn.Module, half: torch.dtype | None) -> Scope:
@@ -120,6 +128,7 @@ class CompiledStep:
         self._config = config
         self._step = _Step(module, half, inputs.device.type)
         self._scope = precision_scope(module, half)
+        self._module_options = compile_options(module)
         self.precision = precision_name(half)
         self.compiled: Callable[..., Outputs] | None = None
         self.compile_s: float | None = None
@@ -134,6 +143,7 @@ class CompiledStep:
             options = dict(list_mode_options(config.compile_mode))
             options["freezing"] = config.freezing
             options["triton.cudagraphs"] = False  # the graph tier captures its own graph
+            options.update(self._module_options)
         return torch.compile(  # type: ignore[return-value]
             self._step,
             backend=config.compile_backend,

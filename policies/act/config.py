@@ -23,8 +23,7 @@ def check_model_dims(dim_model: int, n_heads: int) -> None:
     policy's): ValueError with what to change."""
     if dim_model % n_heads != 0:
         raise ValueError(
-            f"dim_model ({dim_model}) must be divisible by n_heads ({n_heads}); "
-            "change one of them"
+            f"dim_model ({dim_model}) must be divisible by n_heads ({n_heads}); change one of them"
         )
     if dim_model % 4 != 0:
         raise ValueError(

@@ -81,3 +81,21 @@ def test_planners_rebuilt_on_one_model_do_not_stay_alive_through_its_load_hook()
     assert kept.fused is not None
     prior = TDMPC2Policy(small_config(mode="prior"), model)
     assert prior.fused is None and prior.fused_half is None  # fast mode keeps no fused copy
+
+
+def test_the_planner_asks_its_compiled_tiers_for_multi_kernel_and_the_cache_key_shows_it() -> None:
+    """A plan's wide layer norms want inductor's multi_kernel (the module's compile_options);
+    fast mode asks for nothing; what a module asks for is part of the compile cache's key."""
+    from controller.inference.compile_cache import cache_key
+    from controller.inference.runner_config import RunnerConfig
+    from controller.inference.tiers import compile_options
+    from policies.tdmpc2.serving import random_tdmpc2_policy
+
+    plan = TDMPC2Policy(small_config()).eval()
+    assert compile_options(plan) == {"triton.multi_kernel": 1}
+    assert compile_options(TDMPC2Policy(small_config(mode="prior"))) == {}
+    spec = random_tdmpc2_policy(small_config()).spec
+    config, cpu = RunnerConfig(), torch.device("cpu")
+    before = cache_key(spec, plan, config, cpu)
+    plan.compile_options = lambda: {"triton.multi_kernel": 0}  # type: ignore[method-assign]
+    assert cache_key(spec, plan, config, cpu) != before
