@@ -12,13 +12,16 @@ death at once (end of stream, a broken pipe): nothing is queued for a process th
 read it, and no file is left behind.
 
 Why not ZeroMQ as everywhere else: a ZeroMQ message passes through a background I/O thread on
-each side, two more wake-ups each way. A request and its reply took 146 us (p50) over a ZeroMQ
-ipc PAIR against 20 us over a socket pair on the same 2-core machine, and on an H100 host
-0.23 ms over the PAIR: the round trip is on every observation's path.
+each side, two more wake-ups each way. On an H100 host a small message's round trip took 183 us
+(p50) over a ZeroMQ ipc PAIR against 51 us over a socket pair, and it is on every observation's
+path.
 
-`send` without a timeout never waits: when the peer's buffer is full (it stopped reading) it
-raises ChannelBusy, and the channel is broken from then on (a message may be half written), which
-is right for its one use: a process that does not read is restarted with a new channel.
+`send` without a timeout never waits: what the kernel's buffer does not take now (a message
+larger than it, about 200 KB, or a peer that is slow to read) stays queued here and goes out on
+later calls (`send`, `receive`, `poll`). A peer that stops reading is the supervisor's business:
+its request gets no answer, and the control side restarts the process when the answer is
+overdue. Only past `MAX_QUEUED_BYTES` queued here does `send` raise ChannelBusy, and the channel
+is unusable from then on.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from controller.inference.process_messages import MAX_MESSAGE_BYTES, MessageErro
 
 _LENGTH = struct.Struct("<I")
 _READ_BYTES = 1 << 20
+MAX_QUEUED_BYTES = 2 * MAX_MESSAGE_BYTES  # unsent bytes kept for a slow peer
 
 
 class ChannelError(OSError):
@@ -50,30 +54,34 @@ class ProcessChannel:
     def __init__(self, sock: socket.socket) -> None:
         sock.setblocking(False)
         self._sock = sock
-        self._buffer = bytearray()
+        self._buffer = bytearray()  # received, not yet taken
+        self._queued = bytearray()  # sent, not yet taken by the kernel
         self._broken: ChannelError | None = None
         self.closed = False  # the peer's end of stream was seen (or close() was called)
 
     @classmethod
     def pair(cls) -> tuple[ProcessChannel, socket.socket]:
-        """Our end, and the other end as a socket a child can inherit (pass its fileno in
-        `pass_fds`, then close it here)."""
+        """Our end, and the other end as a socket for a child (pass its fileno in `pass_fds`,
+        which makes it inheritable there only, then close it here)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        theirs.set_inheritable(True)
         return cls(ours), theirs
 
     @classmethod
     def inherited(cls, fd: int) -> ProcessChannel:
         """The end a parent passed to this process as file descriptor `fd`."""
-        return cls(socket.socket(fileno=fd))
+        sock = socket.socket(fileno=fd)
+        sock.set_inheritable(False)  # a process we start must not hold the channel open
+        return cls(sock)
 
     def fileno(self) -> int:
         """For polling beside other sockets (a zmq.Poller takes file descriptors)."""
         return self._sock.fileno()
 
     def send(self, data: bytes, timeout_s: float | None = 0.0) -> None:
-        """Send one message. With timeout_s 0 (the default) nothing waits: ChannelBusy when the
-        peer is not reading. None waits as long as it takes; ChannelClosed if the peer is gone."""
+        """Send one message. With timeout_s 0 (the default) nothing waits: what does not go out
+        now is queued (see the module doc). With a timeout (None: as long as it takes) the
+        message has left when this returns; ChannelBusy if it has not in time. ChannelClosed
+        when the peer is gone."""
         if self._broken is not None:
             raise self._broken
         if len(data) > MAX_MESSAGE_BYTES:
@@ -81,28 +89,30 @@ class ProcessChannel:
                 f"a message between the processes is {len(data)} bytes, more than "
                 f"{MAX_MESSAGE_BYTES}; this is a bug (a chunk or memory beyond the spec's bounds)"
             )
-        parts = [memoryview(_LENGTH.pack(len(data))), memoryview(data)]
+        self._queued += _LENGTH.pack(len(data))
+        self._queued += data
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while parts:
-            try:
-                sent = self._sock.sendmsg(parts)
-            except BlockingIOError:
-                sent = 0
-            except (BrokenPipeError, ConnectionResetError):
-                self._broken = ChannelClosed("the other process has gone")
-                raise self._broken from None
-            parts = _advance(parts, sent)
-            if not parts:
+        while True:
+            self._flush()
+            if self._broken is not None:
+                raise self._broken
+            if not self._queued:
+                return
+            if timeout_s == 0:
+                if len(self._queued) > MAX_QUEUED_BYTES:
+                    self._broken = ChannelBusy("the other process is not taking messages")
+                    raise self._broken
                 return
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 self._broken = ChannelBusy("the other process is not taking messages")
                 raise self._broken
-            select.select([], [self._sock], [], remaining)
+            _wait(self._sock, select.POLLOUT, remaining)
 
     def receive(self, timeout_ms: int = 0) -> bytes | None:
         """The next whole message, or None if none has arrived within `timeout_ms` (0: do not
         wait). None too once the peer has gone (`closed` says so)."""
+        self._flush()
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             message = self._take()
@@ -112,18 +122,32 @@ class ProcessChannel:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
-                select.select([self._sock], [], [], remaining)
+                _wait(self._sock, select.POLLIN, remaining)
 
     def poll(self, timeout_ms: int) -> bool:
         """Whether a message (or the peer's end) is waiting, after up to `timeout_ms`."""
+        self._flush()
         if self._take_ready() or self.closed:
             return True
-        readable, _, _ = select.select([self._sock], [], [], timeout_ms / 1000)
-        return bool(readable)
+        return _wait(self._sock, select.POLLIN, timeout_ms / 1000)
 
     def close(self) -> None:
         self.closed = True
         self._sock.close()
+
+    def _flush(self) -> None:
+        """Hand the kernel what it takes of the queued bytes, without waiting."""
+        if not self._queued or self._broken is not None:
+            return
+        try:
+            sent = self._sock.send(self._queued)
+        except BlockingIOError:
+            return
+        except OSError:  # a broken pipe or a reset: the peer has gone
+            self._queued.clear()
+            self._broken = ChannelClosed("the other process has gone")
+            return
+        del self._queued[:sent]
 
     def _read(self) -> bool:
         """Read what has arrived into the buffer; False when nothing had."""
@@ -131,7 +155,7 @@ class ProcessChannel:
             data = self._sock.recv(_READ_BYTES)
         except BlockingIOError:
             return False
-        except (ConnectionResetError, OSError):
+        except OSError:  # a reset: the peer has gone
             data = b""
         if not data:
             self.closed = True  # end of stream: the other process has gone
@@ -157,11 +181,11 @@ class ProcessChannel:
         return message
 
 
-def _advance(parts: list[memoryview], sent: int) -> list[memoryview]:
-    """What is left of `parts` after `sent` bytes of them went out."""
-    while parts and sent >= len(parts[0]):
-        sent -= len(parts[0])
-        parts = parts[1:]
-    if parts and sent:
-        parts = [parts[0][sent:], *parts[1:]]
-    return parts
+def _wait(sock: socket.socket, event: int, timeout_s: float | None) -> bool:
+    """Whether `sock` became ready for `event` within `timeout_s` (None: no limit). poll(2),
+    not select(2): select cannot take a descriptor past 1023, and a daemon with many robots
+    has that many."""
+    poller = select.poll()
+    poller.register(sock, event)
+    timeout_ms = None if timeout_s is None else max(0, int(timeout_s * 1000 + 0.999))
+    return bool(poller.poll(timeout_ms))

@@ -2,6 +2,8 @@
 
     spawner = Spawner(command, env)   # per RemotePolicy
     child = spawner.spawn()           # (channel, process): the process says `standby` once imported
+    message = expect(channel, process, "hello", timeout_s, stop)   # the start-up conversation
+    send_at_start(channel, pack("build"))
     end_child(child, timeout_s)       # asked to stop, killed if it has not within timeout_s
 
 Each child gets its own channel (a socket pair, `process_channel`; the child inherits its end
@@ -14,11 +16,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+from controller.errors import PolicyError
 from controller.inference.parent_death import CONTROL_PID
 from controller.inference.process_channel import ChannelError, ProcessChannel
-from controller.inference.process_messages import pack
+from controller.inference.process_messages import MessageError, pack, unpack
 
 Child = tuple[ProcessChannel, "subprocess.Popen[bytes]"]
 
@@ -64,3 +70,56 @@ def wait_or_kill(process: subprocess.Popen[bytes], timeout_s: float) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def expect(
+    link: ProcessChannel,
+    process: subprocess.Popen[bytes],
+    kind: str,
+    timeout_s: float,
+    stop: threading.Event,
+) -> dict[str, Any]:
+    """The starting child's next message of `kind`; PolicyError with the reason when it says
+    `failed_start`, exits, stays silent for `timeout_s`, or `stop` is set meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if stop.is_set():
+            raise PolicyError("stopped while the inference process was starting")
+        data = link.receive(timeout_ms=100)
+        if data is not None:
+            message = unpack(data)
+            if message["kind"] == kind:
+                return message
+            if message["kind"] == "failed_start":
+                raise PolicyError(str(message.get("error")))
+            continue
+        try:  # its channel ends when it exits: wait for the exit code then
+            code = process.wait(timeout=0.1) if link.closed else process.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None:
+            raise PolicyError(
+                f"the inference process exited with code {code} while starting (its log says why)"
+            )
+    raise PolicyError(
+        f"the inference process sent no {kind!r} within {timeout_s:.0f} s of starting"
+    )
+
+
+def send_at_start(link: ProcessChannel, message: bytes) -> None:
+    """A start-up message: the child is waiting for it, so a short wait is enough."""
+    try:
+        link.send(message, timeout_s=5.0)
+    except ChannelError as exc:
+        raise PolicyError(
+            f"the inference process stopped taking messages while starting ({exc})"
+        ) from None
+
+
+def has_news(link: ProcessChannel) -> bool:
+    """Whether a standing-by child has said something (or ended). Never raises: the supervisor
+    thread asks; a corrupt channel is found and told by the start that takes the child."""
+    try:
+        return link.poll(0)
+    except MessageError:
+        return True

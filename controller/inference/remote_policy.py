@@ -44,8 +44,16 @@ import numpy as np
 from controller.errors import PolicyError
 from controller.inference.frame_slots import FrameSlots
 from controller.inference.process_channel import ChannelError, ProcessChannel
-from controller.inference.process_messages import pack, unpack
-from controller.inference.process_spawner import Child, Spawner, end_child, wait_or_kill
+from controller.inference.process_messages import pack
+from controller.inference.process_spawner import (
+    Child,
+    Spawner,
+    end_child,
+    expect,
+    has_news,
+    send_at_start,
+    wait_or_kill,
+)
 from controller.inference.remote_requests import ProcessFatal, RequestChannel, prediction_of
 from policies.base import PolicySpec, Prediction, RobotContext
 
@@ -200,12 +208,13 @@ class RemotePolicy:
         # Its own deadline too: if the supervisor thread were gone, nothing else would end it.
         deadline = time.monotonic() + self.hang_timeout() + 1.0
         while True:
+            gone = False
             if channel.link.poll(POLL_MS):
-                reply = channel.receive()
+                reply = channel.receive()  # else a ring's answer, or an earlier request's
                 if reply is not None and reply.get("id") == request_id:
                     return reply
-                continue  # a ring's answer, or one to a request that was given up on
-            if self._failed.is_set():
+                gone = reply is None and channel.link.closed  # nothing more will come
+            if gone or self._failed.is_set():
                 raise InferenceUnavailable("the inference process stopped during this step")
             if time.monotonic() > deadline:
                 self._fail("hung", f"no answer to a step within {self.hang_timeout() + 1:.0f} s")
@@ -260,8 +269,8 @@ class RemotePolicy:
                     self._fail("hung", f"no heartbeat for {silent_s:.1f} s; killed")
             if self._failed.is_set() and not self._stop.is_set():
                 self._restart()
-            spare = self._standby  # the socket is this thread's once the first start is done
-            if spare is not None and not self._standby_ready and spare[0].poll(0):
+            spare = self._standby  # its channel is this thread's once the first start is done
+            if spare is not None and not self._standby_ready and has_news(spare[0]):
                 self._standby_ready = True  # its message stays queued for _launch
 
     def report_hang(self, detail: str) -> None:
@@ -325,9 +334,9 @@ class RemotePolicy:
         link, process = self._take_standby()
         with self._lock:
             self._link, self._process = link, process
-        self._expect(link, process, "standby", self.start_timeout_s)
-        self._send(link, pack("build"))
-        hello = self._expect(link, process, "hello", self.start_timeout_s)
+        expect(link, process, "standby", self.start_timeout_s, self._stop)
+        send_at_start(link, pack("build"))
+        hello = expect(link, process, "hello", self.start_timeout_s, self._stop)
         spec = PolicySpec.model_validate(hello["spec"])
         if self._spec is not None and spec != self._spec:
             raise PolicyError("the restarted inference process serves a different policy spec")
@@ -336,8 +345,8 @@ class RemotePolicy:
         if self._slots is None:
             self._slots = FrameSlots.create(spec, SLOT_COUNT)
         self._slots.beat()
-        self._send(link, pack("attach", path=str(self._slots.path), count=self._slots.count))
-        ready = self._expect(link, process, "ready", 60.0)
+        send_at_start(link, pack("attach", path=str(self._slots.path), count=self._slots.count))
+        ready = expect(link, process, "ready", 60.0, self._stop)
         self.pinned = bool(ready.get("pinned"))
         with self._lock:  # a new process has attached no driver ring yet
             self._channel = RequestChannel(link, self._slots, spec)
@@ -356,40 +365,3 @@ class RemotePolicy:
                 if not self._stop.is_set():
                     self._standby, spare = spare, None
             end_child(spare, 1.0)
-
-    def _expect(
-        self, link: ProcessChannel, process: subprocess.Popen[bytes], kind: str, timeout_s: float
-    ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._stop.is_set():
-                raise PolicyError("stopped while the inference process was starting")
-            data = link.receive(timeout_ms=100)
-            if data is not None:
-                message = unpack(data)
-                if message["kind"] == kind:
-                    return message
-                if message["kind"] == "failed_start":
-                    raise PolicyError(str(message.get("error")))
-                continue
-            try:  # its channel ends when it exits: wait for the exit code then
-                code = process.wait(timeout=0.1) if link.closed else process.poll()
-            except subprocess.TimeoutExpired:
-                code = None
-            if code is not None:
-                raise PolicyError(
-                    f"the inference process exited with code {code} while starting (its log "
-                    "says why)"
-                )
-        raise PolicyError(
-            f"the inference process sent no {kind!r} within {timeout_s:.0f} s of starting"
-        )
-
-    @staticmethod
-    def _send(link: ProcessChannel, message: bytes) -> None:
-        """A start-up message: the process is waiting for it, so a short wait is enough."""
-        try:
-            link.send(message, timeout_s=5.0)
-        except ChannelError as exc:
-            raise PolicyError(f"the inference process stopped taking messages while starting "
-                              f"({exc})") from None  # fmt: skip

@@ -1,6 +1,6 @@
 """The request side of one inference process: observations out, replies in, never blocking.
 
-    channel = RequestChannel(socket, slots, spec)     # per started process (RemotePolicy)
+    channel = RequestChannel(link, slots, spec)       # per started process (RemotePolicy)
     request_id = channel.send(images, context)        # frames in a slot (or the driver's), sent
     reply = channel.receive()                         # the next step reply, or None for now
     prediction = prediction_of(reply)                 # or the exception the reply stands for
@@ -12,10 +12,10 @@ comes back, the ring's frames are read where the driver wrote them. A ring the p
 is not asked for again. Rings of ended sessions are detached on the next send.
 
 The process answers requests one by one, in order; a reply whose id is not the one awaited
-answers a request that was given up on and is dropped by the caller. Nothing here blocks: a send
-to a process that is gone or not reading raises ProcessGone, because the control loop's thread
-sends. Not thread-safe: its owner (RemotePolicy) hands it out under a
-lock.
+answers a request that was given up on and is dropped by the caller. Nothing here blocks,
+because the control loop's thread sends: a send to a process that is gone raises ProcessGone,
+one to a process that has long stopped reading ProcessStuck. Not thread-safe: its owner
+(RemotePolicy) hands it out under a lock.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 
 from controller.errors import InputFault, PolicyError
 from controller.inference.frame_slots import FrameSlots
-from controller.inference.process_channel import ChannelError, ProcessChannel
+from controller.inference.process_channel import ChannelBusy, ChannelError, ProcessChannel
 from controller.inference.process_messages import (
     pack,
     pack_array,
@@ -114,10 +114,14 @@ class RequestChannel:
     def _send(self, message: bytes) -> None:
         try:
             self.link.send(message)
+        except ChannelBusy:
+            raise ProcessStuck(
+                "the inference process has stopped taking messages; it is restarted and robots "
+                "are held meanwhile"
+            ) from None
         except ChannelError:
             raise ProcessGone(
-                "the inference process is not taking messages (it is gone or stuck); robots "
-                "are held until it is restarted"
+                "the inference process is gone; robots are held until it is restarted"
             ) from None
 
     def _driver_ring(self, images: Mapping[str, np.ndarray]) -> int | None:
@@ -169,7 +173,11 @@ class RequestChannel:
 
 
 class ProcessGone(PolicyError):
-    """A message could not be handed to the inference process without waiting."""
+    """A message could not be handed to the inference process: it has gone."""
+
+
+class ProcessStuck(ProcessGone):
+    """The inference process has stopped reading its channel (see process_channel)."""
 
 
 class ProcessFatal(PolicyError):

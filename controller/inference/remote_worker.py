@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from controller.inference.outcomes import InferenceOutcomes
 from controller.inference.process_channel import ProcessChannel
 from controller.inference.remote_policy import InferenceUnavailable, RemotePolicy
-from controller.inference.remote_requests import RequestChannel
+from controller.inference.remote_requests import ProcessStuck, RequestChannel
 from controller.inference.requests import InferenceRequest, RobotQueues
 from controller.observe.telemetry import PROCESS_STEP, Telemetry
 
@@ -78,8 +78,7 @@ class RemoteInference(InferenceOutcomes):
             yield None
             return
         with self.policy.requests() as channel:
-            usable = channel is not None and not channel.link.closed
-            yield channel.link if usable and channel is not None else None
+            yield channel.link if channel is not None and not channel.link.closed else None
 
     def service(self, until_ns: int) -> None:
         """Take the reply if it has come, then send the next request unless `until_ns` has
@@ -144,6 +143,8 @@ class RemoteInference(InferenceOutcomes):
             request_id = channel.send(request.images, request.context)
         except Exception as exc:  # noqa: BLE001 - e.g. a frame of the wrong shape for the slot
             self.failed(session, request, exc)
+            if isinstance(exc, ProcessStuck):
+                self.policy.report_hang(str(exc))
             return
         give_up = started + int((self.policy.hang_timeout() + 1.0) * 1e9)
         self._in_flight = InFlight(session, request, request_id, started, give_up, channel)

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from controller.inference import process_channel
 from controller.inference.process_channel import ChannelBusy, ChannelClosed, ProcessChannel
 from controller.inference.process_messages import MessageError
 
@@ -38,14 +39,42 @@ def test_messages_arrive_whole_and_in_order_small_and_large() -> None:
     assert ours.receive() is None and not ours.closed  # nothing the other way
 
 
-def test_a_peer_that_does_not_read_makes_a_send_fail_at_once_not_wait() -> None:
+def test_a_message_larger_than_the_kernel_takes_goes_out_on_later_calls_without_waiting() -> None:
+    ours, peer = pair()
+    big = bytes(range(256)) * 4096  # 1 MiB: more than a socket buffer
+    ours.send(big)  # returns at once, the rest queued
+    received = None
+    for _ in range(10_000):
+        received = peer.receive(timeout_ms=1)
+        if received is not None:
+            break
+        ours.receive()  # the control side's later calls flush the rest
+    assert received == big
+
+
+def test_a_peer_that_does_not_read_never_blocks_a_send_and_is_busy_past_the_queue_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(process_channel, "MAX_QUEUED_BYTES", 1 << 20)
     ours, peer = pair()
     chunk = b"x" * 65_536
-    with pytest.raises(ChannelBusy):
-        for _ in range(10_000):  # the kernel's buffers hold a few hundred KiB at most
-            ours.send(chunk)
-    with pytest.raises(ChannelBusy):
-        ours.send(b"small")  # broken for good: a message may be half written
+    outcome: list[str] = []
+
+    def flood() -> None:
+        try:
+            for _ in range(1_000):  # 64 MiB: well past the kernel's buffer and the bound
+                ours.send(chunk)
+        except ChannelBusy:
+            outcome.append("busy")
+        try:
+            ours.send(b"small")
+        except ChannelBusy:
+            outcome.append("still busy")  # unusable from now on
+
+    sender = threading.Thread(target=flood)
+    sender.start()
+    sender.join(10.0)
+    assert outcome == ["busy", "still busy"], "a send waited, or never said busy"
     peer.close()
     ours.close()
 

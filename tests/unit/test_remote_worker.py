@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from controller.inference import process_channel
 from controller.inference.frame_slots import FrameSlots
 from controller.inference.mailbox import Mailbox
 from controller.inference.process_channel import ProcessChannel
@@ -269,3 +270,49 @@ def test_a_ring_whose_session_ended_before_the_process_attached_it_is_detached(
         threading.Event().wait(0.001)
     assert received(peer) == {"kind": "detach_ring", "ring": attach["id"]}
     assert not channel.rings
+
+
+def test_a_process_that_stopped_reading_is_reported_for_a_restart_without_blocking(
+    context: Links, slots: FrameSlots, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(process_channel, "MAX_QUEUED_BYTES", 0)  # any backlog: stuck
+    channel, _peer = channel_pair(context, slots)  # the peer never reads
+    try:
+        while True:  # fill the kernel's buffer, as a peer that stopped reading would leave it
+            channel.link._sock.send(b"\0" * 65_536)  # noqa: SLF001
+    except BlockingIOError:
+        pass
+    policy = FakePolicy(channel)
+    worker = RemoteInference(policy)  # type: ignore[arg-type]
+    worker.start()
+    robot = Robot()
+    worker.submit(robot, request(1))
+    worker.service(FAR)
+    assert robot.counters["inference_failures"] == 1
+    assert policy.hangs and "stopped taking messages" in policy.hangs[0]
+
+
+def test_waiting_for_a_step_ends_when_the_process_closes_its_channel(
+    context: Links, slots: FrameSlots
+) -> None:
+    """RemotePolicy.predict's wait: a dead process's closed channel ends it at once (it must not
+    spin on the always-readable end of stream while holding the lock a restart needs)."""
+    from controller.inference.remote_policy import InferenceUnavailable, RemotePolicy
+
+    channel, peer = channel_pair(context, slots)
+    peer.close()
+    remote = RemotePolicy(["true"], hang_timeout_s=30.0)
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            remote._await_reply(channel, 1)  # noqa: SLF001
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(5.0)
+    remote.stop()
+    assert not waiter.is_alive(), "the wait spun on a closed channel"
+    assert len(outcome) == 1 and isinstance(outcome[0], InferenceUnavailable)
