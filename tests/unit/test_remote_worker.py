@@ -316,3 +316,25 @@ def test_waiting_for_a_step_ends_when_the_process_closes_its_channel(
     remote.stop()
     assert not waiter.is_alive(), "the wait spun on a closed channel"
     assert len(outcome) == 1 and isinstance(outcome[0], InferenceUnavailable)
+
+
+def test_the_step_the_inference_process_timed_is_recorded_beside_the_whole_trip(
+    context: Links, slots: FrameSlots
+) -> None:
+    from controller.observe.telemetry import INFERENCE, PROCESS_STEP, Telemetry
+
+    telemetry = Telemetry(enabled=True)
+    channel, peer = channel_pair(context, slots)
+    worker = RemoteInference(FakePolicy(channel), telemetry)  # type: ignore[arg-type]
+    worker.start()
+    robot = Robot()
+    worker.submit(robot, request(1))
+    worker.service(FAR)
+    sent = received(peer)
+    actions = np.ones((SPEC.chunk_size, SPEC.action_dim), np.float32)
+    peer.send(pack("chunk", id=sent["id"], actions=pack_array(actions), step_ns=1_500_000))
+    service_until(worker, lambda: robot.chunks)
+    sections = {s["name"]: s for s in telemetry.snapshot()["sections"].values()}
+    assert sections[PROCESS_STEP]["count"] == 1
+    assert abs(sections[PROCESS_STEP]["sum_s"] - 0.0015) < 1e-9
+    assert sections[INFERENCE]["count"] == 1
