@@ -100,14 +100,17 @@ class ProcessChannel:
                 return
             if timeout_s == 0:
                 if len(self._queued) > MAX_QUEUED_BYTES:
-                    self._broken = ChannelBusy("the other process is not taking messages")
-                    raise self._broken
+                    raise self._busy()
                 return
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                self._broken = ChannelBusy("the other process is not taking messages")
-                raise self._broken
+                raise self._busy()
             _wait(self._sock, select.POLLOUT, remaining)
+
+    def _busy(self) -> ChannelBusy:
+        """Break the channel (a message may be half written): every later send raises this."""
+        self._broken = busy = ChannelBusy("the other process is not taking messages")
+        return busy
 
     def receive(self, timeout_ms: int = 0) -> bytes | None:
         """The next whole message, or None if none has arrived within `timeout_ms` (0: do not

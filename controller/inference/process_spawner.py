@@ -56,12 +56,18 @@ def end_child(child: Child | None, timeout_s: float) -> None:
     if child is None:
         return
     channel, process = child
-    try:
-        channel.send(pack("stop"))
-    except ChannelError:
-        pass
-    channel.close()
+    close_channel(channel, ask_to_stop=True)
     wait_or_kill(process, timeout_s)
+
+
+def close_channel(channel: ProcessChannel, ask_to_stop: bool) -> None:
+    """Close a child's channel, first asking it to stop (without waiting) when `ask_to_stop`."""
+    if ask_to_stop:
+        try:
+            channel.send(pack("stop"))
+        except ChannelError:
+            pass  # gone or not reading: its exit (or the kill) follows all the same
+    channel.close()
 
 
 def wait_or_kill(process: subprocess.Popen[bytes], timeout_s: float) -> None:

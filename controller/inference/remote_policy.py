@@ -43,11 +43,12 @@ import numpy as np
 
 from controller.errors import PolicyError
 from controller.inference.frame_slots import FrameSlots
-from controller.inference.process_channel import ChannelError, ProcessChannel
+from controller.inference.process_channel import ProcessChannel
 from controller.inference.process_messages import pack
 from controller.inference.process_spawner import (
     Child,
     Spawner,
+    close_channel,
     end_child,
     expect,
     has_news,
@@ -308,12 +309,8 @@ class RemotePolicy:
             process, link = self._process, self._link
             self._process = self._link = self._channel = None
             if link is not None:
-                if polite and process is not None and process.poll() is None:
-                    try:
-                        link.send(pack("stop"))
-                    except ChannelError:
-                        pass
-                link.close()
+                alive = process is not None and process.poll() is None
+                close_channel(link, ask_to_stop=polite and alive)
         if process is not None:
             wait_or_kill(process, 2.0 if polite else 0.0)
 
