@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from controller.inference.half_weights import precasts_half_weights
 from controller.inference.runner_config import RunnerConfig
 from controller.inference.tiers import compile_options
 from policies.base import PolicySpec
@@ -58,6 +59,7 @@ def cache_key(
         ),
         "memory_format": channels_last_of(module),
         "module_options": compile_options(module),
+        "half_weights": precasts_half_weights(module),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "device": device_name,

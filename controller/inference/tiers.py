@@ -32,6 +32,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from controller.inference.half_weights import half_weight_copy, precasts_half_weights
 from controller.inference.runner_config import RunnerConfig, TierName
 from controller.inference.staging import InputStaging, packed_outputs
 
@@ -152,6 +153,16 @@ class CompiledStep:
             options=options,
         )
 
+    def _tracing_settings(self) -> contextlib.AbstractContextManager[object]:
+        """Settings dynamo must see while it traces. Freezing is one: dynamo makes the
+        parameters constants only when inductor's global `freezing` is on as it traces; the
+        same key in torch.compile's options reaches inductor alone, and nothing is frozen."""
+        if self._config.compile_backend != "inductor" or not self._config.freezing:
+            return contextlib.nullcontext()
+        import torch._inductor.config as inductor_config
+
+        return inductor_config.patch(freezing=True)  # type: ignore[no-any-return]
+
     def warm(self, steps: int) -> None:
         """Compile (first call) and run `steps` times on the current stream."""
         if self._error is not None:
@@ -161,7 +172,8 @@ class CompiledStep:
                 if self.compiled is None:
                     started = time.perf_counter()
                     self.compiled = self._compile()
-                    self.compiled(*self._inputs.tensors)
+                    with self._tracing_settings():
+                        self.compiled(*self._inputs.tensors)  # traces and compiles
                     _sync(self._inputs.device)
                     self.compile_s = time.perf_counter() - started
                 for _ in range(steps):
@@ -268,7 +280,12 @@ def build_tiers(
     """Tier objects for `names` (cheap: nothing is compiled until `build`)."""
     cuda = inputs.device.type == "cuda"
     half = half_dtype(config) if cuda else None
-    step = CompiledStep(module, half, inputs, config)
+    # The FP32 reference (eager_fp32) keeps `module`; the half tiers may run a copy whose
+    # weights are already in the half type (controller.inference.half_weights).
+    half_module = module
+    if half is not None and precasts_half_weights(module):
+        half_module = half_weight_copy(module, half)
+    step = CompiledStep(half_module, half, inputs, config)
     tiers: dict[TierName, Tier] = {}
     for name in names:
         if name == "graph":
@@ -276,7 +293,7 @@ def build_tiers(
         elif name == "compiled":
             tiers[name] = CompiledTier(step, config.warmup_steps)
         elif name == "eager_half":
-            tiers[name] = EagerTier(name, module, inputs, half_dtype(config))
+            tiers[name] = EagerTier(name, half_module, inputs, half_dtype(config))
         else:
             tiers[name] = EagerTier(name, module, inputs, None)
     return tiers

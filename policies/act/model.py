@@ -46,6 +46,9 @@ from policies.act.transformer import (
 
 class ACT(nn.Module):
     policy_type = "act"
+    # Its linear, convolution and attention weights are used by those operations alone, so the
+    # runner's half-precision tiers may hold them in half precision (no cast kernels per step).
+    precast_half_weights = True
 
     backbone: ResNet
     encoder_img_feat_input_proj: nn.Conv2d

@@ -23,6 +23,9 @@ class Attention(nn.Module):
     """Multi-head attention with `nn.MultiheadAttention`'s parameter layout (packed q/k/v
     input projection, `out_proj`), computed with `scaled_dot_product_attention`."""
 
+    # Bare parameters that feed matmuls (for the runner's half-weight copy).
+    matmul_parameters = ("in_proj_weight", "in_proj_bias")
+
     def __init__(self, dim: int, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads

@@ -43,6 +43,9 @@ Context = list[tuple[torch.Tensor, torch.Tensor]]
 
 class FlowMatchingPolicy(nn.Module):
     policy_type = "flow"
+    # Its linear and convolution weights are used by those layers alone: the runner's
+    # half-precision tiers may hold them in half precision (no cast kernels per step).
+    precast_half_weights = True
 
     pixel_scale: torch.Tensor
     image_pos_embed: torch.Tensor
