@@ -8,7 +8,9 @@ request -> the same runner in the inference process -> reply), then RemotePolicy
 frames already in a driver's ring slot (as the daemon hands them on: request naming the slot ->
 the inference process uploads from the driver's pinned slot -> reply -> the generation check).
 For both, "inside the inference process" is the step as that process times it (request taken ->
-chunk in its host memory); the rest of the round trip is the two trips between the processes.
+chunk in its host memory); the rest of the round trip is the two trips between the processes,
+each timed on the one clock both processes read (the trip there includes the control side's
+request, and for the slot path its copy of the frames into the slot).
 The driver's own write into its slot (its camera's business) is not timed. ACT at LeRobot's
 ALOHA defaults (3 cameras 480x640, 14 joints, chunk 100), random weights, or `--tiny` for a
 quick CPU run.
@@ -36,33 +38,44 @@ from policies.base import Policy, window_context
 from policies.checkpoints.tempo_format import save_checkpoint
 from policies.demo import make_aloha_policy, make_demo_policy
 
-Samples = tuple[np.ndarray, np.ndarray]  # round trip (ms); inside the inference process (ms)
+Samples = dict[str, np.ndarray]  # ms per step: round trip, inside, the trip there, the trip back
 
 
-def _inside_ms(policy: Policy) -> float:
-    """The last step as the inference process timed it (NaN in the daemon's process)."""
-    step_ns = getattr(policy, "last_step_ns", None)
-    return step_ns / 1e6 if step_ns is not None else float("nan")
+class _Recorder:
+    """Each step's round trip, and for a RemotePolicy its parts as the two processes saw them."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+        self.rows: dict[str, list[float]] = {"round": [], "inside": [], "there": [], "back": []}
+
+    def add(self, round_trip_ms: float) -> None:
+        step_ns = getattr(self._policy, "last_step_ns", None)
+        trips = getattr(self._policy, "last_trips_ns", None) or (None, None)
+        self.rows["round"].append(round_trip_ms)
+        for key, ns in (("inside", step_ns), ("there", trips[0]), ("back", trips[1])):
+            self.rows[key].append(ns / 1e6 if ns is not None else float("nan"))
+
+    def samples(self) -> Samples:
+        return {key: np.array(values) for key, values in self.rows.items()}
 
 
 def time_steps(policy: Policy, observations: list, iterations: int) -> Samples:  # type: ignore[type-arg]
-    samples, inside = [], []
+    recorder = _Recorder(policy)
     for i in range(iterations + 20):
         images, state = observations[i % len(observations)]
         began = time.perf_counter()
         policy.predict(images, window_context(state))
         if i >= 20:  # warm-up
-            samples.append((time.perf_counter() - began) * 1e3)
-            inside.append(_inside_ms(policy))
-    return np.array(samples), np.array(inside)
+            recorder.add((time.perf_counter() - began) * 1e3)
+    return recorder.samples()
 
 
-def time_in_place(policy: Policy, observations: list, iterations: int) -> Samples:  # type: ignore[type-arg]
+def time_in_place(policy: Policy, observations: list, iterations: int) -> tuple[Samples, str]:  # type: ignore[type-arg]
     """Steps on frames in a driver's ring, as the daemon serves an observation written in place
-    (the ring is made as the dispatcher makes a session's)."""
+    (the ring is made as the dispatcher makes a session's); and whether the ring was pinned."""
     ring = FrameSlots.create(policy.spec, DRIVER_RING_SLOTS)
     names = [c.name for c in policy.spec.cameras]
-    samples, inside = [], []
+    recorder = _Recorder(policy)
     try:
         for i in range(iterations + 20):
             images, state = observations[i % len(observations)]
@@ -74,12 +87,13 @@ def time_in_place(policy: Policy, observations: list, iterations: int) -> Sample
             if not frames.unchanged():
                 raise RuntimeError("the slot changed during the step")
             if i >= 20:
-                samples.append((time.perf_counter() - began) * 1e3)
-                inside.append(_inside_ms(policy))
+                recorder.add((time.perf_counter() - began) * 1e3)
             del frames
+        process = policy.status().get("process") or {}
+        pinned = f"{process.get('pinned_driver_rings')} of {process.get('driver_rings')}"
     finally:
         ring.close()
-    return np.array(samples), np.array(inside)
+    return recorder.samples(), pinned
 
 
 def main() -> int:
@@ -109,24 +123,29 @@ def main() -> int:
         try:
             remote.start()
             separate = time_steps(remote, observations, args.iters)
-            in_place = time_in_place(remote, observations, args.iters)
+            in_place, rings_pinned = time_in_place(remote, observations, args.iters)
             pinned = remote.pinned
         finally:
             remote.stop()
     settings = ", ".join(args.overrides) or "default settings"
     print(f"{device}, tier {tier}, {settings}, {args.iters} steps each (ms)")
-    print(f"{'':44s}{'p50':>10s}{'p99':>10s}{'mean':>10s}")
+    print(f"{'':50s}{'p50':>10s}{'p99':>10s}{'mean':>10s}")
+    inside = "  of which inside the inference process"
     rows = [
-        ("in the daemon's process", in_process[0]),
-        ("through the inference process", separate[0]),
-        ("  of which inside the inference process", separate[1]),
-        ("frames in place (same host)", in_place[0]),
-        ("  of which inside the inference process", in_place[1]),
+        ("in the daemon's process", in_process["round"]),
+        ("through the inference process", separate["round"]),
+        ("  of which the trip there (frames into the slot)", separate["there"]),
+        (inside, separate["inside"]),
+        ("  of which the trip back", separate["back"]),
+        ("frames in place (same host)", in_place["round"]),
+        ("  of which the trip there", in_place["there"]),
+        (inside, in_place["inside"]),
+        ("  of which the trip back", in_place["back"]),
     ]
     for label, samples in rows:
         p50, p99 = np.percentile(samples, [50, 99])
-        print(f"{label:44s}{p50:10.3f}{p99:10.3f}{samples.mean():10.3f}")
-    print(f"observation slots pinned for DMA: {pinned}")
+        print(f"{label:50s}{p50:10.3f}{p99:10.3f}{samples.mean():10.3f}")
+    print(f"observation slots pinned for DMA: {pinned}; driver rings pinned: {rings_pinned}")
     return 0
 
 

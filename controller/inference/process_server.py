@@ -274,6 +274,7 @@ def _serve(
         # The step as this process saw it (request taken -> chunk in host memory): the control
         # side tells it apart from the trips between the processes.
         reply["step_ns"] = time.monotonic_ns() - received_ns
+        reply["received_ns"] = received_ns  # CLOCK_MONOTONIC: the control side's clock too
         now = time.monotonic()
         if now - last_status >= STATUS_EVERY_S:
             reply["status"] = runner.status()

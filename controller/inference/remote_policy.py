@@ -108,6 +108,9 @@ class RemotePolicy:
         # The last step as the inference process timed it (request taken -> chunk in its host
         # memory), for benchmarks; the daemon records every one in telemetry (remote_worker).
         self.last_step_ns: int | None = None
+        # The last `predict`'s trips (ns): request sent -> taken there, chunk ready there ->
+        # reply here. Both processes read one clock (CLOCK_MONOTONIC is system-wide).
+        self.last_trips_ns: tuple[int, int] | None = None
         self._channel: RequestChannel | None = None  # the serving process's (one per process)
         self._serving = threading.Event()
         self._failed = threading.Event()  # the serving process is gone: requests stop waiting
@@ -180,8 +183,13 @@ class RemotePolicy:
         with self.requests() as channel:
             if channel is None:
                 raise InferenceUnavailable("the inference process is restarting; robots are held")
+            sent_ns = time.monotonic_ns()
             request_id = channel.send(images, context)
             reply = self._await_reply(channel, request_id)
+            answered_ns = time.monotonic_ns()
+        taken_ns, step_ns = reply.get("received_ns"), reply.get("step_ns")
+        if isinstance(taken_ns, int) and isinstance(step_ns, int):
+            self.last_trips_ns = (taken_ns - sent_ns, answered_ns - taken_ns - step_ns)
         return self.prediction(reply)
 
     @contextlib.contextmanager

@@ -138,6 +138,9 @@ def test_a_restart_that_dies_during_its_startup_checks_is_retried(tmp_path: Path
         prediction = policy.predict(images, first_context(policy.spec, np.zeros(6, np.float32)))
         assert prediction.actions.shape == (policy.spec.chunk_size, 6)
         assert np.isfinite(prediction.actions).all()
+        # The step as the inference process timed it, and the trips on the clock both share.
+        assert policy.last_step_ns is not None and policy.last_step_ns > 0
+        assert policy.last_trips_ns is not None and min(policy.last_trips_ns) >= 0
     finally:
         policy.stop()
     assert policy.pid is None  # stop() waited for the process
