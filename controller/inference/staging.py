@@ -119,6 +119,10 @@ class InputStaging:
         # The codec's inputs are views of one device buffer, uploaded by one copy.
         self._packed, codec = packed(codec_shapes, device)
         self.tensors = tuple(frames + codec)
+        # Device views made once (indexing a tensor costs microseconds a step): each group's
+        # frames as one (n, H, W, 3) tensor, with its cameras' names, and each camera's row.
+        self._groups = [(g.cameras, self.tensors[i][0]) for i, g in enumerate(groups)]
+        self._rows = {name: self.tensors[i][0, row] for name, i, row in self._placement}
         self._cuda = device.type == "cuda"
         self._wait_for_slot = wait_for_slot
         self._next = 0
@@ -126,6 +130,14 @@ class InputStaging:
         if self._cuda:
             self._compute = compute_stream or torch.cuda.current_stream(device)
             self._slots = [_Slot(frame_shapes, codec_shapes) for _ in range(slots)]
+            # Per slot, each camera's row: (numpy view to write, tensor view to copy from).
+            self._slot_rows = [
+                {
+                    name: (s.arrays[i][0, row], s.tensors[i][0, row])
+                    for name, i, row in self._placement
+                }
+                for s in self._slots
+            ]
         else:
             self._host = [t.numpy() for t in self.tensors]
             self._host_codec = [a[0, ...] for a in self._host[self._n_frames :]]  # no batch dim
@@ -144,8 +156,30 @@ class InputStaging:
 
     def _pinned(self, frame: np.ndarray) -> bool:
         start = frame.__array_interface__["data"][0]
-        end = start + frame.nbytes
+        return self._in_pinned_region(start, start + frame.nbytes)
+
+    def _in_pinned_region(self, start: int, end: int) -> bool:
         return any(lo <= start and end <= hi for lo, hi in self._pinned_regions)
+
+    def _pinned_span(self, frames: list[np.ndarray]) -> np.ndarray | None:
+        """A group's frames as one (n, H, W, 3) array when they lie back to back in pinned
+        memory (an observation slot lays the cameras out in the spec's order): the group then
+        goes up in one DMA instead of one per camera. None otherwise."""
+        if not self._pinned_regions or not frames:
+            return None
+        first = frames[0]
+        start, size = first.__array_interface__["data"][0], first.nbytes
+        for k, frame in enumerate(frames):
+            if frame.__array_interface__["data"][0] != start + k * size:
+                return None
+            if not frame.flags.c_contiguous:
+                return None
+        if not self._in_pinned_region(start, start + size * len(frames)):
+            return None
+        # A view over the frames' own memory (it keeps that memory alive), checked above.
+        return np.lib.stride_tricks.as_strided(
+            first, shape=(len(frames), *first.shape), strides=(size, *first.strides)
+        )
 
     @property
     def frames(self) -> tuple[torch.Tensor, ...]:
@@ -175,25 +209,32 @@ class InputStaging:
             for name, index, row in self._placement:
                 np.copyto(self._host[index][0, row], images[name])
             return
-        slot = self._slots[self._next]
+        index = self._next
+        slot, slot_rows = self._slots[index], self._slot_rows[index]
         if self._wait_for_slot:
             slot.uploaded.synchronize()  # the slot's previous copy has been read by the GPU
         # The codec first: it may refuse the context, and then nothing has been enqueued.
         self._codec.encode(context, slot.codec_arrays)
-        self._next = (self._next + 1) % len(self._slots)
-        # Camera by camera, so each frame's DMA overlaps the host copy of the next one.
-        for name, index, row in self._placement:
-            frame = images[name]
-            if self._pinned_regions and self._pinned(frame):
-                # Already page-locked (a shared observation slot): one DMA from there.
-                source = torch.from_numpy(frame)
-            else:
-                # np.copyto, single-threaded on purpose: torch's multi-threaded CPU copy was
-                # faster when the machine was idle but took 24 ms a step on an H200 host
-                # while other processes kept its cores busy (its threads wait on each other).
-                np.copyto(slot.arrays[index][0, row], frame)
-                source = slot.tensors[index][0, row]
-            self.tensors[index][0, row].copy_(source, non_blocking=True)
+        self._next = (index + 1) % len(self._slots)
+        for names, device_group in self._groups:
+            frames = [images[name] for name in names]
+            span = self._pinned_span(frames)
+            if span is not None:
+                # Already page-locked and back to back (a shared observation slot): one DMA.
+                device_group.copy_(torch.from_numpy(span), non_blocking=True)
+                continue
+            # Camera by camera, so each frame's DMA overlaps the host copy of the next one.
+            for name, frame in zip(names, frames, strict=True):
+                if self._pinned_regions and self._pinned(frame):
+                    source = torch.from_numpy(frame)  # page-locked: one DMA from there
+                else:
+                    # np.copyto, single-threaded on purpose: torch's multi-threaded CPU copy
+                    # was faster when the machine was idle but took 24 ms a step on an H200
+                    # host while other processes kept its cores busy (its threads wait on
+                    # each other).
+                    host_row, source = slot_rows[name]
+                    np.copyto(host_row, frame)
+                self._rows[name].copy_(source, non_blocking=True)
         if self._has_codec_inputs:
             self._packed.copy_(slot.packed, non_blocking=True)  # every codec input at once
         slot.uploaded.record(self._compute)
