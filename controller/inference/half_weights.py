@@ -5,15 +5,17 @@ on every call. Compiled, that is one cast kernel per weight per step, reading an
 whole model: on an H100 about 60 kernels and a fifth of ACT-ALOHA's step. Stored in the half
 type, the weights are what autocast would have made of them, so the results are the same and the
 casts are gone. (Inductor's freezing folds the casts too, but torch does not cache a frozen
-graph's AOT compilation, and a warm restart took 7 s longer; see `RunnerConfig.freezing`.)
+graph's AOT compilation: a warm restart took about 8 s longer on an H100. See
+`RunnerConfig.freezing`.)
 
 Only a module that says it is safe gets the copy (`precast_half_weights = True`): its matmul and
-convolution weights must be used by those operations alone, under the runner's autocast (ACT,
-the flow policy). A module that manages its own precision (TD-MPC2's planner switches autocast
-off, DuQuant's layers read their FP32 weights) keeps its weights. Besides `nn.Linear` and
+convolution weights must be used by those operations alone, under the runner's autocast (ACT;
+the flow policy without RTC, whose wrapper does not ask). A module that manages its own
+precision (TD-MPC2's planner switches autocast off) keeps its weights. Besides `nn.Linear` and
 `nn.Conv*`, a submodule names the parameters it feeds to matmuls itself in `matmul_parameters`
 (ACT's attention keeps its packed input projection as bare parameters). The FP32 reference tier
-keeps the original module.
+keeps the original module, and the copy shares every tensor it does not cast with it: a
+quantized ACT's quantized layers hold buffers only, so they are shared, not copied.
 """
 
 from __future__ import annotations
@@ -40,11 +42,23 @@ def matmul_parameter_names(module: nn.Module) -> tuple[str, ...]:
 
 def half_weight_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     """A copy of `module` whose matmul and convolution parameters are stored in `dtype` (memory
-    format kept, no gradients); everything else, buffers included, as it was."""
-    twin = copy.deepcopy(module)
-    for sub in twin.modules():
+    format kept, no gradients); every other tensor, buffers included, is shared with `module`,
+    not copied (nothing writes them while serving), and a parameter tied to several layers
+    stays one tensor."""
+    memo: dict[int, object] = {}
+    for sub in module.modules():
         for name in matmul_parameter_names(sub):
             param = sub._parameters.get(name)
-            if param is not None and param.is_floating_point():
-                sub._parameters[name] = nn.Parameter(param.detach().to(dtype), requires_grad=False)
-    return twin
+            if param is not None and param.is_floating_point() and id(param) not in memo:
+                memo[id(param)] = nn.Parameter(param.detach().to(dtype), requires_grad=False)
+    for tensor in (*module.parameters(), *module.buffers()):
+        memo.setdefault(id(tensor), tensor)  # deepcopy takes what the memo has as the copy
+    return copy.deepcopy(module, memo)
+
+
+def half_tier_module(module: nn.Module, half: torch.dtype | None) -> nn.Module:
+    """The module as the half-precision tiers run it: the half-weight copy when `half` is set
+    and the module asks for it, else `module` itself (tools that time what is served)."""
+    if half is None or not precasts_half_weights(module):
+        return module
+    return half_weight_copy(module, half)

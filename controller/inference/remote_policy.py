@@ -183,6 +183,7 @@ class RemotePolicy:
         with self.requests() as channel:
             if channel is None:
                 raise InferenceUnavailable("the inference process is restarting; robots are held")
+            self.last_trips_ns = None  # until this step's reply says when it was taken
             sent_ns = time.monotonic_ns()
             request_id = channel.send(images, context)
             reply = self._await_reply(channel, request_id)

@@ -163,8 +163,10 @@ class InputStaging:
 
     def _pinned_span(self, frames: list[np.ndarray]) -> np.ndarray | None:
         """A group's frames as one (n, H, W, 3) array when they lie back to back in pinned
-        memory (an observation slot lays the cameras out in the spec's order): the group then
-        goes up in one DMA instead of one per camera. None otherwise."""
+        memory: the group then goes up in one DMA instead of one per camera. None otherwise. An
+        observation slot lays the cameras out in the spec's order, each part at a multiple of
+        64 bytes: its frames are back to back when a group's cameras are consecutive in the spec
+        and H x W x 3 is a multiple of 64 (480x640 is; 84x84 is not)."""
         if not self._pinned_regions or not frames:
             return None
         first = frames[0]

@@ -26,17 +26,20 @@ compiled tier always runs under the state it was compiled in. A module may also 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from controller.inference.half_weights import half_weight_copy, precasts_half_weights
+from controller.inference.half_weights import half_tier_module
 from controller.inference.runner_config import RunnerConfig, TierName
 from controller.inference.staging import InputStaging, packed_outputs
 
 Outputs = tuple[torch.Tensor, ...]
+
+log = logging.getLogger(__name__)
 
 
 def step_outputs(
@@ -277,14 +280,22 @@ def half_dtype(config: RunnerConfig) -> torch.dtype:
 def build_tiers(
     names: list[TierName], module: nn.Module, inputs: InputStaging, config: RunnerConfig
 ) -> dict[TierName, Tier]:
-    """Tier objects for `names` (cheap: nothing is compiled until `build`)."""
+    """Tier objects for `names` (nothing is compiled until `build`; the half tiers' copy of the
+    weights is made here)."""
     cuda = inputs.device.type == "cuda"
     half = half_dtype(config) if cuda else None
     # The FP32 reference (eager_fp32) keeps `module`; the half tiers may run a copy whose
     # weights are already in the half type (controller.inference.half_weights).
     half_module = module
-    if half is not None and precasts_half_weights(module):
-        half_module = half_weight_copy(module, half)
+    if any(name != "eager_fp32" for name in names):
+        try:
+            half_module = half_tier_module(module, half)
+        except Exception as exc:  # noqa: BLE001 - out of GPU memory, say: autocast still works
+            log.warning(
+                "could not hold the weights in half precision (%s); the half-precision tiers "
+                "cast them on every step instead",
+                exc,
+            )
     step = CompiledStep(half_module, half, inputs, config)
     tiers: dict[TierName, Tier] = {}
     for name in names:

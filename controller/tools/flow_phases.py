@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.tools.profile_result import Row
 from policies.flow.model import FlowMatchingPolicy
@@ -103,14 +104,15 @@ def _measure_once(
 def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row]:
     """Rows (group "phases", shares of the eager RTC or flow forward) for a flow policy."""
     path = runner.step_path
-    parts = flow_parts(path.module)
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    if path.device.type != "cuda":
+        half = None
+    module = half_tier_module(path.module, half)  # the weights as the half tiers hold them
+    parts = flow_parts(module)
     if parts is None:
         return []
     flow, rtc = parts
     codec = runner.codec
-    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
-    if path.device.type != "cuda":
-        half = None
     timer = _Timer(path.device)
     n = flow.config.n_steps
     columns: dict[str, list[float]] = {
@@ -126,7 +128,7 @@ def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row
         for i in range(iterations + 2):
             seed = 7 + i % 4
             path.upload(example_frames(runner.spec, seed), codec.example(seed))
-            measured = _measure_once(path.module, path.staging.tensors, flow, rtc, timer)
+            measured = _measure_once(module, path.staging.tensors, flow, rtc, timer)
             if i < 2:
                 continue  # first calls: allocator and kernel caches
             for key, value in zip(columns, measured, strict=True):

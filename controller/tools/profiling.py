@@ -23,7 +23,8 @@ interleaved so that machine drift affects every row alike:
 
 Then, in a separate pass (hooks must never be on a module a compiled tier calls), the eager
 module is timed per top-level submodule with forward hooks (`controller.tools.module_timing`), in
-the serving tier's precision, plus the part of forward outside any submodule (preprocessing, glue).
+the serving tier's precision (on a copy with the weights held as the half tiers hold them, see
+`controller.inference.half_weights`), plus the part of forward outside any submodule.
 Percentages are of means (means add up; medians do not): phases as a share of the policy step,
 submodules of the eager forward, tick rows of the control period.
 
@@ -47,6 +48,7 @@ from controller.action.pipeline import ActionPipeline
 from controller.config import TempoConfig, resolve_execution
 from controller.daemon.service import pipeline_factory
 from controller.inference import build
+from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import Tier
@@ -183,8 +185,8 @@ def _breakdown(
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Per-child seconds of the eager forward (hooks), FORWARD, and the children never called."""
     path = runner.step_path
-    module = path.module
     half = _precision_dtype(precision) if path.device.type == "cuda" else None
+    module = half_tier_module(path.module, half)  # a copy, or hooks would be on the served module
     times: dict[str, list[float]] = {}
     # On the runner's stream, so the hooks' CUDA events and the forward share one stream.
     with SubmoduleTimer(module, path.device) as timer, torch.no_grad(), path.on_stream():

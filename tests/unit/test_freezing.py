@@ -53,3 +53,4 @@ def test_the_freezing_setting_decides_whether_inductor_freezes(
     assert runner.tier == "compiled"
     # Frozen: the tiny policy's weights (a dozen tensors) are constants, not inputs.
     assert (sum(folded_inputs) >= 8) is freezing
+    assert torch._inductor.config.freezing is False  # the process-wide setting is put back

@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from controller.inference.compile_cache import cache_key  # noqa: E402
 from controller.inference.half_weights import half_weight_copy, precasts_half_weights  # noqa: E402
 from controller.inference.runner_config import RunnerConfig  # noqa: E402
 from controller.inference.tiers import EagerTier, build_tiers  # noqa: E402
@@ -71,3 +72,38 @@ def test_on_cuda_the_half_tiers_get_the_copy_and_the_reference_the_original(act)
     assert reference._module is act.module
     assert half._module is not act.module
     assert half._module.action_head.weight.dtype == torch.bfloat16
+
+
+def test_the_copy_shares_what_it_does_not_cast_and_keeps_ties() -> None:
+    class Tied(torch.nn.Module):
+        precast_half_weights = True
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.nn.Linear(4, 4)
+            self.b.weight = self.a.weight  # one tensor, two layers
+            self.norm = torch.nn.LayerNorm(4)
+            self.register_buffer("scale", torch.ones(4))
+
+    module = Tied()
+    twin = half_weight_copy(module, torch.float16)
+    assert twin.a.weight is twin.b.weight and twin.a.weight.dtype == torch.float16
+    assert twin.norm.weight is module.norm.weight  # not cast: shared, not copied
+    assert twin.scale is module.scale
+    assert twin.a is not module.a  # the modules are the copy's own (hooks stay apart)
+
+
+def test_compiled_and_graph_tiers_get_the_copy_too_and_the_cache_key_says_so(act) -> None:  # type: ignore[no-untyped-def]
+    config = RunnerConfig(cache_dir=None, precision="bf16")
+    tiers = build_tiers(["graph", "compiled", "eager_half"], act.module, _CudaStaging(), config)  # type: ignore[arg-type]
+    half = tiers["eager_half"]._module  # type: ignore[attr-defined]
+    for name in ("graph", "compiled"):
+        assert tiers[name]._step._step.module is half, name  # type: ignore[attr-defined]
+    spec = act.spec
+    asked = cache_key(spec, act.module, config, torch.device("cpu"))
+    type(act.module).precast_half_weights = False
+    try:
+        assert cache_key(spec, act.module, config, torch.device("cpu")) != asked
+    finally:
+        type(act.module).precast_half_weights = True
