@@ -20,7 +20,9 @@ dtype: graph, compiled and eager_half on CUDA) enter it around compiling, warmin
 and running; eager FP32, the reference, never does. torch.compile guards on such flags, so the
 compiled tier always runs under the state it was compiled in. A module may also define
 `compile_options()`, inductor settings its compiled code wants (TD-MPC2's planner asks for
-`triton.multi_kernel`); they are part of the compile cache's key.
+`triton.multi_kernel`); they are part of the compile cache's key. A module that sets
+`precast_half_weights` gets a copy with its matmul weights in the half type for the
+reduced-precision tiers (`controller.inference.half_weights`); eager_fp32 keeps the original.
 """
 
 from __future__ import annotations
