@@ -271,12 +271,20 @@ class GraphTier(Tier):
         return self._out
 
 
+_HALF_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
 def precision_name(half: torch.dtype | None) -> str:
     return {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(half, "fp32")  # type: ignore[arg-type]
 
 
+def precision_dtype(precision: str) -> torch.dtype | None:
+    """The half type a precision name stands for ("fp16", "bf16"); None for "fp32"."""
+    return _HALF_DTYPES.get(precision)
+
+
 def half_dtype(config: RunnerConfig) -> torch.dtype:
-    return torch.float16 if config.precision == "fp16" else torch.bfloat16
+    return _HALF_DTYPES[config.precision]
 
 
 def build_tiers(

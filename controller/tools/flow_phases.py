@@ -26,6 +26,7 @@ import torch
 
 from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
+from controller.inference.tiers import precision_dtype
 from controller.tools.profile_result import Row
 from policies.flow.model import FlowMatchingPolicy
 from policies.flow.rtc import RealTimeChunking
@@ -104,9 +105,7 @@ def _measure_once(
 def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row]:
     """Rows (group "phases", shares of the eager RTC or flow forward) for a flow policy."""
     path = runner.step_path
-    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
-    if path.device.type != "cuda":
-        half = None
+    half = precision_dtype(precision) if path.device.type == "cuda" else None
     module = half_tier_module(path.module, half)  # the weights as the half tiers hold them
     parts = flow_parts(module)
     if parts is None:

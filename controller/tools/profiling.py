@@ -51,7 +51,7 @@ from controller.inference import build
 from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.inference.step_path import StepPath
-from controller.inference.tiers import Tier
+from controller.inference.tiers import Tier, precision_dtype
 from controller.tools.flow_phases import flow_parts, flow_phase_rows
 from controller.tools.module_timing import FORWARD, SubmoduleTimer
 from controller.tools.profile_result import ProfileResult, Row, summarize
@@ -176,16 +176,12 @@ class _Phases:
         return uploaded - started, model, download
 
 
-def _precision_dtype(precision: str) -> torch.dtype | None:
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
-
-
 def _breakdown(
     runner: Runner, precision: str, source: ObservationSource, iterations: int
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Per-child seconds of the eager forward (hooks), FORWARD, and the children never called."""
     path = runner.step_path
-    half = _precision_dtype(precision) if path.device.type == "cuda" else None
+    half = precision_dtype(precision) if path.device.type == "cuda" else None
     module = half_tier_module(path.module, half)  # a copy, or hooks would be on the served module
     times: dict[str, list[float]] = {}
     # On the runner's stream, so the hooks' CUDA events and the forward share one stream.
