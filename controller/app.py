@@ -94,7 +94,8 @@ def run_inference_process(config: TempoConfig, channel_fd: int) -> int:
     import policies.checkpoints.load  # noqa: F401
     from controller.inference.process_server import serve_control_process
 
-    return serve_control_process(lambda: build_policy(config), channel_fd)
+    busy_poll_s = config.supervision.busy_poll_ms / 1000
+    return serve_control_process(lambda: build_policy(config), channel_fd, busy_poll_s)
 
 
 def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> Policy:

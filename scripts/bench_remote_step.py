@@ -15,7 +15,12 @@ The driver's own write into its slot (its camera's business) is not timed. ACT a
 ALOHA defaults (3 cameras 480x640, 14 joints, chunk 100), random weights, or `--tiny` for a
 quick CPU run.
 
+`--period-ms` starts the steps that far apart, as a camera's rate does (back to back by
+default): between steps the inference process then sleeps, unless supervision.busy_poll_ms
+keeps it polling (`--set supervision.busy_poll_ms=50`).
+
     python scripts/bench_remote_step.py [--iters 300] [--cache-dir DIR] [--tiny] [--set K=V]
+                                        [--period-ms MS]
 """
 
 from __future__ import annotations
@@ -59,9 +64,25 @@ class _Recorder:
         return {key: np.array(values) for key, values in self.rows.items()}
 
 
-def time_steps(policy: Policy, observations: list, iterations: int) -> Samples:  # type: ignore[type-arg]
+class _Pace:
+    """Starts steps `period_s` apart (0: at once)."""
+
+    def __init__(self, period_s: float) -> None:
+        self._period_s = period_s
+        self._next = time.perf_counter()
+
+    def wait(self) -> None:
+        if self._period_s <= 0:
+            return
+        self._next += self._period_s
+        time.sleep(max(0.0, self._next - time.perf_counter()))
+
+
+def time_steps(policy: Policy, observations: list, iterations: int, period_s: float) -> Samples:  # type: ignore[type-arg]
     recorder = _Recorder(policy)
+    pace = _Pace(period_s)
     for i in range(iterations + 20):
+        pace.wait()
         images, state = observations[i % len(observations)]
         began = time.perf_counter()
         policy.predict(images, window_context(state))
@@ -70,17 +91,24 @@ def time_steps(policy: Policy, observations: list, iterations: int) -> Samples: 
     return recorder.samples()
 
 
-def time_in_place(policy: Policy, observations: list, iterations: int) -> tuple[Samples, str]:  # type: ignore[type-arg]
+def time_in_place(
+    policy: Policy,
+    observations: list,  # type: ignore[type-arg]
+    iterations: int,
+    period_s: float,
+) -> tuple[Samples, str]:
     """Steps on frames in a driver's ring, as the daemon serves an observation written in place
     (the ring is made as the dispatcher makes a session's); and whether the ring was pinned."""
     ring = FrameSlots.create(policy.spec, DRIVER_RING_SLOTS)
     names = [c.name for c in policy.spec.cameras]
     recorder = _Recorder(policy)
+    pace = _Pace(period_s)
     try:
         for i in range(iterations + 20):
             images, state = observations[i % len(observations)]
             index = i % ring.count
             generation = ring.write(index, images, np.zeros_like(ring.views(index)[1]))
+            pace.wait()  # the driver wrote the frames as they came; the step starts on time
             frames = SlotFrames(ring, index, generation, names)
             began = time.perf_counter()
             policy.predict(frames, window_context(state))
@@ -102,6 +130,10 @@ def main() -> int:
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--tiny", action="store_true", help="a small ACT (CPU-friendly)")
     parser.add_argument(
+        "--period-ms", type=float, default=0.0,
+        help="start the steps this far apart (33.3: a 30 Hz camera); 0: back to back",
+    )  # fmt: skip
+    parser.add_argument(
         "--set", dest="overrides", action="append", default=[],
         help="a config override, e.g. runner.cudnn_benchmark=true (repeatable)",
     )  # fmt: skip
@@ -116,19 +148,21 @@ def main() -> int:
         config = load_config(None, overrides)
         observations = [random_observation(policy.spec, seed) for seed in range(8)]
         local = build_policy(config)
-        in_process = time_steps(local, observations, args.iters)
+        period_s = args.period_ms / 1000
+        in_process = time_steps(local, observations, args.iters, period_s)
         device, tier = local.status()["device"], local.tier
         del local
         remote = inference_process(config, Path(tmp) / "config.json")
         try:
             remote.start()
-            separate = time_steps(remote, observations, args.iters)
-            in_place, rings_pinned = time_in_place(remote, observations, args.iters)
+            separate = time_steps(remote, observations, args.iters, period_s)
+            in_place, rings_pinned = time_in_place(remote, observations, args.iters, period_s)
             pinned = remote.pinned
         finally:
             remote.stop()
     settings = ", ".join(args.overrides) or "default settings"
-    print(f"{device}, tier {tier}, {settings}, {args.iters} steps each (ms)")
+    pacing = f"every {args.period_ms:g} ms" if args.period_ms > 0 else "back to back"
+    print(f"{device}, tier {tier}, {settings}, {args.iters} steps each, {pacing} (ms)")
     print(f"{'':50s}{'p50':>10s}{'p99':>10s}{'mean':>10s}")
     inside = "  of which inside the inference process"
     rows = [

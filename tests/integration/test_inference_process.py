@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -104,9 +105,10 @@ def test_driver_is_held_then_served_fresh_after_the_inference_process_dies(
         assert not Path(f"/proc/{child}").exists()  # the hung one was killed, not left behind
 
 
-def _remote(tmp_path: Path, marker: Path) -> RemotePolicy:
+def _remote(tmp_path: Path, marker: Path, *overrides: str) -> RemotePolicy:
     config_file = tmp_path / "config.json"
-    config_file.write_text(json.dumps(ipc_config(tmp_path).model_dump(mode="json")))
+    config = ipc_config(tmp_path, *overrides)
+    config_file.write_text(json.dumps(config.model_dump(mode="json")))
     command = [sys.executable, str(FLAKY), str(marker), "inference-process"]
     return RemotePolicy([*command, "--config-json", str(config_file)], hang_timeout_s=1.0)
 
@@ -144,6 +146,42 @@ def test_a_restart_that_dies_during_its_startup_checks_is_retried(tmp_path: Path
     finally:
         policy.stop()
     assert policy.pid is None  # stop() waited for the process
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _cpu_used_over(pid: int, seconds: float) -> float:
+    before = _cpu_seconds(pid)
+    time.sleep(seconds)
+    return _cpu_seconds(pid) - before
+
+
+@pytest.mark.parametrize("busy_poll_ms", [0, 1500])
+def test_busy_polling_keeps_the_process_awake_after_a_step_and_no_longer(
+    tmp_path: Path, busy_poll_ms: int
+) -> None:
+    policy = _remote(tmp_path, tmp_path / "no-marker", f"supervision.busy_poll_ms={busy_poll_ms}")
+    policy.start()
+    try:
+        pid = policy.pid
+        assert pid is not None
+        images = {"front": np.zeros((96, 128, 3), np.uint8)}
+        context = first_context(policy.spec, np.zeros(6, np.float32))
+        time.sleep(2.0)  # start-up's own work is over; the process waits for a request
+        assert _cpu_used_over(pid, 0.5) < 0.2  # asleep before any step
+        prediction = policy.predict(images, context)
+        assert np.isfinite(prediction.actions).all()
+        awake = _cpu_used_over(pid, 0.5)  # within the busy window after the step
+        if busy_poll_ms:
+            assert awake > 0.1, awake  # polling (even a loaded 2-core machine gives it that)
+            time.sleep(1.2)  # the window ends
+        assert _cpu_used_over(pid, 0.5) < 0.2  # asleep again
+        assert np.isfinite(policy.predict(images, context).actions).all()  # and still serving
+    finally:
+        policy.stop()
 
 
 def test_a_restart_builds_in_the_standby_process_and_stop_ends_both(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ peer that has gone is seen at once."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -98,3 +99,20 @@ def test_a_corrupt_length_is_an_error_not_a_huge_allocation() -> None:
         ours.receive(timeout_ms=1000)
     ours.close()
     peer.close()
+
+
+def test_a_spinning_receive_takes_a_message_sent_meanwhile_and_still_ends_at_its_timeout() -> None:
+    ours, peer = pair()
+    sender = threading.Timer(0.05, lambda: ours.send(b"late", timeout_s=5.0))
+    sender.start()
+    try:
+        # Sent while the receiver reads without sleeping: taken by the spin itself.
+        assert peer.receive(timeout_ms=5000, spin_s=5.0) == b"late"
+    finally:
+        sender.join()
+    began = time.monotonic()
+    # Nothing comes: a spin longer than the timeout ends with it.
+    assert peer.receive(timeout_ms=50, spin_s=60.0) is None
+    assert time.monotonic() - began < 30.0
+    ours.close()
+    assert peer.receive(timeout_ms=5000, spin_s=5.0) is None and peer.closed
