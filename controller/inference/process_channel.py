@@ -6,7 +6,7 @@
     child = ProcessChannel.inherited(fd)    # in the child (`--channel-fd`)
     child.send(data, timeout_s=None)        # the child may wait for room
     data = child.receive(timeout_ms=50)     # ... and for a message
-    data = child.receive(50, spin_s=0.01)    # ... reading without sleeping for the first 10 ms
+    data = child.receive(50, spin_s=0.01)   # ... not sleeping for the first 10 ms of the wait
 
 A Unix stream socket pair, each message a 4-byte length then its bytes. Both ends see the other's
 death at once (end of stream, a broken pipe): nothing is queued for a process that will never
