@@ -29,6 +29,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,7 @@ import numpy as np
 from controller.app import build_policy, inference_process
 from controller.config import load_config
 from controller.daemon.dispatch import DRIVER_RING_SLOTS
+from controller.daemon.pacer import Pacer
 from controller.inference.frame_slots import FrameSlots
 from controller.inference.ladder import random_observation
 from controller.wire.slot_ring import SlotFrames
@@ -64,25 +66,21 @@ class _Recorder:
         return {key: np.array(values) for key, values in self.rows.items()}
 
 
-class _Pace:
-    """Starts steps `period_s` apart (0: at once)."""
-
-    def __init__(self, period_s: float) -> None:
-        self._period_s = period_s
-        self._next = time.perf_counter()
-
-    def wait(self) -> None:
-        if self._period_s <= 0:
-            return
-        self._next += self._period_s
-        time.sleep(max(0.0, self._next - time.perf_counter()))
+def pace(period_ms: float) -> Callable[[], object]:
+    """A wait for the next step's start, `period_ms` apart on the daemon's own pacer (sleeping,
+    no spin); at 0 it does not wait."""
+    if period_ms <= 0:
+        return lambda: None
+    pacer = Pacer(round(period_ms * 1e6), spin_ns=0)
+    pacer.start()
+    return pacer.wait
 
 
-def time_steps(policy: Policy, observations: list, iterations: int, period_s: float) -> Samples:  # type: ignore[type-arg]
+def time_steps(policy: Policy, observations: list, iterations: int, period_ms: float) -> Samples:  # type: ignore[type-arg]
     recorder = _Recorder(policy)
-    pace = _Pace(period_s)
+    wait = pace(period_ms)
     for i in range(iterations + 20):
-        pace.wait()
+        wait()
         images, state = observations[i % len(observations)]
         began = time.perf_counter()
         policy.predict(images, window_context(state))
@@ -95,20 +93,20 @@ def time_in_place(
     policy: Policy,
     observations: list,  # type: ignore[type-arg]
     iterations: int,
-    period_s: float,
+    period_ms: float,
 ) -> tuple[Samples, str]:
     """Steps on frames in a driver's ring, as the daemon serves an observation written in place
     (the ring is made as the dispatcher makes a session's); and whether the ring was pinned."""
     ring = FrameSlots.create(policy.spec, DRIVER_RING_SLOTS)
     names = [c.name for c in policy.spec.cameras]
     recorder = _Recorder(policy)
-    pace = _Pace(period_s)
+    wait = pace(period_ms)
     try:
         for i in range(iterations + 20):
             images, state = observations[i % len(observations)]
             index = i % ring.count
             generation = ring.write(index, images, np.zeros_like(ring.views(index)[1]))
-            pace.wait()  # the driver wrote the frames as they came; the step starts on time
+            wait()  # the driver wrote the frames as they came; the step starts on time
             frames = SlotFrames(ring, index, generation, names)
             began = time.perf_counter()
             policy.predict(frames, window_context(state))
@@ -148,15 +146,14 @@ def main() -> int:
         config = load_config(None, overrides)
         observations = [random_observation(policy.spec, seed) for seed in range(8)]
         local = build_policy(config)
-        period_s = args.period_ms / 1000
-        in_process = time_steps(local, observations, args.iters, period_s)
+        in_process = time_steps(local, observations, args.iters, args.period_ms)
         device, tier = local.status()["device"], local.tier
         del local
         remote = inference_process(config, Path(tmp) / "config.json")
         try:
             remote.start()
-            separate = time_steps(remote, observations, args.iters, period_s)
-            in_place, rings_pinned = time_in_place(remote, observations, args.iters, period_s)
+            separate = time_steps(remote, observations, args.iters, args.period_ms)
+            in_place, rings_pinned = time_in_place(remote, observations, args.iters, args.period_ms)
             pinned = remote.pinned
         finally:
             remote.stop()
