@@ -268,7 +268,7 @@ class TDMPC2Policy(nn.Module):
             pi_actions.append(a)
             if t + 1 < horizon:
                 first = z_first if t == 0 else w.first_z(z_pi)
-                z_pi, _ = w.step(first + w.first_a(w.pad_actions(a.to(dtype))))
+                z_pi, _ = w.step(first, w.first_a(w.pad_actions(a.to(dtype))))
         prior = torch.stack(pi_actions, dim=1)  # (B, H, P, A)
 
         # Warm start: the previous mean, one step on; nothing at an episode start.
@@ -326,14 +326,14 @@ class TDMPC2Policy(nn.Module):
         the first layers), actions_first (B, H, N, 2 mlp) (each step's action part,
         `PlannerWeights.first_a`) -> (B, N)."""
         c, m = self.config, self.model
-        z, h = w.step(z_first + actions_first[:, 0])
+        z, h = w.step(z_first, actions_first[:, 0])
         hidden, alive = [h], [torch.ones_like(actions_first[:, 0, :, :1], dtype=torch.float32)]
         for t in range(c.horizon):
             if m.termination is not None:  # a property of the model, not of the data
                 ended = m.terminated(z.float()) if w.dtype is None else w.terminated(z)
                 alive.append(alive[-1] * (1.0 - ended))
             if t + 1 < c.horizon:
-                z, h = w.step(w.first_z(z) + actions_first[:, t + 1])
+                z, h = w.step(w.first_z(z), actions_first[:, t + 1])
                 hidden.append(h)
         rewards = w.rewards(torch.stack(hidden), self.model.bins)  # (H, B, N, 1), one matmul
         ret = torch.zeros_like(alive[0])
