@@ -15,8 +15,9 @@ derives tensors from it. They are non-persistent buffers (never saved, moved by 
 the parameters) rebuilt by `refresh`, which runs after every `load_state_dict` of the world
 model (a hook); after editing parameters in place any other way, call `refresh` yourself.
 With `dtype` set (the planner's pre-cast half precision) the policy prior and the Q-ensemble
-are held here too, cast once instead of by autocast on every call, and on a GPU the step's layer
-norms run as Triton kernels (`policies.tdmpc2.norm_kernels`).
+are held here too, cast once instead of by autocast on every call, and on a GPU the step's Mish
+norms up to 1024 wide and its LayerNorm + SimNorm run as Triton kernels
+(`policies.tdmpc2.norm_kernels`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from policies.tdmpc2.model import NormedLinear, SimNorm, WorldModel, two_hot_inv
+from policies.tdmpc2.model import NormedLinear, WorldModel, two_hot_inv
 from policies.tdmpc2.norm_kernels import norm_act
 
 Layer = tuple[torch.Tensor, ...]  # weight, bias[, ln weight, ln bias]
@@ -73,7 +74,7 @@ class PlannerWeights(nn.Module):
         # runs slower unaligned kernels when a matrix's leading dimension is not 16-byte aligned
         # (an [z, a] input of 512 + 21 columns, 101 two-hot logits). Zeros add exact zeros.
         self.action_pad, self.bins_pad = -c.action_dim % ALIGN, -c.num_bins % ALIGN
-        self.simnorm = SimNorm(model.config.simnorm_dim)
+        self.simnorm_group = model.config.simnorm_dim
         self.refresh(model)
         # The model keeps only a weak reference: planners rebuilt on one model (another mode,
         # another compute) must not keep every earlier copy of the weights alive through it.
@@ -170,10 +171,10 @@ class PlannerWeights(nn.Module):
         (B, 1 or N, 2 mlp) (`first_z`, bias included), a_part (B, N, 2 mlp) (`first_a`) ->
         (next latent (B, N, latent), the reward head's last hidden state (B, N, mlp))."""
         batch, n, width = a_part.shape
-        heads = (batch, n, 2, width // 2)  # (B, N, 2 mlp) seen as (2, B, N, mlp): heads first
+        split = (batch, n, 2, width // 2)  # (B, N, 2 mlp) seen as (2, B, N, mlp): heads first
         h = norm_act(
-            a_part.view(heads).permute(2, 0, 1, 3),
-            z_part.expand(batch, n, width).view(heads).permute(2, 0, 1, 3),
+            a_part.view(split).permute(2, 0, 1, 3),
+            z_part.expand(batch, n, width).view(split).permute(2, 0, 1, 3),
             self.t("first_ln_w"),
             self.t("first_ln_b"),
         )  # (2, B N, mlp), head-major: what the batched matmul reads
@@ -188,7 +189,7 @@ class PlannerWeights(nn.Module):
             None,
             self.t("dyn_out_ln_w").unsqueeze(0),
             self.t("dyn_out_ln_b").unsqueeze(0),
-            simnorm=self.simnorm.group,
+            simnorm=self.simnorm_group,
         )
         return z.reshape(batch, n, -1), h[1].reshape(batch, n, -1)
 

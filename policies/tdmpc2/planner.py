@@ -182,7 +182,9 @@ class TDMPC2Policy(nn.Module):
         up to mlp_dim (1792 for 48M); inductor makes a row wider than 1024 a looped reduction,
         which reads the row twice, unless `multi_kernel` lets it also build the one-pass
         (persistent) form and keep whichever runs faster at the first call. Measured on an
-        H100, bf16 plans, GPU time per plan: 5M 1.500 -> 1.385 ms, 48M 2.863 -> 2.684 ms."""
+        H100, bf16 plans, GPU time per plan: 5M 1.500 -> 1.385 ms, 48M 2.863 -> 2.684 ms. That
+        choice is made per process and was seen to go wrong (norm_kernels' module doc); the
+        step's norms now mostly run as Triton kernels, so this serves the other reductions."""
         return {"triton.multi_kernel": 1} if self.config.mode == "plan" else {}
 
     def precision_scope(self) -> contextlib.AbstractContextManager[object]:
