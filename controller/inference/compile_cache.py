@@ -78,6 +78,22 @@ def channels_last_of(module: nn.Module) -> bool:
     )
 
 
+def open_compile_cache(
+    tier_names: list[str],
+    spec: PolicySpec,
+    module: nn.Module,
+    config: RunnerConfig,
+    device: torch.device,
+) -> CompileCache | None:
+    """The activated cache of a runner that will compile (a graph or compiled tier) and has a
+    cache_dir; None otherwise."""
+    if not {"graph", "compiled"} & set(tier_names) or config.cache_dir is None:
+        return None
+    cache = CompileCache(config.cache_dir, cache_key(spec, module, config, device))
+    cache.activate()
+    return cache
+
+
 class CompileCache:
     """Points torch's caches at one directory and keeps the mega-cache file of one model."""
 

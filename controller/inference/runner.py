@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from controller.errors import InputFault, PolicyError
-from controller.inference.compile_cache import CompileCache, cache_key
+from controller.inference.compile_cache import CompileCache, open_compile_cache
 from controller.inference.faults import FaultPlan, FaultyTier
 from controller.inference.ladder import (
     Demotion,
@@ -50,10 +50,15 @@ from controller.inference.ladder import (
     random_example,
     reference_outputs,
 )
-from controller.inference.runner_config import TIER_ORDER, RunnerConfig, TierName
+from controller.inference.runner_config import TIER_ORDER, RunnerConfig
 from controller.inference.serving_ladder import ServingLadder
 from controller.inference.step_path import StepPath
-from controller.inference.tier_checks import start_tier, tier_parity
+from controller.inference.tier_checks import (
+    reference_at_start,
+    start_tiers,
+    tier_names,
+    tier_parity,
+)
 from controller.inference.tiers import EagerTier, Tier, build_tiers
 from controller.observe.telemetry import Telemetry
 from policies.base import PolicySpec, Prediction, RobotContext, window_context
@@ -231,37 +236,25 @@ class Runner:
             self._path = path = StepPath(
                 self.spec, self._policy.module, self._device, self._config, self._codec
             )
-            names = self._tier_names()
-            if {"graph", "compiled"} & set(names) and self._config.cache_dir is not None:
-                key = cache_key(self.spec, path.module, self._config, self._device)
-                self._cache = CompileCache(self._config.cache_dir, key)
-                self._cache.activate()
+            names = tier_names(self._device, self._config, self._reports)
+            config, device = self._config, self._device
+            self._cache = open_compile_cache(names, self.spec, path.module, config, device)
+            if self._cache is not None:
                 say(f"compile cache: {self._cache.outcome} ({self._cache.file})")
             tiers = build_tiers(names, path.module, path.staging, self._config)
-            for name, plan in self._faults.items():
-                if name in tiers:
-                    tiers[name] = FaultyTier(tiers[name], plan)
-            self._tiers = {name: tier for name, tier in tiers.items()}
+            self._tiers = {
+                name: FaultyTier(tier, self._faults[name]) if name in self._faults else tier
+                for name, tier in tiers.items()
+            }
             self._reference = EagerTier("eager_fp32", path.module, path.staging, None)
-            try:
-                observations, references = self._fresh_references()
-            except NonFiniteOutput as exc:
-                raise PolicyError(str(exc)) from None
-            except Exception as exc:
-                raise PolicyError(
-                    f"the model fails in eager FP32 (the reference), so no tier can serve it: "
-                    f"{first_line(exc)}"
-                ) from exc
-            for name in names:
-                self._start_tier(name, tiers[name], observations, references, say)
-            if self._cache is not None and any(
-                self._reports[n].state == "ready" for n in ("graph", "compiled") if n in names
-            ):
+            observations = self._examples()
+            references = reference_at_start(path, self._reference, observations)
+            ready = start_tiers(
+                path, self._tiers, self._reports, self._policy, self._config,
+                observations, references, say,
+            )  # fmt: skip
+            if self._cache is not None and {"graph", "compiled"} & set(ready):
                 self._cache.save()
-            ready: list[str] = [n for n in names if self._reports[n].state == "ready"]
-            if not ready:
-                reasons = "; ".join(f"{n}: {self._reports[n].reason}" for n in self._reports)
-                raise PolicyError(f"no inference tier passed its start-up checks ({reasons})")
             for tier in self._tiers.values():
                 tier.begin_serving()
             if self._telemetry is not None:
@@ -273,65 +266,14 @@ class Runner:
                 f"(fallbacks: {', '.join(ready[1:]) or 'none'})"
             )
 
-    def _tier_names(self) -> list[TierName]:
-        cuda = self._device.type == "cuda"
-        top = self._config.top_tier
-        if top == "auto":
-            top = "graph" if cuda else "eager_fp32"
-        names = list(TIER_ORDER[TIER_ORDER.index(top) :])
-        for name in names:
-            precision = "fp32" if name == "eager_fp32" or not cuda else self._config.precision
-            self._reports[name] = TierReport(name=name, precision=precision)
-        if not cuda:
-            for name in ("graph", "eager_half"):
-                if name in names:
-                    names.remove(name)
-                    self._skip(name, "needs CUDA (this runner is on the CPU)", logging.INFO)
-        return names
-
-    def _skip(self, name: str, reason: str, level: int = logging.WARNING) -> None:
-        self._reports[name].state, self._reports[name].reason = "skipped", reason
-        log.log(level, "tier %s skipped: %s", name, reason)
-
-    def _fresh_references(self) -> tuple[list[Example], list[list[np.ndarray]]]:
+    def _examples(self) -> list[Example]:
         count = self._config.parity_observations
-        examples = [random_example(self.spec, self._codec, self._next_seed()) for _ in range(count)]
-        return examples, reference_outputs(self._checked_path(), self._reference, examples)
+        return [random_example(self.spec, self._codec, self._next_seed()) for _ in range(count)]
 
     def _checked_path(self) -> StepPath:
         if self._path is None:
             raise PolicyError("the runner is not started: call start() first")
         return self._path
-
-    def _parity(
-        self, tier: Tier, observations: list[Example], references: list[list[np.ndarray]]
-    ) -> tuple[float, float]:
-        path, policy = self._checked_path(), self._policy
-        return tier_parity(path, tier, policy, self._config, observations, references)
-
-    def _start_tier(
-        self,
-        name: str,
-        tier: Tier,
-        examples: list[Example],
-        references: list[list[np.ndarray]],
-        say: Progress,
-    ) -> None:
-        report = self._reports[name]
-        try:
-            start_tier(
-                self._checked_path(),
-                tier,
-                report,
-                self._policy,
-                self._config,
-                examples,
-                references,
-                say,
-            )
-        except Exception as exc:
-            self._skip(name, first_line(exc))
-            say(f"{name}: skipped: {report.reason}")
 
     # ---- re-promotion ------------------------------------------------------------------------
 
@@ -347,15 +289,19 @@ class Runner:
         ladder = self._ladder
         if not ladder.current:
             return False
-        candidates = ladder.candidates()
+        candidates, path = ladder.candidates(), self._checked_path()
+        observations = self._examples()
         try:
-            observations, references = self._fresh_references()
+            references = reference_outputs(path, self._reference, observations)
         except Exception as exc:
             log.warning("re-promotion skipped: the reference failed (%s)", first_line(exc))
             return False
         for name in candidates:
+            tier = self._tiers[name]
             try:
-                error, _ = self._parity(self._tiers[name], observations, references)
+                error, _ = tier_parity(
+                    path, tier, self._policy, self._config, observations, references
+                )
             except Exception as exc:
                 log.info("re-promotion to %s refused: %s", name, first_line(exc))
                 continue

@@ -1,26 +1,103 @@
-"""A tier's start-up: build it, warm it up, check it against eager FP32 (and against the policy's
-reference chunks when it carries some), and fill its TierReport. The runner calls `start_tier`
-for every tier from `top_tier` down; a tier that fails any step is marked skipped."""
+"""The tiers' start-up: which tiers to try (`tier_names`), then for each one (`start_tiers`): build
+it, warm it up, check it against eager FP32 (and against the policy's reference chunks when it
+carries some), and fill its TierReport. A tier that fails any step is marked skipped, with the
+reason; the runner serves from the highest that passed."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 
 import numpy as np
+import torch
 
+from controller.errors import PolicyError
 from controller.inference.ladder import (
     Example,
+    NonFiniteOutput,
     Progress,
     TierReport,
     check_parity,
+    first_line,
     heartbeat,
     reference_examples,
+    reference_outputs,
 )
-from controller.inference.runner_config import RunnerConfig
+from controller.inference.runner_config import TIER_ORDER, RunnerConfig, TierName
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import Tier
 from policies.tensor_policy import TensorPolicy
+
+log = logging.getLogger(__name__)
+
+
+def tier_names(
+    device: torch.device, config: RunnerConfig, reports: dict[str, TierReport]
+) -> list[TierName]:
+    """The tiers to start, from `top_tier` down, each given a report in `reports`; on a CPU the
+    CUDA-only tiers are reported skipped and left out."""
+    cuda = device.type == "cuda"
+    top = config.top_tier
+    if top == "auto":
+        top = "graph" if cuda else "eager_fp32"
+    names = list(TIER_ORDER[TIER_ORDER.index(top) :])
+    for name in names:
+        precision = "fp32" if name == "eager_fp32" or not cuda else config.precision
+        reports[name] = TierReport(name=name, precision=precision)
+    if not cuda:
+        for name in ("graph", "eager_half"):
+            if name in names:
+                names.remove(name)
+                skip(reports[name], "needs CUDA (this runner is on the CPU)", logging.INFO)
+    return names
+
+
+def skip(report: TierReport, reason: str, level: int = logging.WARNING) -> None:
+    report.state, report.reason = "skipped", reason
+    log.log(level, "tier %s skipped: %s", report.name, reason)
+
+
+def reference_at_start(
+    path: StepPath, reference: Tier, examples: list[Example]
+) -> list[list[np.ndarray]]:
+    """Eager FP32's outputs on the parity examples, which every tier is checked against; a
+    PolicyError when the reference itself fails, since then no tier can serve the model."""
+    try:
+        return reference_outputs(path, reference, examples)
+    except NonFiniteOutput as exc:
+        raise PolicyError(str(exc)) from None
+    except Exception as exc:
+        raise PolicyError(
+            "the model fails in eager FP32 (the reference), so no tier can serve it: "
+            f"{first_line(exc)}"
+        ) from exc
+
+
+def start_tiers(
+    path: StepPath,
+    tiers: dict[str, Tier],
+    reports: dict[str, TierReport],
+    policy: TensorPolicy,
+    config: RunnerConfig,
+    observations: list[Example],
+    references: list[list[np.ndarray]],
+    say: Progress,
+) -> list[str]:
+    """Start every tier in `tiers` (highest first); returns those that passed, in order. Raises
+    PolicyError, with every tier's reason, when none did."""
+    for name, tier in tiers.items():
+        report = reports[name]
+        try:
+            start_tier(path, tier, report, policy, config, observations, references, say)
+        except Exception as exc:
+            skip(report, first_line(exc))
+            say(f"{name}: skipped: {report.reason}")
+    ready = [name for name in tiers if reports[name].state == "ready"]
+    if not ready:
+        reasons = "; ".join(f"{n}: {r.reason}" for n, r in reports.items())
+        raise PolicyError(f"no inference tier passed its start-up checks ({reasons})")
+    return ready
 
 
 def tier_parity(
