@@ -20,7 +20,7 @@ def _affine(heads: int, width: int, dtype: torch.dtype, device: str, shift: floa
 def _check(x, add, weight, bias, simnorm: int) -> None:  # type: ignore[no-untyped-def]
     got = torch.ops.tempo_tdmpc2.norm_act(x, add, weight, bias, simnorm)
     up = add.float() if add is not None else None
-    want = norm_kernels._reference(x.float(), up, weight.float(), bias.float(), simnorm)
+    want = norm_kernels.torch_norm_act(x.float(), up, weight.float(), bias.float(), simnorm)
     tol = TOLERANCE[x.dtype]
     assert got.shape == want.shape and got.is_contiguous() and got.dtype == x.dtype
     torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)

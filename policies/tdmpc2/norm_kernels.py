@@ -14,10 +14,11 @@ Q-ensemble's and the termination head's norms, and wider Mish rows, stay with in
 Why hand-written, measured on an H100 (bf16 plans, GPU time per plan):
 - Inductor decides per process, by timing the first call (`multi_kernel`), whether a row
   reduction runs in one pass or in a loop. The same code's 48M plan took 2.74 ms in one process
-  and 3.44 ms in another: there the dynamics' LayerNorm + SimNorm ran looped, 33.6 us a call
-  against 5.3 in one pass (this kernel: 5.1-5.3). These kernels always take the whole row at
-  once. The planner turns `multi_kernel` on for its other reductions (planner.compile_options),
-  which are still inductor's choice, and can still differ between processes.
+  and 3.44 ms in another (two leases): there the dynamics' LayerNorm + SimNorm ran looped, 33.6
+  us a call against 5.3 in one pass (this kernel: 5.1-5.3). These kernels always take the whole
+  row at once. The planner turns `multi_kernel` on for its other reductions
+  (planner.compile_options), which are still inductor's choice, and can still differ between
+  processes.
 - Together with the second layer's bias moved out of `baddbmm` (fused.py), a 5M plan went from
   1.54 to 1.30 ms and a 48M plan from 2.79 to 2.63 ms (old and new code in one call, one process
   each).
@@ -45,13 +46,14 @@ EPS = 1e-5  # nn.LayerNorm's
 MISH_MAX_WIDTH = 1024
 
 
-def _reference(
+def torch_norm_act(
     x: torch.Tensor,
     add: torch.Tensor | None,
     weight: torch.Tensor,
     bias: torch.Tensor,
     simnorm: int,
 ) -> torch.Tensor:
+    """`norm_act` in torch ops: what runs without the kernel, and what the tests check it by."""
     h = x if add is None else x + add
     heads, width = h.shape[0], h.shape[-1]
     h = F.layer_norm(h.reshape(heads, -1, width), (width,), eps=EPS)
@@ -100,7 +102,7 @@ def norm_act(
     weight, bias = weight.reshape(heads, width), bias.reshape(heads, width)
     if uses_kernel(x, add, simnorm):
         return torch.ops.tempo_tdmpc2.norm_act(x, add, weight, bias, simnorm)
-    return _reference(x, add, weight, bias, simnorm)
+    return torch_norm_act(x, add, weight, bias, simnorm)
 
 
 try:
@@ -178,7 +180,7 @@ if HAVE_TRITON:
         simnorm: int,
     ) -> torch.Tensor:
         if x.is_cuda and not gpu_runs_kernel(x.device, x.dtype):
-            return _reference(x, add, weight, bias, simnorm).to(x.dtype)
+            return torch_norm_act(x, add, weight, bias, simnorm).to(x.dtype)
         heads, batch, samples, width = x.shape
         rows = batch * samples
         y = torch.empty(heads, rows, width, device=x.device, dtype=x.dtype)
