@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from controller.observe.status_server import request_status
@@ -56,8 +57,11 @@ def soak(
     load: int,
     policy_args: list[str],
     robot_args: tuple[str, ...] = (),
+    on_load: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """`robot_args`: extra arguments of `tempo sim-robot` (--frames-on-socket)."""
+    """`robot_args`: extra arguments of `tempo sim-robot` (--frames-on-socket). `on_load` is
+    called once the daemon is up and the load runs, just before the robot starts (a measurement
+    to run beside the loop, as scripts/bench_floor.py's cyclictest)."""
     with tempfile.TemporaryDirectory(prefix="tempo-soak-") as tmp:
         sets = [
             f"server.bind=ipc://{tmp}/tempo.sock",
@@ -77,6 +81,8 @@ def soak(
         burners = [mp.Process(target=burn, args=(stop_load,), daemon=True) for _ in range(load)]
         for process in burners:
             process.start()
+        if on_load is not None:
+            on_load()
         robot = subprocess.Popen(
             [
                 *cli,

@@ -1,0 +1,135 @@
+"""The host's own floor beside Tempo's control loop: cyclictest and the daemon, same period,
+same background load, same run.
+
+cyclictest (Debian package rt-tests) is a C thread that sleeps to absolute deadlines and
+records how late it wakes: what this kernel and this load allow any program at that period.
+Tempo's loop does the same in Python (sleep, then spin the last stretch) while serving a robot.
+Both run under the same scheduling class (SCHED_OTHER: the hosts Tempo is measured on refuse
+SCHED_FIFO), at the control period, while `--load` processes burn CPU; the daemon and a
+simulated robot run through scripts/soak.py, cyclictest beside them for the same seconds.
+
+    python scripts/bench_floor.py --seconds 60 --rate 200 --load 2 [--set policy.kind=...]
+
+The goal it checks: Tempo's tick lateness p99 <= 1.5x cyclictest's p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from soak import soak  # noqa: E402
+
+GOAL_RATIO = 1.5
+HISTOGRAM_US = 20_000  # wake-ups later than 20 ms count as overflows (and as 20 ms)
+
+
+def cyclictest_command(period_us: int, seconds: float) -> list[str]:
+    """One SCHED_OTHER thread at the control period, memory locked, a histogram per us."""
+    return [
+        "cyclictest",
+        "--quiet",
+        "--mlockall",
+        f"--interval={period_us}",
+        f"--histogram={HISTOGRAM_US}",
+        f"--duration={max(1, round(seconds))}",
+    ]
+
+
+def parse_histogram(text: str) -> dict[str, float]:
+    """p50/p99/max (us) and the wake-up count from cyclictest's `--histogram` output."""
+    counts: list[tuple[int, int]] = []
+    for line in text.splitlines():
+        match = re.fullmatch(r"(\d+)\s+(\d+)", line.strip())
+        if match:
+            counts.append((int(match.group(1)), int(match.group(2))))
+    overflow = re.search(r"# Histogram Overflows:\s*(\d+)", text)
+    maximum = re.search(r"# Max Latencies:\s*(\d+)", text)
+    if not counts or maximum is None:
+        raise ValueError("cyclictest printed no histogram")
+    if overflow is not None and int(overflow.group(1)):
+        counts.append((HISTOGRAM_US, int(overflow.group(1))))
+    total = sum(n for _, n in counts)
+
+    def percentile(q: float) -> float:
+        rank, seen = q * total, 0
+        for latency, n in counts:
+            seen += n
+            if seen >= rank:
+                return float(latency)
+        return float(counts[-1][0])
+
+    return {
+        "wakeups": float(total),
+        "p50_us": percentile(0.50),
+        "p99_us": percentile(0.99),
+        "max_us": float(maximum.group(1)),
+    }
+
+
+def run(seconds: float, rate: float, load: int, overrides: list[str]) -> dict[str, Any]:
+    """The soak with cyclictest started when the load and the robot start."""
+    period_us = round(1e6 / rate)
+    started: list[subprocess.Popen[str]] = []
+
+    def beside() -> None:
+        command = cyclictest_command(period_us, seconds)
+        started.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+
+    tempo = soak(seconds, rate, load, overrides, on_load=beside)
+    if not started:
+        raise SystemExit("bench_floor: the soak never started its load")
+    output, _ = started[0].communicate(timeout=seconds + 60)
+    floor = parse_histogram(output)
+    p99 = tempo["tick_lateness_us_p99"]
+    ratio = None if p99 is None or not floor["p99_us"] else p99 / floor["p99_us"]
+    return {"tempo": tempo, "cyclictest": floor, "ratio_p99": ratio}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--load", type=int, default=2, help="background busy processes")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if shutil.which("cyclictest") is None:
+        print("bench_floor: cyclictest is not installed (Debian: apt install rt-tests)")
+        return 2
+    result = run(args.seconds, args.rate, args.load, args.overrides)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    tempo, floor, ratio = result["tempo"], result["cyclictest"], result["ratio_p99"]
+    print(
+        f"{args.seconds:.0f} s at {args.rate:.0f} Hz, {args.load} busy background processes, "
+        "both SCHED_OTHER"
+    )
+    print(f"{'':28s}{'p99 (us)':>10s}{'max (us)':>10s}")
+    print(
+        f"{'cyclictest (the floor)':28s}{floor['p99_us']:10.0f}{floor['max_us']:10.0f}"
+        f"   ({floor['wakeups']:.0f} wake-ups)"
+    )
+    p99, peak = tempo["tick_lateness_us_p99"], tempo["tick_lateness_us_max"]
+    print(
+        f"{'Tempo tick lateness':28s}{p99:10.0f}{peak:10.0f}"
+        f"   ({tempo['ticks']} ticks, {tempo['missed_ticks']} missed)"
+    )
+    if ratio is None:
+        print("ratio: n/a")
+    else:
+        verdict = "meets" if ratio <= GOAL_RATIO else "misses"
+        print(f"ratio p99 Tempo / cyclictest: {ratio:.2f}x ({verdict} the {GOAL_RATIO}x goal)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
