@@ -29,7 +29,7 @@ from controller.daemon.service import (
 )
 from controller.daemon.systemd import notify
 from controller.daemon.transport import RouterTransport
-from controller.inference.remote_policy import RemotePolicy
+from controller.link.remote_policy import RemotePolicy
 from controller.observe.metrics_http import MetricsServer, check_available
 from controller.observe.status_server import StatusServer
 from controller.observe.telemetry import Telemetry

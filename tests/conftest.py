@@ -243,9 +243,9 @@ class StreamingDriver:
 
 def sync_worker(policy: Any) -> Any:
     """The real inference worker, run synchronously on submit (no thread, no timing)."""
-    from controller.inference.worker import InferenceWorker
+    from controller.link.thread_feed import ThreadFeed
 
-    class SyncWorker(InferenceWorker):
+    class SyncWorker(ThreadFeed):
         def submit(self, session: Any, request: Any) -> None:
             self._infer(session, request)
 

@@ -12,7 +12,7 @@ import logging
 from controller.errors import ConfigError
 from controller.inference.ladder import Progress
 from controller.inference.runner import Runner
-from controller.inference.runner_config import RunnerConfig
+from controller.runner_config import RunnerConfig
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)

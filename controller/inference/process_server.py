@@ -30,11 +30,11 @@ import numpy as np
 import torch
 
 from controller.errors import InputFault, TempoError
-from controller.inference.frame_slots import FrameSlots
 from controller.inference.ladder import first_line
-from controller.inference.parent_death import control_pid, die_with_parent, parent_alive
-from controller.inference.process_channel import ChannelError, ProcessChannel
-from controller.inference.process_messages import (
+from controller.link.frame_slots import FrameSlots
+from controller.link.parent_death import control_pid, die_with_parent, parent_alive
+from controller.link.process_channel import ChannelError, ProcessChannel
+from controller.link.process_messages import (
     MessageError,
     pack,
     pack_array,

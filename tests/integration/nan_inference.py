@@ -14,7 +14,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     import controller.app as app
     from controller.inference.build import start_runner
-    from controller.inference.runner_config import RunnerConfig
+    from controller.runner_config import RunnerConfig
     from policies.tensor_policy import TensorPolicy
     from tests.integration.test_faults import NanAbove1000
 

@@ -534,7 +534,7 @@ class NanAbove1000:
 
 def test_an_input_the_reference_fails_on_is_refused_to_its_robot_and_demotes_nothing(tmp_path):
     from controller.inference.build import start_runner
-    from controller.inference.runner_config import RunnerConfig
+    from controller.runner_config import RunnerConfig
     from policies.tensor_policy import TensorPolicy
     from tests.conftest import recording_client
 

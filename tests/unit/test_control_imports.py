@@ -11,7 +11,7 @@ CONTROL_MODULES = (
     "controller.app",
     "controller.config",
     "controller.daemon.service",
-    "controller.inference.remote_policy",
+    "controller.link.remote_policy",
     "controller.observe.status_view",
 )
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from controller.errors import InputFault, PolicyError
-from controller.inference.frame_slots import FrameSlots, TornSlot
-from controller.inference.process_messages import (
+from controller.link.frame_slots import FrameSlots, TornSlot
+from controller.link.process_messages import (
     MessageError,
     pack,
     pack_array,

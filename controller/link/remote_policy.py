@@ -9,10 +9,10 @@
 RemotePolicy is a `Policy`: `predict` copies the observation into a shared-memory slot
 (`frame_slots`), sends the rest of the context in a small message (`process_messages`) and
 waits for the chunk. The daemon does not wait: its control loop sends and takes replies itself,
-between ticks, through `requests()` (`remote_worker`), so no second thread of the control
+between ticks, through `requests()` (`remote_feed`), so no second thread of the control
 process competes with the loop for the GIL. Frames a same-host driver wrote in place
 (`SlotFrames` of its session's ring) are not copied: the inference process attaches that ring
-(and pins it) and reads the driver's slot itself (`remote_requests`); a generation check after
+(and pins it) and reads the driver's slot itself (`request_channel`); a generation check after
 the reply refuses the observation if the driver wrote it since.
 
 Supervision (a thread of its own): the process exiting, or its heartbeat stopping for
@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 
 from controller.errors import PolicyError
-from controller.inference.frame_slots import FrameSlots
-from controller.inference.process_channel import ProcessChannel
-from controller.inference.process_messages import pack
-from controller.inference.process_spawner import (
+from controller.link.frame_slots import FrameSlots
+from controller.link.process_channel import ProcessChannel
+from controller.link.process_messages import pack
+from controller.link.process_spawner import (
     Child,
     Spawner,
     close_channel,
@@ -55,7 +55,7 @@ from controller.inference.process_spawner import (
     send_at_start,
     wait_or_kill,
 )
-from controller.inference.remote_requests import ProcessFatal, RequestChannel, prediction_of
+from controller.link.request_channel import ProcessFatal, RequestChannel, prediction_of
 from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class RemotePolicy:
         self._spec: PolicySpec | None = None
         self._status: dict[str, Any] = {}
         # The last step as the inference process timed it (request taken -> chunk in its host
-        # memory), for benchmarks; the daemon records every one in telemetry (remote_worker).
+        # memory), for benchmarks; the daemon records every one in telemetry (remote_feed).
         self.last_step_ns: int | None = None
         # The last `predict`'s trips (ns): request sent -> taken there, chunk ready there ->
         # reply here. Both processes read one clock (CLOCK_MONOTONIC is system-wide).
@@ -177,7 +177,7 @@ class RemotePolicy:
 
     def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
         """One observation through the inference process, waiting for its chunk (the daemon's
-        loop does not wait: it uses `requests()`, see remote_worker). ValueError when the
+        loop does not wait: it uses `requests()`, see remote_feed). ValueError when the
         observation is at fault (that robot's problem), InferenceUnavailable while the process
         is down, PolicyError when the policy failed on it."""
         with self.requests() as channel:
@@ -202,7 +202,7 @@ class RemotePolicy:
             yield self._channel if self._serving.is_set() else None
 
     def prediction(self, reply: dict[str, Any]) -> Prediction:
-        """A step reply as a Prediction (see `remote_requests.prediction_of`); a `fatal` reply
+        """A step reply as a Prediction (see `request_channel.prediction_of`); a `fatal` reply
         (a poisoned CUDA context) ends serving and starts a fresh process."""
         if isinstance(reply.get("status"), dict):
             self._status = reply["status"]

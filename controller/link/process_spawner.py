@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controller.errors import PolicyError
-from controller.inference.parent_death import CONTROL_PID
-from controller.inference.process_channel import ChannelError, ProcessChannel
-from controller.inference.process_messages import MessageError, pack, unpack
+from controller.link.parent_death import CONTROL_PID
+from controller.link.process_channel import ChannelError, ProcessChannel
+from controller.link.process_messages import MessageError, pack, unpack
 
 Child = tuple[ProcessChannel, "subprocess.Popen[bytes]"]
 

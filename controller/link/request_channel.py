@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from controller.errors import InputFault, PolicyError
-from controller.inference.frame_slots import FrameSlots
-from controller.inference.process_channel import ChannelBusy, ChannelError, ProcessChannel
-from controller.inference.process_messages import (
+from controller.link.frame_slots import FrameSlots
+from controller.link.process_channel import ChannelBusy, ChannelError, ProcessChannel
+from controller.link.process_messages import (
     pack,
     pack_array,
     pack_memory,

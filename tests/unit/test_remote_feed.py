@@ -1,4 +1,4 @@
-"""The control loop's side of a policy in its own process (RemoteInference over a RequestChannel),
+"""The control loop's side of a policy in its own process (RemoteFeed over a RequestChannel),
 against a peer played by the test on a real process channel (a socket pair): replies become the
 robot's chunks, nothing the process does (dying, a malformed reply, a restart) blocks the loop or
 escapes into it, and a driver's frame ring is asked for once and then read in place."""
@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.inference import process_channel
-from controller.inference.frame_slots import FrameSlots
-from controller.inference.mailbox import Mailbox
-from controller.inference.process_channel import ProcessChannel
-from controller.inference.process_messages import pack, pack_array, unpack
-from controller.inference.remote_requests import RequestChannel, prediction_of
-from controller.inference.remote_worker import RemoteInference
-from controller.inference.requests import Chunk, InferenceRequest, Refusal
+from controller.link import process_channel
+from controller.link.frame_slots import FrameSlots
+from controller.link.inference_feed import Chunk, InferenceRequest, Refusal
+from controller.link.mailbox import Mailbox
+from controller.link.process_channel import ProcessChannel
+from controller.link.process_messages import pack, pack_array, unpack
+from controller.link.remote_feed import RemoteFeed
+from controller.link.request_channel import RequestChannel, prediction_of
 from controller.wire.slot_ring import SlotFrames
 from policies.base import CameraSpec, PolicySpec, Prediction, first_context
 
@@ -51,7 +51,7 @@ class Robot:
 
 
 class FakePolicy:
-    """What RemoteInference needs of a RemotePolicy."""
+    """What RemoteFeed needs of a RemotePolicy."""
 
     def __init__(self, channel: RequestChannel) -> None:
         self.channel = channel
@@ -122,7 +122,7 @@ def answer(peer: ProcessChannel, request_id: int, value: float = 1.0) -> None:
     peer.send(pack("chunk", id=request_id, actions=pack_array(actions), memory=None))
 
 
-def service_until(worker: RemoteInference, done: Any) -> None:
+def service_until(worker: RemoteFeed, done: Any) -> None:
     for _ in range(2000):
         worker.service(FAR)
         if done():
@@ -135,7 +135,7 @@ def test_a_reply_becomes_the_robots_chunk_and_the_next_request_goes_out(
     context: Links, slots: FrameSlots
 ) -> None:
     channel, peer = channel_pair(context, slots)
-    worker = RemoteInference(FakePolicy(channel))  # type: ignore[arg-type]
+    worker = RemoteFeed(FakePolicy(channel))  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
@@ -159,7 +159,7 @@ def test_a_send_to_a_process_that_is_gone_fails_the_request_without_blocking(
 ) -> None:
     lonely, peer = context.pair()
     peer.close()  # the process has gone
-    worker = RemoteInference(FakePolicy(RequestChannel(lonely, slots, SPEC)))  # type: ignore[arg-type]
+    worker = RemoteFeed(FakePolicy(RequestChannel(lonely, slots, SPEC)))  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
@@ -175,7 +175,7 @@ def test_a_malformed_reply_is_counted_and_the_loop_goes_on(
     context: Links, slots: FrameSlots
 ) -> None:
     channel, peer = channel_pair(context, slots)
-    worker = RemoteInference(FakePolicy(channel))  # type: ignore[arg-type]
+    worker = RemoteFeed(FakePolicy(channel))  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
@@ -196,7 +196,7 @@ def test_a_restart_fails_the_request_in_flight_and_serves_on_the_new_process(
 ) -> None:
     old, old_peer = channel_pair(context, slots)
     policy = FakePolicy(old)
-    worker = RemoteInference(policy)  # type: ignore[arg-type]
+    worker = RemoteFeed(policy)  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
@@ -283,7 +283,7 @@ def test_a_process_that_stopped_reading_is_reported_for_a_restart_without_blocki
     except BlockingIOError:
         pass
     policy = FakePolicy(channel)
-    worker = RemoteInference(policy)  # type: ignore[arg-type]
+    worker = RemoteFeed(policy)  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
@@ -297,7 +297,7 @@ def test_waiting_for_a_step_ends_when_the_process_closes_its_channel(
 ) -> None:
     """RemotePolicy.predict's wait: a dead process's closed channel ends it at once (it must not
     spin on the always-readable end of stream while holding the lock a restart needs)."""
-    from controller.inference.remote_policy import InferenceUnavailable, RemotePolicy
+    from controller.link.remote_policy import InferenceUnavailable, RemotePolicy
 
     channel, peer = channel_pair(context, slots)
     peer.close()
@@ -325,7 +325,7 @@ def test_the_step_the_inference_process_timed_is_recorded_beside_the_whole_trip(
 
     telemetry = Telemetry(enabled=True)
     channel, peer = channel_pair(context, slots)
-    worker = RemoteInference(FakePolicy(channel), telemetry)  # type: ignore[arg-type]
+    worker = RemoteFeed(FakePolicy(channel), telemetry)  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
