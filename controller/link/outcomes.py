@@ -92,7 +92,7 @@ class InferenceOutcomes:
         shape = (session.spec.chunk_size, session.spec.action_dim)
         actions = self._usable_chunk(getattr(prediction, "actions", None), shape)
         memory = self._usable_memory(getattr(prediction, "memory", None))
-        if actions is None or memory is False:
+        if actions is None or isinstance(memory, bool):  # False: not usable
             self.non_finite += 1
             session.counters["chunks_rejected"] += 1
             self._warn(

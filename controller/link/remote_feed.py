@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from controller.link.inference_feed import InferenceRequest, RobotQueues
 from controller.link.outcomes import InferenceOutcomes
 from controller.link.process_channel import ProcessChannel
+from controller.link.process_messages import ChunkReply
 from controller.link.remote_policy import InferenceUnavailable, RemotePolicy
 from controller.link.request_channel import ProcessStuck, RequestChannel
 from controller.observe.telemetry import PROCESS_STEP, Telemetry
@@ -115,11 +116,11 @@ class RemoteFeed(InferenceOutcomes):
             self.failed(flight.session, flight.request, stopped)
             return
         while (reply := channel.receive()) is not None:
-            if reply.get("id") != flight.request_id:
+            if reply.id != flight.request_id:
                 continue  # an answer to a request that was given up on
             self._in_flight = None
-            if isinstance(reply.get("step_ns"), int):
-                self._t_process_step.record_ns(reply["step_ns"])
+            if isinstance(reply, ChunkReply):
+                self._t_process_step.record_ns(reply.step_ns)
             try:
                 prediction = self.policy.prediction(reply)
             except Exception as exc:  # noqa: BLE001 - every failure is counted and told

@@ -44,7 +44,15 @@ import numpy as np
 from controller.errors import PolicyError
 from controller.link.frame_slots import FrameSlots
 from controller.link.process_channel import ProcessChannel
-from controller.link.process_messages import pack
+from controller.link.process_messages import (
+    AttachSlots,
+    Build,
+    ChunkReply,
+    Hello,
+    Ready,
+    RequestFailed,
+    Standby,
+)
 from controller.link.process_spawner import (
     Child,
     Spawner,
@@ -55,7 +63,12 @@ from controller.link.process_spawner import (
     send_at_start,
     wait_or_kill,
 )
-from controller.link.request_channel import ProcessFatal, RequestChannel, prediction_of
+from controller.link.request_channel import (
+    ProcessFatal,
+    RequestChannel,
+    StepReply,
+    prediction_of,
+)
 from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
@@ -188,8 +201,8 @@ class RemotePolicy:
             request_id = channel.send(images, context)
             reply = self._await_reply(channel, request_id)
             answered_ns = time.monotonic_ns()
-        taken_ns, step_ns = reply.get("received_ns"), reply.get("step_ns")
-        if isinstance(taken_ns, int) and isinstance(step_ns, int):
+        if isinstance(reply, ChunkReply):
+            taken_ns, step_ns = reply.received_ns, reply.step_ns
             self.last_trips_ns = (taken_ns - sent_ns, answered_ns - taken_ns - step_ns)
         return self.prediction(reply)
 
@@ -201,27 +214,27 @@ class RemotePolicy:
         with self._lock:
             yield self._channel if self._serving.is_set() else None
 
-    def prediction(self, reply: dict[str, Any]) -> Prediction:
+    def prediction(self, reply: StepReply) -> Prediction:
         """A step reply as a Prediction (see `request_channel.prediction_of`); a `fatal` reply
         (a poisoned CUDA context) ends serving and starts a fresh process."""
-        if isinstance(reply.get("status"), dict):
-            self._status = reply["status"]
-        if isinstance(reply.get("step_ns"), int):
-            self.last_step_ns = reply["step_ns"]
+        if isinstance(reply, ChunkReply):
+            if reply.status is not None:
+                self._status = reply.status
+            self.last_step_ns = reply.step_ns
         try:
             return prediction_of(reply)
         except ProcessFatal as exc:
-            self._fail("fatal", str(reply.get("error")))
+            self._fail("fatal", reply.error if isinstance(reply, RequestFailed) else str(exc))
             raise InferenceUnavailable(str(exc)) from None
 
-    def _await_reply(self, channel: RequestChannel, request_id: int) -> dict[str, Any]:
+    def _await_reply(self, channel: RequestChannel, request_id: int) -> StepReply:
         # Its own deadline too: if the supervisor thread were gone, nothing else would end it.
         deadline = time.monotonic() + self.hang_timeout() + 1.0
         while True:
             gone = False
             if channel.link.poll(POLL_MS):
                 reply = channel.receive()  # else a ring's answer, or an earlier request's
-                if reply is not None and reply.get("id") == request_id:
+                if reply is not None and reply.id == request_id:
                     return reply
                 gone = reply is None and channel.link.closed  # nothing more will come
             if gone or self._failed.is_set():
@@ -340,20 +353,20 @@ class RemotePolicy:
         link, process = self._take_standby()
         with self._lock:
             self._link, self._process = link, process
-        expect(link, process, "standby", self.start_timeout_s, self._stop)
-        send_at_start(link, pack("build"))
-        hello = expect(link, process, "hello", self.start_timeout_s, self._stop)
-        spec = PolicySpec.model_validate(hello["spec"])
+        expect(link, process, Standby, self.start_timeout_s, self._stop)
+        send_at_start(link, Build())
+        hello = expect(link, process, Hello, self.start_timeout_s, self._stop)
+        spec = hello.spec
         if self._spec is not None and spec != self._spec:
             raise PolicyError("the restarted inference process serves a different policy spec")
         self._spec = spec
-        self._status = hello.get("status") or {}
+        self._status = hello.status
         if self._slots is None:
             self._slots = FrameSlots.create(spec, SLOT_COUNT)
         self._slots.beat()
-        send_at_start(link, pack("attach", path=str(self._slots.path), count=self._slots.count))
-        ready = expect(link, process, "ready", 60.0, self._stop)
-        self.pinned = bool(ready.get("pinned"))
+        send_at_start(link, AttachSlots(str(self._slots.path), self._slots.count))
+        ready = expect(link, process, Ready, 60.0, self._stop)
+        self.pinned = ready.pinned
         with self._lock:  # a new process has attached no driver ring yet
             self._channel = RequestChannel(link, self._slots, spec)
         if progress is not None:
