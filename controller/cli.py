@@ -124,8 +124,8 @@ def cmd_inference_process(args: argparse.Namespace) -> int:
     die_with_parent()  # first: the imports below take seconds, and the parent may die meanwhile
     if not parent_alive(control_pid()):
         return 0  # it died before we asked: nobody to serve
-    from controller.app import run_inference_process
     from controller.config import TempoConfig
+    from controller.inference.process_main import run_inference_process
 
     config = TempoConfig.model_validate_json(args.config_json.read_text())
     setup_logging(config.logging.level)
