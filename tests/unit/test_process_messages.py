@@ -282,3 +282,30 @@ def test_a_spec_that_is_no_policy_spec_raises_message_error() -> None:
 def test_an_unknown_cause_of_a_failed_request_is_refused() -> None:
     with pytest.raises(MessageError):
         RequestFailed(1, "exploded", "no")  # type: ignore[arg-type]
+
+
+def test_the_inference_process_answers_a_malformed_request_failed() -> None:
+    """A request it cannot read is answered (its robot goes on); other malformed messages are
+    dropped; bytes that are no message at all end the process (MessageError)."""
+    pytest.importorskip("torch")
+    from controller.inference.process_server import _received
+    from controller.link.process_channel import ProcessChannel
+
+    ours, theirs = ProcessChannel.pair()
+    server = ProcessChannel(theirs)
+    try:
+        infer = {k: v for k, v in as_map(EXAMPLES[1]).items() if k != "step"}
+        assert _received(server, pack(infer)) is None
+        data = ours.receive(timeout_ms=2000)
+        assert data is not None
+        reply = decode(data)
+        assert isinstance(reply, RequestFailed) and reply.id == 1 and reply.cause == "failed"
+        assert "'step'" in reply.error
+        assert _received(server, pack({**as_map(EXAMPLES[2]), "count": "4"})) is None
+        assert ours.receive(timeout_ms=200) is None  # nothing to answer
+        with pytest.raises(MessageError):
+            _received(server, b"\xc1")
+        assert _received(server, encode(Stop())) == Stop()
+    finally:
+        ours.close()
+        server.close()
