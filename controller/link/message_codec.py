@@ -45,8 +45,8 @@ class MessageError(PolicyError):
     the robot's: so not a ValueError, which would refuse the robot's observation)."""
 
 
-def pack_map(fields: Mapping[str, Any]) -> bytes:
-    return msgpack.packb(dict(fields), use_bin_type=True)
+def pack_map(fields: dict[str, Any]) -> bytes:
+    return msgpack.packb(fields, use_bin_type=True)
 
 
 def unpack_map(data: bytes) -> dict[str, Any]:
@@ -60,21 +60,37 @@ def unpack_map(data: bytes) -> dict[str, Any]:
     return message
 
 
+# Looked up, not computed: every observation's request and reply passes here, on the control
+# loop's thread (numpy's dtype.name and np.dtype(name) take microseconds).
+_DTYPES = {name: np.dtype(name) for name in ARRAY_DTYPES}  # native byte order
+_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+
+
 def pack_array(array: np.ndarray) -> dict[str, Any]:
     """An array as a map of its dtype, shape and raw (native byte order, C order) bytes."""
-    if array.dtype.name not in ARRAY_DTYPES:
-        raise MessageError(f"an array of dtype {array.dtype} cannot travel between the processes")
-    array = np.asarray(array, dtype=array.dtype.newbyteorder("="), order="C")  # 0-d stays 0-d
-    return {"dtype": array.dtype.name, "shape": list(array.shape), "data": array.tobytes()}
+    name = _NAMES.get(array.dtype)
+    if name is None:  # another byte order, or a dtype that cannot travel
+        name = _NAMES.get(array.dtype.newbyteorder("="))
+        if name is None:
+            raise MessageError(
+                f"an array of dtype {array.dtype} cannot travel between the processes"
+            )
+        array = array.astype(_DTYPES[name])
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)  # never 0-d here (those are contiguous)
+    return {"dtype": name, "shape": list(array.shape), "data": array.tobytes()}
 
 
 def unpack_array(value: Any, what: str) -> np.ndarray:
     """An array from `pack_array`'s form (a new, writable array)."""
-    if not isinstance(value, dict) or set(value) != {"dtype", "shape", "data"}:
+    if not isinstance(value, dict) or len(value) != 3:
         raise MessageError(f"{what}: expected an array (a map of dtype, shape and data)")
-    dtype, shape, data = value["dtype"], value["shape"], value["data"]
-    if not isinstance(dtype, str) or dtype not in ARRAY_DTYPES:
-        raise MessageError(f"{what}: {dtype!r} is not a dtype an array travels as")
+    name, shape, data = value.get("dtype"), value.get("shape"), value.get("data")
+    dtype = _DTYPES.get(name) if isinstance(name, str) else None
+    if dtype is None:
+        if name is None or shape is None or data is None:
+            raise MessageError(f"{what}: expected an array (a map of dtype, shape and data)")
+        raise MessageError(f"{what}: {name!r} is not a dtype an array travels as")
     if (
         not isinstance(shape, list)
         or len(shape) > MAX_DIMENSIONS
@@ -83,9 +99,8 @@ def unpack_array(value: Any, what: str) -> np.ndarray:
         raise MessageError(f"{what}: bad shape {shape!r}")
     if not isinstance(data, bytes):
         raise MessageError(f"{what}: the array's data must be bytes")
-    itemsize = np.dtype(dtype).itemsize
-    if len(data) != itemsize * math.prod(shape):
-        raise MessageError(f"{what}: {len(data)} bytes do not fill {dtype} {tuple(shape)}")
+    if len(data) != dtype.itemsize * math.prod(shape):
+        raise MessageError(f"{what}: {len(data)} bytes do not fill {name} {tuple(shape)}")
     return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
@@ -115,7 +130,7 @@ def float32_arrays(arrays: Mapping[str, np.ndarray] | None) -> dict[str, np.ndar
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return type(value) is int  # bool is an int to isinstance
 
 
 class MessageFields:
@@ -124,12 +139,15 @@ class MessageFields:
 
     def __init__(self, message: dict[str, Any]) -> None:
         self.kind: str = message["kind"]
-        self._left = {name: value for name, value in message.items() if name != "kind"}
+        self._message = message
+        self._taken: list[str] = []
 
     def _take(self, name: str) -> Any:
-        if name not in self._left:
+        value = self._message.get(name, _MISSING)
+        if value is _MISSING:
             raise MessageError(f"a {self.kind!r} message lacks its {name!r} field")
-        return self._left.pop(name)
+        self._taken.append(name)
+        return value
 
     def _wrong(self, name: str, expected: str, value: Any) -> MessageError:
         return MessageError(
@@ -137,16 +155,17 @@ class MessageFields:
             f"not {type(value).__name__}"
         )
 
-    def integer(self, name: str) -> int:
-        value = self._take(name)
-        if not _is_int(value):
+    def _integer(self, name: str, value: Any) -> int:
+        if type(value) is not int:  # bool is an int to isinstance
             raise self._wrong(name, "an integer", value)
-        return int(value)
+        return value
+
+    def integer(self, name: str) -> int:
+        return self._integer(name, self._take(name))
 
     def optional_integer(self, name: str) -> int | None:
-        if self._left.get(name, 0) is None:
-            return self._take(name)  # type: ignore[no-any-return]
-        return self.integer(name)
+        value = self._take(name)
+        return None if value is None else self._integer(name, value)
 
     def boolean(self, name: str) -> bool:
         value = self._take(name)
@@ -166,33 +185,39 @@ class MessageFields:
             raise self._wrong(name, "a list of strings", value)
         return tuple(value)
 
-    def mapping(self, name: str) -> dict[str, Any]:
-        value = self._take(name)
+    def _mapping(self, name: str, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
             raise self._wrong(name, "a map with string keys", value)
         return value
 
+    def mapping(self, name: str) -> dict[str, Any]:
+        return self._mapping(name, self._take(name))
+
     def optional_mapping(self, name: str) -> dict[str, Any] | None:
-        if self._left.get(name, 0) is None:
-            return self._take(name)  # type: ignore[no-any-return]
-        return self.mapping(name)
+        value = self._take(name)
+        return None if value is None else self._mapping(name, value)
 
     def array(self, name: str) -> np.ndarray:
         return unpack_array(self._take(name), f"the {name!r} field of a {self.kind!r} message")
 
     def optional_array(self, name: str) -> np.ndarray | None:
-        if self._left.get(name, 0) is None:
-            return self._take(name)  # type: ignore[no-any-return]
-        return self.array(name)
+        value = self._take(name)
+        if value is None:
+            return None
+        return unpack_array(value, f"the {name!r} field of a {self.kind!r} message")
 
     def arrays(self, name: str) -> dict[str, np.ndarray] | None:
         """A map of names to arrays, or None."""
         return unpack_arrays(self._take(name), f"the {name!r} field of a {self.kind!r} message")
 
     def done(self) -> None:
-        if self._left:
-            names = ", ".join(repr(name) for name in sorted(self._left))
+        if len(self._taken) != len(self._message) - 1:  # each field but `kind` taken once
+            left = set(self._message) - set(self._taken) - {"kind"}
+            names = ", ".join(repr(name) for name in sorted(left))
             raise MessageError(f"a {self.kind!r} message has unexpected fields: {names}")
+
+
+_MISSING = object()
 
 
 def same_value(a: Any, b: Any) -> bool:
