@@ -88,7 +88,7 @@ def serve(
     check_available(config.metrics)  # prometheus-client missing: say so before the slow load
     # Bind both sockets before the load too: a taken endpoint is one sentence (BindError, exit
     # 2) before minutes of compiling, and the endpoint is held from now on.
-    context = zmq.Context.instance()
+    context: zmq.Context[Any] = zmq.Context.instance()
     transport = open_transport(config, unopened_transport(config, context))
     status = StatusServer(context, config.server.status_bind)  # answers once the daemon runs
     with contextlib.ExitStack() as cleanup:
