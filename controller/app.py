@@ -1,4 +1,4 @@
-"""Composition root: build the policy, load and warm it, then start the daemon.
+"""Composition root: start the policy (its inference process, or in this process), then the daemon.
 
 Everything slow or fallible happens here, before the daemon reports ready, so that a bad config
 or checkpoint stops the start with one clear sentence instead of failing while serving.
@@ -15,7 +15,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import zmq
 
@@ -29,40 +29,13 @@ from controller.daemon.service import (
 )
 from controller.daemon.systemd import notify
 from controller.daemon.transport import RouterTransport
-from controller.inference.remote_policy import RemotePolicy
+from controller.link.remote_policy import RemotePolicy
 from controller.observe.metrics_http import MetricsServer, check_available
 from controller.observe.status_server import StatusServer
 from controller.observe.telemetry import Telemetry
 from policies.base import Policy
 
-if TYPE_CHECKING:  # torch: the control process imports none of it
-    from controller.inference.prior_fallback import PriorFallback
-    from controller.inference.runner import Runner
-
 log = logging.getLogger(__name__)
-
-
-def build_policy(
-    config: TempoConfig, progress: Callable[[str], None] | None = None
-) -> Runner | PriorFallback:
-    """Load the policy and make it ready to serve: every tier built, warmed up and checked
-    against the FP32 reference (see controller.inference.runner). A TD-MPC2 planner with a
-    fallback budget also gets its policy prior ready (controller.inference.prior_fallback)."""
-    from controller.inference.build import resolve_device, start_runner
-    from controller.inference.prior_fallback import PriorFallback
-    from policies.catalog import build_tensor_policy
-
-    device = resolve_device(config.policy.device)
-    tensor_policy = build_tensor_policy(config.policy, config.robot, device=device)
-    runner = start_runner(tensor_policy, config.runner, device, progress)
-    planner = config.policy.planner
-    if planner.fallback_budget_ms is None:
-        return runner
-    from policies.tdmpc2.serving import with_mode
-
-    prior = start_runner(with_mode(tensor_policy, "prior"), config.runner, device, progress)
-    budget_s = planner.fallback_budget_ms / 1e3
-    return PriorFallback(runner, prior, budget_s, planner.fallback_k, planner.fallback_n)
 
 
 def inference_process(config: TempoConfig, config_file: Path) -> RemotePolicy:
@@ -81,27 +54,14 @@ def inference_process(config: TempoConfig, config_file: Path) -> RemotePolicy:
     )
 
 
-def run_inference_process(config: TempoConfig, channel_fd: int) -> int:
-    """The inference process's main: build the policy, serve the control process on the channel
-    it passed as file descriptor `channel_fd`."""
-    # Everything build_policy imports, imported before the process stands by (a restart then
-    # spends no time on imports).
-    import torch._dynamo  # noqa: F401 - torch imports its compiler on the first compile otherwise
-
-    import controller.inference.build  # noqa: F401
-    import controller.inference.prior_fallback  # noqa: F401
-    import policies.catalog  # noqa: F401
-    import policies.checkpoints.load  # noqa: F401
-    from controller.inference.process_server import serve_control_process
-
-    busy_poll_s = config.supervision.busy_poll_ms / 1000
-    return serve_control_process(lambda: build_policy(config), channel_fd, busy_poll_s)
-
-
 def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> Policy:
     """The configured policy, ready: in its own supervised process (stopped by `cleanup`), or in
     this one when `supervision.inference_process` is off."""
     if not config.supervision.inference_process:
+        # In-process mode, by design the one import of torch into the control process (and the
+        # one exception in pyproject.toml's import contract for it).
+        from controller.inference.build import build_policy
+
         return build_policy(config)
     # The config file outlives the first start: every restart reads it again.
     directory = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="tempo-")))
@@ -128,7 +88,7 @@ def serve(
     check_available(config.metrics)  # prometheus-client missing: say so before the slow load
     # Bind both sockets before the load too: a taken endpoint is one sentence (BindError, exit
     # 2) before minutes of compiling, and the endpoint is held from now on.
-    context = zmq.Context.instance()
+    context: zmq.Context[Any] = zmq.Context.instance()
     transport = open_transport(config, unopened_transport(config, context))
     status = StatusServer(context, config.server.status_bind)  # answers once the daemon runs
     with contextlib.ExitStack() as cleanup:

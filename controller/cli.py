@@ -119,13 +119,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_inference_process(args: argparse.Namespace) -> int:
     """The policy's own process, started by `tempo serve` (not meant to be run by hand)."""
-    from controller.inference.parent_death import control_pid, die_with_parent, parent_alive
+    from controller.link.parent_death import control_pid, die_with_parent, parent_alive
 
     die_with_parent()  # first: the imports below take seconds, and the parent may die meanwhile
     if not parent_alive(control_pid()):
         return 0  # it died before we asked: nobody to serve
-    from controller.app import run_inference_process
     from controller.config import TempoConfig
+    from controller.inference.process_main import run_inference_process
 
     config = TempoConfig.model_validate_json(args.config_json.read_text())
     setup_logging(config.logging.level)

@@ -29,9 +29,9 @@ from controller.config_sections import (
     SupervisionConfig,
 )
 from controller.errors import ConfigError
-from controller.inference.runner_config import RunnerConfig
 from controller.observe.metrics_http import MetricsConfig
 from controller.observe.telemetry import TelemetryConfig
+from controller.runner_config import RunnerConfig
 from policies.base import Execution, PolicySpec
 
 

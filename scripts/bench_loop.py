@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from controller.app import build_policy
 from controller.config import load_config
 from controller.daemon.service import Daemon
+from controller.inference.build import build_policy
 from controller.observe.histogram import window
 from controller.observe.telemetry import TICK_LATENESS
 

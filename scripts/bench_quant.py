@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.inference.build import resolve_device, start_runner  # noqa: E402
 from controller.inference.ladder import relative_error  # noqa: E402
-from controller.inference.runner_config import RunnerConfig  # noqa: E402
+from controller.runner_config import RunnerConfig  # noqa: E402
 from controller.tools.bench_policy import percentiles_ms  # noqa: E402
 from controller.tools.quantize import run_module, stacked_observations  # noqa: E402
 from policies.act.config import ACTConfig  # noqa: E402

@@ -34,12 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
-from controller.app import build_policy, inference_process
+from controller.app import inference_process
 from controller.config import load_config
 from controller.daemon.dispatch import DRIVER_RING_SLOTS
 from controller.daemon.pacer import Pacer
-from controller.inference.frame_slots import FrameSlots
+from controller.inference.build import build_policy
 from controller.inference.ladder import random_observation
+from controller.link.frame_slots import FrameSlots
 from controller.wire.slot_ring import SlotFrames
 from policies.base import Policy, window_context
 from policies.checkpoints.tempo_format import save_checkpoint

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controller.inference.build import start_runner  # noqa: E402
 from controller.inference.ladder import all_finite  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
-from controller.inference.runner_config import RunnerConfig  # noqa: E402
+from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import PolicySpec, RobotContext  # noqa: E402
 from policies.demo import make_demo_policy  # noqa: E402
 from policies.inputs import example_frames  # noqa: E402

@@ -42,7 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controller.config import TempoConfig  # noqa: E402
 from controller.daemon.service import pipeline_factory  # noqa: E402
 from controller.inference.ladder import random_observation  # noqa: E402
-from controller.inference.runner_config import RunnerConfig  # noqa: E402
 from controller.inference.staging import OutputDownload  # noqa: E402
 from controller.inference.step_path import StepPath  # noqa: E402
 from controller.inference.tiers import EagerTier  # noqa: E402
@@ -62,6 +61,7 @@ from controller.observe.telemetry import (  # noqa: E402
     UPLOAD,
     Telemetry,
 )
+from controller.runner_config import RunnerConfig  # noqa: E402
 from controller.tools.compare import paired_bootstrap  # noqa: E402
 from controller.wire.protocol import decode, encode  # noqa: E402
 from policies.base import window_context  # noqa: E402

@@ -17,7 +17,7 @@ import torch
 
 from controller.inference.build import start_runner
 from controller.inference.ladder import random_observation
-from controller.inference.runner_config import RunnerConfig
+from controller.runner_config import RunnerConfig
 from policies.base import window_context
 from policies.demo import make_aloha_policy
 

@@ -27,7 +27,7 @@ import torch
 
 from controller.inference.ladder import relative_error
 from controller.inference.runner import Runner
-from controller.inference.runner_config import RunnerConfig
+from controller.runner_config import RunnerConfig
 from policies.base import Plan, RobotContext
 from policies.demo import make_demo_flow_policy, make_flow_aloha_policy
 from policies.flow.config import RTCConfig

@@ -48,8 +48,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float
 @contextmanager
 def running_daemon(config: TempoConfig, policy: Any = None) -> Iterator[Any]:
     """A daemon in this process (threads), stopped on exit."""
-    from controller.app import build_policy
     from controller.daemon.service import Daemon
+    from controller.inference.build import build_policy
 
     daemon = Daemon(config, policy or build_policy(config))
     daemon.start()
@@ -243,9 +243,9 @@ class StreamingDriver:
 
 def sync_worker(policy: Any) -> Any:
     """The real inference worker, run synchronously on submit (no thread, no timing)."""
-    from controller.inference.worker import InferenceWorker
+    from controller.link.thread_feed import ThreadFeed
 
-    class SyncWorker(InferenceWorker):
+    class SyncWorker(ThreadFeed):
         def submit(self, session: Any, request: Any) -> None:
             self._infer(session, request)
 

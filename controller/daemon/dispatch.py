@@ -29,8 +29,8 @@ from controller.daemon.refusals import Refusals, Sender
 from controller.daemon.session import PendingObservation, Session, StateHistory
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
-from controller.inference.frame_slots import FrameSlots
-from controller.inference.worker import InferenceWorker
+from controller.link.frame_slots import FrameSlots
+from controller.link.inference_feed import InferenceFeed
 from controller.observe.telemetry import PREPROCESS, Telemetry
 from controller.wire.header_schema import DRIVER_KINDS
 from controller.wire.protocol import DEFAULT_LIMITS, Limits, Message, decode
@@ -52,7 +52,7 @@ class Dispatcher:
     def __init__(
         self,
         spec: PolicySpec,
-        worker: InferenceWorker,
+        worker: InferenceFeed,
         send: Sender,
         current_step: Callable[[], int],
         new_pipeline: PipelineFactory,

@@ -25,11 +25,12 @@ from controller.daemon.dispatch import Dispatcher, PipelineFactory
 from controller.daemon.loop import ControlLoop
 from controller.daemon.pacer import Pacer
 from controller.daemon.security import CurveServer, check_bind_allowed
-from controller.daemon.transport import RouterTransport
+from controller.daemon.transport import RouterTransport, SideChannel
 from controller.errors import ConfigError, SecurityError
-from controller.inference.remote_policy import RemotePolicy
-from controller.inference.remote_worker import RemoteInference
-from controller.inference.worker import InferenceWorker
+from controller.link.inference_feed import InferenceFeed
+from controller.link.remote_feed import RemoteFeed
+from controller.link.remote_policy import RemotePolicy
+from controller.link.thread_feed import ThreadFeed
 from controller.observe.gc_pauses import GcPauses
 from controller.observe.late_ticks import LateTicks
 from controller.observe.status import guard_totals, recorded_figures
@@ -141,13 +142,13 @@ class Daemon:
         self.transport = transport
         self.curve = transport.curve
         # A policy in its own process is fed by the loop's thread itself, between ticks
-        # (remote_worker says why); one in this process by a worker thread.
-        self.worker: InferenceWorker | RemoteInference
-        self._side: RemoteInference | None = None
+        # (remote_feed says why); one in this process by a worker thread.
+        self.worker: InferenceFeed
+        self._side: SideChannel | None = None
         if isinstance(policy, RemotePolicy):
-            self.worker = self._side = RemoteInference(policy, self.telemetry)
+            self.worker = self._side = RemoteFeed(policy, self.telemetry)
         else:
-            self.worker = InferenceWorker(policy, self.telemetry)
+            self.worker = ThreadFeed(policy, self.telemetry)
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
         self.dispatcher = Dispatcher(
             policy.spec,

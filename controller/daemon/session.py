@@ -19,9 +19,9 @@ import numpy as np
 
 from controller.action.pipeline import ActionPipeline
 from controller.daemon.tick_messages import TickHeaders
-from controller.inference.frame_slots import FrameSlots
-from controller.inference.mailbox import Mailbox
-from controller.inference.requests import Chunk, InferenceRequest, Refusal
+from controller.link.frame_slots import FrameSlots
+from controller.link.inference_feed import Chunk, InferenceRequest, Refusal
+from controller.link.mailbox import Mailbox
 from policies.base import PolicySpec, RobotContext
 
 OFFSET_WINDOW = 32  # observations the clock-offset estimate looks back over

@@ -1,4 +1,4 @@
-"""Inference: the worker that runs the policy on each robot's newest observation, and the runner.
-
-The runner serves a torch module from the highest tier of its ladder that passes its checks.
+"""The inference process's side, where torch is: its main (`process_main`), its server
+(`process_server`), and the runner, which serves a torch module from the highest tier of its
+ladder that passes its checks. The control side and what both processes share: controller.link.
 """

@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 from controller.inference.half_weights import precasts_half_weights
-from controller.inference.runner_config import RunnerConfig
 from controller.inference.tiers import compile_options
+from controller.runner_config import RunnerConfig
 from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)

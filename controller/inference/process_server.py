@@ -30,20 +30,33 @@ import numpy as np
 import torch
 
 from controller.errors import InputFault, TempoError
-from controller.inference.frame_slots import FrameSlots
 from controller.inference.ladder import first_line
-from controller.inference.parent_death import control_pid, die_with_parent, parent_alive
-from controller.inference.process_channel import ChannelError, ProcessChannel
-from controller.inference.process_messages import (
+from controller.link.frame_slots import FrameSlots
+from controller.link.message_codec import as_float32, float32_arrays, unpack_map
+from controller.link.parent_death import control_pid, die_with_parent, parent_alive
+from controller.link.process_channel import ChannelError, ProcessChannel
+from controller.link.process_messages import (
+    AttachRing,
+    AttachSlots,
+    Build,
+    ChunkReply,
+    DetachRing,
+    FailedStart,
+    FailureCause,
+    Hello,
+    Infer,
+    Message,
     MessageError,
-    pack,
-    pack_array,
-    pack_memory,
-    unpack,
-    unpack_array,
-    unpack_memory,
+    Ready,
+    RequestFailed,
+    RingReady,
+    Standby,
+    Stop,
+    decode,
+    decode_map,
+    encode,
 )
-from policies.base import Plan, Policy, RobotContext
+from policies.base import Policy, RobotContext
 
 log = logging.getLogger(__name__)
 
@@ -170,19 +183,19 @@ def serve_control_process(
         link.close()
 
 
-def _next_message(link: ProcessChannel, parent: int) -> dict[str, Any] | None:
+def _next_message(link: ProcessChannel, parent: int) -> Message | None:
     """The control process's next message; None when it has gone (its end of the channel, or
     its pid). Waits as long as it takes."""
     while True:
         data = link.receive(timeout_ms=IDLE_POLL_MS)
         if data is not None:
-            return unpack(data)
+            return decode(data)
         if link.closed or not parent_alive(parent):
             return None
 
 
-def _send(link: ProcessChannel, kind: str, **fields: Any) -> None:
-    link.send(pack(kind, **fields), timeout_s=SEND_TIMEOUT_S)
+def _send(link: ProcessChannel, message: Message) -> None:
+    link.send(encode(message), timeout_s=SEND_TIMEOUT_S)
 
 
 def _stand_by_and_serve(
@@ -190,37 +203,31 @@ def _stand_by_and_serve(
 ) -> int:
     # Stand by, imports done, until the control process says `build`: it keeps one process
     # waiting like this, so a restart does not wait for Python and torch to import again.
-    _send(link, "standby")
+    _send(link, Standby())
     build = _next_message(link, parent)
-    if build is None or build["kind"] != "build":
+    if not isinstance(build, Build):
         return 0  # `stop` (or gone): the control process ends without needing this one
     try:
         runner = build_runner()
     except Exception as exc:  # noqa: BLE001 - the control process shows the sentence
         text = str(exc) if isinstance(exc, TempoError) else first_line(exc)
-        _send(link, "failed_start", error=text)
+        _send(link, FailedStart(text))
         return 2
     # Everything built so far lives as long as the process: keep it out of every collection
     # (a full collection over torch's objects takes milliseconds, in the middle of a step).
     gc.collect()
     gc.freeze()
     spec = runner.spec
-    _send(
-        link,
-        "hello",
-        spec=spec.model_dump(mode="json"),
-        outputs=list(runner.outputs),
-        status=runner.status(),
-    )
+    _send(link, Hello(spec, tuple(runner.outputs), runner.status()))
     attach = _next_message(link, parent)
-    if attach is None or attach["kind"] != "attach":
+    if not isinstance(attach, AttachSlots):
         return 0  # `stop` (or gone) before serving began
-    slots = FrameSlots.attach(attach["path"], spec, int(attach["count"]))
+    slots = FrameSlots.attach(attach.path, spec, attach.count)
     pinned: _Pinned | None = None
     rings = DriverRings(runner)
     try:
         pinned = _Pinned.maybe(slots, runner)
-        _send(link, "ready", pinned=bool(pinned and pinned.ok))
+        _send(link, Ready(pinned=bool(pinned and pinned.ok)))
         return _serve(runner, link, slots, rings, parent, busy_poll_s)
     finally:
         rings.close()
@@ -253,50 +260,64 @@ def _serve(
             continue
         received_ns = time.monotonic_ns()
         busy_until = received_ns / 1e9 + busy_poll_s
-        message = unpack(data)
-        kind = message["kind"]
-        if kind == "stop":
+        message = _received(link, data)
+        if isinstance(message, Stop):
             return 0
-        if kind == "attach_ring":
+        if isinstance(message, AttachRing):
             try:
-                pinned = rings.attach(
-                    int(message["id"]), str(message["path"]), int(message["count"])
-                )
+                pinned = rings.attach(message.id, message.path, message.count)
             except (OSError, ValueError) as exc:
-                _send(link, "failed", id=message.get("id"), error=str(exc))
+                _send(link, RequestFailed(message.id, "failed", str(exc)))
             else:
-                _send(link, "ring_ready", id=message.get("id"), pinned=pinned)
+                _send(link, RingReady(message.id, pinned))
             continue
-        if kind == "detach_ring":
-            rings.detach(int(message["ring"]))
+        if isinstance(message, DetachRing):
+            rings.detach(message.ring)
             continue
-        if kind != "infer":
-            log.warning("unexpected message %r from the control process; ignored", kind)
+        if not isinstance(message, Infer):
+            if message is not None:
+                log.warning("unexpected message %r from the control process; ignored", message.kind)
             continue
-        request_id = message.get("id")
         try:
-            reply = _infer(runner, slots, rings, message)
+            actions, memory = _infer(runner, slots, rings, message)
         except Exception as exc:  # noqa: BLE001 - every cause has its reply; the control side acts
-            kind = reply_kind(exc)
-            if kind == "failed" and device_poisoned(runner):
-                kind = "fatal"
-            text = str(exc) if kind in ("refused", "input_fault") else first_line(exc)
-            _send(link, kind, id=request_id, error=text)
-            if kind == "fatal":
+            cause = reply_kind(exc)
+            if cause == "failed" and device_poisoned(runner):
+                cause = "fatal"
+            text = str(exc) if cause in ("refused", "input_fault") else first_line(exc)
+            _send(link, RequestFailed(message.id, cause, text))
+            if cause == "fatal":
                 return EXIT_FATAL
             continue
         # The step as this process saw it (request taken -> chunk in host memory): the control
         # side tells it apart from the trips between the processes.
-        reply["step_ns"] = time.monotonic_ns() - received_ns
-        reply["received_ns"] = received_ns  # CLOCK_MONOTONIC: the control side's clock too
+        step_ns = time.monotonic_ns() - received_ns
+        status = None
         now = time.monotonic()
         if now - last_status >= STATUS_EVERY_S:
-            reply["status"] = runner.status()
+            status = runner.status()
             last_status = now
-        _send(link, "chunk", id=request_id, **reply)
+        # received_ns: CLOCK_MONOTONIC, the control side's clock too.
+        _send(link, ChunkReply(message.id, actions, memory, step_ns, received_ns, status))
 
 
-def reply_kind(exc: BaseException) -> str:
+def _received(link: ProcessChannel, data: bytes) -> Message | None:
+    """The message `data` holds. A malformed one is our bug: a request among them is answered
+    `failed` (its robot goes on), anything else is logged and ignored (None). Undecodable bytes
+    (a corrupt channel) raise MessageError and end the process."""
+    raw = unpack_map(data)
+    try:
+        return decode_map(raw)
+    except MessageError as exc:
+        request_id = raw.get("id") if raw["kind"] == "infer" else None
+        if isinstance(request_id, int) and not isinstance(request_id, bool):
+            _send(link, RequestFailed(request_id, "failed", str(exc)))
+        else:
+            log.warning("a malformed message from the control process was ignored: %s", exc)
+        return None
+
+
+def reply_kind(exc: BaseException) -> FailureCause:
     """Whose fault a failed request is: the robot's observation (`refused`: malformed;
     `input_fault`: the reference fails on it too), or the policy's or ours (`failed`; a torn
     slot is the control side's bug, never the robot's)."""
@@ -308,36 +329,32 @@ def reply_kind(exc: BaseException) -> str:
 
 
 def _infer(
-    runner: ServedPolicy, slots: FrameSlots, rings: DriverRings, message: dict[str, Any]
-) -> dict[str, Any]:
-    index, generation = int(message["slot"]), int(message["generation"])
-    driver_ring = message.get("ring") is not None
-    if driver_ring:
+    runner: ServedPolicy, slots: FrameSlots, rings: DriverRings, message: Infer
+) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+    """The chunk and the new memory (float32, as they travel) for one request."""
+    index, generation = message.slot, message.generation
+    if message.ring is not None:
         # A driver's frames in place: its slot, the state from the message. Whether the driver
         # kept its hands off the slot meanwhile, the control process checks after the reply.
-        slots = rings.get(int(message["ring"]))
+        slots = rings.get(message.ring)
     if not 0 <= index < slots.count:
         raise MessageError(f"observation slot {index} does not exist")
-    if not driver_ring:
+    if message.ring is None:
         slots.check(index, generation)
     images, state = slots.views(index)
-    if driver_ring:
-        state = unpack_array(message.get("state"), "state history")
-    plan = None
-    if message.get("plan") is not None:
-        plan = Plan(int(message["plan_start"]), unpack_array(message["plan"], "previous plan"))
+    if message.state is not None:
+        state = message.state
     context = RobotContext(
-        step=int(message["step"]),
-        episode_start=bool(message["episode_start"]),
+        step=message.step,
+        episode_start=message.episode_start,
         state_history=state,
-        previous_plan=plan,
-        inference_delay=int(message.get("delay", 0)),
-        memory=unpack_memory(message.get("memory")) or {},
+        previous_plan=message.plan,
+        inference_delay=message.delay,
+        memory=message.memory or {},
     )
     prediction = runner.predict(images, context)
     # The runner has copied the inputs to the device and the chunk back: the slot must still
     # hold the same observation, or what was served is a torn mix.
-    if not driver_ring:
+    if message.ring is None:
         slots.check(index, generation)
-    actions = np.asarray(prediction.actions, dtype=np.float32)
-    return {"actions": pack_array(actions), "memory": pack_memory(prediction.memory)}
+    return as_float32(prediction.actions), float32_arrays(prediction.memory)

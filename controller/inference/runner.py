@@ -6,7 +6,7 @@
     chunk = runner.predict_chunk(images, state)   # the raw step on a state window, for tools
 
 Tiers, highest first: graph (compiled + CUDA graph), compiled, eager_half, eager_fp32 (the
-reference; see `controller.inference.runner_config`). At start every tier from `top_tier` down is
+reference; see `controller.runner_config`). At start every tier from `top_tier` down is
 built, warmed up, and checked against eager_fp32 on several random observations (relative error
 within `parity_rtol`, all outputs finite); a policy that carries reference chunks (a quantized
 checkpoint: its FP32 unquantized model's) has every tier checked against those too, within
@@ -50,7 +50,6 @@ from controller.inference.ladder import (
     random_example,
     reference_outputs,
 )
-from controller.inference.runner_config import TIER_ORDER, RunnerConfig
 from controller.inference.serving_ladder import ServingLadder
 from controller.inference.step_path import StepPath
 from controller.inference.tier_checks import (
@@ -61,6 +60,7 @@ from controller.inference.tier_checks import (
 )
 from controller.inference.tiers import EagerTier, Tier, build_tiers
 from controller.observe.telemetry import Telemetry
+from controller.runner_config import TIER_ORDER, RunnerConfig
 from policies.base import PolicySpec, Prediction, RobotContext, window_context
 from policies.inputs import InputCodec
 from policies.tensor_policy import TensorPolicy

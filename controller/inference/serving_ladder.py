@@ -17,7 +17,7 @@ import time
 from collections import deque
 
 from controller.inference.ladder import Demotion
-from controller.inference.runner_config import RunnerConfig
+from controller.runner_config import RunnerConfig
 
 log = logging.getLogger(__name__)
 

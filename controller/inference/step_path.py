@@ -18,7 +18,6 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from controller.inference.runner_config import TIER_ORDER, RunnerConfig
 from controller.inference.staging import InputStaging, OutputDownload
 from controller.inference.tiers import Tier
 from controller.observe.telemetry import (
@@ -29,6 +28,7 @@ from controller.observe.telemetry import (
     UPLOAD,
     Telemetry,
 )
+from controller.runner_config import TIER_ORDER, RunnerConfig
 from policies.base import PolicySpec, RobotContext
 from policies.inputs import InputCodec
 

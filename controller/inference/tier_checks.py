@@ -24,9 +24,9 @@ from controller.inference.ladder import (
     reference_examples,
     reference_outputs,
 )
-from controller.inference.runner_config import TIER_ORDER, RunnerConfig, TierName
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import Tier
+from controller.runner_config import TIER_ORDER, RunnerConfig, TierName
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)

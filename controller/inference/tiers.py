@@ -36,8 +36,8 @@ import torch
 from torch import nn
 
 from controller.inference.half_weights import half_tier_module
-from controller.inference.runner_config import RunnerConfig, TierName
 from controller.inference.staging import InputStaging, packed_outputs
+from controller.runner_config import RunnerConfig, TierName
 
 Outputs = tuple[torch.Tensor, ...]
 

@@ -76,7 +76,12 @@ def _tempo_command(*args: str) -> list[str]:
 
 _LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
 # Loggers whose INFO lines are the daemon's start-up progress (loading, compiling, checks).
-_PROGRESS_LOGGERS = ("controller.inference", "controller.app", "controller.daemon.service")
+_PROGRESS_LOGGERS = (
+    "controller.inference",
+    "controller.link",
+    "controller.app",
+    "controller.daemon.service",
+)
 
 
 class _DaemonLog:

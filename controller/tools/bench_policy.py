@@ -126,7 +126,7 @@ def resolve_defaults(args: argparse.Namespace) -> None:
 
 
 def runner_config(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]
-    from controller.inference.runner_config import RunnerConfig
+    from controller.runner_config import RunnerConfig
 
     settings: dict[str, Any] = {
         "top_tier": args.top_tier,

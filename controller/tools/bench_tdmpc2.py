@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from controller.inference.build import resolve_device, start_runner
-from controller.inference.runner_config import RunnerConfig
+from controller.runner_config import RunnerConfig
 from controller.tools.tdmpc2_official import OfficialStylePlanner
 from policies.base import RobotContext
 from policies.tdmpc2.config import TDMPC2Config

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from controller.inference.runner_config import TIER_ORDER
+from controller.runner_config import TIER_ORDER
 from controller.tools.profile_result import ProfileResult, summarize
 
 BIG_SHARE = 0.40  # one submodule above this share of the forward "dominates"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from controller.daemon.dispatch import DRIVER_RING_SLOTS
-from controller.inference.frame_slots import FrameSlots
-from controller.inference.remote_policy import RemotePolicy
+from controller.link.frame_slots import FrameSlots
+from controller.link.remote_policy import RemotePolicy
 from controller.wire.slot_ring import SlotFrames
 from policies.base import first_context
 from policies.checkpoints.tempo_format import save_checkpoint

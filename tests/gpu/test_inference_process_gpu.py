@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.inference.remote_policy import RemotePolicy
+from controller.link.remote_policy import RemotePolicy
 from policies.base import first_context
 from tests.conftest import ipc_config, wait_for
 

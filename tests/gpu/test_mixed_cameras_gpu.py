@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from controller.inference.ladder import relative_error  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
-from controller.inference.runner_config import RunnerConfig  # noqa: E402
+from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import first_context  # noqa: E402
 from policies.demo import make_demo_policy  # noqa: E402
 from policies.inputs import example_frames  # noqa: E402

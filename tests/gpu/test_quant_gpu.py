@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from controller.inference.runner import Runner  # noqa: E402
-from controller.inference.runner_config import RunnerConfig  # noqa: E402
+from controller.runner_config import RunnerConfig  # noqa: E402
 from controller.tools.quantize import run_module, stacked_observations  # noqa: E402
 from policies.quant.apply import quantize_module  # noqa: E402
 from policies.quant.config import QuantSettings  # noqa: E402

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from controller.inference.faults import FaultPlan  # noqa: E402
 from controller.inference.ladder import random_observation, relative_error  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
-from controller.inference.runner_config import RunnerConfig  # noqa: E402
+from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import PolicySpec  # noqa: E402
 from policies.tensor_policy import EagerPolicy, TensorPolicy  # noqa: E402
 from policies.tiny import build_tiny_policy, tiny_spec  # noqa: E402

@@ -1,4 +1,4 @@
-"""Every checkpoint family loaded the way `tempo serve` loads it (app.build_policy), on CUDA.
+"""Every checkpoint family loaded the way `tempo serve` loads it (build_policy), on CUDA.
 
 The other GPU tests build policies in memory; this one goes through the checkpoint on disk, the
 catalog and the daemon's state bounds, where a tensor left on the CPU once stopped every
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.app import build_policy
 from controller.config import load_config
+from controller.inference.build import build_policy
 from policies.base import RobotContext
 from policies.checkpoints.tempo_format import save_checkpoint
 from policies.demo import make_demo_flow_policy, make_demo_policy, make_demo_tdmpc2_checkpoint

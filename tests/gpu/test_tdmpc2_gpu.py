@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from controller.inference.runner import Runner  # noqa: E402
-from controller.inference.runner_config import RunnerConfig  # noqa: E402
+from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import RobotContext  # noqa: E402
 from policies.tdmpc2.config import TDMPC2Config  # noqa: E402
 from policies.tdmpc2.planner import TDMPC2Policy  # noqa: E402

@@ -12,20 +12,20 @@ from pathlib import Path
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    import controller.app as app
+    from controller.inference import build as build_module
     from controller.inference.build import start_runner
-    from controller.inference.runner_config import RunnerConfig
+    from controller.runner_config import RunnerConfig
     from policies.tensor_policy import TensorPolicy
     from tests.integration.test_faults import NanAbove1000
 
-    build = app.build_policy
+    build = build_module.build_policy
 
     def nan_policy(config, progress=None):  # type: ignore[no-untyped-def]
         spec = build(config).spec
         policy = TensorPolicy(spec, NanAbove1000.build())
         return start_runner(policy, RunnerConfig(top_tier="eager_fp32", step_budget_ms=None), "cpu")
 
-    app.build_policy = nan_policy  # type: ignore[assignment]
+    build_module.build_policy = nan_policy  # type: ignore[assignment]
     from controller.cli import main
 
     sys.exit(main(sys.argv[1:]))

@@ -78,8 +78,8 @@ def curve_daemon(tmp_path):
         ],
     )
     context = zmq.Context()  # one authenticator per context: keep it away from other tests
-    from controller.app import build_policy
     from controller.daemon.service import Daemon
+    from controller.inference.build import build_policy
 
     daemon = Daemon(config, build_policy(config), context=context)
     daemon.start()

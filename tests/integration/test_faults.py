@@ -249,16 +249,17 @@ def test_frozen_driver_is_detected_within_500_ms_and_recovers(tmp_path):
 
 # `tempo serve`, except that the policy is wrapped: from the SLOW_FROMth serving call on, each
 # prediction writes the marker file and then takes 5 s. `controller.app.serve` takes no policy,
-# so the wrapper goes in through `build_policy`.
+# so the wrapper goes in through `controller.inference.build.build_policy`.
 SLOW_DAEMON = """
 import sys, time
 from pathlib import Path
 import controller.app as app
+import controller.inference.build as build_module
 from controller.cli import setup_logging
 from controller.config import load_config
 
 marker, slow_from = Path(sys.argv[1]), int(sys.argv[2])
-build = app.build_policy
+build = build_module.build_policy
 
 class SlowPolicy:
     def __init__(self, inner):
@@ -274,7 +275,7 @@ class SlowPolicy:
             time.sleep(5)
         return prediction
 
-app.build_policy = lambda config, progress=None: SlowPolicy(build(config))
+build_module.build_policy = lambda config, progress=None: SlowPolicy(build(config))
 setup_logging("INFO")
 sys.exit(app.serve(load_config(None, sys.argv[3:])))
 """
@@ -413,7 +414,7 @@ class FaultyPolicy:
 
 
 def reach(tmp_path: Path) -> Any:
-    from controller.app import build_policy
+    from controller.inference.build import build_policy
 
     return build_policy(ipc_config(tmp_path / "policy"))
 
@@ -534,7 +535,7 @@ class NanAbove1000:
 
 def test_an_input_the_reference_fails_on_is_refused_to_its_robot_and_demotes_nothing(tmp_path):
     from controller.inference.build import start_runner
-    from controller.inference.runner_config import RunnerConfig
+    from controller.runner_config import RunnerConfig
     from policies.tensor_policy import TensorPolicy
     from tests.conftest import recording_client
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from controller.errors import HandshakeRefused
-from controller.inference.remote_policy import RemotePolicy
-from controller.inference.remote_worker import RemoteInference
+from controller.link.remote_feed import RemoteFeed
+from controller.link.remote_policy import RemotePolicy
 from controller.wire import header_schema
 from controller.wire.client import TempoClient
 from controller.wire.commands import Command
@@ -211,7 +211,7 @@ def test_the_control_loop_feeds_the_inference_process_without_a_worker_thread(
 ) -> None:
     """A second Python thread in the control process would compete with the loop for the GIL:
     requests are sent and replies taken by the loop's own thread, between ticks."""
-    assert isinstance(daemon.worker, RemoteInference)
+    assert isinstance(daemon.worker, RemoteFeed)
     before = daemon.worker.inferences
     robot = client(daemon, "looped", False)
     try:

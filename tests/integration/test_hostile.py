@@ -835,7 +835,7 @@ def test_status_answers_after_any_request(arena: Arena, socket_type: str) -> Non
 
 @pytest.fixture(scope="module")
 def reach_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from controller.app import build_policy
+    from controller.inference.build import build_policy
 
     return build_policy(ipc_config(tmp_path_factory.mktemp("policy")))
 

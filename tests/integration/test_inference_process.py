@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from controller.errors import PolicyError
-from controller.inference.remote_policy import RemotePolicy
+from controller.link.remote_policy import RemotePolicy
 from controller.observe.status_server import request_status
 from controller.observe.status_view import render_status
 from policies.base import first_context

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.app import build_policy
 from controller.config import TempoConfig
+from controller.inference.build import build_policy
 from controller.wire.protocol import encode
 from policies.base import first_context
 from policies.checkpoints.load import load_checkpoint

@@ -33,7 +33,7 @@ from controller.daemon.service import (
     pipeline_factory,
     unopened_transport,
 )
-from controller.inference.worker import InferenceWorker
+from controller.link.thread_feed import ThreadFeed
 from controller.observe.telemetry import Telemetry
 from controller.wire.protocol import decode, encode
 from policies.base import CameraSpec, PolicySpec, Prediction
@@ -62,7 +62,7 @@ class Hold:
         return Prediction(np.tile(context.state, (20, 1)).astype(np.float32))
 
 
-class DeferredWorker(InferenceWorker):
+class DeferredWorker(ThreadFeed):
     """Takes requests on the tick and runs them between ticks (outside the measurement), so
     the measured tick is the loop's own work."""
 

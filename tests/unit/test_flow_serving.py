@@ -11,7 +11,7 @@ from controller.config import load_config
 from controller.errors import ConfigError
 from controller.inference.ladder import relative_error
 from controller.inference.runner import Runner
-from controller.inference.runner_config import RunnerConfig
+from controller.runner_config import RunnerConfig
 from policies.base import Plan, RobotContext
 from policies.catalog import build_tensor_policy
 from policies.checkpoints.tempo_format import save_checkpoint

@@ -1,4 +1,5 @@
-"""Shared-memory observation slots and the messages between the two processes."""
+"""Shared-memory observation slots, and whose fault a failed request is (the messages themselves:
+test_process_messages)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,8 @@ import numpy as np
 import pytest
 
 from controller.errors import InputFault, PolicyError
-from controller.inference.frame_slots import FrameSlots, TornSlot
-from controller.inference.process_messages import (
-    MessageError,
-    pack,
-    pack_array,
-    pack_memory,
-    unpack,
-    unpack_array,
-    unpack_memory,
-)
+from controller.link.frame_slots import FrameSlots, TornSlot
+from controller.link.process_messages import MessageError
 from policies.base import CameraSpec, PolicySpec
 
 SPEC = PolicySpec(
@@ -94,28 +87,6 @@ def test_heartbeat_is_shared(slots) -> None:  # type: ignore[no-untyped-def]
     writer, reader = slots
     reader.beat()
     assert writer.last_beat_ns() == reader.last_beat_ns() > 0
-
-
-def test_messages_round_trip_arrays_and_memory() -> None:
-    plan = np.arange(6, dtype=np.float32).reshape(3, 2)
-    message = unpack(pack("infer", id=3, plan=pack_array(plan), memory=pack_memory({"m": plan})))
-    assert message["kind"] == "infer" and message["id"] == 3
-    np.testing.assert_array_equal(unpack_array(message["plan"], "plan"), plan)
-    np.testing.assert_array_equal(unpack_memory(message["memory"])["m"], plan)  # type: ignore[index]
-
-
-@pytest.mark.parametrize(
-    "raw",
-    [b"\xc1", b"\x93\x01\x02\x03", pack("x")[:-1]],
-)
-def test_malformed_messages_are_refused(raw: bytes) -> None:
-    with pytest.raises(MessageError):
-        unpack(raw)
-
-
-def test_an_array_whose_bytes_do_not_fill_its_shape_is_refused() -> None:
-    with pytest.raises(MessageError, match="do not fill"):
-        unpack_array({"shape": [2, 2], "data": b"\x00" * 12}, "chunk")
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 freezing_module = pytest.importorskip("torch._inductor.freezing")
 
 from controller.inference.runner import Runner  # noqa: E402
-from controller.inference.runner_config import RunnerConfig  # noqa: E402
+from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.tiny import build_tiny_policy  # noqa: E402
 
 

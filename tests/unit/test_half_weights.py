@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 
 from controller.inference.compile_cache import cache_key  # noqa: E402
 from controller.inference.half_weights import half_weight_copy, precasts_half_weights  # noqa: E402
-from controller.inference.runner_config import RunnerConfig  # noqa: E402
 from controller.inference.tiers import EagerTier, build_tiers  # noqa: E402
+from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.act.transformer import Attention  # noqa: E402
 from policies.demo import make_demo_policy  # noqa: E402
 from policies.tensor_policy import example_inputs  # noqa: E402

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from controller.inference import process_channel
-from controller.inference.process_channel import ChannelBusy, ChannelClosed, ProcessChannel
-from controller.inference.process_messages import MessageError
+from controller.link import process_channel
+from controller.link.process_channel import ChannelBusy, ChannelClosed, ProcessChannel
+from controller.link.process_messages import MessageError
 
 
 def pair() -> tuple[ProcessChannel, ProcessChannel]:

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from controller.cli import main
 from controller.errors import CheckpointError, PolicyError
 from controller.inference.runner import Runner
-from controller.inference.runner_config import RunnerConfig
+from controller.runner_config import RunnerConfig
 from controller.tools.quantize import stacked_observations
 from policies.checkpoints.load import describe_checkpoint, load_checkpoint
 from policies.checkpoints.quantized import save_quantized_checkpoint

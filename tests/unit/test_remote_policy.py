@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.inference.remote_policy import HANG_STEPS, RemotePolicy
+from controller.link.remote_policy import HANG_STEPS, RemotePolicy
 
 
 def test_a_slow_policy_is_not_taken_for_a_hung_one() -> None:

@@ -21,7 +21,7 @@ from controller.errors import PolicyError  # noqa: E402
 from controller.inference.faults import FaultPlan  # noqa: E402
 from controller.inference.ladder import random_observation  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
-from controller.inference.runner_config import RunnerConfig  # noqa: E402
+from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import Policy, RobotContext  # noqa: E402
 from policies.tensor_policy import EagerPolicy  # noqa: E402
 from policies.tiny import build_tiny_policy  # noqa: E402

@@ -8,7 +8,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from controller.inference.runner_config import TIER_ORDER, RunnerConfig
+from controller.runner_config import TIER_ORDER, RunnerConfig
 
 
 def test_defaults_are_the_full_ladder_in_fp16() -> None:
@@ -37,5 +37,5 @@ def test_round_trips_through_json() -> None:
 
 
 def test_imports_without_torch() -> None:
-    code = "import sys, controller.inference.runner_config; sys.exit('torch' in sys.modules)"
+    code = "import sys, controller.runner_config; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -7,7 +7,7 @@ import numpy as np
 from controller.config import TempoConfig
 from controller.daemon.service import pipeline_factory
 from controller.daemon.session import DELAY_WINDOW, Session, StateHistory
-from controller.inference.requests import Chunk
+from controller.link.inference_feed import Chunk
 from policies.base import CameraSpec, PolicySpec
 
 SPEC = PolicySpec(

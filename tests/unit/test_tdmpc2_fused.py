@@ -87,8 +87,8 @@ def test_the_planner_asks_its_compiled_tiers_for_multi_kernel_and_the_cache_key_
     """A plan's wide layer norms want inductor's multi_kernel (the module's compile_options);
     fast mode asks for nothing; what a module asks for is part of the compile cache's key."""
     from controller.inference.compile_cache import cache_key
-    from controller.inference.runner_config import RunnerConfig
     from controller.inference.tiers import compile_options
+    from controller.runner_config import RunnerConfig
     from policies.tdmpc2.serving import random_tdmpc2_policy
 
     plan = TDMPC2Policy(small_config()).eval()

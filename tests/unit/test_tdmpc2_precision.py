@@ -14,8 +14,8 @@ import torch
 from controller.errors import PolicyError
 from controller.inference.faults import FaultPlan
 from controller.inference.runner import Runner
-from controller.inference.runner_config import RunnerConfig
 from controller.inference.tiers import EagerTier
+from controller.runner_config import RunnerConfig
 from policies.base import RobotContext
 from policies.tdmpc2.parity import ValueRegret
 from policies.tdmpc2.planner import TDMPC2Policy

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from controller.inference.runner import Runner
-from controller.inference.runner_config import RunnerConfig
+from controller.runner_config import RunnerConfig
 from policies.base import RobotContext
 from policies.tdmpc2.serving import FIXED_NOISE, MEAN, TDMPC2Codec, random_tdmpc2_policy, with_mode
 from tests.unit.test_tdmpc2_planner import small_config

@@ -1,4 +1,4 @@
-"""What becomes of one inference request, whoever ran it (the worker thread of an in-process
+"""What becomes of one inference request, whoever ran it (the thread feed of an in-process
 policy, or the control loop for a policy in its own process): its chunk handed to the robot's
 session, its observation refused, or the failure counted; the counters `tempo status` shows.
 
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from controller.errors import ErrorCode, InputFault
-from controller.inference.requests import Chunk, InferenceRequest, Refusal, RobotQueues
+from controller.link.inference_feed import Chunk, InferenceRequest, Refusal, RobotQueues
 from controller.observe.telemetry import INFERENCE, MAILBOX_WAIT, Telemetry
 from controller.wire.slot_ring import SlotFrames
 from policies.base import Prediction
@@ -92,7 +92,7 @@ class InferenceOutcomes:
         shape = (session.spec.chunk_size, session.spec.action_dim)
         actions = self._usable_chunk(getattr(prediction, "actions", None), shape)
         memory = self._usable_memory(getattr(prediction, "memory", None))
-        if actions is None or memory is False:
+        if actions is None or isinstance(memory, bool):  # False: not usable
             self.non_finite += 1
             session.counters["chunks_rejected"] += 1
             self._warn(

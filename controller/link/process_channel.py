@@ -32,7 +32,7 @@ import socket
 import struct
 import time
 
-from controller.inference.process_messages import MAX_MESSAGE_BYTES, MessageError
+from controller.link.message_codec import MAX_MESSAGE_BYTES, MessageError
 
 _LENGTH = struct.Struct("<I")
 _READ_BYTES = 1 << 20

@@ -2,7 +2,7 @@
 
     channel = RequestChannel(link, slots, spec)       # per started process (RemotePolicy)
     request_id = channel.send(images, context)        # frames in a slot (or the driver's), sent
-    reply = channel.receive()                         # the next step reply, or None for now
+    reply = channel.receive()                         # the next StepReply, or None for now
     prediction = prediction_of(reply)                 # or the exception the reply stands for
 
 Frames are copied into the process's observation slots, except those a same-host driver wrote
@@ -27,23 +27,27 @@ from typing import Any
 import numpy as np
 
 from controller.errors import InputFault, PolicyError
-from controller.inference.frame_slots import FrameSlots
-from controller.inference.process_channel import ChannelBusy, ChannelError, ProcessChannel
-from controller.inference.process_messages import (
-    pack,
-    pack_array,
-    pack_memory,
-    unpack,
-    unpack_array,
-    unpack_memory,
+from controller.link.frame_slots import FrameSlots
+from controller.link.message_codec import as_float32, float32_arrays
+from controller.link.process_channel import ChannelBusy, ChannelError, ProcessChannel
+from controller.link.process_messages import (
+    AttachRing,
+    ChunkReply,
+    DetachRing,
+    Infer,
+    Message,
+    RequestFailed,
+    RingReady,
+    decode,
+    encode,
 )
 from controller.wire.slot_ring import SlotFrames
-from policies.base import PolicySpec, Prediction, RobotContext
+from policies.base import Plan, PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
 
 MAX_DRIVER_RINGS = 64  # frame rings attached at once; past it a driver's frames are copied
-STEP_REPLIES = ("chunk", "refused", "input_fault", "failed", "fatal")
+StepReply = ChunkReply | RequestFailed  # what answers an Infer
 
 
 class RequestChannel:
@@ -64,39 +68,35 @@ class RequestChannel:
         """Send one observation (nothing waits); returns its request id."""
         self._detach_closed_rings()
         ring = self._driver_ring(images)
-        where: dict[str, Any]
+        state = None
         if ring is not None and isinstance(images, SlotFrames):
             # Frames in place: the inference process reads the driver's slot itself (no copy
             # here); the state history, which the daemon checked, travels along.
-            where = {
-                "ring": ring,
-                "slot": images.index,
-                "generation": images.generation,
-                "state": pack_array(context.state_history),
-            }
+            index, generation = images.index, images.generation
+            state = as_float32(context.state_history)
         else:
-            index = self._next_slot
+            ring, index = None, self._next_slot
             self._next_slot = (index + 1) % self.slots.count
             generation = self.slots.write(index, images, context.state_history)
-            where = {"slot": index, "generation": generation}
         self._request_id += 1
         plan = context.previous_plan
         self._send(
-            pack(
-                "infer",
+            Infer(
                 id=self._request_id,
-                **where,
+                slot=index,
+                generation=generation,
                 step=context.step,
                 episode_start=context.episode_start,
                 delay=context.inference_delay,
-                plan_start=plan.start_step if plan is not None else None,
-                plan=pack_array(plan.actions) if plan is not None else None,
-                memory=pack_memory(context.memory) if context.memory else None,
+                plan=Plan(plan.start_step, as_float32(plan.actions)) if plan is not None else None,
+                memory=float32_arrays(context.memory) if context.memory else None,
+                ring=ring,
+                state=state,
             )
         )
         return self._request_id
 
-    def receive(self) -> dict[str, Any] | None:
+    def receive(self) -> StepReply | None:
         """The next step reply waiting on the channel (answers to ring requests are taken in
         passing), or None when none is there yet (or the process has gone: its supervisor
         sees it exit)."""
@@ -104,16 +104,18 @@ class RequestChannel:
             data = self.link.receive()
             if data is None:
                 return None
-            message = unpack(data)
-            ring = self._attaching.pop(message.get("id"), None)  # type: ignore[arg-type]
-            if ring is not None:
-                self._ring_answered(ring, message)
-            elif message["kind"] in STEP_REPLIES:
+            message = decode(data)
+            if isinstance(message, RingReady | RequestFailed):
+                ring = self._attaching.pop(message.id, None)
+                if ring is not None:
+                    self._ring_answered(ring, message)
+                    continue
+            if isinstance(message, ChunkReply | RequestFailed):
                 return message
 
-    def _send(self, message: bytes) -> None:
+    def _send(self, message: Message) -> None:
         try:
-            self.link.send(message)
+            self.link.send(encode(message))
         except ChannelBusy:
             raise ProcessStuck(
                 "the inference process has stopped taking messages; it is restarted and robots "
@@ -142,22 +144,22 @@ class RequestChannel:
         if len(self.rings) + len(self._attaching) >= MAX_DRIVER_RINGS:
             return None
         self._request_id += 1
-        self._send(pack("attach_ring", id=self._request_id, path=str(ring.path), count=ring.count))
+        self._send(AttachRing(self._request_id, str(ring.path), ring.count))
         self._attaching[self._request_id] = ring
         return None
 
-    def _ring_answered(self, ring: FrameSlots, reply: dict[str, Any]) -> None:
-        if reply["kind"] != "ring_ready":
+    def _ring_answered(self, ring: FrameSlots, reply: RingReady | RequestFailed) -> None:
+        if not isinstance(reply, RingReady):
             log.warning("the inference process cannot read a driver's frame ring: %s; its "
-                        "frames are copied instead", reply.get("error"))  # fmt: skip
+                        "frames are copied instead", reply.error)  # fmt: skip
             self._refused[ring.path] = ring
             return
-        ring_id = int(reply["id"])
+        ring_id = reply.id
         if ring.closed:  # its session ended while the process attached it
-            self._send(pack("detach_ring", ring=ring_id))
+            self._send(DetachRing(ring_id))
             return
         self.rings[ring.path] = (ring_id, ring)
-        if reply.get("pinned"):
+        if reply.pinned:
             self.pinned_rings.add(ring_id)
 
     def _detach_closed_rings(self) -> None:
@@ -169,7 +171,7 @@ class RequestChannel:
             if ring.closed:
                 del self.rings[path]
                 self.pinned_rings.discard(ring_id)
-                self._send(pack("detach_ring", ring=ring_id))
+                self._send(DetachRing(ring_id))
 
 
 class ProcessGone(PolicyError):
@@ -184,17 +186,15 @@ class ProcessFatal(PolicyError):
     """The reply says the device is unusable and the process is exiting (a restart follows)."""
 
 
-def prediction_of(reply: dict[str, Any]) -> Prediction:
+def prediction_of(reply: StepReply) -> Prediction:
     """A step reply as the Policy contract has it: the Prediction, or ValueError (a malformed
     observation), InputFault (the reference fails on it too), ProcessFatal, PolicyError."""
-    kind = reply["kind"]
-    if kind == "chunk":
-        actions = unpack_array(reply.get("actions"), "chunk")
-        return Prediction(actions, unpack_memory(reply.get("memory")))
-    if kind == "refused":
-        raise ValueError(str(reply.get("error")))
-    if kind == "input_fault":
-        raise InputFault(str(reply.get("error")))
-    if kind == "fatal":
-        raise ProcessFatal(f"the inference process failed: {reply.get('error')}")
-    raise PolicyError(str(reply.get("error")))
+    if isinstance(reply, ChunkReply):
+        return Prediction(reply.actions, reply.memory)
+    if reply.cause == "refused":
+        raise ValueError(reply.error)
+    if reply.cause == "input_fault":
+        raise InputFault(reply.error)
+    if reply.cause == "fatal":
+        raise ProcessFatal(f"the inference process failed: {reply.error}")
+    raise PolicyError(reply.error)

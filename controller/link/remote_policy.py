@@ -9,10 +9,10 @@
 RemotePolicy is a `Policy`: `predict` copies the observation into a shared-memory slot
 (`frame_slots`), sends the rest of the context in a small message (`process_messages`) and
 waits for the chunk. The daemon does not wait: its control loop sends and takes replies itself,
-between ticks, through `requests()` (`remote_worker`), so no second thread of the control
+between ticks, through `requests()` (`remote_feed`), so no second thread of the control
 process competes with the loop for the GIL. Frames a same-host driver wrote in place
 (`SlotFrames` of its session's ring) are not copied: the inference process attaches that ring
-(and pins it) and reads the driver's slot itself (`remote_requests`); a generation check after
+(and pins it) and reads the driver's slot itself (`request_channel`); a generation check after
 the reply refuses the observation if the driver wrote it since.
 
 Supervision (a thread of its own): the process exiting, or its heartbeat stopping for
@@ -42,10 +42,18 @@ from typing import Any
 import numpy as np
 
 from controller.errors import PolicyError
-from controller.inference.frame_slots import FrameSlots
-from controller.inference.process_channel import ProcessChannel
-from controller.inference.process_messages import pack
-from controller.inference.process_spawner import (
+from controller.link.frame_slots import FrameSlots
+from controller.link.process_channel import ProcessChannel
+from controller.link.process_messages import (
+    AttachSlots,
+    Build,
+    ChunkReply,
+    Hello,
+    Ready,
+    RequestFailed,
+    Standby,
+)
+from controller.link.process_spawner import (
     Child,
     Spawner,
     close_channel,
@@ -55,7 +63,12 @@ from controller.inference.process_spawner import (
     send_at_start,
     wait_or_kill,
 )
-from controller.inference.remote_requests import ProcessFatal, RequestChannel, prediction_of
+from controller.link.request_channel import (
+    ProcessFatal,
+    RequestChannel,
+    StepReply,
+    prediction_of,
+)
 from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
@@ -106,7 +119,7 @@ class RemotePolicy:
         self._spec: PolicySpec | None = None
         self._status: dict[str, Any] = {}
         # The last step as the inference process timed it (request taken -> chunk in its host
-        # memory), for benchmarks; the daemon records every one in telemetry (remote_worker).
+        # memory), for benchmarks; the daemon records every one in telemetry (remote_feed).
         self.last_step_ns: int | None = None
         # The last `predict`'s trips (ns): request sent -> taken there, chunk ready there ->
         # reply here. Both processes read one clock (CLOCK_MONOTONIC is system-wide).
@@ -177,7 +190,7 @@ class RemotePolicy:
 
     def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
         """One observation through the inference process, waiting for its chunk (the daemon's
-        loop does not wait: it uses `requests()`, see remote_worker). ValueError when the
+        loop does not wait: it uses `requests()`, see remote_feed). ValueError when the
         observation is at fault (that robot's problem), InferenceUnavailable while the process
         is down, PolicyError when the policy failed on it."""
         with self.requests() as channel:
@@ -188,8 +201,8 @@ class RemotePolicy:
             request_id = channel.send(images, context)
             reply = self._await_reply(channel, request_id)
             answered_ns = time.monotonic_ns()
-        taken_ns, step_ns = reply.get("received_ns"), reply.get("step_ns")
-        if isinstance(taken_ns, int) and isinstance(step_ns, int):
+        if isinstance(reply, ChunkReply):
+            taken_ns, step_ns = reply.received_ns, reply.step_ns
             self.last_trips_ns = (taken_ns - sent_ns, answered_ns - taken_ns - step_ns)
         return self.prediction(reply)
 
@@ -201,27 +214,27 @@ class RemotePolicy:
         with self._lock:
             yield self._channel if self._serving.is_set() else None
 
-    def prediction(self, reply: dict[str, Any]) -> Prediction:
-        """A step reply as a Prediction (see `remote_requests.prediction_of`); a `fatal` reply
+    def prediction(self, reply: StepReply) -> Prediction:
+        """A step reply as a Prediction (see `request_channel.prediction_of`); a `fatal` reply
         (a poisoned CUDA context) ends serving and starts a fresh process."""
-        if isinstance(reply.get("status"), dict):
-            self._status = reply["status"]
-        if isinstance(reply.get("step_ns"), int):
-            self.last_step_ns = reply["step_ns"]
+        if isinstance(reply, ChunkReply):
+            if reply.status is not None:
+                self._status = reply.status
+            self.last_step_ns = reply.step_ns
         try:
             return prediction_of(reply)
         except ProcessFatal as exc:
-            self._fail("fatal", str(reply.get("error")))
+            self._fail("fatal", reply.error if isinstance(reply, RequestFailed) else str(exc))
             raise InferenceUnavailable(str(exc)) from None
 
-    def _await_reply(self, channel: RequestChannel, request_id: int) -> dict[str, Any]:
+    def _await_reply(self, channel: RequestChannel, request_id: int) -> StepReply:
         # Its own deadline too: if the supervisor thread were gone, nothing else would end it.
         deadline = time.monotonic() + self.hang_timeout() + 1.0
         while True:
             gone = False
             if channel.link.poll(POLL_MS):
                 reply = channel.receive()  # else a ring's answer, or an earlier request's
-                if reply is not None and reply.get("id") == request_id:
+                if reply is not None and reply.id == request_id:
                     return reply
                 gone = reply is None and channel.link.closed  # nothing more will come
             if gone or self._failed.is_set():
@@ -340,20 +353,20 @@ class RemotePolicy:
         link, process = self._take_standby()
         with self._lock:
             self._link, self._process = link, process
-        expect(link, process, "standby", self.start_timeout_s, self._stop)
-        send_at_start(link, pack("build"))
-        hello = expect(link, process, "hello", self.start_timeout_s, self._stop)
-        spec = PolicySpec.model_validate(hello["spec"])
+        expect(link, process, Standby, self.start_timeout_s, self._stop)
+        send_at_start(link, Build())
+        hello = expect(link, process, Hello, self.start_timeout_s, self._stop)
+        spec = hello.spec
         if self._spec is not None and spec != self._spec:
             raise PolicyError("the restarted inference process serves a different policy spec")
         self._spec = spec
-        self._status = hello.get("status") or {}
+        self._status = hello.status
         if self._slots is None:
             self._slots = FrameSlots.create(spec, SLOT_COUNT)
         self._slots.beat()
-        send_at_start(link, pack("attach", path=str(self._slots.path), count=self._slots.count))
-        ready = expect(link, process, "ready", 60.0, self._stop)
-        self.pinned = bool(ready.get("pinned"))
+        send_at_start(link, AttachSlots(str(self._slots.path), self._slots.count))
+        ready = expect(link, process, Ready, 60.0, self._stop)
+        self.pinned = ready.pinned
         with self._lock:  # a new process has attached no driver ring yet
             self._channel = RequestChannel(link, self._slots, spec)
         if progress is not None:

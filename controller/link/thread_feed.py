@@ -1,11 +1,11 @@
-"""The inference worker: one thread that runs the policy on each session's newest observation.
+"""The thread feed: one thread that runs the policy on each session's newest observation.
 
 For a policy in the daemon's own process. The control loop never waits for it. The policy gets
 the observation and the robot's context (the session built it when it submitted the request);
 what becomes of the answer is `outcomes`. The loop drops the chunk steps that have already
 passed, so slow inference shortens the useful chunk instead of shifting the robot in time, and
 drops a chunk of an episode that has ended. A policy in its own process is fed by the loop
-itself instead (`remote_worker`).
+itself instead (`remote_feed`).
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import collections
 import logging
 import threading
 
-from controller.inference.outcomes import InferenceOutcomes
-from controller.inference.requests import InferenceRequest, RobotQueues
+from controller.link.inference_feed import InferenceRequest, RobotQueues
+from controller.link.outcomes import InferenceOutcomes
 from controller.observe.telemetry import Telemetry
 from policies.base import Policy
 
 log = logging.getLogger(__name__)
 
 
-class InferenceWorker(InferenceOutcomes):
+class ThreadFeed(InferenceOutcomes):
     def __init__(self, policy: Policy, telemetry: Telemetry | None = None) -> None:
         super().__init__(telemetry)
         self.policy = policy
@@ -44,7 +44,7 @@ class InferenceWorker(InferenceOutcomes):
 
     @property
     def alive(self) -> bool:
-        """Whether the worker thread is running (it must outlive any policy failure)."""
+        """Whether the feed's thread is running (it must outlive any policy failure)."""
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout: float = 0.5) -> None:
@@ -74,7 +74,7 @@ class InferenceWorker(InferenceOutcomes):
                 self._infer(session, request)
             except Exception:  # a bug of ours: this thread must outlive it, or every robot holds
                 self.failures += 1
-                log.exception("the inference worker failed on robot %s; continuing", session.robot)
+                log.exception("the inference thread failed on robot %s; continuing", session.robot)
             # Dropped now, not at the next wake-up: frames written in place hold their slot in
             # the driver's ring for as long as the request lives.
             del request

@@ -2,8 +2,8 @@
 
     spawner = Spawner(command, env)   # per RemotePolicy
     child = spawner.spawn()           # (channel, process): the process says `standby` once imported
-    message = expect(channel, process, "hello", timeout_s, stop)   # the start-up conversation
-    send_at_start(channel, pack("build"))
+    hello = expect(channel, process, Hello, timeout_s, stop)   # the start-up conversation
+    send_at_start(channel, Build())
     end_child(child, timeout_s)       # asked to stop, killed if it has not within timeout_s
 
 Each child gets its own channel (a socket pair, `process_channel`; the child inherits its end
@@ -19,14 +19,22 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypeVar
 
 from controller.errors import PolicyError
-from controller.inference.parent_death import CONTROL_PID
-from controller.inference.process_channel import ChannelError, ProcessChannel
-from controller.inference.process_messages import MessageError, pack, unpack
+from controller.link.parent_death import CONTROL_PID
+from controller.link.process_channel import ChannelError, ProcessChannel
+from controller.link.process_messages import (
+    FailedStart,
+    Message,
+    MessageError,
+    Stop,
+    decode,
+    encode,
+)
 
 Child = tuple[ProcessChannel, "subprocess.Popen[bytes]"]
+M = TypeVar("M", bound=Message)
 
 
 class Spawner:
@@ -64,7 +72,7 @@ def close_channel(channel: ProcessChannel, ask_to_stop: bool) -> None:
     """Close a child's channel, first asking it to stop (without waiting) when `ask_to_stop`."""
     if ask_to_stop:
         try:
-            channel.send(pack("stop"))
+            channel.send(encode(Stop()))
         except ChannelError:
             pass  # gone or not reading: its exit (or the kill) follows all the same
     channel.close()
@@ -81,23 +89,23 @@ def wait_or_kill(process: subprocess.Popen[bytes], timeout_s: float) -> None:
 def expect(
     link: ProcessChannel,
     process: subprocess.Popen[bytes],
-    kind: str,
+    expected: type[M],
     timeout_s: float,
     stop: threading.Event,
-) -> dict[str, Any]:
-    """The starting child's next message of `kind`; PolicyError with the reason when it says
-    `failed_start`, exits, stays silent for `timeout_s`, or `stop` is set meanwhile."""
+) -> M:
+    """The starting child's next message of type `expected`; PolicyError with the reason when it
+    says FailedStart, exits, stays silent for `timeout_s`, or `stop` is set meanwhile."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if stop.is_set():
             raise PolicyError("stopped while the inference process was starting")
         data = link.receive(timeout_ms=100)
         if data is not None:
-            message = unpack(data)
-            if message["kind"] == kind:
+            message = decode(data)
+            if isinstance(message, expected):
                 return message
-            if message["kind"] == "failed_start":
-                raise PolicyError(str(message.get("error")))
+            if isinstance(message, FailedStart):
+                raise PolicyError(message.error)
             continue
         try:  # its channel ends when it exits: wait for the exit code then
             code = process.wait(timeout=0.1) if link.closed else process.poll()
@@ -108,14 +116,14 @@ def expect(
                 f"the inference process exited with code {code} while starting (its log says why)"
             )
     raise PolicyError(
-        f"the inference process sent no {kind!r} within {timeout_s:.0f} s of starting"
+        f"the inference process sent no {expected.KIND!r} within {timeout_s:.0f} s of starting"
     )
 
 
-def send_at_start(link: ProcessChannel, message: bytes) -> None:
+def send_at_start(link: ProcessChannel, message: Message) -> None:
     """A start-up message: the child is waiting for it, so a short wait is enough."""
     try:
-        link.send(message, timeout_s=5.0)
+        link.send(encode(message), timeout_s=5.0)
     except ChannelError as exc:
         raise PolicyError(
             f"the inference process stopped taking messages while starting ({exc})"

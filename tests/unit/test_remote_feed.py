@@ -1,4 +1,4 @@
-"""The control loop's side of a policy in its own process (RemoteInference over a RequestChannel),
+"""The control loop's side of a policy in its own process (RemoteFeed over a RequestChannel),
 against a peer played by the test on a real process channel (a socket pair): replies become the
 robot's chunks, nothing the process does (dying, a malformed reply, a restart) blocks the loop or
 escapes into it, and a driver's frame ring is asked for once and then read in place."""
@@ -16,14 +16,21 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.inference import process_channel
-from controller.inference.frame_slots import FrameSlots
-from controller.inference.mailbox import Mailbox
-from controller.inference.process_channel import ProcessChannel
-from controller.inference.process_messages import pack, pack_array, unpack
-from controller.inference.remote_requests import RequestChannel, prediction_of
-from controller.inference.remote_worker import RemoteInference
-from controller.inference.requests import Chunk, InferenceRequest, Refusal
+from controller.link import process_channel
+from controller.link.frame_slots import FrameSlots
+from controller.link.inference_feed import Chunk, InferenceRequest, Refusal
+from controller.link.mailbox import Mailbox
+from controller.link.process_channel import ProcessChannel
+from controller.link.process_messages import (
+    ChunkReply,
+    DetachRing,
+    Message,
+    RingReady,
+    decode,
+    encode,
+)
+from controller.link.remote_feed import RemoteFeed
+from controller.link.request_channel import RequestChannel, StepReply, prediction_of
 from controller.wire.slot_ring import SlotFrames
 from policies.base import CameraSpec, PolicySpec, Prediction, first_context
 
@@ -51,7 +58,7 @@ class Robot:
 
 
 class FakePolicy:
-    """What RemoteInference needs of a RemotePolicy."""
+    """What RemoteFeed needs of a RemotePolicy."""
 
     def __init__(self, channel: RequestChannel) -> None:
         self.channel = channel
@@ -62,7 +69,7 @@ class FakePolicy:
     def requests(self) -> Iterator[RequestChannel | None]:
         yield self.channel if self.serving else None
 
-    def prediction(self, reply: dict[str, Any]) -> Prediction:
+    def prediction(self, reply: StepReply) -> Prediction:
         return prediction_of(reply)
 
     def hang_timeout(self) -> float:
@@ -111,18 +118,19 @@ def request(seq: int, images: dict[str, np.ndarray] | None = None) -> InferenceR
     return InferenceRequest(obs_seq=seq, received_ns=0, episode=0, images=frames, context=context)
 
 
-def received(peer: ProcessChannel) -> dict[str, Any]:
+def received(peer: ProcessChannel) -> Any:
     data = peer.receive(timeout_ms=2000)
     assert data is not None, "nothing reached the inference process"
-    return unpack(data)
+    message: Message = decode(data)
+    return message
 
 
 def answer(peer: ProcessChannel, request_id: int, value: float = 1.0) -> None:
     actions = np.full((SPEC.chunk_size, SPEC.action_dim), value, np.float32)
-    peer.send(pack("chunk", id=request_id, actions=pack_array(actions), memory=None))
+    peer.send(encode(ChunkReply(request_id, actions, None, step_ns=0, received_ns=0)))
 
 
-def service_until(worker: RemoteInference, done: Any) -> None:
+def service_until(worker: RemoteFeed, done: Any) -> None:
     for _ in range(2000):
         worker.service(FAR)
         if done():
@@ -135,22 +143,22 @@ def test_a_reply_becomes_the_robots_chunk_and_the_next_request_goes_out(
     context: Links, slots: FrameSlots
 ) -> None:
     channel, peer = channel_pair(context, slots)
-    worker = RemoteInference(FakePolicy(channel))  # type: ignore[arg-type]
+    worker = RemoteFeed(FakePolicy(channel))  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
     worker.submit(robot, request(2))  # newest wins: 1 is never sent
     worker.service(FAR)
     sent = received(peer)
-    assert sent["kind"] == "infer" and sent["step"] == 2
+    assert sent.kind == "infer" and sent.step == 2
     worker.submit(robot, request(3))
     worker.service(FAR)  # one request in flight at a time: 3 waits
     assert not peer.poll(50)
-    answer(peer, sent["id"], 7.0)
+    answer(peer, sent.id, 7.0)
     service_until(worker, lambda: robot.chunks)
     chunk = robot.chunks[0]
     assert chunk.obs_seq == 2 and chunk.start_step == 2 and np.all(chunk.actions == 7.0)
-    assert received(peer)["step"] == 3  # sent as soon as the reply was taken
+    assert received(peer).step == 3  # sent as soon as the reply was taken
     assert worker.inferences == 1 and worker.failures == 0
 
 
@@ -159,7 +167,7 @@ def test_a_send_to_a_process_that_is_gone_fails_the_request_without_blocking(
 ) -> None:
     lonely, peer = context.pair()
     peer.close()  # the process has gone
-    worker = RemoteInference(FakePolicy(RequestChannel(lonely, slots, SPEC)))  # type: ignore[arg-type]
+    worker = RemoteFeed(FakePolicy(RequestChannel(lonely, slots, SPEC)))  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
@@ -175,7 +183,7 @@ def test_a_malformed_reply_is_counted_and_the_loop_goes_on(
     context: Links, slots: FrameSlots
 ) -> None:
     channel, peer = channel_pair(context, slots)
-    worker = RemoteInference(FakePolicy(channel))  # type: ignore[arg-type]
+    worker = RemoteFeed(FakePolicy(channel))  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
@@ -186,7 +194,7 @@ def test_a_malformed_reply_is_counted_and_the_loop_goes_on(
     assert robot.counters["inference_failures"] == 1
     worker.submit(robot, request(2))  # the next observation is served as usual
     worker.service(FAR)
-    answer(peer, received(peer)["id"])
+    answer(peer, received(peer).id)
     service_until(worker, lambda: robot.chunks)
     assert robot.chunks[0].obs_seq == 2
 
@@ -196,7 +204,7 @@ def test_a_restart_fails_the_request_in_flight_and_serves_on_the_new_process(
 ) -> None:
     old, old_peer = channel_pair(context, slots)
     policy = FakePolicy(old)
-    worker = RemoteInference(policy)  # type: ignore[arg-type]
+    worker = RemoteFeed(policy)  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
@@ -211,7 +219,7 @@ def test_a_restart_fails_the_request_in_flight_and_serves_on_the_new_process(
     answer(old_peer, 1)  # a late answer of the dead process reaches nobody
     worker.submit(robot, request(3))
     worker.service(FAR)
-    answer(new_peer, received(new_peer)["id"])
+    answer(new_peer, received(new_peer).id)
     service_until(worker, lambda: robot.chunks)
     assert [c.obs_seq for c in robot.chunks] == [3]
 
@@ -228,22 +236,22 @@ def test_a_driver_ring_is_asked_for_once_then_its_frames_are_read_in_place(
         context_1 = first_context(SPEC, np.zeros(3, np.float32))
         channel.send(first, context_1)
         attach, infer = received(peer), received(peer)
-        assert attach["kind"] == "attach_ring" and attach["path"] == str(ring.path)
-        assert "ring" not in infer  # not attached yet: this observation is copied
-        np.testing.assert_array_equal(slots.views(infer["slot"])[0]["a"], frames["a"])
-        peer.send(pack("ring_ready", id=attach["id"], pinned=True))
-        answer(peer, infer["id"])
+        assert attach.kind == "attach_ring" and attach.path == str(ring.path)
+        assert infer.ring is None  # not attached yet: this observation is copied
+        np.testing.assert_array_equal(slots.views(infer.slot)[0]["a"], frames["a"])
+        peer.send(encode(RingReady(attach.id, pinned=True)))
+        answer(peer, infer.id)
         reply = None
         for _ in range(2000):
             if (reply := channel.receive()) is not None:
                 break
             threading.Event().wait(0.001)
-        assert reply is not None and reply["id"] == infer["id"]
-        assert list(channel.rings) == [ring.path] and channel.pinned_rings == {attach["id"]}
+        assert reply is not None and reply.id == infer.id
+        assert list(channel.rings) == [ring.path] and channel.pinned_rings == {attach.id}
         second = SlotFrames(ring, 1, ring.write(1, frames, state), ["a"])
         channel.send(second, context_1)
         infer = received(peer)
-        assert infer["ring"] == attach["id"] and infer["slot"] == 1
+        assert infer.ring == attach.id and infer.slot == 1
         assert not peer.poll(50)  # asked once only
     finally:
         ring.close()
@@ -262,13 +270,13 @@ def test_a_ring_whose_session_ended_before_the_process_attached_it_is_detached(
     received(peer)  # the (copied) observation
     del observation
     ring.close()
-    peer.send(pack("ring_ready", id=attach["id"], pinned=False))
+    peer.send(encode(RingReady(attach.id, pinned=False)))
     for _ in range(2000):
         channel.receive()
         if peer.poll(0):
             break
         threading.Event().wait(0.001)
-    assert received(peer) == {"kind": "detach_ring", "ring": attach["id"]}
+    assert received(peer) == DetachRing(attach.id)
     assert not channel.rings
 
 
@@ -283,7 +291,7 @@ def test_a_process_that_stopped_reading_is_reported_for_a_restart_without_blocki
     except BlockingIOError:
         pass
     policy = FakePolicy(channel)
-    worker = RemoteInference(policy)  # type: ignore[arg-type]
+    worker = RemoteFeed(policy)  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
@@ -297,7 +305,7 @@ def test_waiting_for_a_step_ends_when_the_process_closes_its_channel(
 ) -> None:
     """RemotePolicy.predict's wait: a dead process's closed channel ends it at once (it must not
     spin on the always-readable end of stream while holding the lock a restart needs)."""
-    from controller.inference.remote_policy import InferenceUnavailable, RemotePolicy
+    from controller.link.remote_policy import InferenceUnavailable, RemotePolicy
 
     channel, peer = channel_pair(context, slots)
     peer.close()
@@ -325,14 +333,14 @@ def test_the_step_the_inference_process_timed_is_recorded_beside_the_whole_trip(
 
     telemetry = Telemetry(enabled=True)
     channel, peer = channel_pair(context, slots)
-    worker = RemoteInference(FakePolicy(channel), telemetry)  # type: ignore[arg-type]
+    worker = RemoteFeed(FakePolicy(channel), telemetry)  # type: ignore[arg-type]
     worker.start()
     robot = Robot()
     worker.submit(robot, request(1))
     worker.service(FAR)
     sent = received(peer)
     actions = np.ones((SPEC.chunk_size, SPEC.action_dim), np.float32)
-    peer.send(pack("chunk", id=sent["id"], actions=pack_array(actions), step_ns=1_500_000))
+    peer.send(encode(ChunkReply(sent.id, actions, None, step_ns=1_500_000, received_ns=0)))
     service_until(worker, lambda: robot.chunks)
     sections = {s["name"]: s for s in telemetry.snapshot()["sections"].values()}
     assert sections[PROCESS_STEP]["count"] == 1

@@ -1,9 +1,9 @@
-"""The inference worker for a policy in its own process, run by the control loop's own thread.
+"""The inference feed for a policy in its own process, run by the control loop's own thread.
 
-    worker = RemoteInference(policy, telemetry)    # policy: a started RemotePolicy
-    worker.submit(session, request)                # from the loop: queued, newest wins per robot
-    with worker.polled() as channel: ...           # polled beside the robots' socket when idle
-    worker.service(until_ns)                       # take the reply, send the next request
+    feed = RemoteFeed(policy, telemetry)         # policy: a started RemotePolicy
+    feed.submit(session, request)                # from the loop: queued, newest wins per robot
+    with feed.polled() as channel: ...           # polled beside the robots' socket when idle
+    feed.service(until_ns)                       # take the reply, send the next request
 
 Why no thread: in the control process a second Python thread competes with the loop for the
 GIL, and a tick that comes while that thread runs Python waits for it. The reply to a request
@@ -13,7 +13,7 @@ ticks, so nothing else in the process wants the GIL when a tick is due.
 
 One request is in flight at a time (the inference process serves one at a time anyway); robots
 wait their turn in order of arrival, each with only its newest observation. What becomes of a
-reply is `outcomes`, as for the in-process worker. While the process is down or restarting,
+reply is `outcomes`, as for the thread feed. While the process is down or restarting,
 requests fail at once (the loop holds every robot meanwhile), and a request in flight when the
 process went down is given up on.
 """
@@ -26,11 +26,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from controller.inference.outcomes import InferenceOutcomes
-from controller.inference.process_channel import ProcessChannel
-from controller.inference.remote_policy import InferenceUnavailable, RemotePolicy
-from controller.inference.remote_requests import ProcessStuck, RequestChannel
-from controller.inference.requests import InferenceRequest, RobotQueues
+from controller.link.inference_feed import InferenceRequest, RobotQueues
+from controller.link.outcomes import InferenceOutcomes
+from controller.link.process_channel import ProcessChannel
+from controller.link.process_messages import ChunkReply
+from controller.link.remote_policy import InferenceUnavailable, RemotePolicy
+from controller.link.request_channel import ProcessStuck, RequestChannel
 from controller.observe.telemetry import PROCESS_STEP, Telemetry
 
 
@@ -44,7 +45,7 @@ class InFlight:
     channel: RequestChannel  # of the process it was sent to
 
 
-class RemoteInference(InferenceOutcomes):
+class RemoteFeed(InferenceOutcomes):
     def __init__(self, policy: RemotePolicy, telemetry: Telemetry | None = None) -> None:
         super().__init__(telemetry)
         self._t_process_step = (telemetry or Telemetry(enabled=False)).section(PROCESS_STEP)
@@ -115,11 +116,11 @@ class RemoteInference(InferenceOutcomes):
             self.failed(flight.session, flight.request, stopped)
             return
         while (reply := channel.receive()) is not None:
-            if reply.get("id") != flight.request_id:
+            if reply.id != flight.request_id:
                 continue  # an answer to a request that was given up on
             self._in_flight = None
-            if isinstance(reply.get("step_ns"), int):
-                self._t_process_step.record_ns(reply["step_ns"])
+            if isinstance(reply, ChunkReply):
+                self._t_process_step.record_ns(reply.step_ns)
             try:
                 prediction = self.policy.prediction(reply)
             except Exception as exc:  # noqa: BLE001 - every failure is counted and told

@@ -1,0 +1,28 @@
+"""The inference process's main (`tempo inference-process`, spawned by the control process's
+RemotePolicy): build the policy, then serve the control process on the channel it passed.
+
+Importing this module imports everything the build needs (torch, its compiler, Tempo's runner
+and the policies), so that a process standing by has done its imports before a restart asks it
+to build.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch._dynamo  # noqa: F401 - torch imports its compiler on the first compile otherwise
+
+import policies.checkpoints.load  # noqa: F401 - the build loads a checkpoint
+from controller.inference import build
+from controller.inference.process_server import serve_control_process
+
+if TYPE_CHECKING:  # the config is the caller's (a layer above this package)
+    from controller.config import TempoConfig
+
+
+def run_inference_process(config: TempoConfig, channel_fd: int) -> int:
+    """Build the policy (`build.build_policy`), serve the control process on the channel it
+    passed as file descriptor `channel_fd`; returns the exit code."""
+    busy_poll_s = config.supervision.busy_poll_ms / 1000
+    # build.build_policy looked up when the build starts: tests swap it for a policy of theirs.
+    return serve_control_process(lambda: build.build_policy(config), channel_fd, busy_poll_s)
