@@ -48,6 +48,7 @@ from controller.action.pipeline import ActionPipeline
 from controller.config import TempoConfig, resolve_execution
 from controller.daemon.service import pipeline_factory
 from controller.inference import build
+from controller.inference.device_timer import DeviceTimer
 from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.inference.step_path import StepPath
@@ -143,9 +144,7 @@ class _Phases:
         self.runner = runner
         self.path: StepPath = runner.step_path
         self.cuda = self.path.device.type == "cuda"
-        if self.cuda:
-            self.begin = torch.cuda.Event(enable_timing=True)
-            self.end = torch.cuda.Event(enable_timing=True)
+        self.timer = DeviceTimer(self.path.device)
 
     def tier(self) -> Tier:
         return self.runner.serving_tier
@@ -158,17 +157,7 @@ class _Phases:
             torch.cuda.synchronize(path.device)
         uploaded = clock()
         with torch.no_grad(), path.on_stream():
-            tier = self.tier()
-            if self.cuda:
-                self.begin.record()
-                out = tier.run()
-                self.end.record()
-                torch.cuda.synchronize(path.device)
-                model = self.begin.elapsed_time(self.end) / 1e3
-            else:
-                began = clock()
-                out = tier.run()
-                model = clock() - began
+            out, model = self.timer.time(self.tier().run)
             fetched = clock()
             chunk = path.download.fetch(out)[0]
             bool(np.isfinite(chunk).all())
