@@ -45,12 +45,12 @@ import numpy as np
 
 from controller.config import TempoConfig, resolve_execution
 from controller.inference.runner import Runner
+from controller.observe.percentiles import summarize
 from controller.tools.profiling import (
     Progress,
     observation_source,
     profiled_runner,
     robot_pipeline,
-    summarize,
     timed_control_step,
 )
 from controller.tools.replay import ObservationSource
@@ -81,8 +81,8 @@ class VariantResult:
             "tier": self.tier,
             "query_period": self.query_period,
             "ensemble": self.ensemble,
-            "control_step": summarize(self.samples),
-            "predict_chunk": summarize(self.predict),
+            "control_step": summarize(self.samples).as_dict(),
+            "predict_chunk": summarize(self.predict).as_dict(),
             "throughput_steps_per_s": 1.0 / float(self.samples.mean()),
             "tiers": self.tiers,
         }
@@ -341,7 +341,7 @@ def render_compare(result: CompareResult) -> str:
     width = 14
     header = f"{'':<22}{'A':>{width}}{'B':>{width}}{'B - A':>14}{'A / B':>10}"
     lines.append(header)
-    sa, sb = summarize(a.samples), summarize(b.samples)
+    sa, sb = summarize(a.samples).as_dict(), summarize(b.samples).as_dict()
     for key in ("mean", "p50", "p99", "max"):
         va, vb = float(sa[key] or 0.0), float(sb[key] or 0.0)
         ratio = va / vb if vb else float("nan")
@@ -354,7 +354,7 @@ def render_compare(result: CompareResult) -> str:
         f"{'  throughput':<22}{ta:>{width - 7},.0f} step/s{tb:>{width - 7},.0f} step/s"
         f"{'':>14}{tb / ta:>9.2f}x"
     )
-    pa, pb = summarize(a.predict), summarize(b.predict)
+    pa, pb = summarize(a.predict).as_dict(), summarize(b.predict).as_dict()
     lines.append("policy step (predict_chunk), for reference")
     for key in ("p50", "p99"):
         pva, pvb = pa[key], pb[key]

@@ -55,7 +55,7 @@ from controller.inference.step_path import StepPath
 from controller.inference.tiers import Tier, precision_dtype
 from controller.tools.flow_phases import flow_parts, flow_phase_rows
 from controller.tools.module_timing import FORWARD, SubmoduleTimer
-from controller.tools.profile_result import ProfileResult, Row, summarize
+from controller.tools.profile_result import ProfileResult, Row
 from controller.tools.profile_view import recommend, render_profile
 from controller.tools.replay import ObservationSource
 from controller.tools.torch_trace import torch_trace
@@ -77,7 +77,6 @@ __all__ = [
     "render_profile",
     "run_profile",
     "profiled_runner",
-    "summarize",
 ]
 
 
