@@ -58,6 +58,7 @@ from controller.tools.module_timing import FORWARD, SubmoduleTimer
 from controller.tools.profile_result import ProfileResult, Row
 from controller.tools.profile_view import recommend, render_profile
 from controller.tools.replay import ObservationSource
+from controller.tools.reports import write_profile_report
 from controller.tools.torch_trace import torch_trace
 from policies.base import PolicySpec, window_context
 from policies.catalog import build_tensor_policy, describe_source
@@ -377,7 +378,5 @@ def run_profile(
             runner, source, Path(torch_profiler_dir), torch_profiler_steps
         )
     if report_dir is not None:
-        from controller.tools.reports import write_profile_report
-
         result.report = write_profile_report(result, Path(report_dir))
     return result
