@@ -3,6 +3,7 @@
     s = summarize(seconds, scale=1e3)       # the same figures in ms
     s.p50, s.p99, s.mean, s.max, s.count
     s.as_dict()                             # {"count", "mean", "p50", "p90", "p99", "min", "max"}
+                                            # (None for each figure when there are no samples)
 
 Exact, from every sample (numpy's default, linear interpolation between order statistics); the
 caller picks the unit by `scale`, which multiplies every figure but the count. Telemetry's
@@ -20,20 +21,24 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Summary:
-    """Figures of a set of samples, in the unit `summarize` was asked for; None with no samples."""
+    """Figures of a set of samples, in the unit `summarize` was asked for; NaN with no samples."""
 
     count: int
-    mean: float | None
-    p50: float | None
-    p90: float | None
-    p99: float | None
-    min: float | None
-    max: float | None
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    min: float
+    max: float
 
     def as_dict(self, suffix: str = "") -> dict[str, float | int | None]:
-        """Every figure by name (`suffix` appended to each but the count: "_ms" -> "p50_ms")."""
-        figures = asdict(self)
-        return {key if key == "count" else key + suffix: value for key, value in figures.items()}
+        """Every figure by name (`suffix` appended to each but the count: "_ms" -> "p50_ms"),
+        None for no samples (JSON has no NaN)."""
+        out: dict[str, float | int | None] = {"count": self.count}
+        for key, value in asdict(self).items():
+            if key != "count":
+                out[key + suffix] = value if self.count else None
+        return out
 
 
 def summarize(samples: Sequence[float] | np.ndarray, scale: float = 1.0) -> Summary:
@@ -41,7 +46,8 @@ def summarize(samples: Sequence[float] | np.ndarray, scale: float = 1.0) -> Summ
     -> ms, 1e-3: ns -> us)."""
     values = np.asarray(samples, dtype=np.float64)
     if values.size == 0:
-        return Summary(0, None, None, None, None, None, None)
+        nan = float("nan")
+        return Summary(0, nan, nan, nan, nan, nan, nan)
     if scale != 1.0:
         values = values * scale
     p50, p90, p99 = np.percentile(values, (50, 90, 99))

@@ -161,7 +161,7 @@ def bench_runner(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  
     return runner, description, time.perf_counter() - began
 
 
-def percentiles_ms(seconds: list[float]) -> dict[str, float | None]:
+def percentiles_ms(seconds: list[float]) -> dict[str, float]:
     """Median, p99, mean and min in ms, under the keys this benchmark's JSON has always had."""
     summary = summarize(seconds, scale=1e3)
     return {
