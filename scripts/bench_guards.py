@@ -22,6 +22,7 @@ from controller.action.ensembler import ChunkEnsembler
 from controller.action.guards import GuardChain, Verdict
 from controller.action.guards_config import GuardsConfig
 from controller.action.teleop import TeleopConfig, TeleopMixer
+from controller.observe.percentiles import summarize
 
 RATE_HZ = 200.0
 
@@ -122,10 +123,6 @@ class LoopGuards:
 
 
 # -- the run --------------------------------------------------------------------------------------
-
-
-def percentile_us(samples: list[int], q: float) -> float:
-    return float(np.percentile(np.array(samples), q)) / 1000.0
 
 
 def main() -> None:
@@ -235,16 +232,13 @@ def main() -> None:
         ("guards.check", "guard", "r_guard"),
         ("all three", "tick", "r_tick"),
     ]
+    us = {key: summarize(ns, scale=1e-3) for key, ns in timings.items()}
     for label, ours, ref in rows:
         print(
-            f"{label:<22}{percentile_us(timings[ours], 50):>14.1f}"
-            f"{percentile_us(timings[ours], 99):>9.1f}"
-            f"{percentile_us(timings[ref], 50):>15.1f}{percentile_us(timings[ref], 99):>9.1f}"
+            f"{label:<22}{us[ours].p50:>14.1f}{us[ours].p99:>9.1f}"
+            f"{us[ref].p50:>15.1f}{us[ref].p99:>9.1f}"
         )
-    print(
-        f"{'add_chunk (per chunk)':<22}{percentile_us(timings['add'], 50):>14.1f}"
-        f"{percentile_us(timings['add'], 99):>9.1f}"
-    )
+    print(f"{'add_chunk (per chunk)':<22}{us['add'].p50:>14.1f}{us['add'].p99:>9.1f}")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from controller.daemon.pacer import Pacer
 from controller.inference.build import build_policy
 from controller.inference.ladder import random_observation
 from controller.link.frame_slots import FrameSlots
+from controller.observe.percentiles import summarize
 from controller.wire.slot_ring import SlotFrames
 from policies.base import Policy, window_context
 from policies.checkpoints.tempo_format import save_checkpoint
@@ -175,8 +176,8 @@ def main() -> int:
         ("  of which the trip back", in_place["back"]),
     ]
     for label, samples in rows:
-        p50, p99 = np.percentile(samples, [50, 99])
-        print(f"{label:50s}{p50:10.3f}{p99:10.3f}{samples.mean():10.3f}")
+        s = summarize(samples)
+        print(f"{label:50s}{s.p50:10.3f}{s.p99:10.3f}{s.mean:10.3f}")
     print(f"observation slots pinned for DMA: {pinned}; driver rings pinned: {rings_pinned}")
     return 0
 

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controller.inference.build import start_runner  # noqa: E402
 from controller.inference.ladder import all_finite  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
+from controller.observe.percentiles import summarize  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import PolicySpec, RobotContext  # noqa: E402
 from policies.demo import make_demo_policy  # noqa: E402
@@ -89,10 +90,6 @@ def contexts(runner: Runner, count: int = 8) -> list[RobotContext]:
     """Contexts the codec makes for examples: every codec's own inputs, shaped right."""
     codec = getattr(runner, "codec", None) or runner._codec  # older builds, for bisecting
     return [codec.example(seed) for seed in range(1, count + 1)]
-
-
-def percentile_us(samples: list[int], q: float) -> float:
-    return float(np.percentile(np.asarray(samples), q)) / 1e3
 
 
 def measure(runner: Runner, tier: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -165,15 +162,12 @@ def measure(runner: Runner, tier: str, args: argparse.Namespace) -> dict[str, An
             fn(i)
             samples[key].append(time.perf_counter_ns() - began)
         phases(i)
-    row: dict[str, Any] = {
-        key: {"p50_us": percentile_us(v, 50), "p99_us": percentile_us(v, 99)}
-        for key, v in samples.items()
-    }
+    summaries = {key: summarize(ns, scale=1e-3) for key, ns in samples.items()}
+    row: dict[str, Any] = {key: {"p50_us": s.p50, "p99_us": s.p99} for key, s in summaries.items()}
     row["overhead_p50_us"] = row["predict"]["p50_us"] - row["model alone"]["p50_us"]
     if cuda:
-        gpu = np.asarray(runner.time_device(tier, args.iters)) * 1e6
-        p50, p99 = float(np.median(gpu)), float(np.percentile(gpu, 99))
-        row["model gpu"] = {"p50_us": p50, "p99_us": p99}
+        gpu = summarize(runner.time_device(tier, args.iters), scale=1e6)
+        row["model gpu"] = {"p50_us": gpu.p50, "p99_us": gpu.p99}
     return row
 
 

@@ -19,6 +19,7 @@ import msgpack
 import numpy as np
 import zmq
 
+from controller.observe.percentiles import summarize
 from controller.wire.protocol import decode, encode
 
 CAMERAS = ("cam_high", "cam_left_wrist", "cam_right_wrist")
@@ -141,10 +142,10 @@ def main() -> None:
             for form in ("packed", "tempo"):
                 endpoint = f"ipc://{tmp}/{form}.sock" if transport == "ipc" else "tcp://127.0.0.1:*"
                 results[form] = measure(endpoint, form, args.iterations, args.sockbuf)
+            packed = summarize(results["packed"])
             for form in ("packed", "tempo"):
-                t = results[form]
-                speedup = np.median(results["packed"]) / np.median(t)
-                rows.append((transport, form, np.median(t), np.percentile(t, 99), speedup))
+                t = summarize(results[form])
+                rows.append((transport, form, t.p50, t.p99, packed.p50 / t.p50))
     print(
         f"round trip, 3 x 480x640x3 uint8 + 14 float32 -> 14 float32, {args.iterations} iterations"
     )

@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 
-import numpy as np
 import torch
 
+from controller.inference.device_timer import DeviceTimer
+from controller.observe.percentiles import summarize
 from policies.checkpoints.tempo_format import save_checkpoint
 from policies.demo import make_aloha_policy
 from policies.tensor_policy import example_inputs
@@ -28,15 +29,12 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def time_steps(module, images, state, iterations: int, warmup: int = 20) -> list[float]:  # type: ignore[no-untyped-def]
     """Milliseconds per forward, timed with CUDA events after `warmup` untimed calls."""
+    timer = DeviceTimer(images.device)
     times = []
     for i in range(iterations + warmup):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        module(images, state)
-        end.record()
-        end.synchronize()
+        _, seconds = timer.time(lambda: module(images, state))
         if i >= warmup:
-            times.append(start.elapsed_time(end))
+            times.append(seconds * 1e3)
     return times
 
 
@@ -63,15 +61,16 @@ def main() -> None:
     times = time_steps(gpu_module, images, state, args.iters)
     torch.backends.cudnn.allow_tf32 = True  # the default a user runs with
     tf32 = time_steps(gpu_module, images, state, args.iters)
+    fp32, tf32_convs = summarize(times), summarize(tf32)
     result = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "parameters_m": sum(p.numel() for p in cpu_module.parameters()) / 1e6,
         "cuda_vs_cpu_fp32_rel_error_max": max(errors),
-        "eager_fp32_ms_median": float(np.median(times)),
-        "eager_fp32_ms_p99": float(np.percentile(times, 99)),
-        "eager_fp32_tf32_convs_ms_median": float(np.median(tf32)),
-        "eager_fp32_tf32_convs_ms_p99": float(np.percentile(tf32, 99)),
+        "eager_fp32_ms_median": fp32.p50,
+        "eager_fp32_ms_p99": fp32.p99,
+        "eager_fp32_tf32_convs_ms_median": tf32_convs.p50,
+        "eager_fp32_tf32_convs_ms_p99": tf32_convs.p99,
     }
     print(json.dumps(result, indent=2))
     print("PASS" if max(errors) <= 1e-4 else "FAIL", "CUDA vs CPU FP32 parity (bound 1e-4)")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
 import torch
 
 from controller.inference.build import start_runner
 from controller.inference.ladder import random_observation
+from controller.observe.percentiles import summarize
 from controller.runner_config import RunnerConfig
 from policies.base import window_context
 from policies.demo import make_aloha_policy
@@ -56,7 +56,8 @@ def main() -> None:
                 phases[key].append(value * 1e3)
     print(f"serving tier {runner.tier}; per-phase time with a synchronize after each (ms)")
     for key, values in phases.items():
-        print(f"  {key:20s} p50 {np.median(values):6.3f}   p99 {np.percentile(values, 99):6.3f}")
+        s = summarize(values)
+        print(f"  {key:20s} p50 {s.p50:6.3f}   p99 {s.p99:6.3f}")
 
 
 if __name__ == "__main__":

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from controller.observe.overrun_window import OverrunWindow
 from policies.base import Policy, PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class PriorFallback:
         self._planner, self._prior = planner, prior
         self._budget_s, self._k, self._n = budget_s, k, n
         self._clock = clock
-        self._window: deque[bool] = deque(maxlen=n)
+        self._window = OverrunWindow(k, n)
         self._prior_left = 0
         self.counts = {"plans": 0, "overruns": 0, "switches": 0, "prior_steps": 0}
 
@@ -68,18 +68,16 @@ class PriorFallback:
         elapsed = self._clock() - began
         self.counts["plans"] += 1
         over = elapsed > self._budget_s
-        self._window.append(over)
         if over:
             self.counts["overruns"] += 1
-            if sum(self._window) >= self._k:
-                self._window.clear()
-                self._prior_left = self._n
-                self.counts["switches"] += 1
-                log.warning(
-                    "planning overran its %.2f ms budget %d times in the last %d plans (last "
-                    "%.2f ms): serving the policy prior for the next %d steps",
-                    self._budget_s * 1e3, self._k, self._n, elapsed * 1e3, self._n,
-                )  # fmt: skip
+        if self._window.record(over):
+            self._prior_left = self._n
+            self.counts["switches"] += 1
+            log.warning(
+                "planning overran its %.2f ms budget %d times in the last %d plans (last "
+                "%.2f ms): serving the policy prior for the next %d steps",
+                self._budget_s * 1e3, self._k, self._n, elapsed * 1e3, self._n,
+            )  # fmt: skip
         return prediction
 
     def status(self) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 
 from controller.inference.ladder import Demotion
+from controller.observe.overrun_window import OverrunWindow
 from controller.runner_config import RunnerConfig
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class ServingLadder:
         self.demotions: list[Demotion] = []
         self.promotions: list[Demotion] = []
         self.overruns = 0
-        self._window: deque[bool] = deque(maxlen=config.overrun_n)  # over budget, per step
+        self._window = OverrunWindow(config.overrun_k, config.overrun_n)  # over budget, per step
         self._last_change = 0.0  # monotonic time of the last demotion or re-promotion attempt
         self._last_bottom_log = -1e9
 
@@ -56,16 +56,12 @@ class ServingLadder:
         if budget is None:
             return
         over = seconds > budget
-        self._window.append(over)
-        if not over:
-            return
-        self.overruns += 1
-        overruns = sum(self._window)
-        if overruns >= self._config.overrun_k:
-            self._window.clear()
+        if over:
+            self.overruns += 1
+        if self._window.record(over):
             self.demote(
                 "overrun",
-                f"{overruns} of the last {self._config.overrun_n} steps took longer than "
+                f"{self._window.k} of the last {self._window.n} steps took longer than "
                 f"{budget * 1e3:.1f} ms (last {seconds * 1e3:.1f} ms)",
             )
 

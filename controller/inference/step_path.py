@@ -12,18 +12,17 @@ step was a visible share of the host's time.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Mapping
 
 import numpy as np
 import torch
 
+from controller.inference.device_timer import DeviceTimer
 from controller.inference.staging import InputStaging, OutputDownload
 from controller.inference.tiers import Tier
 from controller.observe.telemetry import (
     MODEL,
     MODEL_GPU,
-    NOOP_GPU_TIMER,
     POSTPROCESS,
     UPLOAD,
     Telemetry,
@@ -67,6 +66,7 @@ class StepPath:
         self.staging = InputStaging(spec, device, compute_stream=self.stream, codec=codec)
         self._download = OutputDownload((spec.chunk_size, spec.action_dim), device, self.stream)
         self.scope = StepScope(self.stream)
+        self.timer = DeviceTimer(device)
         self._timed = False  # start-up steps (warm-up, parity) are not recorded
 
     def enable_telemetry(self, telemetry: Telemetry) -> None:
@@ -77,10 +77,9 @@ class StepPath:
         self._t_upload = telemetry.section(UPLOAD)
         self._t_post = telemetry.section(POSTPROCESS)
         self._t_model = {name: telemetry.section(MODEL, tier=name) for name in TIER_ORDER}
+        events = self.timer.event_factory  # None off CUDA: the no-op timer
         self._gpu_model = {
-            name: telemetry.gpu_timer(MODEL_GPU, tier=name)
-            if self.stream is not None
-            else NOOP_GPU_TIMER
+            name: telemetry.gpu_timer(MODEL_GPU, event_factory=events, tier=name)
             for name in TIER_ORDER
         }
         self._timed = telemetry.enabled
@@ -142,24 +141,8 @@ class StepPath:
     def time_device(self, tier: Tier, iterations: int) -> list[float]:
         """Seconds per `run()` on the current static inputs: CUDA-event time on a GPU (the model
         alone, no upload or download), wall time on a CPU."""
-        samples: list[float] = []
         with torch.no_grad(), self.on_stream():
-            if self.stream is None:
-                for _ in range(iterations):
-                    began = time.perf_counter()
-                    tier.run()
-                    samples.append(time.perf_counter() - began)
-                return samples
-            pairs = [
-                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                for _ in range(iterations)
-            ]
-            for begin, end in pairs:
-                begin.record()
-                tier.run()
-                end.record()
-            torch.cuda.synchronize(self.device)
-            return [begin.elapsed_time(end) / 1e3 for begin, end in pairs]
+            return self.timer.time_each(tier.run, iterations)
 
     def describe(self) -> str:
         if self.device.type != "cuda":

@@ -1,7 +1,9 @@
 """Timing GPU work with CUDA event pairs, never waiting for the GPU (see `GpuTimer`).
 
-Made through `Telemetry.gpu_timer(name)`, which hands out `NOOP_GPU_TIMER` when telemetry or
-`telemetry.cuda_events` is off, or when torch sees no CUDA device.
+Made through `Telemetry.gpu_timer(name, event_factory=...)`, which hands out `NOOP_GPU_TIMER` when
+telemetry or `telemetry.cuda_events` is off, or when the caller has no event factory (no CUDA
+device). The factory comes from the caller, the inference process's side
+(controller.inference.device_timer): this package never imports torch.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 class GpuTimer:
     """Times GPU work with CUDA event pairs, without ever waiting for the GPU.
 
-        timer = telemetry.gpu_timer(MODEL_GPU)
+        timer = telemetry.gpu_timer(MODEL_GPU, event_factory=DeviceTimer(device).event_factory)
         timer.begin(stream); tier.run(); timer.end(stream)   # records two events, returns at once
 
     Pairs go into a ring of `ring` preallocated pairs. Every `begin` (and `poll`) first resolves
@@ -26,24 +28,18 @@ class GpuTimer:
     and `dropped` counts it. Call from one thread (the one that enqueues the work), never inside
     a CUDA graph capture.
 
-    event_factory: makes one timing event (default `torch.cuda.Event(enable_timing=True)`);
+    event_factory: makes one timing event (`torch.cuda.Event(enable_timing=True)` in serving);
     tests pass fakes with `record(stream)`, `query()` and `elapsed_time(other)` (ms).
     """
 
     def __init__(
         self,
         section: Section,
-        ring: int = 16,
-        event_factory: Callable[[], Any] | None = None,
+        ring: int,
+        event_factory: Callable[[], Any],
     ) -> None:
         if ring < 1:
             raise ValueError("a GpuTimer needs a ring of at least one event pair")
-        if event_factory is None:
-            import torch
-
-            def event_factory() -> Any:
-                return torch.cuda.Event(enable_timing=True)
-
         self.section = section
         self._ring = ring
         self._begin = [event_factory() for _ in range(ring)]

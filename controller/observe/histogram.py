@@ -28,6 +28,10 @@ the min and max themselves). The estimate therefore lies in the same bucket as t
 statistic (numpy's `method="inverted_cdf"`): its error is below one bucket width, at most 1.51%
 of the value (1.55% below 3 us, where bounds are rounded to whole nanoseconds).
 
+Why not controller.observe.percentiles: that one sorts a finished list of every sample (exact
+figures for a benchmark's table), while this runs forever on the hot path in fixed memory,
+serves /metrics its buckets and is read by other threads while it is written: different jobs.
+
 Threads
 -------
 One writer per histogram (the thread that owns the section). Readers on other threads (status,

@@ -56,7 +56,7 @@ class LateTicks:
                 self.idle_overran_by["tick" if last_tick_ns > duration_ns else step or "?"] += 1
         self._switches = switches
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, int | dict[str, int]]:
         return {
             "over_us": self.threshold_ns // 1000,
             "count": self.count,

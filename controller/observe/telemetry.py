@@ -28,6 +28,8 @@ when it is built, and keeps the result in an attribute:
 GPU work is timed with CUDA event pairs (`gpu_timer`): `begin`/`end` record events on the
 stream, and finished pairs are turned into durations later with `event.query()`, never
 `synchronize()`, so timing never makes the loop wait for the GPU (controller.observe.gpu_timing).
+The events come from the caller's factory (controller.inference.device_timer): this package is
+the control process's too, and imports no torch.
 
 Threads: each section, counter and gauge has one writer thread (the one whose code it times).
 `snapshot()` may run on any thread and sees values at most a record or two old.
@@ -193,15 +195,11 @@ class Telemetry:
         event_factory: Callable[[], Any] | None = None,
         **labels: str,
     ) -> GpuTimer | _NoopGpuTimer:
-        """A CUDA-event timer recording into section `name`; the no-op when telemetry or
-        `cuda_events` is off (or, without an event_factory, when torch has no CUDA)."""
-        if not (self.enabled and self.cuda_events):
+        """A CUDA-event timer recording into section `name`, its events made by `event_factory`
+        (the caller's: controller.inference.device_timer, as this package imports no torch); the
+        no-op when telemetry or `cuda_events` is off, or without a factory (no CUDA device)."""
+        if not (self.enabled and self.cuda_events) or event_factory is None:
             return NOOP_GPU_TIMER
-        if event_factory is None:
-            import torch
-
-            if not torch.cuda.is_available():
-                return NOOP_GPU_TIMER
         key = series_key(name, labels)
         found = self._gpu.get(key)
         if found is None:

@@ -37,104 +37,29 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from controller.config import TempoConfig, resolve_execution
 from controller.inference.runner import Runner
+from controller.observe.percentiles import summarize
+from controller.tools.compare_result import BOOTSTRAP_RESAMPLES, CompareResult, VariantResult
 from controller.tools.profiling import (
     Progress,
     observation_source,
     profiled_runner,
     robot_pipeline,
-    summarize,
     timed_control_step,
 )
 from controller.tools.replay import ObservationSource
+from controller.tools.reports import write_compare_report
 from policies.base import RobotContext
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
 
-BOOTSTRAP_RESAMPLES = 2000
 MAX_WINDOW = 100
-
-
-@dataclass
-class VariantResult:
-    name: str
-    policy: str
-    tier: str
-    query_period: int
-    ensemble: str
-    samples: np.ndarray  # seconds per control step, one per round
-    predict: np.ndarray  # seconds per predict_chunk
-    tiers: list[dict[str, Any]] = field(default_factory=list)
-
-    def as_dict(self, samples: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "name": self.name,
-            "policy": self.policy,
-            "tier": self.tier,
-            "query_period": self.query_period,
-            "ensemble": self.ensemble,
-            "control_step": summarize(self.samples),
-            "predict_chunk": summarize(self.predict),
-            "throughput_steps_per_s": 1.0 / float(self.samples.mean()),
-            "tiers": self.tiers,
-        }
-        if samples:
-            out["samples_s"] = [float(v) for v in self.samples]
-            out["predict_samples_s"] = [float(v) for v in self.predict]
-        return out
-
-
-@dataclass
-class CompareResult:
-    a: VariantResult
-    b: VariantResult
-    rounds: int
-    window: int
-    warmup: int
-    source: str
-    confidence: float
-    min_effect: float
-    ratio_median: float  # median(A) / median(B): > 1 means B is faster
-    ci_median: tuple[float, float]
-    ratio_mean: float
-    ci_mean: tuple[float, float]
-    difference_median_s: float  # median(B) - median(A)
-    verdict: str
-    faster: str | None  # "A", "B" or None (no significant difference)
-    report: Any = None  # controller.tools.reports.Report when a report was written
-
-    def as_dict(self, samples: bool = True) -> dict[str, Any]:
-        return {
-            "kind": "tempo-profile-compare",
-            "a": self.a.as_dict(samples),
-            "b": self.b.as_dict(samples),
-            "rounds": self.rounds,
-            "window_steps": self.window,
-            "warmup_rounds": self.warmup,
-            "source": self.source,
-            "confidence": self.confidence,
-            "min_effect": self.min_effect,
-            "ratio_of_medians_a_over_b": self.ratio_median,
-            "ratio_of_medians_ci": list(self.ci_median),
-            "ratio_of_means_a_over_b": self.ratio_mean,
-            "ratio_of_means_ci": list(self.ci_mean),
-            "difference_of_medians_s": self.difference_median_s,
-            "verdict": self.verdict,
-            "faster": self.faster,
-            "method": (
-                "per round: one window of control steps of A and of B, order alternating; "
-                "ratio of medians A/B with a paired percentile bootstrap over rounds "
-                f"({BOOTSTRAP_RESAMPLES} resamples)"
-            ),
-        }
 
 
 class _Variant:
@@ -316,8 +241,6 @@ def run_compare(
         faster=faster,
     )
     if report_dir is not None:
-        from controller.tools.reports import write_compare_report
-
         result.report = write_compare_report(result, Path(report_dir))
     return result
 
@@ -341,7 +264,7 @@ def render_compare(result: CompareResult) -> str:
     width = 14
     header = f"{'':<22}{'A':>{width}}{'B':>{width}}{'B - A':>14}{'A / B':>10}"
     lines.append(header)
-    sa, sb = summarize(a.samples), summarize(b.samples)
+    sa, sb = summarize(a.samples).as_dict(), summarize(b.samples).as_dict()
     for key in ("mean", "p50", "p99", "max"):
         va, vb = float(sa[key] or 0.0), float(sb[key] or 0.0)
         ratio = va / vb if vb else float("nan")
@@ -354,7 +277,7 @@ def render_compare(result: CompareResult) -> str:
         f"{'  throughput':<22}{ta:>{width - 7},.0f} step/s{tb:>{width - 7},.0f} step/s"
         f"{'':>14}{tb / ta:>9.2f}x"
     )
-    pa, pb = summarize(a.predict), summarize(b.predict)
+    pa, pb = summarize(a.predict).as_dict(), summarize(b.predict).as_dict()
     lines.append("policy step (predict_chunk), for reference")
     for key in ("p50", "p99"):
         pva, pvb = pa[key], pb[key]

@@ -11,19 +11,20 @@
 
 Each phase is timed on the eager module, in the serving tier's precision, over the runner's
 static inputs filled from the codec's example contexts (they carry a previous plan and a delay,
-so the guidance has a prefix to work on): CUDA events on a GPU, wall clock on a CPU. The serving
+so the guidance has a prefix to work on): CUDA events on a GPU, wall clock on a CPU (a
+`DeviceTimer`, controller.inference.device_timer). The serving
 tier fuses kernels across these phases; read their shares, and the step rows for absolute time.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from controller.inference.device_timer import DeviceTimer
 from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.inference.tiers import precision_dtype
@@ -44,31 +45,18 @@ def flow_parts(
     return None
 
 
-class _Timer:
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-
-    def __call__(self, work: Callable[[], Any]) -> float:
-        if not self.cuda:
-            began = time.perf_counter()
-            work()
-            return time.perf_counter() - began
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        work()
-        end.record()
-        end.synchronize()
-        return begin.elapsed_time(end) / 1e3
-
-
 def _measure_once(
     module: torch.nn.Module,
     inputs: tuple[torch.Tensor, ...],
     flow: FlowMatchingPolicy,
     rtc: RealTimeChunking | None,
-    timer: _Timer,
+    device_timer: DeviceTimer,
 ) -> tuple[float, ...]:
     """(forward, encode, base loop, RTC loop, n VJPs, n expert calls), seconds, on `inputs`."""
+
+    def timer(work: Callable[[], Any]) -> float:
+        return device_timer.time(work)[1]
+
     images, state, noise = inputs[0], inputs[1], inputs[2]
     n = flow.config.n_steps
     holder: dict[str, Any] = {}
@@ -112,7 +100,7 @@ def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row
         return []
     flow, rtc = parts
     codec = runner.codec
-    timer = _Timer(path.device)
+    timer = DeviceTimer(path.device)
     n = flow.config.n_steps
     columns: dict[str, list[float]] = {
         k: [] for k in ("total", "encode", "base", "loop", "vjp", "fwd")
@@ -133,7 +121,7 @@ def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row
             for key, value in zip(columns, measured, strict=True):
                 columns[key].append(value)
     c = {k: np.asarray(v) for k, v in columns.items()}
-    how = "CUDA events, eager" if timer.cuda else "wall clock, eager"
+    how = f"{timer.how}, eager"
     label = f"eager {'RTC ' + rtc.rtc.mode if rtc is not None else 'flow'} forward ({precision})"
     rows = [
         Row("phase:total", label, "phases", c["total"], how, "phase:total"),

@@ -3,10 +3,10 @@
     with SubmoduleTimer(module, device) as timer:
         times = timer.measure(lambda: module(images, state))   # {"backbone": s, ..., FORWARD: s}
 
-Forward pre- and post-hooks on each direct child of `module` mark where the child starts and
-ends. On a CPU they read `time.perf_counter_ns` (CPU execution is synchronous, so no
-synchronize is needed and none is done); on CUDA they record CUDA events on the current stream,
-and `measure` synchronizes once after the whole forward to read them (profiling only: never in
+Forward pre- and post-hooks on each direct child of `module` begin and end a span of a
+`DeviceTimer` (controller.inference.device_timer) where the child starts and ends: on a CPU the
+wall clock (CPU execution is synchronous, so nothing is synchronized); on CUDA events on the
+current stream, read after the whole forward, which waits for them (profiling only: never in
 the daemon). A child called several times in one forward gets the sum. Work that happens in
 `forward` outside any child (input conversion, normalization by method calls, concatenation,
 the output's unnormalization) is `forward - sum(children)`, reported as its own row.
@@ -17,12 +17,13 @@ guards on a module's hooks, and a recompile while serving is an error.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+
+from controller.inference.device_timer import DeviceTimer, Span
 
 FORWARD = "__forward__"
 
@@ -32,11 +33,10 @@ class SubmoduleTimer:
         self.module = module
         self.device = torch.device(device)
         self.children = [(name, child) for name, child in module.named_children()]
-        self._cuda = self.device.type == "cuda"
+        self._timer = DeviceTimer(self.device)
         self._handles: list[Any] = []
-        self._open: dict[str, Any] = {}
-        self._cpu_total: dict[str, int] = {}
-        self._pairs: list[tuple[str, Any, Any]] = []
+        self._open: dict[str, Span] = {}
+        self._spans: list[tuple[str, Span]] = []
         self.called: set[str] = set()
 
     def __enter__(self) -> SubmoduleTimer:
@@ -52,52 +52,29 @@ class SubmoduleTimer:
 
     def _pre(self, name: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any) -> None:
-            if self._cuda:
-                begin = torch.cuda.Event(enable_timing=True)
-                begin.record()
-                self._open[name] = begin
-            else:
-                self._open[name] = time.perf_counter_ns()
+            span = self._open[name] = self._timer.span()
+            span.begin()
 
         return hook
 
     def _post(self, name: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            began = self._open.pop(name, None)
-            if began is None:
+            span = self._open.pop(name, None)
+            if span is None:
                 return
+            span.end()
             self.called.add(name)
-            if self._cuda:
-                end = torch.cuda.Event(enable_timing=True)
-                end.record()
-                self._pairs.append((name, began, end))
-            else:
-                self._cpu_total[name] = self._cpu_total.get(name, 0) + (
-                    time.perf_counter_ns() - began
-                )
+            self._spans.append((name, span))
 
         return hook
 
     def measure(self, forward: Callable[[], Any]) -> dict[str, float]:
         """Run `forward` once; seconds per child that ran, and FORWARD (the whole call)."""
-        self._cpu_total.clear()
-        self._pairs.clear()
+        self._spans.clear()
         self._open.clear()
-        if self._cuda:
-            begin = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            begin.record()
-            forward()
-            end.record()
-            torch.cuda.synchronize(self.device)
-            out: dict[str, float] = {}
-            for name, b, e in self._pairs:
-                out[name] = out.get(name, 0.0) + b.elapsed_time(e) / 1e3
-            out[FORWARD] = begin.elapsed_time(end) / 1e3
-            return out
-        started = time.perf_counter_ns()
-        forward()
-        total = time.perf_counter_ns() - started
-        out = {name: ns / 1e9 for name, ns in self._cpu_total.items()}
-        out[FORWARD] = total / 1e9
+        _, total = self._timer.time(forward)
+        out: dict[str, float] = {}
+        for name, span in self._spans:
+            out[name] = out.get(name, 0.0) + span.seconds()
+        out[FORWARD] = total
         return out

@@ -11,21 +11,7 @@ from typing import Any
 
 import numpy as np
 
-
-def summarize(samples: np.ndarray) -> dict[str, float | int | None]:
-    """mean, p50, p90, p99, min, max (seconds) and count of a sample array."""
-    if samples.size == 0:
-        return dict.fromkeys(("mean", "p50", "p90", "p99", "min", "max"), None) | {"count": 0}
-    p50, p90, p99 = np.percentile(samples, (50, 90, 99))
-    return {
-        "count": int(samples.size),
-        "mean": float(samples.mean()),
-        "p50": float(p50),
-        "p90": float(p90),
-        "p99": float(p99),
-        "min": float(samples.min()),
-        "max": float(samples.max()),
-    }
+from controller.observe.percentiles import summarize
 
 
 @dataclass
@@ -52,7 +38,7 @@ class Row:
             "measured": self.measured,
             "share_of": self.share_of,
             "derived": self.derived,
-            **summarize(self.samples),
+            **summarize(self.samples).as_dict(),
         }
         if samples:
             out["samples_s"] = [float(v) for v in self.samples]

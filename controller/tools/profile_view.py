@@ -9,8 +9,9 @@ import math
 
 import numpy as np
 
+from controller.observe.percentiles import summarize
 from controller.runner_config import TIER_ORDER
-from controller.tools.profile_result import ProfileResult, summarize
+from controller.tools.profile_result import ProfileResult
 
 BIG_SHARE = 0.40  # one submodule above this share of the forward "dominates"
 UPLOAD_SHARE = 0.20
@@ -275,9 +276,9 @@ def render_profile(result: ProfileResult) -> str:
         s = summarize(row.samples)
         indent = "" if row.key in ("step", "forward", "phase:total") else "  "
         if row.derived:
-            cells = f"{_ms(s['mean']):>10}{'':>10}{'':>10}{'':>10}"
+            cells = f"{_ms(s.mean):>10}{'':>10}{'':>10}{'':>10}"
         else:
-            cells = f"{_ms(s['mean']):>10}{_ms(s['p50']):>10}{_ms(s['p99']):>10}{_ms(s['max']):>10}"
+            cells = f"{_ms(s.mean):>10}{_ms(s.p50):>10}{_ms(s.p99):>10}{_ms(s.max):>10}"
         lines.append(
             f"{indent + row.label:<42}{cells}{_pct(result.share(row.key)):>8}  {row.measured}"
         )

@@ -48,15 +48,17 @@ from controller.action.pipeline import ActionPipeline
 from controller.config import TempoConfig, resolve_execution
 from controller.daemon.service import pipeline_factory
 from controller.inference import build
+from controller.inference.device_timer import DeviceTimer
 from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import Tier, precision_dtype
 from controller.tools.flow_phases import flow_parts, flow_phase_rows
 from controller.tools.module_timing import FORWARD, SubmoduleTimer
-from controller.tools.profile_result import ProfileResult, Row, summarize
+from controller.tools.profile_result import ProfileResult, Row
 from controller.tools.profile_view import recommend, render_profile
 from controller.tools.replay import ObservationSource
+from controller.tools.reports import write_profile_report
 from controller.tools.torch_trace import torch_trace
 from policies.base import PolicySpec, window_context
 from policies.catalog import build_tensor_policy, describe_source
@@ -76,7 +78,6 @@ __all__ = [
     "render_profile",
     "run_profile",
     "profiled_runner",
-    "summarize",
 ]
 
 
@@ -143,9 +144,7 @@ class _Phases:
         self.runner = runner
         self.path: StepPath = runner.step_path
         self.cuda = self.path.device.type == "cuda"
-        if self.cuda:
-            self.begin = torch.cuda.Event(enable_timing=True)
-            self.end = torch.cuda.Event(enable_timing=True)
+        self.timer = DeviceTimer(self.path.device)
 
     def tier(self) -> Tier:
         return self.runner.serving_tier
@@ -158,17 +157,7 @@ class _Phases:
             torch.cuda.synchronize(path.device)
         uploaded = clock()
         with torch.no_grad(), path.on_stream():
-            tier = self.tier()
-            if self.cuda:
-                self.begin.record()
-                out = tier.run()
-                self.end.record()
-                torch.cuda.synchronize(path.device)
-                model = self.begin.elapsed_time(self.end) / 1e3
-            else:
-                began = clock()
-                out = tier.run()
-                model = clock() - began
+            out, model = self.timer.time(self.tier().run)
             fetched = clock()
             chunk = path.download.fetch(out)[0]
             bool(np.isfinite(chunk).all())
@@ -389,7 +378,5 @@ def run_profile(
             runner, source, Path(torch_profiler_dir), torch_profiler_steps
         )
     if report_dir is not None:
-        from controller.tools.reports import write_profile_report
-
         result.report = write_profile_report(result, Path(report_dir))
     return result

@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from controller.tools.compare import CompareResult
-    from controller.tools.profile_result import ProfileResult
+from controller.tools.compare_result import CompareResult
+from controller.tools.profile_result import ProfileResult
 
 log = logging.getLogger(__name__)
 

@@ -30,13 +30,14 @@ from typing import Any
 import numpy as np
 
 from controller.config import TempoConfig
+from controller.observe.percentiles import summarize
 from controller.tools.compare import (
     _Variant,
     paired_bootstrap,
     verdict,
     window_steps,
 )
-from controller.tools.profiling import Progress, observation_source, profiled_runner, summarize
+from controller.tools.profiling import Progress, observation_source, profiled_runner
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,8 @@ class ModeResult:
         return {
             "mode": self.mode,
             "tier": self.tier,
-            "control_step": summarize(self.samples),
-            "predict": summarize(self.predict),
+            "control_step": summarize(self.samples).as_dict(),
+            "predict": summarize(self.predict).as_dict(),
             "throughput_steps_per_s": 1.0 / float(self.samples.mean()),
             "ratio_of_medians_off_over_mode": self.ratio,
             "ratio_ci": list(self.ci),

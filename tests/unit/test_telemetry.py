@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import threading
 import tracemalloc
 
@@ -306,6 +308,29 @@ def test_gpu_timer_resolves_finished_pairs_later_without_waiting() -> None:
     assert timer.poll() == 0
     assert section.count == 4
     assert telemetry.snapshot()["sections"]["model_gpu"]["dropped"] == 1
+
+
+def test_without_an_event_factory_the_gpu_timer_is_the_no_op_and_makes_no_section() -> None:
+    telemetry = Telemetry(clock=FakeClock())
+    assert telemetry.gpu_timer("model_gpu") is NOOP_GPU_TIMER  # the caller has no CUDA device
+    assert Telemetry(cuda_events=False).gpu_timer("g", event_factory=FakeEvent) is NOOP_GPU_TIMER
+    assert telemetry.snapshot()["sections"] == {}
+
+
+def test_the_observe_package_imports_no_torch() -> None:
+    """The control process's telemetry must not pull torch in, not even lazily: importing every
+    module of controller.observe and using the GPU timer's paths leaves torch unimported."""
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import controller.observe as o\n"
+        "for m in pkgutil.iter_modules(o.__path__):\n"
+        "    importlib.import_module('controller.observe.' + m.name)\n"
+        "from controller.observe.telemetry import Telemetry\n"
+        "Telemetry().gpu_timer('model_gpu')\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 # -- the status table ------------------------------------------------------------------------------
