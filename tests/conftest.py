@@ -218,8 +218,12 @@ class StreamingDriver:
             while not self._stop.is_set():
                 now = time.monotonic()
                 if now >= next_obs:
-                    self.client.send_observation(self.images, self.state)
-                    self.sent_ns.append(time.monotonic_ns())
+                    dropped = self.client.counters.dropped_observations
+                    seq = self.client.send_observation(self.images, self.state)
+                    # Only an observation that went out ends a silence (one the client dropped,
+                    # unconnected or its send queue full, leaves the gap showing).
+                    if seq is not None and self.client.counters.dropped_observations == dropped:
+                        self.sent_ns.append(time.monotonic_ns())
                     next_obs = max(next_obs + self.obs_period_s, now)
                 command = self.client.receive(timeout_s=0.005)
                 if not self.returned or self.returned[-1][1] is not command:

@@ -79,6 +79,16 @@ class Mark:
     lateness: dict[str, Any]  # tick-lateness histogram snapshot, with buckets
     receive: dict[str, Any]  # message-handling histogram snapshot, with buckets
     sent: int  # observations the good driver had sent
+    observations: collections.Counter[str]  # the good session's observation counters
+
+
+# The good session's counters that say what became of its observations (daemon/dispatch.py).
+OBSERVATION_COUNTERS = (
+    "observations",
+    "observations_superseded",
+    "stale_observations",
+    "frame_slot_refused",
+)
 
 
 class Arena:
@@ -126,7 +136,30 @@ class Arena:
             lateness=self.lateness.snapshot(buckets=True),
             receive=self.receive.snapshot(buckets=True),
             sent=len(self.driver.sent_ns),
+            observations=self.observation_counters(),
         )
+
+    def observation_counters(self) -> collections.Counter[str]:
+        """What the daemon did with the good driver's observations so far, and what its client
+        could not send (dropped) or sent with frames on the socket."""
+        session = self.daemon.dispatcher.sessions.get(self.good_session)
+        counts = session.counters if session is not None else collections.Counter()
+        client = self.driver.client.counters
+        return collections.Counter(
+            {name: counts[name] for name in OBSERVATION_COUNTERS}
+            | {
+                "dropped_by_client": client.dropped_observations,
+                "frames_on_socket": client.frames_on_socket,
+            }
+        )
+
+    def observations_since(self, mark: Mark) -> str:
+        """`sent` and the counters' growth since `mark` (zeros left out), for the evidence: an
+        observation sent but superseded or refused is no silence of the driver's."""
+        grown = self.observation_counters()
+        grown.subtract(mark.observations)
+        sent = len(self.driver.sent_ns) - mark.sent
+        return ", ".join([f"sent {sent}"] + [f"{k} {v}" for k, v in grown.items() if v])
 
     def driver_stall_ms_since(self, mark: Mark) -> float:
         """The good driver's longest silence since `mark`: its own thread, starved on a loaded
@@ -180,7 +213,7 @@ class Arena:
         silent_ms = self.driver_stall_ms_since(mark)
         evidence += (
             f"; slowest message handled in {handled_ms:.2f} ms; the good driver was silent for "
-            f"up to {silent_ms:.0f} ms"
+            f"up to {silent_ms:.0f} ms; its observations: {self.observations_since(mark)}"
         )
         if not strict and handled_ms < PERIOD_MS / 4 and silent_ms >= HOLD_AFTER_MS * 0.9:
             # The good driver's own thread went quiet past the watchdog (starved, not attacked):
