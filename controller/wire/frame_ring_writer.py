@@ -3,13 +3,15 @@
 `frame_buffers`). Only numpy and the standard library (a driver imports this).
 
 The slot rule: the driver writes a slot only while the daemon holds nothing there (`free`),
-round robin; a slot is the daemon's from the `obs` that names it until the daemon has finished
+round robin; a slot is the daemon's from the `obs` that names it (the driver marks it held in
+flight, negative, until the daemon's own hold replaces that) until the daemon has finished
 with that observation. When the daemon holds every slot, frames go on the socket.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +22,10 @@ from controller.wire.slot_ring import SlotRing
 
 log = logging.getLogger(__name__)
 
+# A slot named in an observation stays the daemon's until the daemon has read it; one the daemon
+# never read (the send failed, the message was dropped unread) is taken back after this long.
+IN_FLIGHT_GRACE_NS = 1_000_000_000
+
 
 class FrameRingWriter:
     """Writes one driver's camera frames into the daemon's ring (see the module doc)."""
@@ -29,6 +35,7 @@ class FrameRingWriter:
         self.next = 0  # the slot to try first
         self._camera_names = camera_names
         self._claimed: dict[str, np.ndarray] | None = None  # buffers() not yet sent
+        self._named_ns: dict[int, int] = {}  # slot -> when an observation last named it
 
     @classmethod
     def attach(
@@ -83,9 +90,12 @@ class FrameRingWriter:
     def free_slot(self) -> int | None:
         """The next slot round robin that the daemon does not hold, or None (all held)."""
         ring = self.ring
+        now = time.monotonic_ns()
         for offset in range(ring.count):
             index = (self.next + offset) % ring.count
-            if ring.free(index):
+            if ring.free(index) or (
+                ring.held(index) < 0 and now - self._named_ns.get(index, 0) > IN_FLIGHT_GRACE_NS
+            ):
                 return index
         return None
 
@@ -108,6 +118,10 @@ class FrameRingWriter:
             self._claimed = None
         else:
             generation = ring.write(index, {n: arrays.pop(n) for n in self._camera_names})
+        # Not free until the daemon has read this observation: rewriting the slot before then
+        # supersedes it, and a daemon that reads late would then supersede every observation.
+        ring.hold_in_flight(index, generation)
+        self._named_ns[index] = time.monotonic_ns()
         self.next = (index + 1) % ring.count
         return {"index": index, "generation": generation}
 

@@ -199,6 +199,17 @@ class SlotRing:
         if headers:
             headers[index][_HELD] = generation
 
+    def hold_in_flight(self, index: int, generation: int) -> None:
+        """The writer has named `generation` in a message the reader has not read yet (a
+        negative hold): the slot is not free until the reader holds it and releases it."""
+        headers = self._headers
+        if headers:
+            headers[index][_HELD] = -generation
+
+    def held(self, index: int) -> int:
+        """The generation held there: positive by the reader, negative while in flight, 0 none."""
+        return int(self._headers[index][_HELD])
+
     def release(self, index: int, generation: int) -> None:
         """The reader is done with `generation` (a later hold of the slot stays)."""
         headers = self._headers

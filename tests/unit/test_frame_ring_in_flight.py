@@ -1,0 +1,64 @@
+"""A slot the driver named in an observation stays the daemon's until the daemon has read that
+observation: rewriting it earlier would supersede the observation still in the sockets (and,
+with the daemon reading late, every observation after it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from controller.wire import frame_ring_writer
+from controller.wire.frame_ring_writer import FrameRingWriter
+from controller.wire.slot_ring import SlotRing
+
+SHAPE = (4, 6, 3)
+
+
+@pytest.fixture
+def ring() -> Iterator[SlotRing]:
+    ring = SlotRing.create([("front", SHAPE, "uint8")], count=2)
+    yield ring
+    ring.close()
+
+
+def frames(value: int) -> dict[str, np.ndarray]:
+    return {"front": np.full(SHAPE, value, np.uint8)}
+
+
+def test_a_named_slot_is_not_rewritten_before_the_daemon_reads_it(ring: SlotRing) -> None:
+    writer = FrameRingWriter(ring, ["front"])
+    first = writer.place(frames(1), in_place=False)
+    second = writer.place(frames(2), in_place=False)
+    assert first is not None and second is not None
+    assert first["index"] != second["index"]
+    # Both observations are still unread: no slot is free, the frames go on the socket.
+    leftover = frames(3)
+    assert writer.place(leftover, in_place=False) is None
+    assert "front" in leftover
+    assert ring.unchanged(first["index"], first["generation"])
+
+
+def test_the_daemons_hold_and_release_free_the_slot(ring: SlotRing) -> None:
+    writer = FrameRingWriter(ring, ["front"])
+    first = writer.place(frames(1), in_place=False)
+    writer.place(frames(2), in_place=False)
+    assert first is not None
+    ring.hold(first["index"], first["generation"])  # the daemon read the observation
+    assert writer.place(frames(3), in_place=False) is None  # and keeps it while it infers
+    ring.release(first["index"], first["generation"])
+    again = writer.place(frames(4), in_place=False)
+    assert again is not None and again["index"] == first["index"]
+
+
+def test_a_slot_never_read_is_taken_back_after_the_grace(
+    ring: SlotRing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = FrameRingWriter(ring, ["front"])
+    first = writer.place(frames(1), in_place=False)
+    writer.place(frames(2), in_place=False)
+    assert first is not None
+    monkeypatch.setattr(frame_ring_writer, "IN_FLIGHT_GRACE_NS", -1)  # the grace has passed
+    again = writer.place(frames(3), in_place=False)
+    assert again is not None and again["index"] == first["index"]
