@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.inference.build import resolve_device, start_runner  # noqa: E402
-from controller.inference.ladder import relative_error  # noqa: E402
+from controller.inference.parity import relative_error  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from controller.tools.bench_policy import percentiles_ms  # noqa: E402
 from controller.tools.quantize import run_module, stacked_observations  # noqa: E402
@@ -141,7 +141,7 @@ def serve(policy: TensorPolicy, device: str, args: argparse.Namespace, cache: Pa
 
 
 def time_tiers(runner, iters: int) -> dict[str, dict[str, Any]]:  # type: ignore[no-untyped-def]
-    from controller.inference.ladder import random_observation
+    from controller.inference.examples import random_observation
 
     reports = {t["name"]: t for t in runner.status()["tiers"]}
     out: dict[str, dict[str, Any]] = {}
@@ -162,7 +162,7 @@ def time_tiers(runner, iters: int) -> dict[str, dict[str, Any]]:  # type: ignore
 
 def serve_steady(runner, steps: int = 50) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """Serve `steps` steps on the top tier: a recompile or graph error would demote it."""
-    from controller.inference.ladder import random_observation
+    from controller.inference.examples import random_observation
 
     top = runner.ready_tiers[0]
     runner.use_tier(top)

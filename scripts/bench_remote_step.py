@@ -39,7 +39,7 @@ from controller.config import load_config
 from controller.daemon.dispatch import DRIVER_RING_SLOTS
 from controller.daemon.pacer import Pacer
 from controller.inference.build import build_policy
-from controller.inference.ladder import random_observation
+from controller.inference.examples import random_observation
 from controller.link.frame_slots import FrameSlots
 from controller.observe.percentiles import summarize
 from controller.wire.slot_ring import SlotFrames

@@ -43,7 +43,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.inference.build import start_runner  # noqa: E402
-from controller.inference.ladder import all_finite  # noqa: E402
+from controller.inference.parity import all_finite  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
 from controller.observe.percentiles import summarize  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402

@@ -15,7 +15,7 @@ import time
 import torch
 
 from controller.inference.build import start_runner
-from controller.inference.ladder import random_observation
+from controller.inference.examples import random_observation
 from controller.observe.percentiles import summarize
 from controller.runner_config import RunnerConfig
 from policies.base import window_context

@@ -25,7 +25,7 @@ import sys
 import numpy as np
 import torch
 
-from controller.inference.ladder import relative_error
+from controller.inference.parity import relative_error
 from controller.inference.runner import Runner
 from controller.runner_config import RunnerConfig
 from policies.base import Plan, RobotContext

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from controller.errors import ConfigError
-from controller.inference.ladder import Progress
 from controller.inference.prior_fallback import PriorFallback
+from controller.inference.progress import Progress
 from controller.inference.runner import Runner
 from controller.runner_config import RunnerConfig
 from policies.catalog import build_tensor_policy

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from controller.errors import InputFault, TempoError
-from controller.inference.ladder import first_line
+from controller.inference.progress import first_line
 from controller.link.frame_slots import FrameSlots
 from controller.link.message_codec import as_float32, float32_arrays, unpack_map
 from controller.link.parent_death import control_pid, die_with_parent, parent_alive

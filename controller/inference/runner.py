@@ -38,19 +38,11 @@ import torch
 
 from controller.errors import InputFault, PolicyError
 from controller.inference.compile_cache import CompileCache, open_compile_cache
+from controller.inference.examples import Example, random_example
 from controller.inference.faults import FaultPlan, FaultyTier
-from controller.inference.ladder import (
-    Demotion,
-    Example,
-    NonFiniteOutput,
-    Progress,
-    TierReport,
-    all_finite,
-    first_line,
-    random_example,
-    reference_outputs,
-)
-from controller.inference.serving_ladder import ServingLadder
+from controller.inference.ladder import ServingLadder
+from controller.inference.parity import NonFiniteOutput, all_finite, reference_outputs
+from controller.inference.progress import Progress, first_line
 from controller.inference.step_path import StepPath
 from controller.inference.tier_checks import (
     reference_at_start,
@@ -58,6 +50,7 @@ from controller.inference.tier_checks import (
     tier_names,
     tier_parity,
 )
+from controller.inference.tier_report import TierChange, TierReport
 from controller.inference.tiers import EagerTier, Tier, build_tiers
 from controller.observe.telemetry import Telemetry
 from controller.runner_config import TIER_ORDER, RunnerConfig
@@ -357,7 +350,7 @@ class Runner:
         return self._tiers[name]
 
     @property
-    def demotions(self) -> list[Demotion]:
+    def demotions(self) -> list[TierChange]:
         return list(self._ladder.demotions)
 
     def status(self) -> dict[str, object]:

@@ -13,18 +13,11 @@ import numpy as np
 import torch
 
 from controller.errors import PolicyError
-from controller.inference.ladder import (
-    Example,
-    NonFiniteOutput,
-    Progress,
-    TierReport,
-    check_parity,
-    first_line,
-    heartbeat,
-    reference_examples,
-    reference_outputs,
-)
+from controller.inference.examples import Example, reference_examples
+from controller.inference.parity import NonFiniteOutput, check_parity, reference_outputs
+from controller.inference.progress import Progress, first_line, heartbeat
 from controller.inference.step_path import StepPath
+from controller.inference.tier_report import TierReport
 from controller.inference.tiers import Tier
 from controller.runner_config import TIER_ORDER, RunnerConfig, TierName
 from policies.tensor_policy import TensorPolicy

@@ -173,7 +173,7 @@ def percentiles_ms(seconds: list[float]) -> dict[str, float]:
 
 
 def measure_tiers(runner, args: argparse.Namespace) -> dict[str, dict[str, Any]]:  # type: ignore[no-untyped-def]
-    from controller.inference.ladder import random_observation
+    from controller.inference.examples import random_observation
 
     observations = [random_observation(runner.spec, 7000 + i) for i in range(8)]
     reports = {t["name"]: t for t in runner.status()["tiers"]}

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from controller.errors import CheckpointError, ConfigError
-from controller.inference.ladder import random_observation, relative_error
+from controller.inference.examples import random_observation
+from controller.inference.parity import relative_error
 from policies.base import PolicySpec
 from policies.checkpoints.load import load_checkpoint
 from policies.checkpoints.quantized import save_quantized_checkpoint

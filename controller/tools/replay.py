@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from controller.errors import ConfigError
-from controller.inference.ladder import Observation, random_observation
+from controller.inference.examples import Observation, random_observation
 from policies.base import PolicySpec
 
 STATE_KEY = "state"

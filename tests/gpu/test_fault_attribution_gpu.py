@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from controller.errors import InputFault  # noqa: E402
-from controller.inference.ladder import random_observation  # noqa: E402
+from controller.inference.examples import random_observation  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.tiny import build_tiny_policy, tiny_spec  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from controller.inference.ladder import relative_error  # noqa: E402
+from controller.inference.parity import relative_error  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import first_context  # noqa: E402

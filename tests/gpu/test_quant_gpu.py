@@ -107,7 +107,7 @@ def test_a_quantized_act_serves_from_the_graph_tier_without_recompiles(
     assert runner.ready_tiers == ["graph", "compiled", "eager_half", "eager_fp32"], runner.status()
     for tier in runner.status()["tiers"]:  # type: ignore[union-attr]
         assert tier["parity_error"] <= 5e-2 and tier["reference_error"] is not None, tier
-    from controller.inference.ladder import random_observation
+    from controller.inference.examples import random_observation
 
     for i in range(30):  # a recompile or a graph error would demote the graph tier
         runner.predict_chunk(*random_observation(policy.spec, 40 + i))

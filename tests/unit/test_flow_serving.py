@@ -9,7 +9,7 @@ import pytest
 
 from controller.config import load_config
 from controller.errors import ConfigError
-from controller.inference.ladder import relative_error
+from controller.inference.parity import relative_error
 from controller.inference.runner import Runner
 from controller.runner_config import RunnerConfig
 from policies.base import Plan, RobotContext

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from controller.errors import ConfigError, PolicyError  # noqa: E402
 from controller.inference.build import resolve_device, start_runner  # noqa: E402
-from controller.inference.ladder import random_observation  # noqa: E402
+from controller.inference.examples import random_observation  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import window_context  # noqa: E402

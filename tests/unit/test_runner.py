@@ -18,8 +18,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from controller.errors import PolicyError  # noqa: E402
+from controller.inference.examples import random_observation  # noqa: E402
 from controller.inference.faults import FaultPlan  # noqa: E402
-from controller.inference.ladder import random_observation  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import Policy, RobotContext  # noqa: E402
