@@ -167,7 +167,7 @@ def test_the_registered_family_is_saved_loaded_and_described(toy_checkpoint: Pat
     assert json.loads((toy_checkpoint / "config.json").read_text())["policy_type"] == "toy"
     loaded = load_checkpoint(toy_checkpoint)
     assert type(loaded.module).__name__ == "ToyModule" and not loaded.module.training
-    assert float(loaded.module.gain[0]) == GAIN  # the saved weights, not the initial ones
+    assert float(loaded.module.gain.detach()[0]) == GAIN  # the saved weights, not the initial ones
     text = describe_checkpoint(toy_checkpoint)
     assert "policy type toy" in text and "toy: 6 joints, chunk 5" in text
 
@@ -202,12 +202,12 @@ def test_a_daemon_serves_it_to_a_client(toy_checkpoint: Path, tmp_path: Path) ->
     ):
         assert client.welcome.spec["chunk_size"] == CHUNK
 
-        def an_action() -> np.ndarray | None:
+        def an_action() -> list[np.ndarray]:
             client.send_observation(frame, state)
             command = client.receive(timeout_s=0.01)
-            return command.action if command.kind == "action" else None
+            return [command.action] if command.kind == "action" else []
 
-        action = wait_for(an_action, timeout=30.0)
+        action = wait_for(an_action, timeout=30.0)[0]
     # The first action of some chunk: gain * state + offset, plus STEP per row played.
     rows = (np.asarray(action) - (state * GAIN + OFFSET)) / STEP
     np.testing.assert_allclose(rows, np.round(rows[0]), atol=1e-3)
