@@ -113,6 +113,15 @@ def family_of_module(module: nn.Module) -> tuple[PolicyFamily, CheckpointFamily]
     )
 
 
+def module_config(module: nn.Module) -> BaseModel:
+    """The config a family's module was built from (every family's module keeps it as
+    `config`)."""
+    config = getattr(module, "config", None)
+    if not isinstance(config, BaseModel):
+        raise CheckpointError(f"a {type(module).__name__} module has no config to save")
+    return config
+
+
 def _family_of_config(config: BaseModel) -> CheckpointFamily:
     for _, hooks in checkpoint_families():
         if isinstance(config, hooks.config_model):
@@ -133,7 +142,7 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
             f"cannot save a {type(module).__name__} module: Tempo checkpoints hold {known} "
             "policies (save a served wrapper's inner policy)"
         )
-    check_spec_matches(policy.spec, module.config, "the policy being saved")
+    check_spec_matches(policy.spec, module_config(module), "the policy being saved")
     tensors = {
         name: tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
         for name, tensor in module.state_dict().items()
@@ -163,7 +172,7 @@ def write_checkpoint_files(
         "format_version": FORMAT_VERSION,
         "policy_type": policy_type,
         "spec": policy.spec.model_dump(mode="json"),
-        "model": module.config.model_dump(mode="json"),
+        "model": module_config(module).model_dump(mode="json"),
         **(config_extra or {}),
     }
     metadata = {
