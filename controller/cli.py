@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from controller.errors import ConfigError, TempoError
 from controller.tools.checkpoint_cli import add_checkpoint_parsers
+from policies.registry import families
 
 if TYPE_CHECKING:
     from controller.config import TempoConfig
@@ -295,14 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_args(demo)
     demo.add_argument("--seconds", type=float, default=10.0)
     demo.add_argument("--json", action="store_true", help="print one JSON summary at the end")
+    demos = {family.name: family.demo for family in families() if family.demo is not None}
     demo.add_argument(
         "--policy",
-        choices=["act", "reach", "flow", "tdmpc2"],
+        choices=list(demos),
         default="act",
-        help="act: a small ACT with random weights, made on first run (default); "
-        "reach: the built-in scripted policy; "
-        "flow: a small flow-matching policy with random weights, served with real-time chunking; "
-        "tdmpc2: a TD-MPC2 planner (1M, random weights) on the arm's joint state",
+        help="; ".join(f"{name}: {d.help}" for name, d in demos.items()),
     )
     demo.set_defaults(func=cmd_demo)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError, model_validator
@@ -32,7 +32,9 @@ from controller.errors import ConfigError
 from controller.observe.metrics_http import MetricsConfig
 from controller.observe.telemetry import TelemetryConfig
 from controller.runner_config import RunnerConfig
-from policies.base import Execution, PolicySpec
+
+if TYPE_CHECKING:  # the config reads a policy's spec, never imports policies/
+    from policies.base import Execution, PolicySpec
 
 
 class TempoConfig(Section):

@@ -1,264 +1,46 @@
-"""A small ACT checkpoint with random weights, for demos, CPU runs and tests (and, at the end,
-flow-matching policies with random weights: the demo's and an ALOHA-shaped one for benchmarks).
-
-It is a real ACT (ResNet18 backbone, transformer encoder-decoder, normalization buffers) at a
-width small enough to run on a laptop CPU, with statistics chosen for a simulated 6-joint arm:
-the action head is scaled so that every action stays within `ACTION_REACH` of a home pose, which
-keeps all outputs inside about +-1.4 rad whatever the inputs. It has learned nothing.
+"""Every family's demo and benchmark policies with random weights, by the names they had when
+they all lived here: the makers themselves are in policies/act/demo.py, policies/flow/demo.py
+and policies/tdmpc2/demo.py, the simulated arm they are shaped for in policies.demo_arm.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
+from policies.act.demo import (
+    aloha_spec,
+    make_aloha_policy,
+    make_demo_checkpoint,
+    make_demo_policy,
+)
+from policies.demo_arm import (
+    ACTION_REACH,
+    ACTION_STD,
+    DEFAULT_JOINTS,
+    HOME_POSE,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+)
+from policies.flow.demo import (
+    FLOW_ACTION_STD,
+    FLOW_VELOCITY_BOUND,
+    make_demo_flow_policy,
+    make_flow_aloha_policy,
+)
+from policies.tdmpc2.demo import make_demo_tdmpc2_checkpoint
 
-import torch
-
-from policies.act.config import ACTConfig, camera_fields
-from policies.act.model import ACT
-from policies.base import CameraSpec, PolicySpec
-from policies.checkpoints.tempo_format import save_checkpoint
-from policies.flow.codec import FlowCodec
-from policies.flow.config import FlowConfig
-from policies.flow.model import FlowMatchingPolicy
-from policies.tensor_policy import TensorPolicy
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-HOME_POSE = (0.0, -0.6, 0.9, 0.0, 0.5, 0.0)  # rad, repeated/truncated to the joint count
-ACTION_STD = 0.25  # rad per unit of normalized action
-ACTION_REACH = 0.75  # rad: largest distance of any action from the home pose
-DEFAULT_JOINTS = ("joint_0", "joint_1", "joint_2", "joint_3", "joint_4", "joint_5")
-
-
-def make_demo_policy(
-    *,
-    cameras: Sequence[tuple[str, int, int]] = (("front", 96, 128),),
-    joint_names: Sequence[str] = DEFAULT_JOINTS,
-    state_size: int = 6,
-    chunk_size: int = 20,
-    seed: int = 0,
-    state_history: int = 1,
-) -> TensorPolicy:
-    """The demo ACT policy in memory (FP32, eval mode, CPU); `state_history` > 1 makes it read
-    that many past joint states."""
-    if not cameras:
-        raise ValueError("the demo ACT needs at least one camera")
-    n_joints = len(joint_names)
-    config = ACTConfig(
-        **camera_fields([(height, width) for _, height, width in cameras]),
-        state_dim=state_size,
-        action_dim=n_joints,
-        chunk_size=chunk_size,
-        state_history=state_history,
-        vision_backbone="resnet18",
-        dim_model=64,
-        n_heads=4,
-        dim_feedforward=256,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        latent_dim=16,
-        use_vae=False,
-    )
-    spec = PolicySpec(
-        cameras=tuple(CameraSpec(name=n, height=h, width=w) for n, h, w in cameras),
-        state_size=config.state_size,
-        joint_names=tuple(joint_names),
-        chunk_size=chunk_size,
-        state_history=state_history,
-    )
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        module = ACT(config)
-        home = torch.tensor([HOME_POSE[i % len(HOME_POSE)] for i in range(n_joints)])
-        module.image_norm.mean.copy_(torch.tensor(IMAGENET_MEAN).expand(len(cameras), 3))
-        module.image_norm.std.copy_(torch.tensor(IMAGENET_STD).expand(len(cameras), 3))
-        state_home = torch.tensor([HOME_POSE[i % len(HOME_POSE)] for i in range(state_size)])
-        module.state_norm.mean.copy_(state_home)
-        module.state_norm.std.fill_(0.5)
-        module.action_norm.mean.copy_(home)
-        module.action_norm.std.fill_(ACTION_STD)
-        # The decoder ends in a LayerNorm (unit weight, zero bias), so its outputs have norm
-        # sqrt(dim_model); rows of this norm keep |normalized action| <= REACH / STD.
-        head = module.action_head
-        row_norm = ACTION_REACH / ACTION_STD / config.dim_model**0.5
-        head.weight.mul_(row_norm / head.weight.norm(dim=1, keepdim=True))
-        head.bias.zero_()
-    return TensorPolicy(spec=spec, module=module.eval())
-
-
-def make_demo_checkpoint(
-    directory: str | Path,
-    *,
-    cameras: Sequence[tuple[str, int, int]] = (("front", 96, 128),),
-    joint_names: Sequence[str] = DEFAULT_JOINTS,
-    state_size: int = 6,
-    chunk_size: int = 20,
-    seed: int = 0,
-) -> Path:
-    """Write the demo ACT policy as a Tempo checkpoint into `directory`; returns it."""
-    policy = make_demo_policy(
-        cameras=cameras,
-        joint_names=joint_names,
-        state_size=state_size,
-        chunk_size=chunk_size,
-        seed=seed,
-    )
-    return save_checkpoint(directory, policy)
-
-
-def make_aloha_policy(seed: int = 0) -> TensorPolicy:
-    """LeRobot's default ACT for ALOHA with random weights: resnet18, 3 cameras 480x640,
-    14 joints, chunk 100, dim_model 512, 8 heads, feedforward 3200, 4 encoder / 1 decoder layers
-    (51.6 M parameters with the VAE encoder). For benchmarks and GPU checks; it has learned
-    nothing."""
-    config = ACTConfig(
-        n_cameras=3,
-        image_height=480,
-        image_width=640,
-        state_dim=14,
-        action_dim=14,
-        chunk_size=100,
-        vision_backbone="resnet18",
-        dim_model=512,
-        n_heads=8,
-        dim_feedforward=3200,
-        n_encoder_layers=4,
-        n_decoder_layers=1,
-        latent_dim=32,
-        use_vae=True,
-    )
-    spec = aloha_spec(chunk_size=100)
-    torch.manual_seed(seed)
-    return TensorPolicy(spec=spec, module=ACT(config).eval())
-
-
-def aloha_spec(chunk_size: int) -> PolicySpec:
-    """ALOHA's robot as LeRobot's datasets describe it: two 7-joint arms (14 joints and state
-    entries) and three 480x640 cameras."""
-    joints = tuple(f"{side}_{j}" for side in ("left", "right") for j in range(7))
-    cameras = ("cam_high", "cam_left_wrist", "cam_right_wrist")
-    return PolicySpec(
-        cameras=tuple(CameraSpec(name=c, height=480, width=640) for c in cameras),
-        state_size=14,
-        joint_names=joints,
-        chunk_size=chunk_size,
-    )
-
-
-# ---- flow-matching policies (policies.flow) ------------------------------------------------------
-# The demo's statistics suit the simulated arm as the ACT demo's do; its velocity head is scaled
-# so that each Euler step moves an action by a bounded amount, which keeps every output within a
-# few FLOW_ACTION_STD of the home pose whatever the inputs.
-
-FLOW_ACTION_STD = 0.1  # rad per unit of normalized action (flow demo)
-FLOW_VELOCITY_BOUND = 1.5  # flow demo: largest |velocity| per action entry, normalized
-
-
-def make_demo_flow_policy(
-    *,
-    cameras: Sequence[tuple[str, int, int]] = (("front", 96, 128),),
-    joint_names: Sequence[str] = DEFAULT_JOINTS,
-    state_size: int = 6,
-    chunk_size: int = 50,
-    n_steps: int = 10,
-    dim_model: int = 64,
-    seed: int = 0,
-) -> TensorPolicy:
-    """The demo flow policy in memory (FP32, eval mode, CPU)."""
-    shapes = {(height, width) for _, height, width in cameras}
-    if len(shapes) != 1:
-        raise ValueError(f"the demo needs cameras of one frame shape, got {sorted(shapes)}")
-    height, width = shapes.pop()
-    config = FlowConfig(
-        n_cameras=len(cameras),
-        image_height=height,
-        image_width=width,
-        state_dim=state_size,
-        action_dim=len(joint_names),
-        chunk_size=chunk_size,
-        n_steps=n_steps,
-        dim_model=dim_model,
-        n_heads=4,
-        dim_feedforward=4 * dim_model,
-        n_context_layers=1,
-        n_expert_layers=2,
-    )
-    spec = PolicySpec(
-        cameras=tuple(CameraSpec(name=n, height=h, width=w) for n, h, w in cameras),
-        state_size=state_size,
-        joint_names=tuple(joint_names),
-        chunk_size=chunk_size,
-    )
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        module = FlowMatchingPolicy(config)
-        n_joints = len(joint_names)
-        module.image_norm.mean.copy_(torch.tensor(IMAGENET_MEAN).expand(len(cameras), 3))
-        module.image_norm.std.copy_(torch.tensor(IMAGENET_STD).expand(len(cameras), 3))
-        module.state_norm.mean.copy_(
-            torch.tensor([HOME_POSE[i % len(HOME_POSE)] for i in range(state_size)])
-        )
-        module.state_norm.std.fill_(0.5)
-        module.action_norm.mean.copy_(
-            torch.tensor([HOME_POSE[i % len(HOME_POSE)] for i in range(n_joints)])
-        )
-        module.action_norm.std.fill_(FLOW_ACTION_STD)
-        # The expert ends in a LayerNorm (unit weight, zero bias): outputs of norm sqrt(dim).
-        head = module.velocity_head
-        head.weight.mul_(
-            FLOW_VELOCITY_BOUND / dim_model**0.5 / head.weight.norm(dim=1, keepdim=True)
-        )
-        head.bias.zero_()
-    return TensorPolicy(spec=spec, module=module.eval(), codec=FlowCodec(spec))
-
-
-def make_flow_aloha_policy(seed: int = 0) -> TensorPolicy:
-    """A flow policy at ALOHA shapes for benchmarks: resnet18, 3 cameras 480x640, 14 joints,
-    H = 50, 10 Euler steps, dim_model 512, 8 heads, feedforward 2048, 2 context and 6
-    action-expert layers. Random weights."""
-    config = FlowConfig(
-        n_cameras=3,
-        image_height=480,
-        image_width=640,
-        state_dim=14,
-        action_dim=14,
-        chunk_size=50,
-        n_steps=10,
-        dim_model=512,
-        n_heads=8,
-        dim_feedforward=2048,
-        n_context_layers=2,
-        n_expert_layers=6,
-    )
-    spec = aloha_spec(chunk_size=50)
-    torch.manual_seed(seed)
-    module = FlowMatchingPolicy(config).eval()
-    return TensorPolicy(spec=spec, module=module, codec=FlowCodec(spec))
-
-
-# ---- TD-MPC2 (policies.tdmpc2) ------------------------------------------------------------------
-
-
-def make_demo_tdmpc2_checkpoint(
-    directory: str | Path,
-    *,
-    joint_names: Sequence[str] = DEFAULT_JOINTS,
-    model_size: int = 1,
-    seed: int = 0,
-) -> Path:
-    """A TD-MPC2 agent with random weights for the simulated arm, as a Tempo checkpoint: its
-    joint positions are the observation, and actions map to joint targets within
-    `ACTION_REACH` of zero. The official planner settings; it has learned nothing."""
-    from policies.tdmpc2.config import TDMPC2Config
-    from policies.tdmpc2.serving import random_tdmpc2_policy
-
-    n = len(joint_names)
-    config = TDMPC2Config(
-        obs_dim=n,
-        action_dim=n,
-        model_size=model_size,  # type: ignore[arg-type]
-        action_low=(-ACTION_REACH,) * n,
-        action_high=(ACTION_REACH,) * n,
-    )
-    return save_checkpoint(directory, random_tdmpc2_policy(config, tuple(joint_names), seed))
+__all__ = [
+    "ACTION_REACH",
+    "ACTION_STD",
+    "DEFAULT_JOINTS",
+    "FLOW_ACTION_STD",
+    "FLOW_VELOCITY_BOUND",
+    "HOME_POSE",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "aloha_spec",
+    "make_aloha_policy",
+    "make_demo_checkpoint",
+    "make_demo_flow_policy",
+    "make_demo_tdmpc2_checkpoint",
+    "make_demo_policy",
+    "make_flow_aloha_policy",
+]

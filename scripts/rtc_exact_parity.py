@@ -25,12 +25,12 @@ import sys
 import numpy as np
 import torch
 
+from controller.config_sections import RTCConfig
 from controller.inference.parity import relative_error
 from controller.inference.runner import Runner
 from controller.runner_config import RunnerConfig
 from policies.base import Plan, RobotContext
 from policies.demo import make_demo_flow_policy, make_flow_aloha_policy
-from policies.flow.config import RTCConfig
 from policies.flow.rtc import serve_with_rtc
 from policies.inputs import example_frames
 from policies.tensor_policy import EagerPolicy

@@ -45,10 +45,10 @@ import torch
 from controller.action.guards_config import GuardsConfig
 from controller.action.pipeline import ActionPipeline
 from controller.action.teleop import TeleopConfig
+from controller.config_sections import RTCConfig
 from policies.base import RobotContext
 from policies.demo import make_demo_flow_policy
 from policies.flow.codec import fill_noise, fill_prefix
-from policies.flow.config import RTCConfig
 from policies.flow.model import Context, FlowMatchingPolicy
 from policies.flow.rtc import RealTimeChunking
 

@@ -25,49 +25,26 @@ READY_TIMEOUT_S = 600.0  # a first compile of a large model can take minutes
 
 
 def demo_checkpoint_dir() -> Path:
-    """Where the demo's ACT checkpoint lives (made on first run)."""
+    """Where the demo's ACT checkpoint lives (made on first run); the other families' demo
+    checkpoints sit next to it (demo-flow, demo-tdmpc2)."""
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache) / "tempo" / "demo-act"
 
 
 def demo_policy_args(policy: str) -> list[str]:
-    """`--set` options that make the daemon serve the demo policy; creates the ACT checkpoint
-    the first time. It is shaped for the simulated robot (6 joints, one 96x128 camera), with
-    random weights and a fixed seed: the model path is real, the behaviour is not trained."""
-    if policy == "reach":
-        return ["--set", "policy.kind=reach"]
-    if policy == "flow":
-        flow_dir = demo_checkpoint_dir().with_name("demo-flow")
-        if not (flow_dir / "config.json").exists():
-            from policies.checkpoints.tempo_format import save_checkpoint
-            from policies.demo import make_demo_flow_policy
+    """`--set` options that make the daemon serve the demo policy of the family called
+    `policy` (policies.registry); creates its checkpoint the first time. Each is shaped for the
+    simulated robot (6 joints, one 96x128 camera), with random weights and a fixed seed: the
+    model path is real, the behaviour is not trained."""
+    from controller.errors import ConfigError
+    from policies.registry import families, get_family
 
-            save_checkpoint(flow_dir, make_demo_flow_policy())
-        settings = [
-            "policy.kind=checkpoint",
-            f"policy.path={flow_dir}",
-            "policy.rtc.mode=exact",  # real-time chunking: the old chunk plays until the new lands
-            "inference.ensemble=newest",
-            "inference.query_period=10",  # the execution horizon s: at least the delay on a CPU
-        ]
-        return [arg for setting in settings for arg in ("--set", setting)]
-    if policy == "tdmpc2":
-        directory = demo_checkpoint_dir().with_name("demo-tdmpc2")
-        if not (directory / "config.json").exists():
-            from policies.demo import make_demo_tdmpc2_checkpoint
-
-            make_demo_tdmpc2_checkpoint(directory)
-        # A plan's rows are the planned steps: play the newest plan, not a mean of plans.
-        return [
-            "--set", "policy.kind=checkpoint", "--set", f"policy.path={directory}",
-            "--set", "inference.ensemble=newest",
-        ]  # fmt: skip
-    directory = demo_checkpoint_dir()
-    if not (directory / "config.json").exists():
-        from policies.demo import make_demo_checkpoint
-
-        make_demo_checkpoint(directory)
-    return ["--set", "policy.kind=checkpoint", "--set", f"policy.path={directory}"]
+    demo = get_family(policy).demo
+    if demo is None:
+        known = ", ".join(f.name for f in families() if f.demo is not None)
+        raise ConfigError(f"policy family {policy!r} has no demo; demos: {known}")
+    settings = demo.settings(demo_checkpoint_dir().parent)
+    return [arg for setting in settings for arg in ("--set", setting)]
 
 
 def _tempo_command(*args: str) -> list[str]:

@@ -8,7 +8,7 @@
    recorded ones (`--recorded FILE.npz` with `images` uint8 (n, cameras, H, W, 3) and `state`
    float32 (n, state_history, state_size), read with allow_pickle=False); recorded ones give
    the activation statistics the robot will really produce.
-4. Quantize (policies.quant.apply) and write the checkpoint (policies.checkpoints.quantized).
+4. Quantize (policies.quant.apply) and write the checkpoint (policies.quant.checkpoint).
 
 Serve the result with `tempo serve --policy.path OUT`.
 """
@@ -30,9 +30,9 @@ from controller.inference.examples import random_observation
 from controller.inference.parity import relative_error
 from policies.base import PolicySpec
 from policies.checkpoints.load import load_checkpoint
-from policies.checkpoints.quantized import save_quantized_checkpoint
 from policies.quant.act import split_attention
 from policies.quant.apply import quantize_module
+from policies.quant.checkpoint import save_quantized_checkpoint
 from policies.quant.config import LayerLayout, Quantization, QuantSettings
 from policies.quant.layer import memory_bytes
 from policies.quant.pi0_packs import import_pi0_packs

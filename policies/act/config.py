@@ -2,7 +2,7 @@
 
 Every field that changes the model's shapes or its arithmetic is here; nothing about training is
 (Tempo only serves). Field names follow LeRobot's `ACTConfig` where the meaning is the same, so a
-LeRobot checkpoint maps onto this config field by field (see `policies.checkpoints.lerobot`).
+LeRobot checkpoint maps onto this config field by field (see `policies.act.lerobot`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Read top to bottom, `forward` is the paper's inference path:
 5. A linear head maps each output to an action, which is unnormalized into robot units.
 
 Module and parameter names match LeRobot's `ACT` (without its `model.` prefix), so LeRobot
-weights load as they are (see `policies.checkpoints.lerobot`).
+weights load as they are (see `policies.act.lerobot`).
 
 Contract (policies/inputs.py): forward(*frames, state) -> actions float32 (B, chunk_size,
 action_dim) in robot units, where frames is one uint8 tensor (B, n, H, W, 3) per distinct camera

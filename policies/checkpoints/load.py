@@ -4,42 +4,44 @@
     print(describe_checkpoint("ckpt/"))                # spec, architecture, weights file
 
 A directory is a Tempo checkpoint (`config.json` with `"format": "tempo"`,
-`policies.checkpoints.tempo_format`) or a LeRobot ACT directory (`config.json` with
-`"type": "act"`, converted in memory by `policies.checkpoints.lerobot`, whose `import_lerobot`
-writes the converted form to disk). Every problem is a `CheckpointError` naming the file.
+`policies.checkpoints.tempo_format`) or a LeRobot directory (`config.json` with a `"type"` some
+family reads, e.g. "act", converted in memory by `policies.act.lerobot`, whose `import_lerobot`
+writes the converted form to disk). Which family reads it is looked up in policies.registry.
+Every problem is a `CheckpointError` naming the file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any
 
 import torch
 from safetensors import safe_open
 
 from controller.errors import CheckpointError
-from policies.act.backbone import feature_map_size
-from policies.act.config import ACTConfig
-from policies.act.model import ACT
-from policies.base import PolicySpec
-from policies.checkpoints.execution import describe as describe_execution
 from policies.checkpoints.files import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     detect_format,
     locate_checkpoint,
 )
-from policies.checkpoints.lerobot import read_lerobot_act
-from policies.checkpoints.quantized import read_quantized_checkpoint
 from policies.checkpoints.tempo_format import (
     FORMAT_VERSION,
+    checkpoint_family,
     parse_tempo_config,
     read_tempo_checkpoint,
 )
-from policies.flow.config import FlowConfig
-from policies.tdmpc2.config import TDMPC2Config
+from policies.registry import (
+    CheckpointVariant,
+    ConvertedPolicy,
+    PolicyFamily,
+    checkpoint_families,
+    variants,
+)
 from policies.tensor_policy import TensorPolicy
+
+ReadLeRobot = Callable[[Path, Sequence[str] | None], ConvertedPolicy]
 
 
 def load_checkpoint(
@@ -47,15 +49,15 @@ def load_checkpoint(
     device: str | torch.device = "cpu",
     joint_names: Sequence[str] | None = None,
 ) -> TensorPolicy:
-    """Load a Tempo checkpoint, or a LeRobot ACT directory, as an FP32 module in eval mode.
+    """Load a Tempo checkpoint, or a LeRobot directory, as an FP32 module in eval mode.
     `joint_names` names the action entries (policy.joint_names): a LeRobot directory takes them
     as its names, a Tempo checkpoint (which records its own) must agree with them."""
     directory = locate_checkpoint(directory)
     kind, raw = detect_format(directory)
     if kind == "lerobot":
-        policy = read_lerobot_act(directory, joint_names=joint_names).policy
-    elif raw.get("quantization") is not None:
-        policy = read_quantized_checkpoint(directory, raw)
+        policy = _read_lerobot(directory, raw, joint_names).policy
+    elif (variant := _variant(raw)) is not None:  # e.g. quantized (policies.quant.checkpoint)
+        policy = variant.read(directory, raw)
     else:
         policy = read_tempo_checkpoint(directory, raw)
     if kind != "lerobot" and joint_names is not None:
@@ -69,8 +71,40 @@ def load_checkpoint(
     return policy
 
 
+def _variant(raw: dict[str, Any]) -> CheckpointVariant | None:
+    """The variant whose section the checkpoint carries (a quantized ACT), if any."""
+    policy_type = raw.get("policy_type")
+    if not isinstance(policy_type, str):
+        return None
+    return next((v for v in variants(policy_type) if raw.get(v.section) is not None), None)
+
+
+def _read_lerobot(
+    directory: Path, raw: dict[str, Any], joint_names: Sequence[str] | None
+) -> ConvertedPolicy:
+    """A LeRobot directory, read by the family that reads its `type`."""
+    return _lerobot_reader(directory, raw)[1](directory, joint_names)
+
+
+def _lerobot_reader(directory: Path, raw: dict[str, Any]) -> tuple[PolicyFamily, ReadLeRobot]:
+    """(family, its LeRobot reader) for the directory's LeRobot `type`."""
+    readers = [
+        (f, c.lerobot_type, c.read_lerobot)
+        for f, c in checkpoint_families()
+        if c.read_lerobot is not None
+    ]
+    for family, lerobot_type, read in readers:
+        if lerobot_type == raw.get("type"):
+            return family, read
+    known = ", ".join(str(lerobot_type) for _, lerobot_type, _ in readers)
+    raise CheckpointError(
+        f"{directory / CONFIG_FILE} describes a LeRobot '{raw.get('type')}' policy; Tempo imports "
+        f"LeRobot policies of type {known} only"
+    )
+
+
 def describe_checkpoint(directory: str | Path, problems: list[str] | None = None) -> str:
-    """A human-readable summary of a Tempo checkpoint or a LeRobot ACT directory.
+    """A human-readable summary of a Tempo checkpoint or a LeRobot directory.
 
     A Tempo checkpoint is described from its config and the safetensors header, without loading
     weights; a LeRobot directory is read in full, since converting it is how it is checked.
@@ -80,127 +114,28 @@ def describe_checkpoint(directory: str | Path, problems: list[str] | None = None
     directory = locate_checkpoint(directory)
     kind, raw = detect_format(directory)
     if kind == "lerobot":
-        imported = read_lerobot_act(directory)
-        header = [f"format: LeRobot ACT ({imported.layout})"] + [
+        family = _lerobot_reader(directory, raw)[0]
+        imported = _read_lerobot(directory, raw, None)
+        header = [f"format: LeRobot {family.title} ({imported.layout})"] + [
             f"note: {note}" for note in imported.notes
         ]
-        spec, config = imported.policy.spec, cast(ACT, imported.policy.module).config
+        spec = imported.policy.spec
+        config: Any = getattr(imported.policy.module, "config")  # noqa: B009
     else:
         parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
+        family = checkpoint_family(parsed.policy_type, str(directory / CONFIG_FILE))[0]
         header = [
             f"format: Tempo checkpoint (format_version {FORMAT_VERSION}), policy type "
             f"{parsed.policy_type}"
         ]
-        if isinstance(parsed.model, FlowConfig):
-            lines = summarize_flow(parsed.spec, parsed.model, directory / WEIGHTS_FILE, problems)
-            return "\n".join(header + lines) + "\n"
-        if isinstance(parsed.model, TDMPC2Config):
-            lines = summarize_tdmpc2(parsed.spec, parsed.model, directory / WEIGHTS_FILE, problems)
-            return "\n".join(header + lines) + "\n"
-        q = getattr(parsed, "quantization", None)
-        if q is not None:
-            header.append(
-                f"quantization: {q.scheme} {q.settings.method}, {len(q.layers)} layers, "
-                f"{q.settings.activations} activation scales, calibrated on {q.observations} "
-                f"observations ({q.source})"
-            )
+        for variant in variants(parsed.policy_type):
+            section = getattr(parsed, variant.section, None)
+            if section is not None:
+                header += variant.describe(section)
         spec, config = parsed.spec, parsed.model
-    lines = summarize(spec, config, directory / WEIGHTS_FILE, problems)
+    describe = checkpoint_family(family.name, str(directory / CONFIG_FILE))[1].describe
+    lines = describe(spec, config) + describe_weights(directory / WEIGHTS_FILE, problems)
     return "\n".join(header + lines) + "\n"
-
-
-def summarize_tdmpc2(
-    spec: PolicySpec, config: TDMPC2Config, weights: Path, problems: list[str] | None = None
-) -> list[str]:
-    """Lines describing a TD-MPC2 agent: sizes, planner settings, weights file."""
-    c = config
-    lines = [
-        f"state: {spec.state_size} entries; joints ({spec.action_dim}): "
-        + ", ".join(spec.joint_names),
-        f"world model: size {c.model_size}M (latent {c.latent_dim}, mlp {c.mlp_dim}, encoder "
-        f"{c.enc_dim} x {c.num_enc_layers} layers, {c.num_q} Q heads"
-        + (", termination head)" if c.episodic else ")"),
-        f"mode: {c.mode}; planner: {c.num_samples} samples ({c.num_pi_trajs} from the prior), "
-        f"{c.num_elites} elites, {c.planning_iterations} iterations, horizon {c.horizon} "
-        f"(chunk of {spec.chunk_size}), discount {c.discount}, explore {c.explore}, compute "
-        f"{c.compute}",
-    ]
-    return lines + describe_weights(weights, problems)
-
-
-def summarize(
-    spec: PolicySpec, config: ACTConfig, weights: Path, problems: list[str] | None = None
-) -> list[str]:
-    """Lines describing an ACT policy's interface, architecture and weights file; a weights
-    file that is unreadable or missing is also appended to `problems` when given."""
-    cameras = ", ".join(f"{c.name} {c.height}x{c.width}" for c in spec.cameras) or "none"
-    lines = [f"cameras ({len(spec.cameras)}): {cameras}"]
-    if config.n_cameras:
-        dilate = config.replace_final_stride_with_dilation
-        maps = [feature_map_size(h, w, dilate) for h, w in config.backbone_sizes]
-        fed = sorted(set(config.backbone_sizes), key=config.backbone_sizes.index)
-        shapes = sorted(set(maps), key=maps.index)
-        lines.append(
-            f"backbone: {config.vision_backbone}{', layer4 dilated' if dilate else ''}, frames "
-            f"fed at {', '.join(f'{h}x{w}' for h, w in fed)}, feature map "
-            f"{', '.join(f'{r}x{c}' for r, c in shapes)} ({sum(r * c for r, c in maps)} image "
-            f"tokens; {len(config.frame_groups)} backbone batch(es), one per frame shape)"
-        )
-    hidden = config.state_input_mask.count(False) if config.state_input_mask else 0
-    lines += [
-        f"state: {spec.state_size} entries (robot {config.state_dim}, environment "
-        f"{config.env_state_dim}) x history {spec.state_history}"
-        + (f", {hidden} hidden by the input mask" if hidden else ""),
-        f"joints ({spec.action_dim}): {', '.join(spec.joint_names)}",
-        f"chunk size: {spec.chunk_size}",
-        f"transformer: dim_model {config.dim_model}, {config.n_heads} heads, feedforward "
-        f"{config.dim_feedforward} ({config.feedforward_activation}), "
-        f"{config.n_encoder_layers} encoder / {config.n_decoder_layers} decoder layer(s), "
-        f"{'pre' if config.pre_norm else 'post'}-norm, latent {config.latent_dim}"
-        + (
-            f", VAE encoder kept ({config.n_vae_encoder_layers} layers, unused)"
-            if config.use_vae
-            else ""
-        ),
-        f"normalization: images {config.image_norm}, state {config.state_norm}, environment "
-        f"{config.env_state_norm}, actions {config.action_norm}",
-    ]
-    lines.append(describe_execution(spec.execution))
-    with torch.device("meta"):
-        module = ACT(config)
-    n_params = sum(p.numel() for p in module.parameters())
-    n_serving = n_params - sum(
-        p.numel() for name, p in module.named_parameters() if name.startswith("vae_encoder")
-    )
-    lines.append(f"parameters: {n_params:,} ({n_serving:,} used when serving)")
-    return lines + describe_weights(weights, problems)
-
-
-def summarize_flow(
-    spec: PolicySpec, config: FlowConfig, weights: Path, problems: list[str] | None = None
-) -> list[str]:
-    """Lines describing a flow-matching policy's interface, architecture and weights file."""
-    from policies.flow.model import FlowMatchingPolicy
-
-    cameras = ", ".join(f"{c.name} {c.height}x{c.width}" for c in spec.cameras)
-    rows, cols = feature_map_size(config.image_height, config.image_width)
-    with torch.device("meta"):
-        n_params = sum(p.numel() for p in FlowMatchingPolicy(config).parameters())
-    lines = [
-        f"cameras ({len(spec.cameras)}): {cameras}",
-        f"backbone: {config.vision_backbone}, feature map {rows}x{cols} "
-        f"({rows * cols * config.n_cameras} image tokens)",
-        f"state: {spec.state_size} entries x history {spec.state_history}",
-        f"joints ({spec.action_dim}): {', '.join(spec.joint_names)}",
-        f"chunk size (H): {spec.chunk_size}, {config.n_steps} Euler steps",
-        f"transformer: dim_model {config.dim_model}, {config.n_heads} heads, feedforward "
-        f"{config.dim_feedforward}, {config.n_context_layers} context / "
-        f"{config.n_expert_layers} action-expert layer(s)",
-        f"normalization: images {config.image_norm}, state {config.state_norm}, actions "
-        f"{config.action_norm}",
-        f"parameters: {n_params:,}",
-    ]
-    return lines + describe_weights(weights, problems)
 
 
 def describe_weights(weights: Path, problems: list[str] | None = None) -> list[str]:

@@ -1,11 +1,11 @@
-"""Tempo's own checkpoint format: writing it, and reading it into a module (ACT, flow, TD-MPC2).
+"""Tempo's own checkpoint format: writing it, and reading it into a module of any registered
+policy family (policies.registry: act, flow, tdmpc2, and any family added at run time).
 
 A Tempo checkpoint is a directory with two files:
 
-    config.json          {"format": "tempo", "format_version": 1, "policy_type": "act",
-                          "spec": <PolicySpec>, "model": <ACTConfig>}
-                         or "policy_type": "flow" with "model": <FlowConfig>
-                         or "policy_type": "tdmpc2" with "model": <TDMPC2Config>;
+    config.json          {"format": "tempo", "format_version": 1, "policy_type": <family name>,
+                          "spec": <PolicySpec>, "model": <the family's config model>}
+                         e.g. "policy_type": "act" with "model": <ACTConfig>;
                          the spec's optional `execution` records how chunks are executed
                          (query period, ensembling; see policies.checkpoints.execution)
     model.safetensors    every parameter and persistent buffer of the module, normalization
@@ -13,30 +13,30 @@ A Tempo checkpoint is a directory with two files:
 
 A quantized checkpoint (`tempo quantize`) has a `"quantization"` section too, its W4A8 layers'
 buffers in the same safetensors file and the FP32 model's chunks on a few observations; it is
-read and written by `policies.checkpoints.quantized`.
+read and written by `policies.quant.checkpoint`, a variant of the act family's checkpoints
+(policies.registry.CheckpointVariant: a section some checkpoints of a family carry).
 
-The config is validated with pydantic; the weights must fit the model it describes exactly
-(names, shapes, floating point, finite). `build_module` is also how a LeRobot directory's
-converted weights become a module (`policies.checkpoints.lerobot`).
+The config is validated with pydantic against the family's config model; the weights must fit
+the model it describes exactly (names, shapes, floating point, finite). `build_module` is also
+how a LeRobot directory's converted weights become a module (`policies.act.lerobot`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from safetensors.torch import save_file
 from torch import nn
 
 from controller.errors import CheckpointError
-from policies.act.config import ACTConfig
-from policies.act.model import ACT
 from policies.base import PolicySpec
-from policies.checkpoints.execution import lerobot_execution
 from policies.checkpoints.files import (
     CONFIG_FILE,
     FORMAT,
@@ -44,64 +44,89 @@ from policies.checkpoints.files import (
     describe_validation_error,
     read_tensors,
 )
-from policies.flow.codec import FlowCodec
-from policies.flow.config import FlowConfig
-from policies.flow.model import FlowMatchingPolicy
-from policies.quant.config import Quantization
-from policies.tdmpc2.config import TDMPC2Config
-from policies.tdmpc2.planner import TDMPC2Policy
-from policies.tdmpc2.serving import tdmpc2_policy
+from policies.registry import (
+    CheckpointFamily,
+    PolicyFamily,
+    and_list,
+    checkpoint_families,
+    find_family,
+    variants,
+)
 from policies.tensor_policy import TensorPolicy
 
 FORMAT_VERSION = 1
 _NAMES_SHOWN = 4
 
 
-class CheckpointConfig(BaseModel):
-    """The `config.json` of a Tempo checkpoint of an ACT policy."""
+class TempoCheckpointConfig(BaseModel):
+    """The `config.json` of a Tempo checkpoint; each family's own (`checkpoint_schema`) fixes
+    policy_type to its name and `model` to its config model."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     format: Literal["tempo"]
     format_version: Literal[1]
-    policy_type: Literal["act"]
+    policy_type: str
     spec: PolicySpec
-    model: ACTConfig
-    quantization: Quantization | None = None  # W4A8 layers (policies.checkpoints.quantized)
+    model: Any
 
 
-class FlowCheckpointConfig(BaseModel):
-    """The `config.json` of a Tempo checkpoint of a flow-matching policy."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    format: Literal["tempo"]
-    format_version: Literal[1]
-    policy_type: Literal["flow"]
-    spec: PolicySpec
-    model: FlowConfig
-
-
-class TDMPC2CheckpointConfig(BaseModel):
-    """The `config.json` of a Tempo checkpoint of a TD-MPC2 agent."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    format: Literal["tempo"]
-    format_version: Literal[1]
-    policy_type: Literal["tdmpc2"]
-    spec: PolicySpec
-    model: TDMPC2Config
+@functools.cache
+def checkpoint_schema(family: PolicyFamily) -> type[TempoCheckpointConfig]:
+    """The config.json model of `family`'s checkpoints, with the section of each of its variants
+    (optional: `quantization` for ACT)."""
+    hooks = _checkpoint_part(family)
+    fields: dict[str, Any] = {
+        "policy_type": (Literal[family.name], ...),  # type: ignore[valid-type]
+        "model": (hooks.config_model, ...),
+    }
+    for variant in variants(family.name):  # e.g. W4A8 layers (policies.quant.checkpoint)
+        fields[variant.section] = (variant.section_model | None, None)
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        f"{family.name}CheckpointConfig", __base__=TempoCheckpointConfig, **fields
+    )
 
 
-AnyCheckpointConfig = Union[CheckpointConfig, FlowCheckpointConfig, TDMPC2CheckpointConfig]  # noqa: UP007
-ModelConfig = Union[ACTConfig, FlowConfig, TDMPC2Config]  # noqa: UP007
-_BY_TYPE: dict[str, type[AnyCheckpointConfig]] = {
-    "act": CheckpointConfig,
-    "flow": FlowCheckpointConfig,
-    "tdmpc2": TDMPC2CheckpointConfig,
-}
-SAVED_MODULES = (ACT, FlowMatchingPolicy, TDMPC2Policy)
+def _checkpoint_part(family: PolicyFamily) -> CheckpointFamily:
+    if family.checkpoint is None:
+        raise CheckpointError(f"policy family {family.name!r} has no checkpoints")
+    return family.checkpoint()
+
+
+def checkpoint_family(policy_type: object, where: str) -> tuple[PolicyFamily, CheckpointFamily]:
+    """The family whose checkpoints have this policy_type; anything else is refused with the
+    policy types this Tempo serves."""
+    family = find_family(policy_type) if isinstance(policy_type, str) else None
+    if family is None or family.checkpoint is None:
+        known = ", ".join(f.name for f, _ in checkpoint_families())
+        raise CheckpointError(
+            f"{where}: policy_type {policy_type!r} is not one this Tempo serves ({known}); "
+            "upgrade Tempo, or check the file"
+        )
+    return family, family.checkpoint()
+
+
+def family_of_module(module: nn.Module) -> tuple[PolicyFamily, CheckpointFamily] | None:
+    """The family whose checkpoints hold modules like `module`, or None."""
+    return next(
+        ((f, c) for f, c in checkpoint_families() if isinstance(module, c.module_type)), None
+    )
+
+
+def module_config(module: nn.Module) -> BaseModel:
+    """The config a family's module was built from (every family's module keeps it as
+    `config`)."""
+    config = getattr(module, "config", None)
+    if not isinstance(config, BaseModel):
+        raise CheckpointError(f"a {type(module).__name__} module has no config to save")
+    return config
+
+
+def _family_of_config(config: BaseModel) -> CheckpointFamily:
+    for _, hooks in checkpoint_families():
+        if isinstance(config, hooks.config_model):
+            return hooks
+    raise CheckpointError(f"no policy family has the model config {type(config).__name__}")
 
 
 # ---- Saving ------------------------------------------------------------------------------------
@@ -111,12 +136,13 @@ def save_checkpoint(directory: str | Path, policy: TensorPolicy) -> Path:
     """Write `policy` as a Tempo checkpoint into `directory` (created if needed; the two files
     are replaced atomically if present). Returns the directory."""
     module = policy.module
-    if not isinstance(module, SAVED_MODULES):
+    if family_of_module(module) is None:
+        known = and_list([f.title for f, _ in checkpoint_families()])
         raise CheckpointError(
-            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT, flow "
-            "and TD-MPC2 policies (save a served wrapper's inner policy)"
+            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold {known} "
+            "policies (save a served wrapper's inner policy)"
         )
-    check_spec_matches(policy.spec, module.config, "the policy being saved")
+    check_spec_matches(policy.spec, module_config(module), "the policy being saved")
     tensors = {
         name: tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
         for name, tensor in module.state_dict().items()
@@ -135,20 +161,24 @@ def write_checkpoint_files(
     with their header metadata, each replaced atomically; shared by every Tempo checkpoint
     writer (plain and quantized). Returns the directory."""
     module = policy.module
+    found = family_of_module(module)
+    if found is None:
+        raise CheckpointError(f"cannot save a {type(module).__name__} module: no family holds it")
+    policy_type = found[0].name
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     document = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "policy_type": module.policy_type,
+        "policy_type": policy_type,
         "spec": policy.spec.model_dump(mode="json"),
-        "model": module.config.model_dump(mode="json"),
+        "model": module_config(module).model_dump(mode="json"),
         **(config_extra or {}),
     }
     metadata = {
         "format": FORMAT,
         "format_version": str(FORMAT_VERSION),
-        "policy_type": module.policy_type,
+        "policy_type": policy_type,
         **(metadata_extra or {}),
     }
     _atomic_write(directory / WEIGHTS_FILE, lambda path: save_file(tensors, path, metadata))
@@ -173,67 +203,58 @@ def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
     """The policy of the Tempo checkpoint in `directory`, whose config.json holds `raw`: an FP32
     module in eval mode, on the CPU."""
     parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
-    if getattr(parsed, "quantization", None) is not None:
+    if any(getattr(parsed, v.section, None) is not None for v in variants(parsed.policy_type)):
         raise CheckpointError(
-            f"{directory} holds a quantized policy; load it with "
+            f"{directory} holds a quantized or otherwise extended policy; load it with "
             "policies.checkpoints.load.load_checkpoint"
         )
     tensors = read_tensors(directory / WEIGHTS_FILE)
     module = build_module(parsed.model, tensors, directory / WEIGHTS_FILE)
-    if isinstance(module, TDMPC2Policy):
-        return tdmpc2_policy(module, parsed.spec)
-    codec = FlowCodec(parsed.spec) if isinstance(module, FlowMatchingPolicy) else None
-    return TensorPolicy(spec=parsed.spec, module=module, codec=codec)
+    hooks = _family_of_config(parsed.model)
+    if hooks.to_policy is not None:
+        return hooks.to_policy(module, parsed.spec)
+    return TensorPolicy(spec=parsed.spec, module=module)
 
 
-def parse_tempo_config(raw: dict[str, Any], path: Path) -> AnyCheckpointConfig:
-    """Validate a Tempo config.json; the error names the first invalid field."""
+def parse_tempo_config(raw: dict[str, Any], path: Path) -> TempoCheckpointConfig:
+    """Validate a Tempo config.json against its family's schema; the error names the first
+    invalid field."""
     version = raw.get("format_version")
     if version != FORMAT_VERSION:
         raise CheckpointError(
             f"{path} has format_version {version!r}; this Tempo reads version {FORMAT_VERSION} "
             "(upgrade Tempo, or re-export the checkpoint)"
         )
-    policy_type = raw.get("policy_type")
-    schema = _BY_TYPE.get(policy_type) if isinstance(policy_type, str) else None
-    if schema is None:
-        raise CheckpointError(
-            f"{path}: policy_type {policy_type!r} is not one this Tempo serves "
-            f"({', '.join(_BY_TYPE)}); upgrade Tempo, or check the file"
-        )
+    family, hooks = checkpoint_family(raw.get("policy_type"), str(path))
     try:
-        parsed = schema.model_validate(raw)
+        parsed = checkpoint_schema(family).model_validate(raw)
     except ValidationError as exc:
         raise CheckpointError(f"{path}: {describe_validation_error(exc)}") from None
     check_spec_matches(parsed.spec, parsed.model, str(path))
-    model = parsed.model
-    if (
-        isinstance(model, ACTConfig)
-        and parsed.spec.execution is None
-        and (model.n_action_steps is not None or model.temporal_ensemble_coeff is not None)
-    ):  # written before the spec recorded execution: the model config's LeRobot values say it
-        execution = lerobot_execution(
-            model.n_action_steps, model.temporal_ensemble_coeff, f"{path} model"
-        )
-        parsed = parsed.model_copy(
-            update={"spec": parsed.spec.model_copy(update={"execution": execution})}
-        )
+    if hooks.upgrade_spec is not None:
+        spec = hooks.upgrade_spec(parsed.spec, parsed.model, str(path))
+        if spec is not parsed.spec:
+            parsed = parsed.model_copy(update={"spec": spec})
     return parsed
 
 
-def check_spec_matches(spec: PolicySpec, config: ModelConfig, where: str) -> None:
+def check_spec_matches(spec: PolicySpec, config: BaseModel, where: str) -> None:
     """The PolicySpec and the model config must describe the same interface."""
-    if isinstance(config, TDMPC2Config):
-        _check_tdmpc2_spec(spec, config, where)
-        return
+    problems = _family_of_config(config).spec_problems(spec, config)
+    if problems:
+        raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
+
+
+def interface_problems(
+    spec: PolicySpec, config: Any, frame_sizes: Sequence[tuple[int, int]]
+) -> list[str]:
+    """Where a camera policy's spec and config disagree: cameras (`frame_sizes`, one per camera
+    the model reads), state size and history, chunk size, action size. The config names them
+    n_cameras, state_size, state_history, chunk_size and action_dim."""
     problems = []
     if len(spec.cameras) != config.n_cameras:
         problems.append(f"{len(spec.cameras)} cameras in spec, {config.n_cameras} in model")
-    if isinstance(config, ACTConfig):
-        sizes = config.frame_sizes  # ACT's cameras may differ in shape
-    else:
-        sizes = ((config.image_height, config.image_width),) * config.n_cameras
-    for camera, (height, width) in zip(spec.cameras, sizes, strict=False):
+    for camera, (height, width) in zip(spec.cameras, frame_sizes, strict=False):
         if (camera.height, camera.width) != (height, width):
             problems.append(
                 f"camera '{camera.name}' is {camera.height}x{camera.width} in spec, the model "
@@ -245,38 +266,16 @@ def check_spec_matches(spec: PolicySpec, config: ModelConfig, where: str) -> Non
         ("chunk_size", spec.chunk_size, config.chunk_size),
         ("action size (joint_names)", spec.action_dim, config.action_dim),
     ]
-    problems += [f"{name} {a} in spec, {b} in model" for name, a, b in pairs if a != b]
-    if problems:
-        raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
+    return problems + [f"{name} {a} in spec, {b} in model" for name, a, b in pairs if a != b]
 
 
-def _check_tdmpc2_spec(spec: PolicySpec, config: TDMPC2Config, where: str) -> None:
-    pairs = [
-        ("cameras", len(spec.cameras), 0),
-        ("state_size (obs_dim)", spec.state_size, config.obs_dim),
-        ("state_history", spec.state_history, 1),
-        ("chunk_size (horizon)", spec.chunk_size, config.horizon),
-        ("action size (joint_names)", spec.action_dim, config.action_dim),
-    ]
-    problems = [f"{name} {a} in spec, {b} in model" for name, a, b in pairs if a != b]
-    if problems:
-        raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
-
-
-def build_module(
-    config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path
-) -> ACT | FlowMatchingPolicy | TDMPC2Policy:
-    """The module (ACT, flow policy or TD-MPC2) for `config` holding `tensors`, which must fit
-    it exactly."""
+def build_module(config: BaseModel, tensors: dict[str, torch.Tensor], source: Path) -> nn.Module:
+    """The module of the family whose config model `config` is, holding `tensors`, which must
+    fit it exactly."""
     tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
-    module: ACT | FlowMatchingPolicy | TDMPC2Policy
+    hooks = _family_of_config(config)
     with torch.no_grad():
-        if isinstance(config, ACTConfig):
-            module = ACT(config)
-        elif isinstance(config, FlowConfig):
-            module = FlowMatchingPolicy(config)
-        else:
-            module = TDMPC2Policy(config)
+        module = hooks.module_type(config)
     load_weights(module, tensors, source)
     return module.eval()
 

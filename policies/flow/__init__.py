@@ -1,6 +1,6 @@
 """A flow-matching action-chunk policy, and real-time chunking (RTC) as a way to serve it.
 
-    config.py   FlowConfig (the model, stored in its checkpoint) and RTCConfig (how to serve it);
+    config.py   FlowConfig (the model, stored in its checkpoint) and the RTC modes/schedules;
                 pydantic only, so the daemon's config can name them without torch
     layers.py   attention blocks and the time embedding
     model.py    FlowMatchingPolicy: encode once, integrate the action expert's velocity field

@@ -1,5 +1,7 @@
-"""The configuration of a flow-matching policy (stored in its checkpoint), and of real-time
-chunking (RTC, set when serving). Imports pydantic only.
+"""The configuration of a flow-matching policy (stored in its checkpoint), and the names of the
+real-time chunking (RTC) modes and mask schedules. Imports pydantic only. How RTC is set when
+serving (`policy.rtc`, controller.config_sections.RTCConfig) is the daemon config's: its modes and
+schedules must stay these.
 
 The model is shaped like the action experts of pi0-class policies, scaled down: image tokens from
 a ResNet, one state token, a transformer over them (the context, encoded once per inference), and
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from policies.act.config import Backbone, NormMode, check_model_dims
 
@@ -72,49 +74,3 @@ class FlowConfig(BaseModel):
     def state_size(self) -> int:
         """Length of one state vector as the caller sends it."""
         return self.state_dim
-
-
-class RTCConfig(BaseModel):
-    """Real-time chunking (Black, Galliker, Levine 2025): how a flow policy is served so that a
-    new chunk agrees with the actions the robot executes while it is being computed."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    mode: RTCMode = Field(
-        default="off",
-        description="off: plain sampling. exact: the paper's guidance (a vector-Jacobian product "
-        "through the action expert). stop_grad: the correction is the weighted error (no "
-        "Jacobian; cheaper). inpaint: the prefix is written into the noisy actions at every "
-        "step (hard for the first d actions, blended by the mask over the overlap).",
-    )
-    beta: float = Field(
-        default=5.0,
-        gt=0,
-        le=1e4,
-        description="Upper bound of the guidance weight (the paper's beta); it matters near "
-        "t = 0, where the weight grows without bound. Each Euler step moves by up to "
-        "beta / n_steps times the error: far above 1 the sampler overshoots (measured with "
-        "scripts/rtc_smoothness.py: beta 200 at 10 steps diverged).",
-    )
-    schedule: MaskSchedule = Field(
-        default="exp",
-        description="How the mask decays from 1 (the first d actions, executed before the new "
-        "chunk lands) to 0 (the end of the previous chunk's actions): exp (the paper's), "
-        "linear, ones (no decay), zeros (only the first d actions guided).",
-    )
-
-    regional_compile: bool = Field(
-        default=True,
-        description="Compile one denoising step and call it for every Euler step "
-        "(torch.compiler.nested_compile_region) instead of compiling n unrolled copies: the "
-        "same chunks, a shorter cold compile. Modes stop_grad, inpaint and off only: exact "
-        "always unrolls (its VJP inside a region does not compile on torch 2.11). Set false if "
-        "your torch cannot compile the region (the compiled tiers then fail at start-up and the "
-        "runner steps down).",
-    )
-
-    @field_validator("mode", mode="before")
-    @classmethod
-    def _yaml_off(cls, value: object) -> object:
-        # YAML reads a bare `off` as false (`--set policy.rtc.mode=off`): it means off here.
-        return "off" if value is False else value

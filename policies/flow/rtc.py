@@ -30,14 +30,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import nn
 
 from policies.flow.codec import FlowCodec, RTCCodec
-from policies.flow.config import MaskSchedule, RTCConfig
+from policies.flow.config import MaskSchedule, RTCMode
 from policies.flow.model import Context, FlowMatchingPolicy
 from policies.tensor_policy import TensorPolicy
+
+
+class RTCSettings(Protocol):
+    """How RTC serves a flow policy: the daemon config's `policy.rtc` section
+    (controller.config_sections.RTCConfig, which documents each field) fits it."""
+
+    @property
+    def mode(self) -> RTCMode: ...
+    @property
+    def beta(self) -> float: ...
+    @property
+    def schedule(self) -> MaskSchedule: ...
+    @property
+    def regional_compile(self) -> bool: ...
 
 
 def soft_mask(
@@ -94,7 +109,7 @@ class RealTimeChunking(nn.Module):
     step_weights: torch.Tensor
     step_indices: torch.Tensor
 
-    def __init__(self, flow: FlowMatchingPolicy, config: RTCConfig) -> None:
+    def __init__(self, flow: FlowMatchingPolicy, config: RTCSettings) -> None:
         super().__init__()
         if config.regional_compile and not hasattr(torch.compiler, "nested_compile_region"):
             raise ValueError(
@@ -259,7 +274,7 @@ def denoise_region(
     return rtc.denoise(actions, step, context, target, mask, noise)
 
 
-def serve_with_rtc(policy: TensorPolicy, config: RTCConfig) -> TensorPolicy:
+def serve_with_rtc(policy: TensorPolicy, config: RTCSettings) -> TensorPolicy:
     """`policy` (a flow policy) served with real-time chunking: its module wrapped, its codec
     the RTC one. Mode `off` returns it unchanged. ValueError for a policy that is not a flow."""
     if config.mode == "off":

@@ -7,4 +7,5 @@ layer.py       QuantLinear: buffers prepared once, compute paths chosen per tier
 act.py         which ACT layers (attention split into q, k, v first)
 apply.py       calibrate a module on observations and swap its layers
 pi0_packs.py   import the per-layer .npz packs of the public pi0 DuQuant port
+checkpoint.py  quantized ACT checkpoints (a variant of the act family's, policies.registry)
 """

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from controller.config_sections import RTCConfig
 from controller.wire.client import TempoClient
 from policies.base import Prediction, RobotContext
 from policies.demo import make_demo_flow_policy
-from policies.flow.config import RTCConfig
 from policies.flow.rtc import serve_with_rtc
 from policies.tensor_policy import EagerPolicy
 from tests.conftest import ipc_config, running_daemon, wait_for

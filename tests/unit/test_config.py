@@ -351,3 +351,16 @@ def test_config_show_leaves_unset_inference_fields_to_the_checkpoint(tmp_path):
     reloaded = load_config(write(tmp_path, dump_config(config)))
     assert reloaded.inference.model_fields_set == {"query_period"}
     assert reloaded.inference.query_period == 5
+
+
+def test_rtc_section_names_the_flow_policys_modes_and_schedules():
+    """policy.rtc is defined on the config side (the config imports nothing of policies/); its
+    modes and schedules must be the ones the flow policy's RTC implements."""
+    from typing import get_args
+
+    from controller import config_sections
+    from policies.flow import config as flow_config
+
+    assert get_args(config_sections.RTCMode) == get_args(flow_config.RTCMode)
+    assert get_args(config_sections.MaskSchedule) == get_args(flow_config.MaskSchedule)
+    assert load_config(None, ["policy.rtc.mode=off"]).policy.rtc.mode == "off"

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from controller.config import load_config
+from controller.config_sections import RTCConfig
 from controller.errors import ConfigError
 from controller.inference.parity import relative_error
 from controller.inference.runner import Runner
@@ -17,7 +18,6 @@ from policies.catalog import build_tensor_policy
 from policies.checkpoints.tempo_format import save_checkpoint
 from policies.demo import make_demo_flow_policy
 from policies.flow.codec import FlowCodec, RTCCodec
-from policies.flow.config import RTCConfig
 from policies.flow.rtc import RealTimeChunking, serve_with_rtc
 from policies.tensor_policy import EagerPolicy, TensorPolicy
 

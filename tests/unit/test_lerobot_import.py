@@ -19,8 +19,8 @@ from safetensors.torch import save_file
 
 from controller.errors import CheckpointError
 from policies.act.config import ACTConfig
+from policies.act.lerobot import import_lerobot, read_lerobot_act
 from policies.act.model import ACT
-from policies.checkpoints.lerobot import import_lerobot, read_lerobot_act
 from policies.checkpoints.load import describe_checkpoint, load_checkpoint
 
 NORM_PREFIXES = ("image_norm.", "state_norm.", "env_state_norm.", "action_norm.")

@@ -17,9 +17,9 @@ from controller.inference.runner import Runner
 from controller.runner_config import RunnerConfig
 from controller.tools.quantize import stacked_observations
 from policies.checkpoints.load import describe_checkpoint, load_checkpoint
-from policies.checkpoints.quantized import save_quantized_checkpoint
 from policies.checkpoints.tempo_format import read_tempo_checkpoint, save_checkpoint
 from policies.quant.apply import quantize_module
+from policies.quant.checkpoint import save_quantized_checkpoint
 from policies.quant.config import Quantization, QuantSettings
 from policies.quant.layer import QuantLinear
 from policies.quant.pi0_packs import import_pi0_packs, pack_file_name

@@ -13,7 +13,7 @@ import torch
 from controller.cli import main
 from controller.errors import CheckpointError
 from policies.checkpoints.load import describe_checkpoint, load_checkpoint
-from policies.checkpoints.tdmpc2 import import_official, read_official
+from policies.tdmpc2.official import import_official, read_official
 from policies.tdmpc2.planner import TDMPC2Policy
 from tests.unit.test_tdmpc2_planner import NO_FRAMES, small_config
 

@@ -13,7 +13,8 @@ settings, and each quantized layer's layout by name). model.safetensors holds
                                                  observations: every tier is checked against
                                                  them at start-up (`ReferenceChunks`)
 
-Loading builds the ACT of the config, splits its attention and puts empty QuantLinear shells
+It is a variant of the act family's checkpoints (`VARIANT`, listed in policies.registry):
+loading builds the ACT of the config, splits its attention and puts empty QuantLinear shells
 where the layouts say, then loads every tensor with the usual checks (names, shapes, kinds,
 finite).
 """
@@ -40,6 +41,7 @@ from policies.quant.apply import quantized_shell
 from policies.quant.config import Quantization
 from policies.quant.layer import QuantLinear
 from policies.quant.numerics import pack_int4, unpack_int4
+from policies.registry import CheckpointVariant
 from policies.tensor_policy import ReferenceChunks, TensorPolicy
 
 REFERENCE_PREFIX = "fp32_reference."
@@ -159,3 +161,21 @@ def _reference(tensors: dict[str, torch.Tensor], spec: Any, source: Path) -> Ref
     return ReferenceChunks(
         images=images, state=state.astype(np.float32), chunks=chunks.astype(np.float32)
     )
+
+
+def describe_quantization(q: Quantization) -> list[str]:
+    """`tempo checkpoint inspect`'s line about the quantization section."""
+    return [
+        f"quantization: {q.scheme} {q.settings.method}, {len(q.layers)} layers, "
+        f"{q.settings.activations} activation scales, calibrated on {q.observations} "
+        f"observations ({q.source})"
+    ]
+
+
+VARIANT = CheckpointVariant(
+    family="act",
+    section="quantization",
+    section_model=Quantization,
+    read=read_quantized_checkpoint,
+    describe=describe_quantization,
+)

@@ -56,7 +56,7 @@ features other than cameras / `observation.state` /
 rename / batch / device / (un)normalizer), unknown normalization modes, and config options
 Tempo does not know (unless `allow_unknown_options`).
 
-The file formats are parsed in `policies.checkpoints.lerobot_format`; this module checks the
+The file formats are parsed in `policies.act.lerobot_format`; this module checks the
 options, builds the Tempo config and spec, and loads or converts (the converted weights become a
 module through `policies.checkpoints.tempo_format`, whose format `import_lerobot` writes).
 """
@@ -73,6 +73,14 @@ from pydantic import ValidationError
 
 from controller.errors import CheckpointError
 from policies.act.config import ACTConfig, camera_fields
+from policies.act.lerobot_format import (
+    POSTPROCESSOR_FILE,
+    PREPROCESSOR_FILE,
+    Features,
+    Normalization,
+    stats_from_buffers,
+    stats_from_processors,
+)
 from policies.base import CameraSpec, PolicySpec
 from policies.checkpoints.execution import lerobot_execution
 from policies.checkpoints.files import (
@@ -83,14 +91,6 @@ from policies.checkpoints.files import (
     locate_checkpoint,
     read_json,
     read_tensors,
-)
-from policies.checkpoints.lerobot_format import (
-    POSTPROCESSOR_FILE,
-    PREPROCESSOR_FILE,
-    Features,
-    Normalization,
-    stats_from_buffers,
-    stats_from_processors,
 )
 from policies.checkpoints.tempo_format import build_module, save_checkpoint
 from policies.tensor_policy import TensorPolicy

@@ -1,5 +1,5 @@
 """The files of a LeRobot ACT directory: the features its config.json declares, and its
-normalization statistics in either of LeRobot's two layouts (see `policies.checkpoints.lerobot`
+normalization statistics in either of LeRobot's two layouts (see `policies.act.lerobot`
 for the whole picture and the renaming table)."""
 
 from __future__ import annotations

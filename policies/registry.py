@@ -1,0 +1,206 @@
+"""Every policy family Tempo serves, by name: the one list the checkpoint format, the catalog,
+the CLI's import commands, `tempo demo` and `tempo bench` look families up in.
+
+A family is one folder under policies/ (act, flow, tdmpc2, reach, tiny) whose `family.py` holds
+`FAMILY = PolicyFamily(...)`. It is served once that module is named in BUILT_IN below (one
+line), or, without editing any file, once `register(FAMILY)` has run (a test, a plugin).
+
+    get_family("flow").checkpoint()    # how flow checkpoints are parsed, built, described
+    families()                         # built-in ones first, then those registered at run time
+
+This module and every family.py import only the standard library (and controller.errors): the
+`tempo` parser lists the families' import commands and demos on a driver's install, without
+pydantic or torch. What needs them is reached through the functions a family declares, which
+import it when called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from controller.errors import ConfigError
+
+if TYPE_CHECKING:  # types only: importing them would load pydantic and torch
+    from pydantic import BaseModel
+    from torch import nn
+
+    from controller.config_sections import PolicyConfig, RobotConfig
+    from policies.base import PolicySpec
+    from policies.tensor_policy import TensorPolicy
+
+# The families that ship with Tempo, one module each (a module defining FAMILY).
+BUILT_IN = (
+    "policies.act.family",
+    "policies.flow.family",
+    "policies.tdmpc2.family",
+    "policies.reach.family",
+    "policies.tiny.family",
+)
+# Checkpoint variants (a module defining VARIANT each): sections some checkpoints carry.
+VARIANTS = ("policies.quant.checkpoint",)
+
+
+class ConvertedPolicy(Protocol):
+    """What a reader of another format returns: the policy, and what the conversion noticed."""
+
+    @property
+    def policy(self) -> TensorPolicy: ...
+    @property
+    def layout(self) -> str: ...
+    @property
+    def notes(self) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class CheckpointFamily:
+    """How a family's policies are stored in Tempo's checkpoint format and read back (see
+    policies.checkpoints.tempo_format), and which other formats it reads."""
+
+    config_model: type[BaseModel]  # parses config.json's "model" section
+    module_type: type[nn.Module]  # built as module_type(config); save_checkpoint writes these
+    spec_problems: Callable[[PolicySpec, Any], list[str]]  # where spec and model config disagree
+    describe: Callable[[PolicySpec, Any], list[str]]  # `tempo checkpoint inspect`'s lines
+    to_policy: Callable[[nn.Module, PolicySpec], TensorPolicy] | None = None  # None: plain
+    upgrade_spec: Callable[[PolicySpec, Any, str], PolicySpec] | None = None  # older files
+    lerobot_type: str | None = None  # LeRobot config.json's "type" that read_lerobot reads
+    read_lerobot: Callable[[Path, Sequence[str] | None], ConvertedPolicy] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class CheckpointVariant:
+    """Checkpoints of family `family` that carry one more config.json section, `section`
+    (parsed by `section_model`), and are read by `read` instead of the family's own reader:
+    quantized ACT (policies.quant.checkpoint). Its module needs pydantic and torch: only the
+    checkpoint format loads it."""
+
+    family: str
+    section: str
+    section_model: type[BaseModel]
+    read: Callable[[Path, dict[str, Any]], TensorPolicy]
+    describe: Callable[[Any], list[str]]  # `tempo checkpoint inspect`'s lines about the section
+
+
+@dataclass(frozen=True)
+class ImportCommand:
+    """`tempo checkpoint NAME ...`: converts another format into a Tempo checkpoint."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class DemoPolicy:
+    """What `tempo demo --policy NAME` serves: `settings(cache)` makes what it needs under the
+    cache directory (first run only) and returns the config settings, "key=value" each."""
+
+    help: str
+    settings: Callable[[Path], list[str]]
+
+
+@dataclass(frozen=True)
+class BenchmarkPolicy:
+    """A policy with random weights that `tempo bench` times, and its description."""
+
+    description: str
+    make: Callable[[], TensorPolicy]
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity (a family is one object)
+class PolicyFamily:
+    """One kind of policy. `name` is its checkpoints' policy_type (and `policy.kind` for a
+    built-in one); every other part is optional."""
+
+    name: str
+    title: str  # how messages name it: "ACT", "TD-MPC2"
+    summary: str  # one line: what it is
+    checkpoint: Callable[[], CheckpointFamily] | None = None
+    # A built-in policy made from the `policy:` and `robot:` sections (policy.kind: NAME).
+    build: Callable[[PolicyConfig, RobotConfig | None], TensorPolicy] | None = None
+    # Applied to every policy loaded from a checkpoint: serves it with the `policy:` settings
+    # this family owns (TD-MPC2's planner, flow's rtc), refusing them for another family's.
+    serve_settings: Callable[[TensorPolicy, PolicyConfig], TensorPolicy] | None = None
+    import_commands: tuple[ImportCommand, ...] = ()
+    demo: DemoPolicy | None = None
+    benchmarks: Mapping[str, BenchmarkPolicy] = field(default_factory=dict)
+
+
+_built_in: list[PolicyFamily] = []
+_registered: list[PolicyFamily] = []
+_variants: list[CheckpointVariant] = []
+
+
+def families() -> tuple[PolicyFamily, ...]:
+    """Every family: the built-in ones in BUILT_IN's order, then those registered at run time."""
+    if not _built_in:
+        _built_in.extend(_load(module) for module in BUILT_IN)
+    return (*_built_in, *_registered)
+
+
+def _load(module_name: str) -> PolicyFamily:
+    family = getattr(importlib.import_module(module_name), "FAMILY", None)
+    if not isinstance(family, PolicyFamily):
+        raise TypeError(f"{module_name} defines no FAMILY = PolicyFamily(...)")
+    return family
+
+
+def register(family: PolicyFamily) -> PolicyFamily:
+    """Add a family at run time (a test, a plugin); returns it. A name already taken by another
+    family is refused."""
+    known = find_family(family.name)
+    if known is family:
+        return family
+    if known is not None:
+        raise ConfigError(f"a policy family named {family.name!r} is already registered")
+    _registered.append(family)
+    return family
+
+
+def unregister(name: str) -> None:
+    """Remove a family added with `register` (built-in ones stay)."""
+    _registered[:] = [f for f in _registered if f.name != name]
+
+
+def find_family(name: str) -> PolicyFamily | None:
+    """The family called `name`, or None."""
+    return next((f for f in families() if f.name == name), None)
+
+
+def get_family(name: str) -> PolicyFamily:
+    """The family called `name`; an unknown name is refused with the known ones listed."""
+    family = find_family(name)
+    if family is None:
+        raise ConfigError(
+            f"unknown policy family {name!r}; known: {', '.join(f.name for f in families())}"
+        )
+    return family
+
+
+def variants(family: str) -> tuple[CheckpointVariant, ...]:
+    """The checkpoint variants of the family called `family`."""
+    if not _variants:
+        _variants.extend(_load_variant(module) for module in VARIANTS)
+    return tuple(v for v in _variants if v.family == family)
+
+
+def _load_variant(module_name: str) -> CheckpointVariant:
+    variant = getattr(importlib.import_module(module_name), "VARIANT", None)
+    if not isinstance(variant, CheckpointVariant):
+        raise TypeError(f"{module_name} defines no VARIANT = CheckpointVariant(...)")
+    return variant
+
+
+def checkpoint_families() -> tuple[tuple[PolicyFamily, CheckpointFamily], ...]:
+    """(family, its checkpoint part) for every family stored in Tempo's checkpoint format."""
+    return tuple((f, f.checkpoint()) for f in families() if f.checkpoint is not None)
+
+
+def and_list(names: Sequence[str]) -> str:
+    """'ACT, flow and TD-MPC2': names for a sentence."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

@@ -1,0 +1,152 @@
+"""The tdmpc2 family: TD-MPC2 agents (a world model planned with MPPI, or its policy prior in
+fast mode), from Tempo checkpoints or official .pt files (`tempo checkpoint import-tdmpc2`),
+served with the `policy.planner` settings.
+
+Standard library only at import (see policies.registry); each part imports what it needs when
+it is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from controller.errors import ConfigError
+from policies.registry import CheckpointFamily, DemoPolicy, ImportCommand, PolicyFamily
+
+if TYPE_CHECKING:
+    from controller.config_sections import PolicyConfig
+    from policies.tensor_policy import TensorPolicy
+
+
+def _checkpoint() -> CheckpointFamily:
+    from policies.tdmpc2.checkpoint import CHECKPOINT
+
+    return CHECKPOINT
+
+
+def serve_planner_settings(policy: TensorPolicy, settings: PolicyConfig) -> TensorPolicy:
+    """`policy` planning as policy.planner says (unchanged at its defaults); planner settings
+    for a policy that is not a TD-MPC2 agent are refused."""
+    planner = settings.planner
+    changed = planner.mode != "checkpoint" or planner.compute != "checkpoint"
+    changed = changed or planner.prior_steps is not None
+    if not changed and planner.fallback_budget_ms is None:
+        return policy
+    from pydantic import ValidationError
+
+    from policies.tdmpc2.serving import with_compute, with_mode, with_prior_steps
+
+    try:
+        if planner.compute != "checkpoint":
+            policy = with_compute(policy, planner.compute)
+        if planner.prior_steps is not None:
+            policy = with_prior_steps(policy, planner.prior_steps)
+        if planner.mode != "checkpoint":
+            policy = with_mode(policy, planner.mode)
+        elif planner.fallback_budget_ms is not None:
+            with_mode(policy, "prior")  # refuse a fallback for a policy without a prior
+    except ValidationError as exc:  # the agent's config refuses a setting (prior_steps)
+        raise ConfigError(f"policy.planner: {exc.errors()[0]['msg']}") from None
+    except ValueError:
+        raise ConfigError(
+            f"policy.planner applies to TD-MPC2 checkpoints; {settings.path} holds another "
+            "policy (leave policy.planner at its defaults)"
+        ) from None
+    return policy
+
+
+def add_import_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tempo checkpoint import-tdmpc2`'s arguments."""
+    parser.add_argument("source", type=Path, help="the official agent's .pt file")
+    parser.add_argument("destination", type=Path)
+    parser.add_argument("--obs-dim", type=int, required=True, help="state observation length")
+    parser.add_argument("--action-dim", type=int, required=True, help="action length")
+    parser.add_argument(
+        "--model-size", type=int, default=5, choices=[1, 5, 19, 48, 317], help="default 5"
+    )
+    parser.add_argument("--horizon", type=int, help="planning horizon (default 3)")
+    parser.add_argument(
+        "--iterations", type=int, help="MPPI iterations (default 6; 8 if >= 20 actions)"
+    )
+    parser.add_argument("--mode", choices=["plan", "prior"], help="prior: fast mode")
+    parser.add_argument("--discount", type=float, help="per-step discount (default 0.995)")
+    parser.add_argument("--action-low", help="robot value of action -1, comma-separated")
+    parser.add_argument("--action-high", help="robot value of action +1, comma-separated")
+    parser.add_argument("--joint-names", help="comma-separated (default joint_0, ...)")
+
+
+def _floats(text: str | None, option: str) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: expected comma-separated numbers") from None
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """`tempo checkpoint import-tdmpc2 SOURCE DESTINATION --obs-dim N --action-dim M ...`."""
+    from policies.tdmpc2.official import import_official
+
+    planner = {
+        name: value
+        for name, value in (
+            ("horizon", args.horizon),
+            ("iterations", args.iterations),
+            ("mode", args.mode),
+            ("discount", args.discount),
+            ("action_low", _floats(args.action_low, "--action-low")),
+            ("action_high", _floats(args.action_high, "--action-high")),
+        )
+        if value is not None
+    }
+    joint_names = tuple(args.joint_names.split(",")) if args.joint_names else None
+    written, layout = import_official(
+        args.source,
+        args.destination,
+        obs_dim=args.obs_dim,
+        action_dim=args.action_dim,
+        model_size=args.model_size,
+        joint_names=joint_names,
+        **planner,
+    )
+    print(
+        f"wrote a Tempo checkpoint to {written} (official {layout} key layout); serve it with "
+        f"`tempo serve --set policy.kind=checkpoint --set policy.path={written} "
+        "--set inference.ensemble=newest`"
+    )
+    return 0
+
+
+def demo_settings(cache: Path) -> list[str]:
+    """`tempo demo --policy tdmpc2`: a 1M agent with random weights (written on the first run)
+    on the arm's joint state; a plan's rows are the planned steps, so the newest plan plays."""
+    directory = cache / "demo-tdmpc2"
+    if not (directory / "config.json").exists():
+        from policies.tdmpc2.demo import make_demo_tdmpc2_checkpoint
+
+        make_demo_tdmpc2_checkpoint(directory)
+    return ["policy.kind=checkpoint", f"policy.path={directory}", "inference.ensemble=newest"]
+
+
+FAMILY = PolicyFamily(
+    name="tdmpc2",
+    title="TD-MPC2",
+    summary="TD-MPC2 agents: MPPI planning over a learned world model, or its prior (fast mode)",
+    checkpoint=_checkpoint,
+    serve_settings=serve_planner_settings,
+    import_commands=(
+        ImportCommand(
+            name="import-tdmpc2",
+            help="convert an official TD-MPC2 .pt file to Tempo's format",
+            add_arguments=add_import_arguments,
+            run=run_import,
+        ),
+    ),
+    demo=DemoPolicy(
+        help="a TD-MPC2 planner (1M, random weights) on the arm's joint state",
+        settings=demo_settings,
+    ),
+)
