@@ -12,8 +12,9 @@ Only a module that says it is safe gets the copy (`precast_half_weights = True`)
 convolution weights must be used by those operations alone, under the runner's autocast (ACT;
 the flow policy without RTC, whose wrapper does not ask). A module that manages its own
 precision (TD-MPC2's planner switches autocast off) keeps its weights. Besides `nn.Linear` and
-`nn.Conv*`, a submodule names the parameters it feeds to matmuls itself in `matmul_parameters`
-(ACT's attention keeps its packed input projection as bare parameters). The FP32 reference tier
+`nn.Conv*`, a submodule names the parameters it feeds to matmuls itself (as a
+`policies.model_hooks.MatmulParameters`: ACT's attention keeps its packed input projection as
+bare parameters). The FP32 reference tier
 keeps the original module, and the copy shares every tensor it does not cast with it: a
 quantized ACT's quantized layers hold buffers only, so they are shared, not copied.
 """
@@ -25,19 +26,12 @@ import copy
 import torch
 from torch import nn
 
-_MATMUL_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+from policies.model_hooks import hooks_of, matmul_parameter_names
 
 
 def precasts_half_weights(module: nn.Module) -> bool:
     """Whether the module asks for a half-weight copy in its half-precision tiers."""
-    return bool(getattr(module, "precast_half_weights", False))
-
-
-def matmul_parameter_names(module: nn.Module) -> tuple[str, ...]:
-    """The parameters of one submodule (not its children) that feed matmuls or convolutions."""
-    if isinstance(module, _MATMUL_LAYERS):
-        return ("weight", "bias")
-    return tuple(getattr(module, "matmul_parameters", ()))
+    return hooks_of(module).precast_half_weights
 
 
 def half_weight_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:

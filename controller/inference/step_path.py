@@ -30,6 +30,7 @@ from controller.observe.telemetry import (
 from controller.runner_config import TIER_ORDER, RunnerConfig
 from policies.base import PolicySpec, RobotContext
 from policies.inputs import InputCodec
+from policies.model_hooks import hooks_of
 
 
 class StepPath:
@@ -50,12 +51,8 @@ class StepPath:
             config.channels_last == "auto" and device.type == "cuda" and has_conv
         )
         if self.channels_last:
-            if hasattr(module, "use_channels_last"):
-                # The policy knows its own layout (ACT also feeds the frames channels-last).
-                module = module.use_channels_last()
-            else:
-                # 4-D weights only; the stubs of Module.to lack memory_format; the method takes it.
-                module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            # The policy knows its own layout (ACT also feeds the frames channels-last).
+            module = hooks_of(module).use_channels_last()
         self.module = module
         self.device = device
         self.stream: torch.cuda.Stream | None = None

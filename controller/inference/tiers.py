@@ -38,6 +38,7 @@ from torch import nn
 from controller.inference.half_weights import half_tier_module
 from controller.inference.staging import InputStaging, packed_outputs
 from controller.runner_config import RunnerConfig, TierName
+from policies.model_hooks import hooks_of
 
 Outputs = tuple[torch.Tensor, ...]
 
@@ -75,17 +76,15 @@ Scope = Callable[[], contextlib.AbstractContextManager[object]]
 
 
 def compile_options(module: nn.Module) -> dict[str, object]:
-    """Inductor settings the module asks for (its `compile_options()`), else none."""
-    options = getattr(module, "compile_options", None)
-    return dict(options()) if callable(options) else {}
+    """Inductor settings the module asks for (its `compile_options()` hook)."""
+    return dict(hooks_of(module).compile_options())
 
 
 def precision_scope(module: nn.Module, half: torch.dtype | None) -> Scope:
     """The module's `precision_scope` for a reduced-precision tier, else a no-op."""
-    scope = getattr(module, "precision_scope", None)
-    if half is None or not callable(scope):
+    if half is None:
         return contextlib.nullcontext
-    return scope  # type: ignore[no-any-return]
+    return hooks_of(module).precision_scope
 
 
 class Tier:

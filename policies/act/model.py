@@ -28,6 +28,7 @@ shape) and state is float32 (B, state_history, state_size).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import einops
 import torch
@@ -42,13 +43,14 @@ from policies.act.transformer import (
     sinusoidal_position_embedding_1d,
     sinusoidal_position_embedding_2d,
 )
+from policies.model_hooks import ServedModule
 
 
-class ACT(nn.Module):
+class ACT(ServedModule):
     policy_type = "act"
     # Its linear, convolution and attention weights are used by those operations alone, so the
     # runner's half-precision tiers may hold them in half precision (no cast kernels per step).
-    precast_half_weights = True
+    precast_half_weights: ClassVar[bool] = True
 
     backbone: ResNet
     encoder_img_feat_input_proj: nn.Conv2d

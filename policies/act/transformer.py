@@ -11,20 +11,22 @@ values, and every layer receives them again.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from policies.act.config import ACTConfig
+from policies.model_hooks import MatmulParameters
 
 
-class Attention(nn.Module):
+class Attention(MatmulParameters):
     """Multi-head attention with `nn.MultiheadAttention`'s parameter layout (packed q/k/v
     input projection, `out_proj`), computed with `scaled_dot_product_attention`."""
 
     # Bare parameters that feed matmuls (for the runner's half-weight copy).
-    matmul_parameters = ("in_proj_weight", "in_proj_bias")
+    matmul_parameters: ClassVar[tuple[str, ...]] = ("in_proj_weight", "in_proj_bias")
 
     def __init__(self, dim: int, n_heads: int) -> None:
         super().__init__()

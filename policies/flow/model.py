@@ -24,7 +24,7 @@ units. Real-time chunking wraps this module (`policies.flow.rtc`) and reuses its
 
 from __future__ import annotations
 
-from typing import cast
+from typing import ClassVar, cast
 
 import einops
 import torch
@@ -36,16 +36,17 @@ from policies.act.preprocess import Normalizer, prepare_images
 from policies.act.transformer import sinusoidal_position_embedding_2d
 from policies.flow.config import FlowConfig
 from policies.flow.layers import ContextLayer, ExpertLayer, sinusoidal_time_embedding
+from policies.model_hooks import ServedModule
 
 # Per expert layer, the context's cross-attention keys and values (B, heads, tokens, head_dim).
 Context = list[tuple[torch.Tensor, torch.Tensor]]
 
 
-class FlowMatchingPolicy(nn.Module):
+class FlowMatchingPolicy(ServedModule):
     policy_type = "flow"
     # Its linear and convolution weights are used by those layers alone: the runner's
     # half-precision tiers may hold them in half precision (no cast kernels per step).
-    precast_half_weights = True
+    precast_half_weights: ClassVar[bool] = True
 
     pixel_scale: torch.Tensor
     image_pos_embed: torch.Tensor

@@ -33,11 +33,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 import torch
-from torch import nn
 
 from policies.flow.codec import FlowCodec, RTCCodec
 from policies.flow.config import MaskSchedule, RTCMode
 from policies.flow.model import Context, FlowMatchingPolicy
+from policies.model_hooks import ServedModule
 from policies.tensor_policy import TensorPolicy
 
 
@@ -97,7 +97,7 @@ def differentiation_disabled() -> bool:
     return not torch.compiler.is_compiling() and torch.is_inference_mode_enabled()
 
 
-class RealTimeChunking(nn.Module):
+class RealTimeChunking(ServedModule):
     """A flow policy served with RTC.
 
     forward(images, state, noise, prefix float32 (B, H, action_dim) in robot units, prefix_len

@@ -61,8 +61,8 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
-from torch import nn
 
+from policies.model_hooks import ServedModule
 from policies.tdmpc2.config import TDMPC2Config
 from policies.tdmpc2.fused import PlannerWeights
 from policies.tdmpc2.model import WorldModel
@@ -111,7 +111,7 @@ def split_noise(c: TDMPC2Config, normal: torch.Tensor, uniform: torch.Tensor) ->
     return NoiseBank(*parts)
 
 
-class TDMPC2Policy(nn.Module):
+class TDMPC2Policy(ServedModule):
     """The served TD-MPC2 step: plan (MPPI) or prior (fast mode), robot units out."""
 
     action_low: torch.Tensor

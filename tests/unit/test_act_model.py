@@ -466,14 +466,28 @@ def test_cameras_of_different_shapes_match_camera_by_camera() -> None:
 
 @torch.no_grad()
 def test_the_token_order_follows_the_cameras() -> None:
-    """Swapping two cameras of the same shape changes the answer: tokens are not pooled."""
+    """Swapping two cameras of the same shape swaps their blocks of image tokens where the
+    encoder reads them: tokens are not pooled. (The actions of a random-weight model barely
+    move with the order, 2.4e-7 once, so they are no test of it.)"""
     torch.manual_seed(9)
     config = tiny_config(**camera_fields(MIXED))
     model = ACT(config).eval()
+    seen: list[torch.Tensor] = []
+    model.encoder.register_forward_pre_hook(lambda _, args: seen.append(args[0].detach()))
     per_camera = mixed_inputs(config)
     swapped = [per_camera[2], per_camera[1], per_camera[0], per_camera[3]]
-    first = model(*grouped(config, per_camera))
-    assert not torch.allclose(first, model(*grouped(config, swapped)))
+    with torch.no_grad():
+        model(*grouped(config, per_camera))
+        model(*grouped(config, swapped))
+    tokens, tokens_swapped = seen
+    first = 2  # the latent and the state tokens come first
+    a, b = (math.prod(feature_map_size(h, w)) for h, w in MIXED[:2])  # cells of cameras 0/2, 1
+    blocks = [slice(first, first + a), slice(first + a, first + a + b), slice(first + a + b, None)]
+    assert tokens.shape[1] == first + 2 * a + b
+    assert torch.equal(tokens_swapped[:, blocks[0]], tokens[:, blocks[2]])
+    assert torch.equal(tokens_swapped[:, blocks[2]], tokens[:, blocks[0]])
+    assert torch.equal(tokens_swapped[:, blocks[1]], tokens[:, blocks[1]])
+    assert not torch.equal(tokens[:, blocks[0]], tokens[:, blocks[2]])
 
 
 def test_mixed_shapes_fit_the_default_input_codec() -> None:

@@ -17,6 +17,7 @@ from controller.inference.runner import Runner
 from controller.inference.tiers import EagerTier
 from controller.runner_config import RunnerConfig
 from policies.base import RobotContext
+from policies.model_hooks import ServedModule
 from policies.tdmpc2.parity import ValueRegret
 from policies.tdmpc2.planner import TDMPC2Policy
 from policies.tdmpc2.serving import TDMPC2Codec, random_tdmpc2_policy
@@ -52,7 +53,7 @@ def test_bf16_plans_in_bf16_only_under_the_reduced_tiers_autocast() -> None:
     assert differs  # under autocast it planned on the BF16 weights
 
 
-class Recorder(torch.nn.Module):
+class Recorder(ServedModule):
     """Records the TF32 flag its forward sees; its precision scope is TD-MPC2's for tf32."""
 
     def __init__(self) -> None:
@@ -60,7 +61,7 @@ class Recorder(torch.nn.Module):
         self.seen: list[bool] = []
         self.policy = TDMPC2Policy(small_config(compute="tf32"))
 
-    def precision_scope(self) -> Any:
+    def precision_scope(self) -> Any:  # the declared hook (policies.model_hooks)
         return self.policy.precision_scope()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
