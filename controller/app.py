@@ -30,10 +30,10 @@ from controller.daemon.service import (
 from controller.daemon.systemd import notify
 from controller.daemon.transport import RouterTransport
 from controller.link.remote_policy import RemotePolicy
+from controller.link.served_policy import ServedPolicy
 from controller.observe.metrics_http import MetricsServer, check_available
 from controller.observe.status_server import StatusServer
 from controller.observe.telemetry import Telemetry
-from policies.base import Policy
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def inference_process(config: TempoConfig, config_file: Path) -> RemotePolicy:
     )
 
 
-def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> Policy:
+def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> ServedPolicy:
     """The configured policy, ready: in its own supervised process (stopped by `cleanup`), or in
     this one when `supervision.inference_process` is off."""
     if not config.supervision.inference_process:
@@ -77,7 +77,7 @@ def serve(
     stop: threading.Event | None = None,
     on_ready: Callable[[Daemon], Any] | None = None,
     install_signals: bool = True,
-    policy: Policy | None = None,
+    policy: ServedPolicy | None = None,
 ) -> int:
     """Run the daemon until SIGTERM/SIGINT (or `stop`); returns the exit code. `policy`, when
     given, is served instead of the configured one (tests and embedding)."""
@@ -110,7 +110,7 @@ def serve(
 
 def _serve_policy(
     config: TempoConfig,
-    policy: Policy,
+    policy: ServedPolicy,
     sockets: tuple[zmq.Context, RouterTransport, StatusServer, str],
     stop: threading.Event,
     on_ready: Callable[[Daemon], Any] | None,
@@ -119,9 +119,7 @@ def _serve_policy(
     """Serve a ready policy until `stop`; the sockets are bound already."""
     context, transport, status, status_endpoint = sockets
     telemetry = Telemetry.from_config(config.telemetry)
-    attach = getattr(policy, "attach_telemetry", None)  # the Runner: upload, model, postprocess
-    if callable(attach):
-        attach(telemetry)
+    policy.attach_telemetry(telemetry)  # a runner here: upload, model, postprocess
     daemon = Daemon(config, policy, context, telemetry=telemetry, transport=transport)
     log.info("execution: %s", daemon.execution)
     metrics = MetricsServer(lambda: telemetry.snapshot(buckets=True), daemon.status, config.metrics)

@@ -13,11 +13,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import zmq
 
 from controller.daemon.security import CurveServer
+from controller.link.inference_feed import Pollable, SideChannel
 from controller.wire.binding import bind as bind_endpoint
 from controller.wire.header_schema import PROTOCOL_VERSION
 from controller.wire.protocol import DEFAULT_LIMITS, Limits, encode
@@ -47,19 +48,6 @@ def daemon_frames(
         arrays=arrays,
         version=version,
     )
-
-
-class Pollable(Protocol):
-    def fileno(self) -> int: ...
-
-
-class SideChannel(Protocol):
-    """Work the receiving thread does between robots' messages: another channel to poll (None
-    when nothing is awaited on it), held for the duration of the poll, and its servicing."""
-
-    def polled(self) -> contextlib.AbstractContextManager[Pollable | None]: ...
-
-    def service(self, until_ns: int) -> None: ...
 
 
 class RouterTransport:

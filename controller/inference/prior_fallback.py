@@ -23,8 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from controller.inference.local_policy import LocalPolicy
+from controller.link.inference_feed import InferenceFeed
+from controller.link.thread_feed import ThreadFeed
 from controller.observe.overrun_window import OverrunWindow
-from policies.base import Policy, PolicySpec, Prediction, RobotContext
+from controller.observe.telemetry import Telemetry
+from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +36,8 @@ log = logging.getLogger(__name__)
 class PriorFallback:
     def __init__(
         self,
-        planner: Policy,
-        prior: Policy,
+        planner: LocalPolicy,
+        prior: LocalPolicy,
         budget_s: float,
         k: int,
         n: int,
@@ -82,8 +86,7 @@ class PriorFallback:
 
     def status(self) -> dict[str, Any]:
         """The planner's status (its tier ladder), with the fallback's counters."""
-        planner_status = getattr(self._planner, "status", None)
-        status: dict[str, Any] = dict(planner_status()) if callable(planner_status) else {}
+        status = dict(self._planner.status())
         status["prior_fallback"] = {
             **self.counts,
             "serving_prior": self.serving_prior,
@@ -96,23 +99,25 @@ class PriorFallback:
     @property
     def outputs(self) -> tuple[str, ...]:
         """The planner's extra outputs (its mean); the prior's codec returns the same."""
-        return tuple(getattr(self._planner, "outputs", ()))
+        return self._planner.outputs
 
     def add_pinned_region(self, address: int, size: int) -> None:
         """Both runners upload frames from this page-locked memory by DMA."""
         for policy in (self._planner, self._prior):
-            pin = getattr(policy, "add_pinned_region", None)
-            if callable(pin):
-                pin(address, size)
+            policy.add_pinned_region(address, size)
 
     def remove_pinned_region(self, address: int, size: int) -> None:
         for policy in (self._planner, self._prior):
-            unpin = getattr(policy, "remove_pinned_region", None)
-            if callable(unpin):
-                unpin(address, size)
+            policy.remove_pinned_region(address, size)
 
-    def attach_telemetry(self, telemetry: Any) -> None:
+    def attach_telemetry(self, telemetry: Telemetry) -> None:
         """The planner's steps are timed like any runner's (the prior's are not)."""
-        attach = getattr(self._planner, "attach_telemetry", None)
-        if callable(attach):
-            attach(telemetry)
+        self._planner.attach_telemetry(telemetry)
+
+    @property
+    def serving(self) -> bool:
+        return self._planner.serving
+
+    def feed(self, telemetry: Telemetry) -> InferenceFeed:
+        """A thread of this process runs it (controller.link.thread_feed)."""
+        return ThreadFeed(self, telemetry)

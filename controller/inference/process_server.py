@@ -24,12 +24,12 @@ import logging
 import signal
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from controller.errors import InputFault, TempoError
+from controller.inference.local_policy import LocalPolicy
 from controller.inference.progress import first_line
 from controller.link.frame_slots import FrameSlots
 from controller.link.message_codec import as_float32, float32_arrays, unpack_map
@@ -56,22 +56,9 @@ from controller.link.process_messages import (
     decode_map,
     encode,
 )
-from policies.base import Policy, RobotContext
+from policies.base import RobotContext
 
 log = logging.getLogger(__name__)
-
-
-class ServedPolicy(Policy, Protocol):
-    """What this process serves: a started Runner, or a wrapper of runners (PriorFallback)."""
-
-    @property
-    def outputs(self) -> tuple[str, ...]: ...
-
-    def status(self) -> dict[str, Any]: ...
-
-    def add_pinned_region(self, address: int, size: int) -> None: ...
-
-    def remove_pinned_region(self, address: int, size: int) -> None: ...
 
 
 IDLE_POLL_MS = 50  # the heartbeat period while no request comes
@@ -80,7 +67,7 @@ STATUS_EVERY_S = 0.5  # the runner's status rides on a chunk at most this often
 EXIT_FATAL = 3
 
 
-def device_poisoned(runner: ServedPolicy) -> bool:
+def device_poisoned(runner: LocalPolicy) -> bool:
     """Whether the CUDA context is unusable: after an illegal access or a device-side assert,
     every CUDA call fails, synchronize included."""
     if runner.status().get("device", "").startswith("cpu"):
@@ -96,7 +83,7 @@ class _Pinned:
     """The slots' mapping registered with CUDA (page-locked), so uploads from it are one DMA
     each (the runner's staging is told where it lies)."""
 
-    def __init__(self, slots: FrameSlots, runner: ServedPolicy) -> None:
+    def __init__(self, slots: FrameSlots, runner: LocalPolicy) -> None:
         self._pointer = slots.buffer.ctypes.data
         self._size = slots.size
         self._runner = runner
@@ -108,7 +95,7 @@ class _Pinned:
             log.warning("could not pin the observation slots for DMA (CUDA error %s)", error)
 
     @classmethod
-    def maybe(cls, slots: FrameSlots, runner: ServedPolicy) -> _Pinned | None:
+    def maybe(cls, slots: FrameSlots, runner: LocalPolicy) -> _Pinned | None:
         """Pinned when the policy runs on a GPU; None on the CPU."""
         if torch.cuda.is_available() and not str(runner.status().get("device")).startswith("cpu"):
             return cls(slots, runner)
@@ -128,7 +115,7 @@ class DriverRings:
     """Same-host drivers' frame rings this process reads in place (frames_in_place), each
     attached and pinned on the control process's first request for it, until it says detach."""
 
-    def __init__(self, runner: ServedPolicy) -> None:
+    def __init__(self, runner: LocalPolicy) -> None:
         self._runner = runner
         self._rings: dict[int, tuple[FrameSlots, _Pinned | None]] = {}
 
@@ -161,7 +148,7 @@ class DriverRings:
 
 
 def serve_control_process(
-    build_runner: Callable[[], ServedPolicy], channel_fd: int, busy_poll_s: float = 0.0
+    build_runner: Callable[[], LocalPolicy], channel_fd: int, busy_poll_s: float = 0.0
 ) -> int:
     """Serve requests from the control process on the channel it passed as file descriptor
     `channel_fd`, until `stop`, its end of the channel, or a fatal error."""
@@ -199,7 +186,7 @@ def _send(link: ProcessChannel, message: Message) -> None:
 
 
 def _stand_by_and_serve(
-    build_runner: Callable[[], ServedPolicy], link: ProcessChannel, parent: int, busy_poll_s: float
+    build_runner: Callable[[], LocalPolicy], link: ProcessChannel, parent: int, busy_poll_s: float
 ) -> int:
     # Stand by, imports done, until the control process says `build`: it keeps one process
     # waiting like this, so a restart does not wait for Python and torch to import again.
@@ -237,7 +224,7 @@ def _stand_by_and_serve(
 
 
 def _serve(
-    runner: ServedPolicy,
+    runner: LocalPolicy,
     link: ProcessChannel,
     slots: FrameSlots,
     rings: DriverRings,
@@ -329,7 +316,7 @@ def reply_kind(exc: BaseException) -> FailureCause:
 
 
 def _infer(
-    runner: ServedPolicy, slots: FrameSlots, rings: DriverRings, message: Infer
+    runner: LocalPolicy, slots: FrameSlots, rings: DriverRings, message: Infer
 ) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
     """The chunk and the new memory (float32, as they travel) for one request."""
     index, generation = message.slot, message.generation

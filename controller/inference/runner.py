@@ -52,6 +52,8 @@ from controller.inference.tier_checks import (
 )
 from controller.inference.tier_report import TierChange, TierReport
 from controller.inference.tiers import EagerTier, Tier, build_tiers
+from controller.link.inference_feed import InferenceFeed
+from controller.link.thread_feed import ThreadFeed
 from controller.observe.telemetry import Telemetry
 from controller.runner_config import TIER_ORDER, RunnerConfig
 from policies.base import PolicySpec, Prediction, RobotContext, window_context
@@ -381,6 +383,14 @@ class Runner:
             self._telemetry = telemetry
             if self._path is not None and self._ladder.current is not None:
                 self._path.enable_telemetry(telemetry)
+
+    # ---- the served-policy contract (controller.link.served_policy) ----------------------------
+
+    serving = True  # in this process: it answers whenever it is asked
+
+    def feed(self, telemetry: Telemetry) -> InferenceFeed:
+        """A thread of this process runs it (controller.link.thread_feed)."""
+        return ThreadFeed(self, telemetry)
 
     def use_tier(self, name: str) -> None:
         """Serve from `name` (a tier that passed start-up) without recording a demotion: for

@@ -8,6 +8,7 @@ between them (InferenceRequest, Chunk, Refusal)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -66,6 +67,19 @@ class RobotQueues(Protocol):
     counters: collections.Counter[str]
 
 
+class Pollable(Protocol):
+    def fileno(self) -> int: ...
+
+
+class SideChannel(Protocol):
+    """Work the receiving thread does between robots' messages: another channel to poll (None
+    when nothing is awaited on it), held for the duration of the poll, and its servicing."""
+
+    def polled(self) -> contextlib.AbstractContextManager[Pollable | None]: ...
+
+    def service(self, until_ns: int) -> None: ...
+
+
 class InferenceFeed(Protocol):
     """What the daemon needs of a feed: requests in, chunks back through each robot's queues
     (`outcomes`), and the counters `tempo status` shows."""
@@ -88,3 +102,9 @@ class InferenceFeed(Protocol):
         ...
 
     def stop(self, timeout: float = 0.5) -> None: ...
+
+    @property
+    def side_channel(self) -> SideChannel | None:
+        """What the control loop's receiving thread services between messages (a policy in its
+        own process: its channel), or None (the feed has its own thread)."""
+        ...

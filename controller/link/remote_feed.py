@@ -25,14 +25,20 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from controller.link.inference_feed import InferenceRequest, RobotQueues
 from controller.link.outcomes import InferenceOutcomes
 from controller.link.process_channel import ProcessChannel
 from controller.link.process_messages import ChunkReply
-from controller.link.remote_policy import InferenceUnavailable, RemotePolicy
-from controller.link.request_channel import ProcessStuck, RequestChannel
+from controller.link.request_channel import (
+    InferenceUnavailable,
+    ProcessStuck,
+    RequestChannel,
+    StepReply,
+)
 from controller.observe.telemetry import PROCESS_STEP, Telemetry
+from policies.base import Prediction
 
 
 @dataclass
@@ -45,14 +51,34 @@ class InFlight:
     channel: RequestChannel  # of the process it was sent to
 
 
+
+class SupervisedProcess(Protocol):
+    """What the feed needs of the policy's process (RemotePolicy is one)."""
+
+    @property
+    def serving(self) -> bool: ...
+
+    def requests(self) -> contextlib.AbstractContextManager[RequestChannel | None]: ...
+
+    def prediction(self, reply: StepReply) -> Prediction: ...
+
+    def hang_timeout(self) -> float: ...
+
+    def report_hang(self, detail: str) -> None: ...
+
 class RemoteFeed(InferenceOutcomes):
-    def __init__(self, policy: RemotePolicy, telemetry: Telemetry | None = None) -> None:
+    def __init__(self, policy: SupervisedProcess, telemetry: Telemetry | None = None) -> None:
         super().__init__(telemetry)
         self._t_process_step = (telemetry or Telemetry(enabled=False)).section(PROCESS_STEP)
         self.policy = policy
         self._ready: collections.deque[RobotQueues] = collections.deque()
         self._in_flight: InFlight | None = None
         self._running = False
+
+    @property
+    def side_channel(self) -> RemoteFeed:
+        """The control loop's receiving thread polls the channel and services it (see above)."""
+        return self
 
     def submit(self, session: RobotQueues, request: InferenceRequest) -> None:
         """Called from the loop thread: sent at the next `service`; newest observation wins."""

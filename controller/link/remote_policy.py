@@ -63,12 +63,15 @@ from controller.link.process_spawner import (
     send_at_start,
     wait_or_kill,
 )
+from controller.link.remote_feed import RemoteFeed
 from controller.link.request_channel import (
+    InferenceUnavailable,
     ProcessFatal,
     RequestChannel,
     StepReply,
     prediction_of,
 )
+from controller.observe.telemetry import Telemetry
 from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
@@ -78,10 +81,6 @@ POLL_MS = 20
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # then the ladder starts over
 RESTARTS_KEPT = 50  # restarts listed in status (all are counted)
 HANG_STEPS = 20  # a step this many times the slowest tier's start-up step time is a hang
-
-
-class InferenceUnavailable(PolicyError):
-    """The inference process is down or restarting; the robots are held meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +168,14 @@ class RemotePolicy:
     @property
     def serving(self) -> bool:
         return self._serving.is_set()
+
+    def feed(self, telemetry: Telemetry) -> RemoteFeed:
+        """Fed by the control loop's own thread between ticks (remote_feed says why)."""
+        return RemoteFeed(self, telemetry)
+
+    def attach_telemetry(self, telemetry: Telemetry) -> None:
+        """Nothing to attach here: the process times its own step, and each chunk brings that
+        time back (the feed records it as process_step)."""
 
     @property
     def pid(self) -> int | None:

@@ -50,6 +50,10 @@ MAX_DRIVER_RINGS = 64  # frame rings attached at once; past it a driver's frames
 StepReply = ChunkReply | RequestFailed  # what answers an Infer
 
 
+class InferenceUnavailable(PolicyError):
+    """The inference process is down or restarting; the robots are held meanwhile."""
+
+
 class RequestChannel:
     def __init__(self, link: ProcessChannel, slots: FrameSlots, spec: PolicySpec) -> None:
         self.link = link

@@ -31,6 +31,8 @@ class ThreadFeed(InferenceOutcomes):
         self._stop = False
         self._thread: threading.Thread | None = None
 
+    side_channel = None  # the feed thread waits for requests itself
+
     def submit(self, session: RobotQueues, request: InferenceRequest) -> None:
         """Called from the loop thread: newest observation wins."""
         session.requests.put(request)

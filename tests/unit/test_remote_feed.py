@@ -305,7 +305,8 @@ def test_waiting_for_a_step_ends_when_the_process_closes_its_channel(
 ) -> None:
     """RemotePolicy.predict's wait: a dead process's closed channel ends it at once (it must not
     spin on the always-readable end of stream while holding the lock a restart needs)."""
-    from controller.link.remote_policy import InferenceUnavailable, RemotePolicy
+    from controller.link.remote_policy import RemotePolicy
+    from controller.link.request_channel import InferenceUnavailable
 
     channel, peer = channel_pair(context, slots)
     peer.close()
