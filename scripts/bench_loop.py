@@ -86,7 +86,7 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
             "p50": lateness["p50_s"] * 1e6,
             "p99": lateness["p99_s"] * 1e6,
             "max": lateness["max_s"] * 1e6,
-            "robots": len(daemon.dispatcher.sessions),
+            "robots": len(daemon.registry.sessions),
         }
         daemon.stop()
         robot.wait(10)

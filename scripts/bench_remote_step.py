@@ -36,8 +36,8 @@ import numpy as np
 
 from controller.app import build_policy, inference_process
 from controller.config import load_config
-from controller.daemon.dispatch import DRIVER_RING_SLOTS
 from controller.daemon.pacer import Pacer
+from controller.daemon.registry import DRIVER_RING_SLOTS
 from controller.inference.frame_slots import FrameSlots
 from controller.inference.ladder import random_observation
 from controller.wire.slot_ring import SlotFrames

@@ -170,21 +170,21 @@ def test_killed_driver_loses_its_session_and_others_keep_their_ticks(tmp_path):
         wait_for(lambda: doomed.actions_since(0), timeout=20)
         wait_for(lambda: steady(good))
         doomed_session = doomed.session()
-        assert doomed_session in daemon.dispatcher.sessions
+        assert doomed_session in daemon.registry.sessions
         since, missed = len(good.records), daemon.pacer.missed_ticks
         lost = good.client.counters.lost
 
         doomed.signal(signal.SIGKILL)
         killed, killed_tick = time.monotonic(), ticks_run(daemon)
         # The next send to it fails (ROUTER_MANDATORY: EHOSTUNREACH): the session is closed.
-        wait_for(lambda: doomed_session not in daemon.dispatcher.sessions, timeout=10)
+        wait_for(lambda: doomed_session not in daemon.registry.sessions, timeout=10)
         dropped_s = time.monotonic() - killed
         dropped_ticks = ticks_run(daemon) - killed_tick
         after = len(good.records)
         wait_for(lambda: len(good.records) >= after + 10)
 
         assert daemon.running
-        assert list(daemon.dispatcher.sessions) == [good.client.welcome.session]
+        assert list(daemon.registry.sessions) == [good.client.welcome.session]
         assert_served_without_a_miss(daemon, good, since, missed, lost)
         # Within half a second of the daemon's own running time (wall time is the figure).
         assert dropped_ticks <= RATE_HZ // 2, (
@@ -238,7 +238,7 @@ def test_frozen_driver_is_detected_within_500_ms_and_recovers(tmp_path):
         wait_for(lambda: frozen.actions_since(resumed), timeout=5)
         new_session, _ = frozen.actions_since(resumed)[-1]
         assert new_session != session
-        assert new_session in daemon.dispatcher.sessions
+        assert new_session in daemon.registry.sessions
 
         after = len(good.records)
         wait_for(lambda: len(good.records) >= after + 5)
@@ -558,7 +558,7 @@ def test_an_input_the_reference_fails_on_is_refused_to_its_robot_and_demotes_not
             bad.receive(timeout_s=0.02)
         wait_for(lambda: (bad.receive(0.01), bad.counters.error_codes)[1].get("unusable_input"))
         session = bad.welcome.session
-        assert session in daemon.dispatcher.sessions, "a refused input must not end the session"
+        assert session in daemon.registry.sessions, "a refused input must not end the session"
         assert not any(r.kind == "action" for r in bad.records), "the bad robot got an action"
         bad.close()
         after = len(good.records)
