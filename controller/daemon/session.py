@@ -7,8 +7,9 @@ state is its own; other modules change it only through these methods:
 
     the driver's messages   check_newer, take_observation, own_joints, count
     the inference feed      request_if_due (the feed answers through `queues`), start_episode
-    one control tick        take_refusal, land_chunks (read); update (update);
-                            next_send_seq, delivered (write); drop_plan_for_restart
+    one control tick        take_refusal, land_chunks, drop_plan_for_restart (read);
+                            update (update); hold_reason, action_too_late, next_send_seq,
+                            delivered, take_fresh_chunk (write)
     its lifetime            idle_since_ns, close
 
 Threading: the loop thread owns a session. The inference feed only takes from `queues.requests`
@@ -90,7 +91,6 @@ class Session:
         self._id = session_id
         self._identity = identity
         self._robot = robot
-        self._spec = spec
         self._created_ns = created_ns
         self._pipeline = pipeline
         self._history = StateHistory(spec.state_history, spec.state_size)
@@ -126,10 +126,6 @@ class Session:
     @property
     def robot(self) -> str:
         return self._robot
-
-    @property
-    def spec(self) -> PolicySpec:
-        return self._spec
 
     @property
     def pipeline(self) -> ActionPipeline:
@@ -224,10 +220,6 @@ class Session:
                 ErrorCode.STALE,
                 f"observation seq {seq} is not newer than {self._last_obs_seq}; dropped",
             )
-
-    def record_clock_offset(self, driver_time_ns: int, received_ns: int) -> bool:
-        """Update the clock-offset estimate; False when the offset was a clock jump, ignored."""
-        return self._clock.record(driver_time_ns, received_ns)
 
     def take_observation(
         self,
