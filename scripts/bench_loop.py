@@ -21,6 +21,7 @@ import torch
 from controller.config import load_config
 from controller.daemon.service import Daemon
 from controller.inference.build import build_policy
+from controller.link.served_policy import served_here
 from controller.observe.histogram import window
 from controller.observe.telemetry import TICK_LATENESS
 
@@ -50,7 +51,7 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
             f"control.spin_us={0 if mode == 'sleep' else 1000}",
         ]
         config = load_config(None, overrides)
-        daemon = Daemon(config, BusyPolicy(build_policy(config), busy_ms))
+        daemon = Daemon(config, served_here(BusyPolicy(build_policy(config), busy_ms)))
         daemon.start()
         robot = subprocess.Popen(
             [
@@ -86,7 +87,7 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
             "p50": lateness["p50_s"] * 1e6,
             "p99": lateness["p99_s"] * 1e6,
             "max": lateness["max_s"] * 1e6,
-            "robots": len(daemon.dispatcher.sessions),
+            "robots": len(daemon.registry.sessions),
         }
         daemon.stop()
         robot.wait(10)

@@ -36,8 +36,8 @@ import numpy as np
 
 from controller.app import inference_process
 from controller.config import load_config
-from controller.daemon.dispatch import DRIVER_RING_SLOTS
 from controller.daemon.pacer import Pacer
+from controller.daemon.registry import DRIVER_RING_SLOTS
 from controller.inference.build import build_policy
 from controller.inference.examples import random_observation
 from controller.link.frame_slots import FrameSlots

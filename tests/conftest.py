@@ -298,27 +298,27 @@ def offline_daemon(
     config: Any, policy: Any, worker: Any = None
 ) -> tuple[Any, Any, Recorder, list[int]]:
     """The dispatcher and the loop of a daemon, without sockets or threads; inference runs at
-    once on submit unless another `worker` is given."""
+    once on submit unless another `worker` is given. The rest of its objects are the
+    dispatcher's (`dispatcher.registry`, `dispatcher.requests.feed`)."""
     from controller.config import resolve_execution
-    from controller.daemon.dispatch import Dispatcher
-    from controller.daemon.loop import ControlLoop
+    from controller.daemon.control import build_control
     from controller.daemon.service import limits_for, pipeline_factory
 
     recorder = Recorder()
     step = [0]
-    dispatcher = Dispatcher(
+    control = build_control(
         policy.spec,
         worker or sync_worker(policy),
         recorder,
         lambda: step[0],
         pipeline_factory(policy.spec, config),
         control_hz=config.control.rate_hz,
+        period_ns=10_000_000,
+        valid_ticks=config.control.action_valid_ticks,
         server=config.server,
         inference=resolve_execution(config.inference, policy.spec)[0],
         limits=limits_for(policy.spec),
         send_prepared=recorder.send_prepared,
     )
-    loop = ControlLoop(
-        dispatcher, 10_000_000, config.control.action_valid_ticks, config.server.session_timeout_s
-    )
+    dispatcher, loop = control.dispatcher, control.loop
     return dispatcher, loop, recorder, step

@@ -4,7 +4,7 @@
     on_observation(state, teleop, now, resume)  a fresh observation: watchdog, rate-limit seed
     propose(step)                               the ensembler's action for this step
     check(now)                                  teleop mix -> guard chain -> verdict, `command`
-    step(step, now)                             propose + check, for callers that time neither
+    step(step, now, laps)                       propose + check (laps: when a caller times each)
     delivered() / not_delivered()               what the robot actually received
     drop_plan()                                 forget every chunk (new episode, back from a stop)
 
@@ -16,7 +16,7 @@ the session calls once per inference request. Not thread-safe: the loop thread o
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -25,6 +25,14 @@ from controller.action.guards import GuardChain, Verdict
 from controller.action.guards_config import GuardsConfig
 from controller.action.teleop import TeleopConfig, TeleopMixer
 from policies.base import Plan, PolicySpec
+
+
+class StepLaps(Protocol):
+    """Told when each part of `step` is done, by a caller that times them (the daemon's tick)."""
+
+    def proposed(self) -> None: ...
+
+    def checked(self) -> None: ...
 
 
 class ActionPipeline:
@@ -112,9 +120,15 @@ class ActionPipeline:
         age_ns = now_ns - self.last_observation_ns
         return self.guards.check(self.mixed if mixed else None, age_ns, self.command)
 
-    def step(self, step: int, now_ns: int) -> Verdict:
+    def step(self, step: int, now_ns: int, laps: StepLaps | None = None) -> Verdict:
+        """This tick's verdict, its command in `command`: propose, then check."""
         self.propose(step)
-        return self.check(now_ns)
+        if laps is not None:
+            laps.proposed()
+        verdict = self.check(now_ns)
+        if laps is not None:
+            laps.checked()
+        return verdict
 
     def delivered(self) -> None:
         """The robot received `command`: rate limits count from it."""

@@ -1,9 +1,16 @@
-"""One control tick: for every robot, the action for this step, through teleop and the guards.
+"""One control tick, in three phases over every robot (as ros2_control's read -> update -> write):
 
-    chunks from the worker -> the robot's ActionPipeline: ensembler (keyed by absolute step)
-        -> action for step t -> teleop blend -> guard chain -> `action` (or `hold`) to the driver
+    read    what arrived: sessions past their time-out end, refusals from the inference feed
+            go to their robots, finished chunks are merged into each robot's plan (the
+            drivers' messages were routed between ticks, while the pacer waited)
+    update  each robot's command: its ActionPipeline.step (ensembler -> teleop -> guards)
+    write   each robot's `action` (or `hold`) through the sender, then its next inference
+            request (after every send: waking the feed's thread hands it the GIL, which must
+            not delay this tick's actions)
 
-The tick never waits for the model: it uses whatever chunks have landed.
+The tick never waits for the model: it uses whatever chunks have landed. While the policy's
+process is restarting every robot holds and its plan is dropped, so that what it executes after
+the restart comes only from chunks of the new process.
 """
 
 from __future__ import annotations
@@ -12,151 +19,141 @@ import logging
 import time
 from collections.abc import Callable
 
-from controller.action.guards import Verdict
-from controller.daemon.dispatch import Dispatcher
+from controller.daemon.feed import InferenceRequests
+from controller.daemon.refusals import Refusals
+from controller.daemon.registry import SessionRegistry
 from controller.daemon.session import Session
+from controller.daemon.tick_sender import TickSender
+from controller.daemon.tick_times import TickTimes
 from controller.errors import ErrorCode
-from controller.observe.telemetry import ENSEMBLER, GUARDS, OBS_TO_ACTION, SEND, Telemetry
+from controller.observe.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
-
-# Why a tick sends `hold`, by the guard chain's watchdog state (anything else: no action yet).
-HOLD_REASONS = {"stop": "stopped", "hold": "stale_observation"}
-# The session counter of each hold reason, built once (not a string concatenation per tick).
-_HOLD_COUNTERS: dict[str, str] = {}
 
 
 class ControlLoop:
     def __init__(
         self,
-        dispatcher: Dispatcher,
+        registry: SessionRegistry,
+        sender: TickSender,
+        requests: InferenceRequests,
+        refusals: Refusals,
         period_ns: int,
         valid_ticks: float,
-        session_timeout_s: float,
         telemetry: Telemetry | None = None,
         serving: Callable[[], bool] = lambda: True,
     ) -> None:
-        """serving: whether the policy can answer now; while it cannot (its process is
-        restarting), every robot gets `hold` and its plan is dropped, so that what it executes
-        after the restart comes only from chunks of the new process."""
-        self.dispatcher = dispatcher
+        """serving: whether the policy can answer now (False while its process restarts)."""
+        self.registry = registry
+        self.sender = sender
+        self.requests = requests
+        self.refusals = refusals
         self._serving = serving
-        telemetry = telemetry or Telemetry(enabled=False)
-        # Checked once here: with telemetry off the tick pays one bool test per section.
-        self._timed = telemetry.enabled
-        self._clock = telemetry.clock
-        self._t_ensembler = telemetry.section(ENSEMBLER)
-        self._t_guards = telemetry.section(GUARDS)
-        self._t_send = telemetry.section(SEND)
-        self._t_obs_to_action = telemetry.section(OBS_TO_ACTION)
+        # Checked once here: with telemetry off the tick pays one bool test per robot and phase.
+        self._times = TickTimes(telemetry or Telemetry(enabled=False), registry.max_robots)
+        self._timed = self._times.enabled
         self.period_ns = period_ns
         self.valid_ns = int(valid_ticks * period_ns)
-        self.session_timeout_ns = int(session_timeout_s * 1e9)
-        self.actions_sent = 0
-        self.holds_sent = 0
         self.late_actions_dropped = 0
         self.internal_errors = 0
 
     def tick(self, step: int, deadline_ns: int, now_ns: int) -> None:
         serving = self._serving()
-        for session in self.dispatcher.session_list:
-            # Observations keep a session alive; teleop or anything else alone does not.
-            if now_ns - session.idle_since_ns > self.session_timeout_ns:
-                self.dispatcher.close(session.id, "no observation within server.session_timeout_s")
-                continue
-            if session.refused:
-                self.dispatcher.refusals.tell_refused(session)
-            if not serving:
-                self._hold_for_restart(session, step)
-                continue
+        self.registry.expire(now_ns)
+        sessions = self.registry.live  # this tick's robots, in the same order in every phase
+        self._read(sessions, step, serving)
+        if serving:
+            self._update(sessions, step, now_ns)
+        self._write(sessions, step, deadline_ns + self.valid_ns, now_ns, serving)
+
+    def _read(self, sessions: tuple[Session, ...], step: int, serving: bool) -> None:
+        times, timed = self._times, self._timed
+        for index in range(len(sessions)):
+            session = sessions[index]
             try:
-                self._tick_session(session, step, deadline_ns, now_ns)
-                # After the send: waking the worker hands it the GIL, which must not delay
-                # this tick's actions.
-                self.dispatcher.submit_if_due(session, step)
+                if session.has_refusals:
+                    self.refusals.tell_refused(session)
+                if not serving:
+                    session.drop_plan_for_restart()
+                elif timed:
+                    started = times.clock()
+                    session.land_chunks(step)
+                    times.merged(index, started)
+                else:
+                    session.land_chunks(step)
             except Exception:
-                # A bug of ours on one robot's tick must not stop the others: hold that robot,
-                # end its session (its driver reconnects to a fresh one), keep ticking.
-                self.internal_errors += 1
-                log.exception(
-                    "tick failed for robot %s; holding it and ending its session", session.robot
-                )
-                self.send_hold(session, step, "internal_error")
-                self.dispatcher.refusals.reply(
-                    session.identity,
-                    ErrorCode.INTERNAL,
-                    "the daemon failed on this robot's control tick (see its log); the session "
-                    "was ended: say hello again",
-                    None,
-                )
-                self.dispatcher.close(session.id, "internal error on its tick")
+                self._failed(session, step)
 
-    def _tick_session(self, session: Session, step: int, deadline_ns: int, now_ns: int) -> None:
-        timed = self._timed
-        if timed:
-            t = self._clock()
-        pipeline = session.pipeline
-        new_chunk = None
-        while session.chunks:
-            chunk = session.chunks.popleft()
-            if not session.on_chunk_landed(chunk, step):
-                session.counters["chunks_of_ended_episode"] += 1
-                continue  # planned before the robot's episode started again
-            late = pipeline.on_chunk(chunk.start_step, chunk.actions, step)
-            session.counters["late_steps_dropped"] += late
-            if late < len(chunk.actions):
-                new_chunk = chunk
-                session.newest_chunk_obs_seq = max(session.newest_chunk_obs_seq, chunk.obs_seq)
-        if pipeline.last_observation_ns == 0:
-            self.send_hold(session, step, "no_observation")  # nothing to act on yet
-            return
+    def _update(self, sessions: tuple[Session, ...], step: int, now_ns: int) -> None:
+        times, timed = self._times, self._timed
+        for index in range(len(sessions)):
+            session = sessions[index]
+            if session.closed:
+                continue  # its read failed
+            try:
+                if timed:
+                    times.updating(index)
+                    session.update(step, now_ns, times)
+                else:
+                    session.update(step, now_ns)
+            except Exception:
+                self._failed(session, step)
 
-        pipeline.propose(step)
-        if timed:
-            t = self._t_ensembler.lap(t)
-        verdict = pipeline.check(now_ns)
-        if timed:
-            t = self._t_guards.lap(t)
+    def _write(
+        self,
+        sessions: tuple[Session, ...],
+        step: int,
+        valid_until_ns: int,
+        now_ns: int,
+        serving: bool,
+    ) -> None:
+        for session in sessions:
+            if not session.closed:
+                try:
+                    self._send(session, step, valid_until_ns, now_ns)
+                except Exception:
+                    self._failed(session, step)
+        if not serving:
+            return  # no requests while the policy cannot answer
+        for session in sessions:
+            if not session.closed:
+                try:
+                    self.requests.submit_if_due(session, step)
+                except Exception:
+                    self._failed(session, step)
 
-        valid_until = deadline_ns + self.valid_ns
-        # The clock read now, not at the tick's start: with many robots the last send is later.
-        if verdict is Verdict.ACTION and time.monotonic_ns() < valid_until:
-            session.send_seq += 1
-            # In the driver's clock: our deadline shifted by the offset seen on its last
-            # observation (which includes transport delay, so the deadline errs early).
-            sent = self.dispatcher.send_action(
-                session,
-                step,
-                session.newest_chunk_obs_seq,
-                valid_until + session.clock_offset_ns,
-                pipeline.command,
-            )
-            if timed:
-                self._t_send.lap(t)
-            if not sent:
-                # Not delivered (queue full or peer gone): the robot never saw it.
-                session.counters["actions_not_delivered"] += 1
-                pipeline.not_delivered()
+    def _send(self, session: Session, step: int, valid_until_ns: int, now_ns: int) -> None:
+        reason = session.hold_reason
+        fresh = session.take_fresh_chunk()
+        if reason is None:
+            # The clock read now, not at the tick's start: with many robots the last send is
+            # later.
+            if time.monotonic_ns() < valid_until_ns:
+                timed = self._timed
+                if timed:
+                    started = self._times.send.start()
+                sent = self.sender.action(session, step, valid_until_ns)
+                if timed:
+                    self._times.send.stop(started)
+                session.delivered(sent)
+                if sent and fresh is not None and timed:
+                    self._times.obs_to_action.record_ns(now_ns - fresh.obs_received_ns)
                 return
-            pipeline.delivered()
-            self.actions_sent += 1
-            if new_chunk is not None and timed:
-                self._t_obs_to_action.record_ns(now_ns - new_chunk.obs_received_ns)
-            return
-        if verdict is Verdict.ACTION:
             self.late_actions_dropped += 1
-        self.send_hold(session, step, HOLD_REASONS.get(pipeline.guards.state, "no_action"))
+            reason = session.action_too_late()
+        self.sender.hold(session, step, reason)
 
-    def _hold_for_restart(self, session: Session, step: int) -> None:
-        session.chunks.clear()  # planned by a process that is gone: never executed
-        session.pipeline.drop_plan()
-        self.send_hold(session, step, "inference_restarting")
-
-    def send_hold(self, session: Session, step: int, reason: str) -> None:
-        session.send_seq += 1
-        counter = _HOLD_COUNTERS.get(reason)
-        if counter is None:
-            counter = _HOLD_COUNTERS[reason] = "hold_" + reason
-        session.counters[counter] += 1
-        self.holds_sent += 1
-        self.dispatcher.send_hold(session, step, reason)
+    def _failed(self, session: Session, step: int) -> None:
+        """A bug of ours on one robot's tick must not stop the others: hold that robot, end its
+        session (its driver reconnects to a fresh one), keep ticking."""
+        self.internal_errors += 1
+        log.exception("tick failed for robot %s; holding it and ending its session", session.robot)
+        self.sender.hold(session, step, "internal_error")
+        self.refusals.reply(
+            session.identity,
+            ErrorCode.INTERNAL,
+            "the daemon failed on this robot's control tick (see its log); the session was "
+            "ended: say hello again",
+            None,
+        )
+        self.registry.close(session.id, "internal error on its tick")

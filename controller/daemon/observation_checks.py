@@ -73,7 +73,7 @@ def check_clock(session: Session, time_ns: int) -> None:
             "nanoseconds (protocol section 6)",
         )
     if time_ns < session.last_driver_time_ns:
-        session.counters["clock_backwards"] += 1
+        session.count("clock_backwards")
         raise ProtocolError(
             ErrorCode.CLOCK,
             f"obs time_ns {time_ns} is earlier than this session's previous observation "
@@ -117,7 +117,7 @@ def slot_frames(slot: dict[str, Any], session: Session, camera_names: Sequence[s
         # The driver has written the slot again since: this message waited in the socket
         # while the ring came round, and a newer observation follows it.
         raise Superseded
-    session.counters["frame_slot_refused"] += 1
+    session.count("frame_slot_refused")
     raise ProtocolError(
         ErrorCode.FRAME_SLOT,
         f"frame slot {index} holds generation {current}, not {generation} as the "

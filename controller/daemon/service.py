@@ -21,22 +21,19 @@ import zmq
 
 from controller.action.pipeline import ActionPipeline
 from controller.config import TempoConfig, resolve_execution
-from controller.daemon.dispatch import Dispatcher, PipelineFactory
-from controller.daemon.loop import ControlLoop
+from controller.daemon.control import build_control
 from controller.daemon.pacer import Pacer
+from controller.daemon.registry import PipelineFactory
 from controller.daemon.security import CurveServer, check_bind_allowed
-from controller.daemon.transport import RouterTransport, SideChannel
+from controller.daemon.transport import RouterTransport
 from controller.errors import ConfigError, SecurityError
-from controller.link.inference_feed import InferenceFeed
-from controller.link.remote_feed import RemoteFeed
-from controller.link.remote_policy import RemotePolicy
-from controller.link.thread_feed import ThreadFeed
+from controller.link.served_policy import ServedPolicy
 from controller.observe.gc_pauses import GcPauses
 from controller.observe.late_ticks import LateTicks
 from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry
 from controller.wire.protocol import DEFAULT_LIMITS, Limits
-from policies.base import Policy, PolicySpec
+from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +118,7 @@ class Daemon:
     def __init__(
         self,
         config: TempoConfig,
-        policy: Policy,
+        policy: ServedPolicy,
         context: zmq.Context | None = None,
         telemetry: Telemetry | None = None,
         transport: RouterTransport | None = None,
@@ -142,21 +139,20 @@ class Daemon:
         self.transport = transport
         self.curve = transport.curve
         # A policy in its own process is fed by the loop's thread itself, between ticks
-        # (remote_feed says why); one in this process by a worker thread.
-        self.worker: InferenceFeed
-        self._side: SideChannel | None = None
-        if isinstance(policy, RemotePolicy):
-            self.worker = self._side = RemoteFeed(policy, self.telemetry)
-        else:
-            self.worker = ThreadFeed(policy, self.telemetry)
+        # (its feed's side channel, serviced while the pacer waits); one in this process by a
+        # thread of its own. The policy says which (controller.link.served_policy).
+        self.worker = policy.feed(self.telemetry)
+        self._side = self.worker.side_channel
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
-        self.dispatcher = Dispatcher(
+        control = build_control(
             policy.spec,
             self.worker,
             self.transport.send,
             lambda: self.pacer.step,
             pipeline_factory(policy.spec, config),
             control_hz=config.control.rate_hz,
+            period_ns=self.period_ns,
+            valid_ticks=config.control.action_valid_ticks,
             server=config.server,
             inference=self.inference,
             limits=self.limits,
@@ -164,17 +160,12 @@ class Daemon:
             send_prepared=self.transport.send_prepared,
             # Drivers of an ipc:// endpoint are on this host: they may write frames in place.
             frames_in_place=config.server.bind.startswith("ipc://"),
-        )
-        self.transport.on_peer_gone = self.dispatcher.peer_gone
-        self.loop = ControlLoop(
-            self.dispatcher,
-            self.period_ns,
-            config.control.action_valid_ticks,
-            config.server.session_timeout_s,
-            telemetry=self.telemetry,
             # A policy in a supervised process says when it is restarting (RemotePolicy).
-            serving=lambda: bool(getattr(policy, "serving", True)),
+            serving=lambda: policy.serving,
         )
+        self.registry, self.sender = control.registry, control.sender
+        self.dispatcher, self.loop = control.dispatcher, control.loop
+        self.transport.on_peer_gone = self.registry.peer_gone
         # Receive/decode: the handler wrapped once (the bound method itself when telemetry is off).
         self._handle = self.telemetry.section(RECEIVE)(self.dispatcher.handle)
         self._timed = self.telemetry.enabled
@@ -271,10 +262,9 @@ class Daemon:
 
     def _shutdown_socket(self) -> None:
         step = self.pacer.step
-        for session in list(self.dispatcher.sessions.values()):
-            self.loop.send_hold(session, step, "daemon_stopping")
-            if session.frame_ring is not None:
-                session.frame_ring.close()  # its file in /dev/shm goes too
+        for session in list(self.registry.sessions.values()):
+            self.sender.hold(session, step, "daemon_stopping")
+            session.close()  # its frame ring's file in /dev/shm goes too
         # Linger just long enough to deliver those holds, bounded so exit stays well under 1 s.
         self.transport.close(linger_ms=FINAL_HOLD_LINGER_MS)
 
@@ -296,7 +286,7 @@ class Daemon:
         now = time.monotonic_ns()
         uptime = (now - self.started_ns) / 1e9 if self.started_ns else 0.0
         ticks = self.pacer.step - self.pacer.missed_ticks  # ticks run, not skipped ones
-        sessions = list(self.dispatcher.sessions.values())
+        sessions = list(self.registry.sessions.values())
         robots = []
         for session in sessions:
             pipeline = session.pipeline
@@ -315,7 +305,6 @@ class Daemon:
                     "sent": session.send_seq,
                 }
             )
-        policy_status = getattr(self.policy, "status", None)
         telemetry = self.telemetry.snapshot()
         return {
             "uptime_s": uptime,
@@ -332,8 +321,8 @@ class Daemon:
             "input_faults": self.worker.input_faults,  # refused: the reference fails on them too
             # Frames in place that the driver rewrote while the policy read them: refused.
             "frames_overwritten": self.worker.frames_overwritten,
-            "actions_sent": self.loop.actions_sent,
-            "holds_sent": self.loop.holds_sent,
+            "actions_sent": self.sender.actions_sent,
+            "holds_sent": self.sender.holds_sent,
             "messages": self.dispatcher.messages,
             "protocol_errors": dict(self.dispatcher.errors),
             "send_dropped": self.transport.send_dropped,
@@ -343,10 +332,10 @@ class Daemon:
             # From connections over their budget (controller/daemon/connection_budget.py).
             "muted_messages_dropped": self.dispatcher.budget.dropped,
             "guard_interventions": guard_totals(
-                self.dispatcher.closed_guard_counts,
+                self.registry.closed_guard_counts,
                 (s.pipeline.guards.counters for s in sessions),
             ),
             "robots": robots,
-            "policy": policy_status() if callable(policy_status) else {},
+            "policy": self.policy.status(),
             "telemetry": telemetry,
         }

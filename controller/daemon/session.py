@@ -2,37 +2,42 @@
 
 The session owns what a policy must remember about its robot (state history, the plan through
 the action pipeline, the estimated inference delay, the policy's own memory) and hands it to the
-policy as a `RobotContext` with each inference request: policies keep no per-robot state.
+policy as a `RobotContext` with each inference request: policies keep no per-robot state. Its
+state is its own; other modules change it only through these methods:
 
-Threading: the loop thread owns a session. The inference worker only takes from `requests` and
-appends to `chunks` (a deque: append and popleft are atomic), so no lock guards the rest.
+    the driver's messages   check_newer, take_observation, own_joints, count
+    the inference feed      request_if_due (the feed answers through `queues`), start_episode
+    one control tick        take_refusal, land_chunks, drop_plan_for_restart (read);
+                            update (update); hold_reason, action_too_late, next_send_seq,
+                            delivered, take_fresh_chunk (write)
+    its lifetime            idle_since_ns, close
+
+Threading: the loop thread owns a session. The inference feed only takes from `queues.requests`
+and appends to `queues.chunks` / `queues.refused` (deques: append and popleft are atomic), so
+no lock guards the rest.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
 
-from controller.action.pipeline import ActionPipeline
+from controller.action.guards import Verdict
+from controller.action.pipeline import ActionPipeline, StepLaps
+from controller.daemon.estimates import ClockOffset, InferenceDelay
 from controller.daemon.tick_messages import TickHeaders
+from controller.errors import ErrorCode, ProtocolError
 from controller.link.frame_slots import FrameSlots
-from controller.link.inference_feed import Chunk, InferenceRequest, Refusal
-from controller.link.mailbox import Mailbox
+from controller.link.inference_feed import Chunk, InferenceQueues, InferenceRequest, Refusal
 from policies.base import PolicySpec, RobotContext
 
-OFFSET_WINDOW = 32  # observations the clock-offset estimate looks back over
-# An observation whose clock offset is this far above the estimate is a clock jump (a stamp
-# seconds in the future, say), not a measurement: the estimate ignores it, unless this many in a
-# row agree with each other (the estimate started low, behind one delayed first message, or the
-# driver's clock really moved): then they are the new estimate.
-CLOCK_JUMP_NS = 1_000_000_000
-CLOCK_JUMP_CONFIRMATIONS = 8
-DELAY_WINDOW = 32  # chunks the inference-delay estimate looks back over
-DELAY_PERCENTILE = 90  # of those: one slow inference does not set the delay for the window
+NEVER = -(10**18)  # the step of the last request before any was made
+# Why a tick holds, by the guard chain's watchdog state (anything else: no action this step).
+HOLD_REASONS = {"stop": "stopped", "hold": "stale_observation"}
 
 
 @dataclass
@@ -68,132 +73,325 @@ class StateHistory:
         self._filled = False
 
 
-@dataclass
 class Session:
-    id: str
-    identity: bytes
-    robot: str
-    spec: PolicySpec
-    created_ns: int
-    pipeline: ActionPipeline
-    history: StateHistory
-    tick_headers: TickHeaders | None = None  # the tick's packed action and hold headers
-    frame_ring: FrameSlots | None = None  # a same-host driver's frames in place (hello asked)
-    last_seen_ns: int = 0
-    last_observation_ns: int = 0  # when its last accepted observation came (0: none yet)
-    last_driver_time_ns: int = 0  # time_ns of the newest observation the clock estimate used
-    last_obs_seq: int = -1
-    clock_offset_ns: int = 0  # driver's monotonic clock minus ours (see record_clock_offset)
-    send_seq: int = 0
-    last_request_step: int = -(10**18)
-    pending: PendingObservation | None = None  # the newest observation not yet asked about
-    episode: int = 0  # counts episode starts; chunks and memory of an older episode are dropped
-    episode_start: bool = True  # no chunk of this episode has come back yet
-    memory: Mapping[str, np.ndarray] = field(default_factory=dict)
-    newest_chunk_obs_seq: int = -1
-    closed: bool = False
-    requests: Mailbox[InferenceRequest] = field(default_factory=Mailbox)
-    chunks: collections.deque[Chunk] = field(default_factory=collections.deque)
-    refused: collections.deque[Refusal] = field(default_factory=collections.deque)
-    counters: collections.Counter[str] = field(default_factory=collections.Counter)
+    """One robot's state, changed only through the methods below (see the module doc)."""
 
-    def __post_init__(self) -> None:
-        self._offsets = np.full(OFFSET_WINDOW, np.iinfo(np.int64).min, dtype=np.int64)
-        self._offset_index = 0
-        self._offsets_used = 0
-        self._jump_offset = 0  # the first of the consecutive jumps seen, and how many
-        self._jumps_in_row = 0
-        self._delays = np.zeros(DELAY_WINDOW, dtype=np.int64)
-        self._delay_index = 0
-        self._delay_count = 0
-        self._delay_estimate = 0
+    def __init__(
+        self,
+        session_id: str,
+        identity: bytes,
+        robot: str,
+        spec: PolicySpec,
+        created_ns: int,
+        pipeline: ActionPipeline,
+        tick_headers: TickHeaders | None = None,
+        frame_ring: FrameSlots | None = None,
+    ) -> None:
+        """`tick_headers`: the tick's packed action and hold headers; `frame_ring`: a same-host
+        driver's frames in place (its hello asked for them)."""
+        self._id = session_id
+        self._identity = identity
+        self._robot = robot
+        self._created_ns = created_ns
+        self._pipeline = pipeline
+        self._history = StateHistory(spec.state_history, spec.state_size)
+        self._tick_headers = tick_headers
+        self._frame_ring = frame_ring
+        self._counters: collections.Counter[str] = collections.Counter()
+        self._queues = InferenceQueues(robot, spec, self._counters)  # shared with the feed
+        self._clock = ClockOffset()
+        self._delay = InferenceDelay()
+        self._last_observation_ns = 0  # when its last accepted observation came (0: none yet)
+        self._last_obs_seq = -1
+        self._send_seq = 0
+        self._last_request_step = NEVER
+        self._pending: PendingObservation | None = None  # the newest not yet asked about
+        self._episode = 0  # counts episode starts; chunks and memory of an older one are dropped
+        self._episode_start = True  # no chunk of this episode has come back yet
+        self._memory: Mapping[str, np.ndarray] = {}
+        self._newest_chunk_obs_seq = -1
+        # This tick's outcome (update -> write): None: an action in `command`; else why it holds.
+        self._hold_reason: str | None = "no_observation"
+        self._fresh_chunk: Chunk | None = None  # landed this tick, steps ahead (land_chunks)
+
+    # -- what others may read ----------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def identity(self) -> bytes:
+        return self._identity
+
+    @property
+    def robot(self) -> str:
+        return self._robot
+
+    @property
+    def pipeline(self) -> ActionPipeline:
+        """Read it (guards, teleop, the command); the session is what drives it."""
+        return self._pipeline
+
+    @property
+    def tick_headers(self) -> TickHeaders | None:
+        return self._tick_headers
+
+    @property
+    def frame_ring(self) -> FrameSlots | None:
+        return self._frame_ring
+
+    @property
+    def queues(self) -> InferenceQueues:
+        """This robot as the inference feed sees it: what it takes and hands back."""
+        return self._queues
+
+    @property
+    def counters(self) -> Mapping[str, int]:
+        """Events of this robot, for status (the feed adds its own through `queues`)."""
+        return self._counters
+
+    @property
+    def closed(self) -> bool:
+        return self._queues.closed
+
+    @property
+    def episode(self) -> int:
+        return self._episode
+
+    @property
+    def episode_start(self) -> bool:
+        """No chunk of this episode has come back yet."""
+        return self._episode_start
+
+    @property
+    def memory(self) -> Mapping[str, np.ndarray]:
+        """The policy's memory of this robot, as its last chunk left it."""
+        return MappingProxyType(self._memory)
+
+    @property
+    def send_seq(self) -> int:
+        """The seq of the last `action` or `hold` sent to this robot."""
+        return self._send_seq
+
+    @property
+    def last_obs_seq(self) -> int:
+        return self._last_obs_seq
+
+    @property
+    def clock_offset_ns(self) -> int:
+        """Driver's monotonic clock minus ours (see ClockOffset.record)."""
+        return self._clock.offset_ns
+
+    @property
+    def last_driver_time_ns(self) -> int:
+        """time_ns of the newest observation the clock estimate used."""
+        return self._clock.last_driver_time_ns
+
+    @property
+    def newest_chunk_obs_seq(self) -> int:
+        """The newest observation a chunk with steps still ahead was planned from."""
+        return self._newest_chunk_obs_seq
+
+    @property
+    def pending(self) -> PendingObservation | None:
+        return self._pending
+
+    @property
+    def inference_delay(self) -> int:
+        """Control steps from an observation to its chunk (see InferenceDelay)."""
+        return self._delay.steps
 
     @property
     def idle_since_ns(self) -> int:
         """When the session last did what keeps it alive: an accepted observation (or hello)."""
-        return self.last_observation_ns or self.created_ns
+        return self._last_observation_ns or self._created_ns
 
-    def record_clock_offset(self, driver_time_ns: int, received_ns: int) -> bool:
-        """Estimate the driver's clock minus ours. Each observation gives (true offset - its
-        transport delay); the largest of the recent ones is the least delayed, so the best
-        estimate, and deadlines converted with it are never late because of one slow message.
-        An offset more than CLOCK_JUMP_NS above the estimate is ignored (False): one stamp far in
-        the future would otherwise make every deadline that late for OFFSET_WINDOW observations.
-        CLOCK_JUMP_CONFIRMATIONS such offsets in a row that agree become the new estimate. (An
-        offset far below is a delayed message: the maximum ignores it anyway.)"""
-        offset = driver_time_ns - received_ns
-        if self._offsets_used and offset - self.clock_offset_ns > CLOCK_JUMP_NS:
-            if self._jumps_in_row and abs(offset - self._jump_offset) <= CLOCK_JUMP_NS:
-                self._jumps_in_row += 1
-            else:
-                self._jump_offset, self._jumps_in_row = offset, 1
-            if self._jumps_in_row < CLOCK_JUMP_CONFIRMATIONS:
-                return False
-            self._offsets.fill(np.iinfo(np.int64).min)  # the old estimate was wrong: start over
-        self._jumps_in_row = 0
-        self._offsets[self._offset_index] = offset
-        self._offset_index = (self._offset_index + 1) % OFFSET_WINDOW
-        self._offsets_used += 1
-        self.clock_offset_ns = int(self._offsets.max())
-        self.last_driver_time_ns = driver_time_ns
-        return True
+    # -- the driver's messages ----------------------------------------------------------------
 
-    def _record_inference_delay(self, steps: int) -> None:
-        """A chunk for step s landed at step s + `steps`; update the estimate (once per chunk)."""
-        self._delays[self._delay_index] = max(steps, 0)
-        self._delay_index = (self._delay_index + 1) % DELAY_WINDOW
-        self._delay_count = min(self._delay_count + 1, DELAY_WINDOW)
-        recent = self._delays[: self._delay_count]  # the ring, filled slots only
-        self._delay_estimate = int(np.percentile(recent, DELAY_PERCENTILE, method="higher"))
+    def count(self, event: str, n: int = 1) -> None:
+        """One more `event` of this robot (a counter in status)."""
+        self._counters[event] += n
 
-    @property
-    def inference_delay(self) -> int:
-        """A high percentile (DELAY_PERCENTILE) of the observation-to-chunk delays, in control
-        steps, of the last DELAY_WINDOW chunks of this episode: a policy that plans around it
-        (real-time chunking) errs on the safe side, without one outlier setting it for long."""
-        return self._delay_estimate
+    def check_newer(self, seq: int) -> None:
+        """An observation must be newer than the last one accepted: else counted and refused."""
+        if seq <= self._last_obs_seq:
+            self._counters["stale_observations"] += 1
+            raise ProtocolError(
+                ErrorCode.STALE,
+                f"observation seq {seq} is not newer than {self._last_obs_seq}; dropped",
+            )
+
+    def take_observation(
+        self,
+        obs_seq: int,
+        driver_time_ns: int,
+        received_ns: int,
+        step: int,
+        images: dict[str, np.ndarray],
+        state: np.ndarray,
+        teleop: np.ndarray | None,
+        *,
+        episode_start: bool,
+        resume: bool,
+    ) -> None:
+        """A checked observation for control step `step`: the clock estimate, the episode, the
+        pipeline's watchdog and teleop, and the pending observation the next request is about."""
+        self._last_obs_seq = obs_seq
+        self._last_observation_ns = received_ns
+        if not self._clock.record(driver_time_ns, received_ns):
+            self._counters["clock_jumps"] += 1
+        self._counters["observations"] += 1
+        if episode_start:
+            self.start_episode()  # this robot only: plan, history, memory, chunks in flight
+        if self._pipeline.on_observation(state, teleop, received_ns, resume):
+            # Back from a watchdog hold or stop: chunks planned before it are stale.
+            self._queues.chunks.clear()
+            self._counters["plans_dropped_after_watchdog"] += 1
+        self._pending = PendingObservation(
+            step=step,
+            obs_seq=obs_seq,
+            received_ns=received_ns,
+            images=images,
+            state_window=self._history.push(state),
+        )
+
+    def own_joints(self, joints: Sequence[str]) -> tuple[str, ...]:
+        """The operator now owns `joints` (teleop); raises ValueError for unknown ones."""
+        teleop = self._pipeline.teleop
+        teleop.set_owned(joints)
+        return tuple(teleop.owned)
+
+    # -- the inference feed -----------------------------------------------------------------
 
     def start_episode(self) -> None:
         """Forget the plan, the state history, the policy's memory, requests not yet taken and
         chunks in flight; the new episode's first observation is asked about at once."""
-        self.episode += 1
-        self.episode_start = True
-        self.pipeline.drop_plan()
-        self.history.clear()
-        self.memory = {}
-        self.requests.take()
-        self.chunks.clear()
-        self.pending = None
-        self.last_request_step = -(10**18)
-        self._delays.fill(0)
-        self._delay_count = 0
-        self._delay_estimate = 0
+        self._episode += 1
+        self._episode_start = True
+        self._pipeline.drop_plan()
+        self._history.clear()
+        self._memory = {}
+        self._queues.requests.take()
+        self._queues.chunks.clear()
+        self._pending = None
+        self._last_request_step = NEVER
+        self._delay.clear()
 
-    def on_chunk_landed(self, chunk: Chunk, step: int) -> bool:
-        """A chunk came back at control step `step`: False (dropped) if it belongs to an ended
-        episode; else the policy's new memory is kept and the episode has begun."""
-        if chunk.episode != self.episode:
-            return False
-        if chunk.memory is not None:
-            self.memory = chunk.memory
-        self.episode_start = False
-        self._record_inference_delay(step - chunk.start_step)
-        return True
-
-    def request(self) -> InferenceRequest | None:
-        """Turn the pending observation into a request with this robot's context (and clear
-        it); None when nothing is pending."""
-        observation, self.pending = self.pending, None
+    def request_if_due(self, step: int, query_period: int) -> InferenceRequest | None:
+        """At most every `query_period` steps, the pending observation as a request with this
+        robot's context as it is now (and no longer pending); None when not due or nothing new
+        came since the last request."""
+        if step - self._last_request_step < query_period:
+            return None
+        observation, self._pending = self._pending, None
         if observation is None:
             return None
+        self._last_request_step = step
         context = RobotContext(
             step=observation.step,
-            episode_start=self.episode_start,
+            episode_start=self._episode_start,
             state_history=observation.state_window,
-            previous_plan=self.pipeline.plan(observation.step),
-            inference_delay=self.inference_delay,
-            memory=MappingProxyType(self.memory),  # read-only to the policy
+            previous_plan=self._pipeline.plan(observation.step),
+            inference_delay=self._delay.steps,
+            memory=MappingProxyType(self._memory),  # read-only to the policy
         )
         return InferenceRequest(
-            observation.obs_seq, observation.received_ns, self.episode, observation.images, context
+            observation.obs_seq, observation.received_ns, self._episode, observation.images, context
         )
+
+    # -- one control tick: read ---------------------------------------------------------------
+
+    @property
+    def has_refusals(self) -> bool:
+        return bool(self._queues.refused)
+
+    def take_refusal(self) -> Refusal | None:
+        """The oldest observation the feed refused for its content, not yet told; or None."""
+        refused = self._queues.refused
+        return refused.popleft() if refused else None
+
+    def land_chunks(self, step: int) -> None:
+        """Merge the chunks that came back into the plan, at control step `step`. A chunk of an
+        ended episode is dropped; `fresh_chunk` is the last one with steps still ahead (None:
+        none this tick)."""
+        self._fresh_chunk = None
+        chunks = self._queues.chunks
+        while chunks:
+            chunk = chunks.popleft()
+            if not self._on_chunk_landed(chunk, step):
+                self._counters["chunks_of_ended_episode"] += 1
+                continue  # planned before the robot's episode started again
+            late = self._pipeline.on_chunk(chunk.start_step, chunk.actions, step)
+            self._counters["late_steps_dropped"] += late
+            if late < len(chunk.actions):
+                self._fresh_chunk = chunk
+                self._newest_chunk_obs_seq = max(self._newest_chunk_obs_seq, chunk.obs_seq)
+
+    def _on_chunk_landed(self, chunk: Chunk, step: int) -> bool:
+        """False (dropped) if the chunk belongs to an ended episode; else the policy's new
+        memory is kept, the episode has begun, and its delay counts in the estimate."""
+        if chunk.episode != self._episode:
+            return False
+        if chunk.memory is not None:
+            self._memory = chunk.memory
+        self._episode_start = False
+        self._delay.record(step - chunk.start_step)
+        return True
+
+    def take_fresh_chunk(self) -> Chunk | None:
+        """The chunk `land_chunks` found fresh this tick (once: not kept past the tick)."""
+        chunk, self._fresh_chunk = self._fresh_chunk, None
+        return chunk
+
+    def drop_plan_for_restart(self) -> None:
+        """The policy's process is restarting: chunks it planned are never executed, and this
+        tick holds."""
+        self._queues.chunks.clear()
+        self._pipeline.drop_plan()
+        self._hold_reason = "inference_restarting"
+
+    # -- one control tick: update and write ---------------------------------------------------
+
+    def update(self, step: int, now_ns: int, laps: StepLaps | None = None) -> None:
+        """This tick's command through the action pipeline (ensembler, teleop, guards): an
+        action in `pipeline.command` (`hold_reason` None) or why the robot holds."""
+        pipeline = self._pipeline
+        if pipeline.last_observation_ns == 0:
+            self._hold_reason = "no_observation"  # nothing to act on yet
+        elif pipeline.step(step, now_ns, laps) is Verdict.ACTION:
+            self._hold_reason = None
+        else:
+            self._hold_reason = HOLD_REASONS.get(pipeline.guards.state, "no_action")
+
+    @property
+    def hold_reason(self) -> str | None:
+        """Why this tick holds; None: it sends the action in `pipeline.command`."""
+        return self._hold_reason
+
+    def action_too_late(self) -> str:
+        """This tick's action missed its deadline: it holds instead; returns why."""
+        self._hold_reason = HOLD_REASONS.get(self._pipeline.guards.state, "no_action")
+        return self._hold_reason
+
+    def next_send_seq(self) -> int:
+        """The seq of the next `action` or `hold` to this robot."""
+        self._send_seq += 1
+        return self._send_seq
+
+    def delivered(self, sent: bool) -> None:
+        """Whether the robot received this tick's action: rate limits count from what it saw."""
+        if sent:
+            self._pipeline.delivered()
+        else:  # queue full or peer gone: the robot never saw it
+            self._counters["actions_not_delivered"] += 1
+            self._pipeline.not_delivered()
+
+    # -- its lifetime -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Ended: the feed skips its requests; its frame ring file goes (the mapping lasts
+        while an inference in flight still reads it)."""
+        self._queues.closed = True
+        if self._frame_ring is not None:
+            self._frame_ring.close()

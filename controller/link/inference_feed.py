@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -65,6 +65,21 @@ class RobotQueues(Protocol):
     chunks: collections.deque[Chunk]
     refused: collections.deque[Refusal]
     counters: collections.Counter[str]
+
+
+@dataclass(eq=False)
+class InferenceQueues:
+    """One robot as the feed sees it (a `RobotQueues`): its mailbox of requests (newest wins),
+    the chunks and refusals the feed hands back (deques: append and popleft are atomic), and
+    the session's counters, which the feed adds its own to."""
+
+    robot: str
+    spec: PolicySpec
+    counters: collections.Counter[str]
+    closed: bool = False
+    requests: Mailbox[InferenceRequest] = field(default_factory=Mailbox)
+    chunks: collections.deque[Chunk] = field(default_factory=collections.deque)
+    refused: collections.deque[Refusal] = field(default_factory=collections.deque)
 
 
 class Pollable(Protocol):

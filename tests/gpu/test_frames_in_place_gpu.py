@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.daemon.dispatch import DRIVER_RING_SLOTS
+from controller.daemon.registry import DRIVER_RING_SLOTS
 from controller.link.frame_slots import FrameSlots
 from controller.link.remote_policy import RemotePolicy
 from controller.wire.slot_ring import SlotFrames

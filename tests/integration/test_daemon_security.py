@@ -130,4 +130,4 @@ def test_curve_daemon_ignores_a_driver_without_keys(curve_daemon):
     with pytest.raises(DaemonUnavailable):
         client.connect()
     client.close()
-    assert daemon.dispatcher.sessions == {}
+    assert daemon.registry.sessions == {}

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from controller.action.guards_config import GuardsConfig
+from controller.link.served_policy import served_here
 from controller.observe.status_server import request_status
 from policies.base import Prediction
 from tests.conftest import (
@@ -170,21 +171,21 @@ def test_killed_driver_loses_its_session_and_others_keep_their_ticks(tmp_path):
         wait_for(lambda: doomed.actions_since(0), timeout=20)
         wait_for(lambda: steady(good))
         doomed_session = doomed.session()
-        assert doomed_session in daemon.dispatcher.sessions
+        assert doomed_session in daemon.registry.sessions
         since, missed = len(good.records), daemon.pacer.missed_ticks
         lost = good.client.counters.lost
 
         doomed.signal(signal.SIGKILL)
         killed, killed_tick = time.monotonic(), ticks_run(daemon)
         # The next send to it fails (ROUTER_MANDATORY: EHOSTUNREACH): the session is closed.
-        wait_for(lambda: doomed_session not in daemon.dispatcher.sessions, timeout=10)
+        wait_for(lambda: doomed_session not in daemon.registry.sessions, timeout=10)
         dropped_s = time.monotonic() - killed
         dropped_ticks = ticks_run(daemon) - killed_tick
         after = len(good.records)
         wait_for(lambda: len(good.records) >= after + 10)
 
         assert daemon.running
-        assert list(daemon.dispatcher.sessions) == [good.client.welcome.session]
+        assert list(daemon.registry.sessions) == [good.client.welcome.session]
         assert_served_without_a_miss(daemon, good, since, missed, lost)
         # Within half a second of the daemon's own running time (wall time is the figure).
         assert dropped_ticks <= RATE_HZ // 2, (
@@ -238,7 +239,7 @@ def test_frozen_driver_is_detected_within_500_ms_and_recovers(tmp_path):
         wait_for(lambda: frozen.actions_since(resumed), timeout=5)
         new_session, _ = frozen.actions_since(resumed)[-1]
         assert new_session != session
-        assert new_session in daemon.dispatcher.sessions
+        assert new_session in daemon.registry.sessions
 
         after = len(good.records)
         wait_for(lambda: len(good.records) >= after + 5)
@@ -256,6 +257,7 @@ from pathlib import Path
 import controller.app as app
 import controller.inference.build as build_module
 from controller.cli import setup_logging
+from controller.link.served_policy import served_here
 from controller.config import load_config
 
 marker, slow_from = Path(sys.argv[1]), int(sys.argv[2])
@@ -275,7 +277,7 @@ class SlowPolicy:
             time.sleep(5)
         return prediction
 
-build_module.build_policy = lambda config, progress=None: SlowPolicy(build(config))
+build_module.build_policy = lambda config, progress=None: served_here(SlowPolicy(build(config)))
 setup_logging("INFO")
 sys.exit(app.serve(load_config(None, sys.argv[3:])))
 """
@@ -434,7 +436,7 @@ def plan(call: int) -> str:
 
 def test_policy_exceptions_and_nan_chunks_never_reach_the_robot(tmp_path):
     policy = FaultyPolicy(reach(tmp_path), plan)
-    with served(tmp_path, policy) as (daemon, good):
+    with served(tmp_path, served_here(policy)) as (daemon, good):
         wait_for(lambda: policy.calls >= 200 and steady(good), timeout=20)
         assert daemon.running
         outcomes = list(policy.outcomes)
@@ -500,7 +502,7 @@ def test_policy_returning_junk_once_is_survived(tmp_path, junk):
             return out if isinstance(out, np.ndarray) and out is chunk else Prediction(out)
 
     policy = JunkOnce(inner, lambda call: "ok")
-    with served(tmp_path, policy) as (daemon, good):
+    with served(tmp_path, served_here(policy)) as (daemon, good):
         wait_for(
             lambda: policy.calls >= 60 or not daemon.running or not daemon.worker.alive,
             timeout=10,
@@ -559,7 +561,7 @@ def test_an_input_the_reference_fails_on_is_refused_to_its_robot_and_demotes_not
             bad.receive(timeout_s=0.02)
         wait_for(lambda: (bad.receive(0.01), bad.counters.error_codes)[1].get("unusable_input"))
         session = bad.welcome.session
-        assert session in daemon.dispatcher.sessions, "a refused input must not end the session"
+        assert session in daemon.registry.sessions, "a refused input must not end the session"
         assert not any(r.kind == "action" for r in bad.records), "the bad robot got an action"
         bad.close()
         after = len(good.records)

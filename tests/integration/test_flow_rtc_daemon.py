@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from controller.config_sections import RTCConfig
+from controller.link.served_policy import served_here
 from controller.wire.client import TempoClient
 from policies.base import Prediction, RobotContext
 from policies.demo import make_demo_flow_policy
@@ -43,7 +44,7 @@ def test_rtc_chunks_keep_the_actions_executed_while_they_were_computed(tmp_path)
         tmp_path, "control.rate_hz=50", "inference.ensemble=newest", "inference.query_period=4"
     )
     frame = np.zeros((32, 32, 3), np.uint8)
-    with running_daemon(config, policy):
+    with running_daemon(config, served_here(policy)):
         with TempoClient(
             config.server.bind,
             robot="arm",

@@ -161,7 +161,7 @@ def test_a_slot_written_after_it_was_sent_is_refused_and_others_are_served(
         index = rogue._frames.next
         slow_seq = rogue.send_observation(buffers, STATE)
         # The daemon has accepted it (the slot was intact then) and the policy is reading it.
-        wait_for(lambda: any(s.last_obs_seq == slow_seq for s in daemon.dispatcher.session_list))
+        wait_for(lambda: any(s.last_obs_seq == slow_seq for s in daemon.registry.live))
         ring = rogue._frames.ring
         ring.begin(index)
         ring.arrays(index)["front"][:] = 0

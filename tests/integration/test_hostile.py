@@ -109,7 +109,7 @@ class Arena:
     def ready(self) -> None:
         """Only the good driver is connected, and it is in steady service: its last
         `SETTLE_RECORDS` commands are actions for consecutive steps, the last one just now."""
-        sessions = self.daemon.dispatcher.sessions
+        sessions = self.daemon.registry.sessions
         wait_for(lambda: list(sessions) == [self.good_session], timeout=3)
         now = time.monotonic_ns()
         wait_for(lambda: self._steady(now), timeout=5)
@@ -744,7 +744,7 @@ def test_oversize_frame_drops_the_connection(arena: Arena) -> None:
             assert reply is not None and reply["code"] == NOT_ALLOWED, reply
             expected = collections.Counter([NOT_ALLOWED])
         # The attacker's session goes with its connection (the next send to it fails).
-        wait_for(lambda: attacker.session not in arena.daemon.dispatcher.sessions, timeout=3)
+        wait_for(lambda: attacker.session not in arena.daemon.registry.sessions, timeout=3)
         attacker.session = None
         arena.judge(mark, expected)
 
@@ -812,7 +812,7 @@ def test_hijacking_another_drivers_session_is_refused(arena: Arena) -> None:
         replies = [attacker.error() for _ in range(3)]
         assert [r and r["code"] for r in replies] == ["unknown_session"] * 3, replies
         arena.judge(mark, collections.Counter({"unknown_session": 3}))
-    session = arena.daemon.dispatcher.sessions[victim]
+    session = arena.daemon.registry.sessions[victim]
     assert session.robot == "good" and session.pipeline.teleop.owned == ()
     # The attacker's observation (seq 10**9) never counted for the victim.
     assert session.last_obs_seq < 10**9

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from controller.errors import ErrorCode
+from controller.link.inference_feed import Chunk
+from controller.link.served_policy import served_here
 from controller.link.thread_feed import ThreadFeed
 from controller.wire.client import TempoClient
 from controller.wire.protocol import decode, encode
@@ -63,7 +65,7 @@ def test_two_robots_on_one_act_get_chunks_from_their_own_histories(tmp_path) -> 
         "left": np.array([[0.3, 0.0, 0.0], [0.2, 0.1, 0.0], [0.1, 0.1, 0.1]], np.float32),
         "right": np.array([[-0.3, 0.5, 0.2], [0.0, -0.2, 0.4], [0.1, 0.1, 0.1]], np.float32),
     }
-    with running_daemon(config, policy):
+    with running_daemon(config, served_here(policy)):
         clients = {
             name: TempoClient(
                 config.server.bind,
@@ -149,7 +151,7 @@ def test_episode_start_clears_one_robots_plan_history_and_memory_not_the_others(
             observe(dispatcher, ids[name], sessions[name], i + 1, [0.1 * i, 0.0, 0.0])
         now = time.monotonic_ns()
         loop.tick(i, now, now)
-    left, right = (dispatcher.sessions[sessions[n]] for n in ("left", "right"))
+    left, right = (dispatcher.registry.sessions[sessions[n]] for n in ("left", "right"))
     assert left.memory["calls"][0] == 4 and right.memory["calls"][0] == 4
     assert left.pipeline.plan(4) is not None and right.pipeline.plan(4) is not None
     right_plan = right.pipeline.plan(4)
@@ -161,7 +163,7 @@ def test_episode_start_clears_one_robots_plan_history_and_memory_not_the_others(
     np.testing.assert_array_equal(newest.state_history, np.full((HISTORY, 3), 0.9, np.float32))
     assert left.episode == 1 and right.episode == 0
     assert left.pipeline.plan(4) is None  # the old plan is gone; the new chunk is not merged
-    assert len(left.chunks) == 1 and left.chunks[0].episode == 1
+    assert len(left.queues.chunks) == 1 and left.queues.chunks[0].episode == 1
     # The other robot: plan, memory and history untouched.
     np.testing.assert_array_equal(right.pipeline.plan(4).actions, right_plan.actions)
     assert right.memory["calls"][0] == 4 and right.episode_start is False
@@ -177,10 +179,10 @@ def test_a_chunk_of_an_ended_episode_is_dropped(tmp_path) -> None:
     dispatcher, loop, recorder, step = offline_daemon(config, EagerPolicy(small_act()))
     session_id = hello(dispatcher, recorder, b"L", "left")
     observe(dispatcher, b"L", session_id, 1, [0.0, 0.0, 0.0])
-    session = dispatcher.sessions[session_id]
-    stale = session.chunks.popleft()  # still computing when the episode ends, say
+    session = dispatcher.registry.sessions[session_id]
+    stale = session.queues.chunks.popleft()  # still computing when the episode ends, say
     observe(dispatcher, b"L", session_id, 2, [0.5, 0.0, 0.0], episode_start=True)
-    session.chunks.appendleft(stale)
+    session.queues.chunks.appendleft(stale)
     now = time.monotonic_ns()
     loop.tick(0, now, now)
     assert session.counters["chunks_of_ended_episode"] == 1
@@ -198,25 +200,29 @@ def test_an_episode_start_reaches_the_policy_even_when_its_request_was_replaced(
     config = ipc_config(tmp_path, "guards.hold_after_ms=60000", "guards.stop_after_ms=120000")
     dispatcher, loop, recorder, step = offline_daemon(config, policy, worker)
     session_id = hello(dispatcher, recorder, b"L", "left")
-    session = dispatcher.sessions[session_id]
-    session.episode_start = False  # as if the session's first episode were well under way
-    session.memory = {"calls": np.array([7])}
+    session = dispatcher.registry.sessions[session_id]
+    # As if the session's first episode were well under way: a chunk of it came back.
+    actions = np.zeros((policy.spec.chunk_size, policy.spec.action_dim), np.float32)
+    memory = {"calls": np.array([7])}
+    session.queues.chunks.append(Chunk(0, actions, 0, 0, 0, session.episode, memory))
+    session.land_chunks(0)
+    assert session.episode_start is False and session.memory["calls"][0] == 7
     for seq, flag in ((1, True), (2, False), (3, False)):
         step[0] = seq
         observe(dispatcher, b"L", session_id, seq, [0.1 * seq, 0, 0], episode_start=flag)
-    assert session.requests.replaced == 2
-    waiting = session.requests.peek()
+    assert session.queues.requests.replaced == 2
+    waiting = session.queues.requests.peek()
     assert waiting.context.episode_start and waiting.context.memory == {}
     worker.start()
     try:
-        wait_for(lambda: session.chunks, timeout=20)
+        wait_for(lambda: session.queues.chunks, timeout=20)
     finally:
         worker.stop()
     now = time.monotonic_ns()
     loop.tick(4, now, now)  # the episode's first chunk lands
     step[0] = 4
     observe(dispatcher, b"L", session_id, 4, [0.5, 0, 0])
-    assert not session.requests.peek().context.episode_start
+    assert not session.queues.requests.peek().context.episode_start
 
 
 def test_the_policys_memory_is_copied_and_read_only_to_it(tmp_path) -> None:
@@ -235,7 +241,7 @@ def test_the_policys_memory_is_copied_and_read_only_to_it(tmp_path) -> None:
     observe(dispatcher, b"L", session_id, 1, [0.0, 0.0, 0.0])
     now = time.monotonic_ns()
     loop.tick(0, now, now)
-    kept = dispatcher.sessions[session_id].memory["buffer"]
+    kept = dispatcher.registry.sessions[session_id].memory["buffer"]
     buffer[:] = 99.0  # the policy reuses its buffer for another robot
     assert kept[0] == 1.0
     observe(dispatcher, b"L", session_id, 2, [0.0, 0.0, 0.0])

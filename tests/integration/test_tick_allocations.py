@@ -25,8 +25,7 @@ import pytest
 import zmq
 
 from controller.config import resolve_execution
-from controller.daemon.dispatch import Dispatcher
-from controller.daemon.loop import ControlLoop
+from controller.daemon.control import build_control
 from controller.daemon.service import (
     limits_for,
     open_transport,
@@ -89,27 +88,27 @@ class Rig:
         self.worker = DeferredWorker(policy)
         self.worker.queued = []
         self.step = 0
-        self.dispatcher = Dispatcher(
+        control = build_control(
             policy.spec,
             self.worker,
             self.transport.send,
             lambda: self.step,
             pipeline_factory(policy.spec, config),
             control_hz=100.0,
-            server=config.server,
+            period_ns=10_000_000,
+            valid_ticks=config.control.action_valid_ticks,
+            server=config.server.model_copy(update={"session_timeout_s": 60.0}),
             inference=resolve_execution(config.inference, policy.spec)[0],
             limits=limits,
             send_prepared=self.transport.send_prepared,
             telemetry=telemetry,
         )
-        self.transport.on_peer_gone = self.dispatcher.peer_gone
-        self.loop = ControlLoop(
-            self.dispatcher,
-            10_000_000,
-            config.control.action_valid_ticks,
-            60.0,
-            telemetry=telemetry,
+        self.registry, self.dispatcher, self.loop = (
+            control.registry,
+            control.dispatcher,
+            control.loop,
         )
+        self.transport.on_peer_gone = self.registry.peer_gone
         self.driver = self.context.socket(zmq.DEALER)
         self.driver.connect(self.transport.endpoint)
         self.seq = 0
@@ -172,7 +171,7 @@ def measure(
                 rig.observe()
             landing = rig.worker.run_queued() > 0
             requests = len(rig.worker.queued)
-            pending = bool(rig.dispatcher.session_list[0].pending)
+            pending = bool(rig.registry.live[0].pending)
             start = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
             tick()

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from controller.config import resolve_execution
-from controller.daemon.dispatch import Dispatcher
-from controller.daemon.loop import ControlLoop
+from controller.daemon.control import build_control
 from controller.daemon.service import limits_for, pipeline_factory
 from controller.wire.protocol import encode
 from controller.wire.slot_ring import SlotFrames, SlotRing
@@ -49,23 +48,24 @@ def rig(tmp_path: Path) -> Any:
     config = ipc_config(tmp_path)
     policy = Mean()
     recorder = Recorder()
-    dispatcher = Dispatcher(
+    control = build_control(
         policy.spec,
         sync_worker(policy),
         recorder,
         lambda: 0,
         pipeline_factory(policy.spec, config),
         control_hz=100.0,
-        server=config.server,
+        period_ns=10_000_000,
+        valid_ticks=2.0,
+        server=config.server.model_copy(update={"session_timeout_s": 5.0}),
         inference=resolve_execution(config.inference, policy.spec)[0],
         limits=limits_for(policy.spec),
         send_prepared=recorder.send_prepared,
         frames_in_place=True,
     )
-    loop = ControlLoop(dispatcher, 10_000_000, 2.0, 5.0)
-    yield dispatcher, loop, recorder, policy
-    for session in list(dispatcher.sessions.values()):
-        dispatcher.close(session.id, "test over")
+    yield control.dispatcher, control.loop, recorder, policy
+    for session in list(control.registry.sessions.values()):
+        control.registry.close(session.id, "test over")
 
 
 class Driver:
@@ -110,8 +110,8 @@ def test_a_written_slot_is_served_from_shared_memory(rig: Any) -> None:
     assert codes(driver.obs({"index": 1, "generation": generation})) == []
     # Views of the slot, not a copy, held by the daemon while the policy read them ...
     assert driver.policy.seen == [(SlotFrames, 1, True)]
-    session = driver.dispatcher.sessions[driver.session]
-    assert session.chunks and float(session.chunks[-1].actions[0, 0]) == 9.0
+    session = driver.dispatcher.registry.sessions[driver.session]
+    assert session.queues.chunks and float(session.queues.chunks[-1].actions[0, 0]) == 9.0
     assert driver.ring.free(1)  # ... and the driver's again once the daemon dropped them
 
 
@@ -138,7 +138,7 @@ def test_an_observation_whose_slot_was_written_again_since_is_dropped_quietly(ri
     driver.ring.write(0, {"front": np.ones((8, 10, 3), np.uint8)})
     assert codes(driver.obs({"index": 0, "generation": old})) == []
     assert driver.policy.seen == []
-    session = driver.dispatcher.sessions[driver.session]
+    session = driver.dispatcher.registry.sessions[driver.session]
     assert session.counters["observations_superseded"] == 1
     assert driver.ring.free(0)
 

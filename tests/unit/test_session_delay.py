@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from controller.config import TempoConfig
+from controller.daemon.estimates import DELAY_WINDOW
 from controller.daemon.service import pipeline_factory
-from controller.daemon.session import DELAY_WINDOW, Session, StateHistory
+from controller.daemon.session import Session
 from controller.link.inference_feed import Chunk
 from policies.base import CameraSpec, PolicySpec
 
@@ -19,20 +20,14 @@ SPEC = PolicySpec(
 
 
 def session() -> Session:
-    return Session(
-        id="s",
-        identity=b"r",
-        robot="r",
-        spec=SPEC,
-        created_ns=0,
-        pipeline=pipeline_factory(SPEC, TempoConfig())({}),
-        history=StateHistory(1, 2),
-    )
+    return Session("s", b"r", "r", SPEC, 0, pipeline_factory(SPEC, TempoConfig())({}))
 
 
 def land(s: Session, start: int, delay: int) -> None:
-    chunk = Chunk(start, np.zeros((10, 2), np.float32), 0, 0, 0, s.episode)
-    assert s.on_chunk_landed(chunk, start + delay)
+    """A chunk planned for step `start` comes back from the feed `delay` steps later."""
+    s.queues.chunks.append(Chunk(start, np.zeros((10, 2), np.float32), 0, 0, 0, s.episode))
+    s.land_chunks(start + delay)
+    assert not s.queues.chunks and s.counters["chunks_of_ended_episode"] == 0
 
 
 def test_one_slow_inference_does_not_set_the_delay() -> None:

@@ -47,6 +47,7 @@ class Driver:
 
     def __init__(self, daemon: tuple[Any, Any, Any, list[int]], name: bytes) -> None:
         self.dispatcher, self.loop, self.recorder, self.step = daemon
+        self.registry = self.dispatcher.registry
         self.identity = name
         self.seq = 0
         self.session = ""
@@ -94,7 +95,7 @@ def test_a_stamp_far_in_the_future_moves_no_deadline(daemon) -> None:
     driver.hello(now)
     clock = 5 * S  # the driver's clock: 5 s, while ours reads `now`
     assert driver.obs(now, clock) == []
-    session = driver.dispatcher.sessions[driver.session]
+    session = driver.registry.sessions[driver.session]
     offset = session.clock_offset_ns
     assert offset == clock - now
     # One observation stamped 1000 s ahead is served, but its offset is not believed.
@@ -119,7 +120,7 @@ def test_time_ns_zero_or_going_backwards_is_refused(daemon) -> None:
     refused = driver.obs(now + 1, 10 * S - 1)
     assert codes(refused) == ["clock"]
     assert "earlier than this session's previous observation" in refused[0][2]["message"]
-    session = driver.dispatcher.sessions[driver.session]
+    session = driver.registry.sessions[driver.session]
     assert session.counters["observations"] == 1 and session.last_obs_seq == driver.seq - 1
 
 
@@ -130,9 +131,9 @@ def test_a_session_that_never_observes_is_closed_whatever_else_it_sends(daemon) 
     for i in range(1, 5):  # teleop every half second, never an observation
         assert squatter.send("teleop", now + i * S // 2, joints=[]) == []
         squatter.loop.tick(i, now + i * S // 2, now + i * S // 2)
-    assert squatter.session in squatter.dispatcher.sessions  # 2.0 s: not past the timeout yet
+    assert squatter.session in squatter.registry.sessions  # 2.0 s: not past the timeout yet
     squatter.loop.tick(5, now + 2 * S + S // 10, now + 2 * S + S // 10)
-    assert squatter.session not in squatter.dispatcher.sessions
+    assert squatter.session not in squatter.registry.sessions
 
 
 def test_a_full_daemon_gives_an_idle_slot_to_a_new_driver(daemon) -> None:
@@ -145,7 +146,7 @@ def test_a_full_daemon_gives_an_idle_slot_to_a_new_driver(daemon) -> None:
         squatter.send("teleop", now + i * S // 4, joints=[])
     # Every slot taken, the squatter silent for 0.75 s >= idle_when_full_s: it gives way.
     newcomer.hello(now + 3 * S // 4)
-    sessions = working.dispatcher.sessions
+    sessions = working.registry.sessions
     assert set(sessions) == {working.session, newcomer.session}
     # A working driver is never evicted: with both slots observing, the next one is `full`.
     newcomer.obs(now + S, S)
@@ -165,10 +166,11 @@ def test_an_observation_the_policy_cannot_use_is_refused_to_its_robot(daemon) ->
     errors = [f for ident, kind, f, _ in sent[before:] if kind == "error"]
     assert [e["code"] for e in errors] == ["unusable_input"]
     assert errors[0]["ref_seq"] == driver.seq and errors[0]["session"] == driver.session
-    session = driver.dispatcher.sessions[driver.session]
+    session = driver.registry.sessions[driver.session]
     assert session.counters["input_faults"] == 1
     assert driver.dispatcher.errors["unusable_input"] == 1
-    assert driver.dispatcher.worker.input_faults == 1 and driver.dispatcher.worker.failures == 0
+    feed = driver.dispatcher.requests.feed
+    assert feed.input_faults == 1 and feed.failures == 0
 
 
 def test_state_outside_the_spec_bounds_is_refused_naming_the_joint(tmp_path) -> None:
@@ -191,7 +193,7 @@ def test_a_late_first_observation_does_not_expire_a_whole_session(daemon) -> Non
     clock = 5 * S
     # The first observation was stuck for 3 s on its way: its offset is 3 s too low.
     driver.obs(now, clock - 3 * S)
-    session = driver.dispatcher.sessions[driver.session]
+    session = driver.registry.sessions[driver.session]
     for i in range(1, 12):  # then on time: the true offset, 3 s above the estimate
         driver.obs(now + i * S // 100, clock + i * S // 100)
     assert session.clock_offset_ns == clock - now  # believed after the confirmations

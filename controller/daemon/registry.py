@@ -1,0 +1,161 @@
+"""The sessions a daemon serves: opened on hello (make_room, then open), found by session id
+(and the identity that opened it), closed on bye, a lost connection, a time-out or to make
+room; at most `server.max_robots` at once.
+
+The tick iterates `live`, a tuple rebuilt when a session opens or closes (no list built per
+tick; a session closed mid-tick is harmless). Status reads `sessions` from another thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import uuid
+from collections.abc import Callable
+
+from controller.action.pipeline import ActionPipeline
+from controller.config_sections import ServerConfig
+from controller.daemon.session import Session
+from controller.daemon.tick_messages import TickHeaders
+from controller.errors import ErrorCode, ProtocolError
+from controller.link.frame_slots import FrameSlots
+from policies.base import PolicySpec
+
+log = logging.getLogger(__name__)
+
+# Slots of a same-host driver's frame ring (frames in place). The daemon holds a slot from the
+# observation naming it until it drops that observation (served or superseded); the driver
+# writes the free ones round robin, and sends frames on the socket when none is free.
+DRIVER_RING_SLOTS = 4
+# driver's joint limits from hello -> that robot's action pipeline (raises ValueError if invalid)
+PipelineFactory = Callable[[dict[str, tuple[float, float]]], ActionPipeline]
+
+
+class SessionRegistry:
+    def __init__(
+        self,
+        spec: PolicySpec,
+        new_pipeline: PipelineFactory,
+        server: ServerConfig,
+        *,
+        frames_in_place: bool = False,
+    ) -> None:
+        """`frames_in_place`: a driver may ask for a shared-memory frame ring in hello (the
+        daemon's endpoint is ipc://, so drivers are on this host)."""
+        self.spec = spec
+        self.new_pipeline = new_pipeline
+        self.max_robots = server.max_robots
+        self.timeout_ns = int(server.session_timeout_s * 1e9)
+        self.idle_when_full_ns = server.idle_when_full_s * 1e9
+        self.frames_in_place = frames_in_place
+        self.sessions: dict[str, Session] = {}
+        self.live: tuple[Session, ...] = ()
+        self._by_identity: dict[bytes, str] = {}
+        # Guard interventions of sessions that have ended, so totals survive a disconnect.
+        self.closed_guard_counts: collections.Counter[str] = collections.Counter()
+
+    def make_room(self, identity: bytes, now_ns: int) -> None:
+        """Before a driver's hello opens a session: its earlier session, if any, is closed, and
+        when every slot is taken the idlest is freed if idle long enough; else ProtocolError."""
+        old = self._by_identity.get(identity)
+        if old is not None:
+            self.close(old, "the driver said hello again")
+        if len(self.sessions) >= self.max_robots:
+            self._free_an_idle_slot(now_ns)
+        if len(self.sessions) >= self.max_robots:
+            raise ProtocolError(
+                ErrorCode.FULL,
+                f"this daemon already serves {len(self.sessions)} robots "
+                f"(server.max_robots); disconnect one or raise the limit",
+            )
+
+    def open(
+        self,
+        identity: bytes,
+        robot: str,
+        now_ns: int,
+        driver_limits: dict[str, tuple[float, float]],
+        frame_ring: bool = False,
+    ) -> Session:
+        """A new session for a driver's hello, after `make_room`; raises ProtocolError when
+        the driver's limits are invalid. `frame_ring`: the driver asked for frames in place."""
+        try:
+            pipeline = self.new_pipeline(driver_limits)
+        except ValueError as exc:  # limits naming unknown joints, or with lower > upper
+            raise ProtocolError(ErrorCode.NOT_ALLOWED, f"hello spec.limits: {exc}") from None
+        ring = None
+        if frame_ring and self.frames_in_place:
+            try:
+                ring = FrameSlots.create(self.spec, DRIVER_RING_SLOTS)
+            except OSError as exc:  # /dev/shm full: this robot's frames come on the socket
+                log.warning("robot %s gets no frame ring: %s", robot, exc)
+        session_id = uuid.uuid4().hex
+        session = Session(
+            session_id,
+            identity,
+            robot,
+            self.spec,
+            now_ns,
+            pipeline,
+            tick_headers=TickHeaders(session_id, self.spec.action_dim),
+            frame_ring=ring,
+        )
+        self.sessions[session_id] = session
+        self.live = tuple(self.sessions.values())
+        self._by_identity[identity] = session_id
+        log.info(
+            "robot %s connected (session %s%s)",
+            robot,
+            session_id,
+            ", frames in place" if ring is not None else "",
+        )
+        return session
+
+    def _free_an_idle_slot(self, now_ns: int) -> None:
+        """Every slot is taken: close the session that has sent no observation for longest, if
+        that is `server.idle_when_full_s` or more (sessions that only send teleop, or only said
+        hello, must not keep a real driver out)."""
+        idlest = min(self.sessions.values(), key=lambda s: s.idle_since_ns)
+        if now_ns - idlest.idle_since_ns >= self.idle_when_full_ns:
+            self.close(idlest.id, "no observation while every slot was taken")
+
+    def find(self, session_id: str | None, identity: bytes) -> Session:
+        """The live session of that id opened by that connection; else ProtocolError."""
+        session = self.sessions.get(session_id or "")
+        if session is None or session.identity != identity:
+            raise ProtocolError(
+                ErrorCode.UNKNOWN_SESSION,
+                "unknown session (the daemon may have restarted); send hello again",
+            )
+        return session
+
+    def expire(self, now_ns: int) -> None:
+        """Close the sessions without an observation for `server.session_timeout_s` (teleop or
+        anything else alone does not keep one alive)."""
+        for session in self.live:
+            if now_ns - session.idle_since_ns > self.timeout_ns:
+                self.close(session.id, "no observation within server.session_timeout_s")
+
+    def peer_gone(self, identity: bytes) -> None:
+        """The transport lost a connection: its session ends."""
+        session_id = self._by_identity.get(identity)
+        if session_id is not None:
+            self.close(
+                session_id,
+                "connection lost: the driver closed it or was killed, or sent a message larger "
+                "than the policy's spec allows (ZeroMQ drops those)",
+            )
+
+    def close(self, session_id: str, reason: str) -> None:
+        session = self.sessions.get(session_id)
+        if session is None:
+            return
+        # Counted before the session leaves `sessions`: status, read from another thread,
+        # never misses its guard interventions (at worst counts them twice for an instant).
+        self.closed_guard_counts.update(session.pipeline.guards.counters)
+        session.close()
+        del self.sessions[session_id]
+        self.live = tuple(self.sessions.values())
+        if self._by_identity.get(session.identity) == session_id:
+            del self._by_identity[session.identity]
+        log.info("robot %s disconnected (%s)", session.robot, reason)
