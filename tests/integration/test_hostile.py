@@ -142,7 +142,7 @@ class Arena:
     def observation_counters(self) -> collections.Counter[str]:
         """What the daemon did with the good driver's observations so far, and what its client
         could not send (dropped) or sent with frames on the socket."""
-        session = self.daemon.dispatcher.sessions.get(self.good_session)
+        session = self.daemon.registry.sessions.get(self.good_session)
         counts = session.counters if session is not None else collections.Counter()
         client = self.driver.client.counters
         return collections.Counter(
