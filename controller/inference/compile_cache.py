@@ -23,6 +23,7 @@ import logging
 import os
 import platform
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -79,7 +80,7 @@ def channels_last_of(module: nn.Module) -> bool:
 
 
 def open_compile_cache(
-    tier_names: list[str],
+    tier_names: Sequence[str],
     spec: PolicySpec,
     module: nn.Module,
     config: RunnerConfig,

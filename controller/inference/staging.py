@@ -117,8 +117,8 @@ class InputStaging:
         self.device = device
         frames = [torch.zeros(s, dtype=d, device=device) for s, d in frame_shapes]
         # The codec's inputs are views of one device buffer, uploaded by one copy.
-        self._packed, codec = packed(codec_shapes, device)
-        self.tensors = tuple(frames + codec)
+        self._packed, codec_views = packed(codec_shapes, device)
+        self.tensors = tuple(frames + codec_views)
         # Device views made once (indexing a tensor costs microseconds a step): each group's
         # frames as one (n, H, W, 3) tensor, with its cameras' names, and each camera's row.
         self._groups = [(g.cameras, self.tensors[i][0]) for i, g in enumerate(groups)]

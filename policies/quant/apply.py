@@ -16,7 +16,7 @@ sees the activations the FP32 model produces).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -38,7 +38,7 @@ def quantize_module(
     observations (under torch.no_grad, in FP32)."""
     split_attention(module)
     names = target_layers(module, settings.layers)
-    linears = {name: module.get_submodule(name) for name in names}
+    linears = {name: _linear(module, name) for name in names}
     collectors = {name: StatsCollector() for name in names}
     with _recording(linears, lambda name, x: collectors[name].update(x)):
         run_calibration()
@@ -81,11 +81,18 @@ def quantize_module(
     return layouts
 
 
+def _linear(module: nn.Module, name: str) -> nn.Linear:
+    layer = module.get_submodule(name)
+    if not isinstance(layer, nn.Linear):  # target_layers names only nn.Linear layers
+        raise TypeError(f"layer {name} is not an nn.Linear, so it cannot be quantized")
+    return layer
+
+
 class _recording:
     """Forward pre-hooks calling record(name, input) on every layer; removed on exit."""
 
     def __init__(
-        self, layers: dict[str, nn.Module], record: Callable[[str, torch.Tensor], None]
+        self, layers: Mapping[str, nn.Module], record: Callable[[str, torch.Tensor], None]
     ) -> None:
         self._layers, self._record = layers, record
         self._handles: list[torch.utils.hooks.RemovableHandle] = []

@@ -22,6 +22,8 @@ see the same integers; they differ only in how the integers are multiplied.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import nn
 
@@ -42,6 +44,10 @@ from policies.quant.transform import rotate_blocks, transform_columns
 class QuantLinear(nn.Module):
     """A linear layer (in_features -> out_features) in W4A8; build with `from_plan`."""
 
+    # Buffers registered in __init__, declared so that type checkers see tensors. The codes are
+    # held in one of the first two, by `packed`.
+    weight_packed: torch.Tensor
+    weight_q: torch.Tensor
     weight_scale: torch.Tensor
     act_scale: torch.Tensor | None
     rot_in: torch.Tensor | None
@@ -167,6 +173,7 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         flat = x.reshape(-1, self.in_features)
+        path: ComputePath | Literal["reference"]
         if torch.compiler.is_compiling():
             path = self.compiled_path
         elif torch.is_autocast_enabled(x.device.type):

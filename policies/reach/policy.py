@@ -19,6 +19,10 @@ from policies.tensor_policy import TensorPolicy
 
 
 class ReachModule(nn.Module):
+    # Buffers registered in __init__, declared so that type checkers see tensors.
+    target: torch.Tensor
+    progress: torch.Tensor
+
     def __init__(
         self, target: Sequence[float], chunk_size: int, time_constant_steps: float
     ) -> None:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from policies.tdmpc2.model import NormedLinear, WorldModel, two_hot_inv
+from policies.tdmpc2.model import NormedLinear, StackedLinear, WorldModel, two_hot_inv
 from policies.tdmpc2.norm_kernels import norm_act
 
 Layer = tuple[torch.Tensor, ...]  # weight, bias[, ln weight, ln bias]
@@ -52,7 +52,7 @@ def normed(x: torch.Tensor, layer: Layer) -> torch.Tensor:
     return F.mish(F.layer_norm(h, h.shape[-1:], ln_w, ln_b))
 
 
-def _layers(seq: nn.Module) -> list[Layer]:
+def _layers(seq: nn.Sequential) -> list[Layer]:
     out: list[Layer] = []
     for layer in seq:
         if isinstance(layer, NormedLinear):
@@ -64,6 +64,10 @@ def _layers(seq: nn.Module) -> list[Layer]:
 
 class PlannerWeights(nn.Module):
     """Tensors derived from a WorldModel for the planner's inner loop (see the module doc)."""
+
+    # The one buffer read as an attribute (the planner takes the layout's dtype from it),
+    # declared so that type checkers see a tensor; the others are read by name through `t`.
+    first_z_w: torch.Tensor
 
     def __init__(self, model: WorldModel, dtype: torch.dtype | None = None) -> None:
         super().__init__()
@@ -128,7 +132,10 @@ class PlannerWeights(nn.Module):
         self._put("rew_out_b", _pad_rows(r3[1], self.bins_pad, bias=True))
         last = len(model.qs.layers) - 1
         for i, stacked in enumerate(model.qs.layers):
-            weight, bias = stacked.weight, stacked.bias
+            if not isinstance(stacked, StackedLinear):  # a ModuleList's items are typed Module
+                raise TypeError(f"the Q-ensemble's layer {i} is not a StackedLinear")
+            weight: torch.Tensor = stacked.weight  # may become a padded copy below
+            bias: torch.Tensor = stacked.bias
             if i == 0:
                 weight = _pad_columns(weight, self.action_pad)
             if i == last:

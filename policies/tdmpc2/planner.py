@@ -201,7 +201,7 @@ class TDMPC2Policy(ServedModule):
         prev_mean: torch.Tensor,
         episode_start: torch.Tensor,
         fixed_noise: torch.Tensor,
-        weights: PlannerWeights,
+        weights: PlannerWeights | None,  # None in fast mode, which has no inference layout
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.config.mode == "prior":
             plan = self.prior_rollout(obs)
