@@ -51,7 +51,6 @@ class InFlight:
     channel: RequestChannel  # of the process it was sent to
 
 
-
 class SupervisedProcess(Protocol):
     """What the feed needs of the policy's process (RemotePolicy is one)."""
 
@@ -65,6 +64,7 @@ class SupervisedProcess(Protocol):
     def hang_timeout(self) -> float: ...
 
     def report_hang(self, detail: str) -> None: ...
+
 
 class RemoteFeed(InferenceOutcomes):
     def __init__(self, policy: SupervisedProcess, telemetry: Telemetry | None = None) -> None:
