@@ -110,7 +110,9 @@ def convert_state(state: dict[str, object], source: str) -> tuple[dict[str, torc
             unknown.append(key)
             continue
         if key in ("log_std_min", "log_std_dif"):
-            out[f"model.{key}"] = value
+            # Today's official code makes these from config.yaml's integers (-10, 2): int64
+            # scalars. Tempo's buffers are floating point; the values are exact either way.
+            out[f"model.{key}"] = value if value.is_floating_point() else value.float()
             continue
         current, flat = _CURRENT_Q.match(key), _FLAT_Q.match(key)
         if layout == "current" and current:

@@ -20,7 +20,9 @@ from tests.unit.test_tdmpc2_planner import NO_FRAMES, small_config
 Q_FIELDS = ("weight", "bias", "ln.weight", "ln.bias")
 
 
-def official_state(policy: TDMPC2Policy, layout: str) -> dict[str, object]:
+def official_state(
+    policy: TDMPC2Policy, layout: str, integer_scalars: bool = False
+) -> dict[str, object]:
     """The state dict the official WorldModel would have for these weights."""
     out: dict[str, object] = {}
     for name, tensor in policy.state_dict().items():
@@ -53,6 +55,11 @@ def official_state(policy: TDMPC2Policy, layout: str) -> dict[str, object]:
             out[prefix + "__device"] = torch.device("cpu")
         out["log_std_min"] = policy.model.log_std_min.clone()
         out["log_std_dif"] = policy.model.log_std_dif.clone()
+        if integer_scalars:  # as TDMPC2.save writes them today: config.yaml's ints, int64
+            for key in ("log_std_min", "log_std_dif"):
+                value = out[key]
+                assert isinstance(value, torch.Tensor) and value == value.round()
+                out[key] = value.to(torch.int64)
     return out
 
 
@@ -69,7 +76,7 @@ def plan(policy: TDMPC2Policy) -> tuple[torch.Tensor, torch.Tensor]:
         )
 
 
-@pytest.mark.parametrize("layout", ["current", "flat"])
+@pytest.mark.parametrize("layout", ["current", "current-int64", "flat"])
 @pytest.mark.parametrize("episodic", [False, True])
 def test_both_layouts_import_and_plan_like_the_original(
     tmp_path: Path, layout: str, episodic: bool
@@ -78,7 +85,9 @@ def test_both_layouts_import_and_plan_like_the_original(
     original = TDMPC2Policy(small_config(episodic=episodic)).eval()
     c = original.config
     source = tmp_path / "agent.pt"
-    torch.save({"model": official_state(original, layout)}, source)
+    integer_scalars = layout == "current-int64"
+    layout = layout.removesuffix("-int64")
+    torch.save({"model": official_state(original, layout, integer_scalars)}, source)
     planner = dict(
         num_samples=c.num_samples, num_pi_trajs=c.num_pi_trajs, num_elites=c.num_elites,
         iterations=c.iterations,
