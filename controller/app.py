@@ -62,7 +62,7 @@ def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> ServedP
         # one exception in pyproject.toml's import contract for it).
         from controller.inference.build import build_policy
 
-        return build_policy(config)
+        return build_policy(config.policy, config.robot, config.runner)
     # The config file outlives the first start: every restart reads it again.
     directory = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="tempo-")))
     remote = inference_process(config, directory / "config.json")

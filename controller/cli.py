@@ -130,7 +130,9 @@ def cmd_inference_process(args: argparse.Namespace) -> int:
 
     config = TempoConfig.model_validate_json(args.config_json.read_text())
     setup_logging(config.logging.level)
-    return run_inference_process(config, args.channel_fd)
+    return run_inference_process(
+        config.policy, config.robot, config.runner, config.supervision, args.channel_fd
+    )
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:

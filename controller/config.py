@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from pydantic import ValidationError, model_validator
@@ -32,9 +32,6 @@ from controller.errors import ConfigError
 from controller.observe.metrics_http import MetricsConfig
 from controller.observe.telemetry import TelemetryConfig
 from controller.runner_config import RunnerConfig
-
-if TYPE_CHECKING:  # the config reads a policy's spec, never imports policies/
-    from policies.base import Execution, PolicySpec
 
 
 class TempoConfig(Section):
@@ -62,55 +59,6 @@ class TempoConfig(Section):
                 "chunk's first d actions, then the new chunk, without averaging)"
             )
         return self
-
-
-# Where each inference setting in effect came from (resolve_execution).
-FROM_CONFIG = "config"
-FROM_DEFAULT = "default"
-
-
-def resolve_execution(inference: InferenceConfig, spec: PolicySpec) -> tuple[InferenceConfig, str]:
-    """The inference settings in effect for a policy: each field the config sets explicitly,
-    else what the policy's checkpoint records (`spec.execution`), else the field's default.
-    Returns them with one line saying what is in effect and where each part came from."""
-    hint = spec.execution
-    explicit = inference.model_fields_set
-    values: dict[str, Any] = {}
-    origins: dict[str, str] = {}
-    for name in ("query_period", "ensemble", "temporal_k"):
-        hinted = getattr(hint, name) if hint is not None else None
-        if name in explicit:
-            values[name], origins[name] = getattr(inference, name), FROM_CONFIG
-        elif hinted is not None:
-            values[name], origins[name] = hinted, "checkpoint"
-        else:
-            values[name], origins[name] = getattr(inference, name), FROM_DEFAULT
-    resolved = InferenceConfig.model_validate(values)
-    if resolved.query_period > spec.chunk_size:
-        raise ConfigError(
-            f"inference.query_period {resolved.query_period} ({origins['query_period']}) exceeds "
-            f"the policy's chunk_size {spec.chunk_size}: steps between chunks would have no "
-            "action; set inference.query_period to at most the chunk size"
-        )
-    return resolved, describe_execution(resolved, origins, hint)
-
-
-def describe_execution(
-    inference: InferenceConfig, origins: Mapping[str, str], hint: Execution | None
-) -> str:
-    """One line: 'query every 100 steps, play the newest chunk (query_period from the
-    checkpoint (LeRobot config.json: ...), ensemble from the checkpoint)'."""
-    if inference.ensemble == "temporal":
-        how = f"temporal ensembling k={inference.temporal_k:g}"
-    else:
-        how = "play the newest chunk"
-    parts = [f"{name} from {origins[name]}" for name in ("query_period", "ensemble")]
-    if inference.ensemble == "temporal":
-        parts.append(f"temporal_k from {origins['temporal_k']}")
-    where = ", ".join(parts)
-    if hint is not None and hint.source and "checkpoint" in origins.values():
-        where += f"; checkpoint: {hint.source}"
-    return f"query every {inference.query_period} step(s), {how} ({where})"
 
 
 def _describe(error: ValidationError, source: str) -> str:
@@ -191,7 +139,7 @@ def load_config(path: Path | None = None, overrides: Iterable[str] = ()) -> Temp
 def dump_config(config: TempoConfig) -> str:
     """The effective config as YAML that `load_config` reads back unchanged. Inference fields
     the config does not set are left out, so a file written from it still lets the checkpoint
-    decide them (see `resolve_execution`)."""
+    decide them (see controller.daemon.execution)."""
     tree = config.model_dump(mode="json")
     tree["inference"] = config.inference.model_dump(mode="json", exclude_unset=True)
     return yaml.safe_dump(tree, sort_keys=False)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# Real-time chunking's modes and mask schedules; policies.flow.config names the same ones.
+# Real-time chunking's modes and mask schedules; policies.settings names the same ones.
 RTCMode = Literal["off", "exact", "stop_grad", "inpaint"]
 MaskSchedule = Literal["exp", "linear", "ones", "zeros"]
 
@@ -248,7 +248,7 @@ class InferenceConfig(Section):
     """How chunks become one action per tick. A field left out of the config follows the
     policy's checkpoint (LeRobot's n_action_steps and temporal_ensemble_coeff, or the execution
     a Tempo checkpoint records), and the default below when the checkpoint says nothing; a field
-    set in the file or with --set always wins (see `resolve_execution`)."""
+    set in the file or with --set always wins (see controller.daemon.execution)."""
 
     query_period: int = Field(
         default=1, ge=1, le=1000, description="Ask the policy at most every N control steps."

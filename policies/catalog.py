@@ -5,9 +5,10 @@
     build_benchmark_policy("act-aloha")                # `tempo bench`'s own: tiny, act-aloha
 
 It reads the config sections it is given and nothing else (the robot section only for a built-in
-policy such as `reach`, which takes its joints and cameras from it), and finds each family's
-part in policies.registry. The result is FP32, in eval mode; a checkpoint is loaded onto
-`device`, everything else is built on the CPU (the runner moves it).
+policy such as `reach`, which takes its joints and cameras from it), typed by the protocols of
+policies.settings, and finds each family's part in policies.registry. The result is FP32, in
+eval mode; a checkpoint is loaded onto `device`, everything else is built on the CPU (the runner
+moves it).
 """
 
 from __future__ import annotations
@@ -18,17 +19,17 @@ from controller.errors import ConfigError
 from policies.registry import families, get_family
 from policies.tensor_policy import TensorPolicy, with_state_bounds
 
-if TYPE_CHECKING:  # the config sections only type the arguments; policies never import them
+if TYPE_CHECKING:
     import torch
 
-    from controller.config_sections import PolicyConfig, RobotConfig
+    from policies.settings import PolicySettings, RobotSettings
 
 BenchmarkPolicy = Literal["tiny", "act-demo", "act-aloha"]
 
 
 def build_tensor_policy(
-    policy: PolicyConfig,
-    robot: RobotConfig | None = None,
+    policy: PolicySettings,
+    robot: RobotSettings | None = None,
     *,
     device: str | torch.device = "cpu",
 ) -> TensorPolicy:
@@ -57,7 +58,7 @@ def build_tensor_policy(
     return loaded
 
 
-def describe_source(policy: PolicyConfig) -> str:
+def describe_source(policy: PolicySettings) -> str:
     """Where the configured policy comes from, in a few words."""
     if policy.kind == "checkpoint":
         return f"checkpoint {policy.path}"

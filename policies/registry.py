@@ -29,8 +29,8 @@ if TYPE_CHECKING:  # types only: importing them would load pydantic and torch
     from pydantic import BaseModel
     from torch import nn
 
-    from controller.config_sections import PolicyConfig, RobotConfig
     from policies.base import PolicySpec
+    from policies.settings import PolicySettings, RobotSettings
     from policies.tensor_policy import TensorPolicy
 
 # The families that ship with Tempo, one module each (a module defining FAMILY).
@@ -122,10 +122,10 @@ class PolicyFamily:
     summary: str  # one line: what it is
     checkpoint: Callable[[], CheckpointFamily] | None = None
     # A built-in policy made from the `policy:` and `robot:` sections (policy.kind: NAME).
-    build: Callable[[PolicyConfig, RobotConfig | None], TensorPolicy] | None = None
+    build: Callable[[PolicySettings, RobotSettings | None], TensorPolicy] | None = None
     # Applied to every policy loaded from a checkpoint: serves it with the `policy:` settings
     # this family owns (TD-MPC2's planner, flow's rtc), refusing them for another family's.
-    serve_settings: Callable[[TensorPolicy, PolicyConfig], TensorPolicy] | None = None
+    serve_settings: Callable[[TensorPolicy, PolicySettings], TensorPolicy] | None = None
     import_commands: tuple[ImportCommand, ...] = ()
     demo: DemoPolicy | None = None
     benchmarks: Mapping[str, BenchmarkPolicy] = field(default_factory=dict)

@@ -51,7 +51,8 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
             f"control.spin_us={0 if mode == 'sleep' else 1000}",
         ]
         config = load_config(None, overrides)
-        daemon = Daemon(config, served_here(BusyPolicy(build_policy(config), busy_ms)))
+        policy = build_policy(config.policy, config.robot, config.runner)
+        daemon = Daemon(config, served_here(BusyPolicy(policy, busy_ms)))
         daemon.start()
         robot = subprocess.Popen(
             [

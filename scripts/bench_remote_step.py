@@ -147,7 +147,7 @@ def main() -> int:
         overrides += args.overrides
         config = load_config(None, overrides)
         observations = [random_observation(policy.spec, seed) for seed in range(8)]
-        local = build_policy(config)
+        local = build_policy(config.policy, config.robot, config.runner)
         in_process = time_steps(local, observations, args.iters, args.period_ms)
         device, tier = local.status()["device"], local.tier
         del local

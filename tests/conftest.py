@@ -51,7 +51,7 @@ def running_daemon(config: TempoConfig, policy: Any = None) -> Iterator[Any]:
     from controller.daemon.service import Daemon
     from controller.inference.build import build_policy
 
-    daemon = Daemon(config, policy or build_policy(config))
+    daemon = Daemon(config, policy or build_policy(config.policy, config.robot, config.runner))
     daemon.start()
     try:
         yield daemon
@@ -300,8 +300,8 @@ def offline_daemon(
     """The dispatcher and the loop of a daemon, without sockets or threads; inference runs at
     once on submit unless another `worker` is given. The rest of its objects are the
     dispatcher's (`dispatcher.registry`, `dispatcher.requests.feed`)."""
-    from controller.config import resolve_execution
     from controller.daemon.control import build_control
+    from controller.daemon.execution import resolve_execution
     from controller.daemon.service import limits_for, pipeline_factory
 
     recorder = Recorder()

@@ -20,8 +20,9 @@ from typing import Any
 import zmq
 
 from controller.action.pipeline import ActionPipeline
-from controller.config import TempoConfig, resolve_execution
+from controller.config import TempoConfig
 from controller.daemon.control import build_control
+from controller.daemon.execution import resolve_execution
 from controller.daemon.pacer import Pacer
 from controller.daemon.registry import PipelineFactory
 from controller.daemon.security import CurveServer, check_bind_allowed

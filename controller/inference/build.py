@@ -1,7 +1,7 @@
 """The one place a Runner is built and started: the daemon, `tempo profile`, `tempo bench` and
 scripts/profile_step.py all come through here, so they serve a policy the same way.
 
-    policy = build_policy(config)                          # the configured policy, ready
+    policy = build_policy(config.policy, config.robot, config.runner)   # ready to serve
     device = resolve_device(config.policy.device)          # auto -> cuda or cpu; cuda checked
     runner = start_runner(tensor_policy, config.runner, device, progress=print)
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from controller.config_sections import PolicyConfig, RobotConfig
 from controller.errors import ConfigError
 from controller.inference.prior_fallback import PriorFallback
 from controller.inference.progress import Progress
@@ -19,9 +19,6 @@ from controller.inference.runner import Runner
 from controller.runner_config import RunnerConfig
 from policies.catalog import build_tensor_policy
 from policies.tensor_policy import TensorPolicy
-
-if TYPE_CHECKING:  # the config is the caller's (a layer above this package)
-    from controller.config import TempoConfig
 
 log = logging.getLogger(__name__)
 
@@ -59,21 +56,25 @@ def start_runner(
 
 
 def build_policy(
-    config: TempoConfig, progress: Callable[[str], None] | None = None
+    policy: PolicyConfig,
+    robot: RobotConfig,
+    runner: RunnerConfig,
+    progress: Callable[[str], None] | None = None,
 ) -> Runner | PriorFallback:
-    """Load the policy and make it ready to serve: every tier built, warmed up and checked
+    """Load the policy the `policy:` section describes (`robot:` for a built-in one) and make it
+    ready to serve as `runner:` says: every tier built, warmed up and checked
     against the FP32 reference (see controller.inference.runner). A TD-MPC2 planner with a
     fallback budget also gets its policy prior ready (controller.inference.prior_fallback).
     The inference process's build; the control process's own only when
     `supervision.inference_process` is off (controller.app)."""
-    device = resolve_device(config.policy.device)
-    tensor_policy = build_tensor_policy(config.policy, config.robot, device=device)
-    runner = start_runner(tensor_policy, config.runner, device, progress)
-    planner = config.policy.planner
+    device = resolve_device(policy.device)
+    tensor_policy = build_tensor_policy(policy, robot, device=device)
+    served = start_runner(tensor_policy, runner, device, progress)
+    planner = policy.planner
     if planner.fallback_budget_ms is None:
-        return runner
+        return served
     from policies.tdmpc2.serving import with_mode
 
-    prior = start_runner(with_mode(tensor_policy, "prior"), config.runner, device, progress)
+    prior = start_runner(with_mode(tensor_policy, "prior"), runner, device, progress)
     budget_s = planner.fallback_budget_ms / 1e3
-    return PriorFallback(runner, prior, budget_s, planner.fallback_k, planner.fallback_n)
+    return PriorFallback(served, prior, budget_s, planner.fallback_k, planner.fallback_n)

@@ -8,21 +8,27 @@ to build.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch._dynamo  # noqa: F401 - torch imports its compiler on the first compile otherwise
 
 import policies.checkpoints.load  # noqa: F401 - the build loads a checkpoint
+from controller.config_sections import PolicyConfig, RobotConfig, SupervisionConfig
 from controller.inference import build
 from controller.inference.process_server import serve_control_process
-
-if TYPE_CHECKING:  # the config is the caller's (a layer above this package)
-    from controller.config import TempoConfig
+from controller.runner_config import RunnerConfig
 
 
-def run_inference_process(config: TempoConfig, channel_fd: int) -> int:
-    """Build the policy (`build.build_policy`), serve the control process on the channel it
-    passed as file descriptor `channel_fd`; returns the exit code."""
-    busy_poll_s = config.supervision.busy_poll_ms / 1000
+def run_inference_process(
+    policy: PolicyConfig,
+    robot: RobotConfig,
+    runner: RunnerConfig,
+    supervision: SupervisionConfig,
+    channel_fd: int,
+) -> int:
+    """Build the policy (`build.build_policy` of the `policy:`, `robot:` and `runner:`
+    sections), serve the control process on the channel it passed as file descriptor
+    `channel_fd`, polling as `supervision:` says; returns the exit code."""
+    busy_poll_s = supervision.busy_poll_ms / 1000
     # build.build_policy looked up when the build starts: tests swap it for a policy of theirs.
-    return serve_control_process(lambda: build.build_policy(config), channel_fd, busy_poll_s)
+    return serve_control_process(
+        lambda: build.build_policy(policy, robot, runner), channel_fd, busy_poll_s
+    )

@@ -1,6 +1,6 @@
 """The policy as the daemon serves it, wherever its model runs: one protocol, no probes.
 
-    policy: ServedPolicy = build_policy(config)       # a Runner or PriorFallback, in this process
+    policy: ServedPolicy = build_policy(*sections)    # a Runner or PriorFallback, in this process
     policy: ServedPolicy = RemotePolicy(command)      # in its own supervised process
     policy: ServedPolicy = served_here(plain_policy)  # any Policy (tests, embedding)
     feed = policy.feed(telemetry)                     # how the daemon hands it observations

@@ -41,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from controller.config import TempoConfig, resolve_execution
+from controller.config import TempoConfig
+from controller.daemon.execution import resolve_execution
 from controller.inference.runner import Runner
 from controller.observe.percentiles import summarize
 from controller.tools.compare_result import BOOTSTRAP_RESAMPLES, CompareResult, VariantResult

@@ -45,7 +45,8 @@ import torch
 
 from controller.action.guards import Verdict
 from controller.action.pipeline import ActionPipeline
-from controller.config import TempoConfig, resolve_execution
+from controller.config import TempoConfig
+from controller.daemon.execution import resolve_execution
 from controller.daemon.service import pipeline_factory
 from controller.inference import build
 from controller.inference.device_timer import DeviceTimer

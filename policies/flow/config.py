@@ -1,7 +1,6 @@
-"""The configuration of a flow-matching policy (stored in its checkpoint), and the names of the
-real-time chunking (RTC) modes and mask schedules. Imports pydantic only. How RTC is set when
-serving (`policy.rtc`, controller.config_sections.RTCConfig) is the daemon config's: its modes and
-schedules must stay these.
+"""The configuration of a flow-matching policy (stored in its checkpoint). Imports pydantic only.
+How real-time chunking is set when serving (`policy.rtc`) is the daemon config's; the modes and
+schedules it may name are policies.settings' RTCMode and MaskSchedule.
 
 The model is shaped like the action experts of pi0-class policies, scaled down: image tokens from
 a ResNet, one state token, a transformer over them (the context, encoded once per inference), and
@@ -11,14 +10,9 @@ once per denoising step. Field names follow ACT's config where the meaning is th
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from policies.act.config import Backbone, NormMode, check_model_dims
-
-RTCMode = Literal["off", "exact", "stop_grad", "inpaint"]
-MaskSchedule = Literal["exp", "linear", "ones", "zeros"]
 
 
 class FlowConfig(BaseModel):

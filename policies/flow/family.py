@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from policies.registry import CheckpointFamily, DemoPolicy, PolicyFamily
 
 if TYPE_CHECKING:
-    from controller.config_sections import PolicyConfig
+    from policies.settings import PolicySettings
     from policies.tensor_policy import TensorPolicy
 
 
@@ -23,7 +23,7 @@ def _checkpoint() -> CheckpointFamily:
     return CHECKPOINT
 
 
-def serve_rtc_settings(policy: TensorPolicy, settings: PolicyConfig) -> TensorPolicy:
+def serve_rtc_settings(policy: TensorPolicy, settings: PolicySettings) -> TensorPolicy:
     """`policy` served with real-time chunking as policy.rtc says (unchanged when it is off);
     RTC set for a policy that is not a flow is refused."""
     if settings.rtc.mode == "off":

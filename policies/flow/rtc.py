@@ -30,29 +30,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Protocol
 
 import torch
 
 from policies.flow.codec import FlowCodec, RTCCodec
-from policies.flow.config import MaskSchedule, RTCMode
 from policies.flow.model import Context, FlowMatchingPolicy
 from policies.model_hooks import ServedModule
+from policies.settings import MaskSchedule, RTCSettings
 from policies.tensor_policy import TensorPolicy
-
-
-class RTCSettings(Protocol):
-    """How RTC serves a flow policy: the daemon config's `policy.rtc` section
-    (controller.config_sections.RTCConfig, which documents each field) fits it."""
-
-    @property
-    def mode(self) -> RTCMode: ...
-    @property
-    def beta(self) -> float: ...
-    @property
-    def schedule(self) -> MaskSchedule: ...
-    @property
-    def regional_compile(self) -> bool: ...
 
 
 def soft_mask(

@@ -13,11 +13,11 @@ from controller.errors import ConfigError
 from policies.registry import DemoPolicy, PolicyFamily
 
 if TYPE_CHECKING:
-    from controller.config_sections import PolicyConfig, RobotConfig
+    from policies.settings import PolicySettings, RobotSettings
     from policies.tensor_policy import TensorPolicy
 
 
-def build_from_config(policy: PolicyConfig, robot: RobotConfig | None) -> TensorPolicy:
+def build_from_config(policy: PolicySettings, robot: RobotSettings | None) -> TensorPolicy:
     """The reach policy the `policy:` section describes, for the robot's joints and cameras;
     a bad target (or settings reach has no use for) is refused with one sentence."""
     from policies.base import CameraSpec

@@ -16,7 +16,7 @@ from controller.errors import ConfigError
 from policies.registry import CheckpointFamily, DemoPolicy, ImportCommand, PolicyFamily
 
 if TYPE_CHECKING:
-    from controller.config_sections import PolicyConfig
+    from policies.settings import PolicySettings
     from policies.tensor_policy import TensorPolicy
 
 
@@ -26,7 +26,7 @@ def _checkpoint() -> CheckpointFamily:
     return CHECKPOINT
 
 
-def serve_planner_settings(policy: TensorPolicy, settings: PolicyConfig) -> TensorPolicy:
+def serve_planner_settings(policy: TensorPolicy, settings: PolicySettings) -> TensorPolicy:
     """`policy` planning as policy.planner says (unchanged at its defaults); planner settings
     for a policy that is not a TD-MPC2 agent are refused."""
     planner = settings.planner

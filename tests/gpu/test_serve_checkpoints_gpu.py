@@ -40,7 +40,7 @@ def test_a_saved_checkpoint_serves_on_cuda(kind: str, tmp_path: Path) -> None:
             "runner.top_tier=eager_half",
         ],
     )
-    policy = build_policy(config)
+    policy = build_policy(config.policy, config.robot, config.runner)
     spec = policy.spec
     if kind != "tdmpc2":
         assert spec.state_bounds is not None  # computed from the CUDA module's statistics

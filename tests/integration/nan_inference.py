@@ -20,8 +20,8 @@ if __name__ == "__main__":
 
     build = build_module.build_policy
 
-    def nan_policy(config, progress=None):  # type: ignore[no-untyped-def]
-        spec = build(config).spec
+    def nan_policy(policy, robot, runner, progress=None):  # type: ignore[no-untyped-def]
+        spec = build(policy, robot, runner).spec
         policy = TensorPolicy(spec, NanAbove1000.build())
         return start_runner(policy, RunnerConfig(top_tier="eager_fp32", step_budget_ms=None), "cpu")
 

@@ -81,7 +81,8 @@ def curve_daemon(tmp_path):
     from controller.daemon.service import Daemon
     from controller.inference.build import build_policy
 
-    daemon = Daemon(config, build_policy(config), context=context)
+    policy = build_policy(config.policy, config.robot, config.runner)
+    daemon = Daemon(config, policy, context=context)
     daemon.start()
     try:
         yield daemon, client_secret, server_public, context

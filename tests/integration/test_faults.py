@@ -277,7 +277,7 @@ class SlowPolicy:
             time.sleep(5)
         return prediction
 
-build_module.build_policy = lambda config, progress=None: served_here(SlowPolicy(build(config)))
+build_module.build_policy = lambda *parts, progress=None: served_here(SlowPolicy(build(*parts)))
 setup_logging("INFO")
 sys.exit(app.serve(load_config(None, sys.argv[3:])))
 """
@@ -418,7 +418,8 @@ class FaultyPolicy:
 def reach(tmp_path: Path) -> Any:
     from controller.inference.build import build_policy
 
-    return build_policy(ipc_config(tmp_path / "policy"))
+    config = ipc_config(tmp_path / "policy")
+    return build_policy(config.policy, config.robot, config.runner)
 
 
 BAD = ("raise", "nan", "inf", "all_nan", "shape")

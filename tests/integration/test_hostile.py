@@ -870,7 +870,8 @@ def test_status_answers_after_any_request(arena: Arena, socket_type: str) -> Non
 def reach_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from controller.inference.build import build_policy
 
-    return build_policy(ipc_config(tmp_path_factory.mktemp("policy")))
+    config = ipc_config(tmp_path_factory.mktemp("policy"))
+    return build_policy(config.policy, config.robot, config.runner)
 
 
 int64s = st.integers(-(2**63), 2**63 - 1)

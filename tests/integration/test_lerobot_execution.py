@@ -53,7 +53,7 @@ def lerobot_dir(tmp_path: Path, **execution: Any) -> Path:
 def serve_offline(config: TempoConfig) -> list[np.ndarray | None]:
     """The actions the daemon sends one robot over STEPS steps (None for a hold), one
     observation per step, inference finishing within its step."""
-    policy = build_policy(config)
+    policy = build_policy(config.policy, config.robot, config.runner)
     dispatcher, loop, recorder, step = offline_daemon(config, policy)
     spec = {
         "joints": JOINTS,

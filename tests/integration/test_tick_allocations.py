@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 import zmq
 
-from controller.config import resolve_execution
 from controller.daemon.control import build_control
+from controller.daemon.execution import resolve_execution
 from controller.daemon.service import (
     limits_for,
     open_transport,

@@ -316,7 +316,7 @@ def _spec(execution=None, chunk_size=10):  # type: ignore[no-untyped-def]
 
 
 def test_execution_comes_from_the_checkpoint_unless_the_config_sets_it():
-    from controller.config import resolve_execution
+    from controller.daemon.execution import resolve_execution
 
     hint = {"query_period": 10, "ensemble": "newest", "source": "LeRobot config.json: ..."}
     resolved, line = resolve_execution(TempoConfig().inference, _spec(hint))
@@ -335,7 +335,7 @@ def test_execution_comes_from_the_checkpoint_unless_the_config_sets_it():
 
 
 def test_a_query_period_longer_than_the_chunk_is_refused():
-    from controller.config import resolve_execution
+    from controller.daemon.execution import resolve_execution
 
     config = load_config(overrides=["inference.query_period=20"])
     with pytest.raises(ConfigError, match="exceeds the policy's chunk_size 10"):
@@ -359,8 +359,8 @@ def test_rtc_section_names_the_flow_policys_modes_and_schedules():
     from typing import get_args
 
     from controller import config_sections
-    from policies.flow import config as flow_config
+    from policies import settings
 
-    assert get_args(config_sections.RTCMode) == get_args(flow_config.RTCMode)
-    assert get_args(config_sections.MaskSchedule) == get_args(flow_config.MaskSchedule)
+    assert get_args(config_sections.RTCMode) == get_args(settings.RTCMode)
+    assert get_args(config_sections.MaskSchedule) == get_args(settings.MaskSchedule)
     assert load_config(None, ["policy.rtc.mode=off"]).policy.rtc.mode == "off"

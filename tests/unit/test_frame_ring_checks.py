@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.config import resolve_execution
 from controller.daemon.control import build_control
+from controller.daemon.execution import resolve_execution
 from controller.daemon.service import limits_for, pipeline_factory
 from controller.wire.protocol import encode
 from controller.wire.slot_ring import SlotFrames, SlotRing

@@ -1,0 +1,61 @@
+"""The inference settings in effect for a policy once it is loaded: the `inference:` section's
+explicit fields, else what the policy's checkpoint records (`PolicySpec.execution`), else the
+defaults. The daemon (and the tools that serve as it does) resolve them once the spec is known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controller.config_sections import InferenceConfig
+from controller.errors import ConfigError
+from policies.base import Execution, PolicySpec
+
+# Where each inference setting in effect came from (resolve_execution).
+FROM_CONFIG = "config"
+FROM_DEFAULT = "default"
+
+
+def resolve_execution(inference: InferenceConfig, spec: PolicySpec) -> tuple[InferenceConfig, str]:
+    """The inference settings in effect for a policy: each field the config sets explicitly,
+    else what the policy's checkpoint records (`spec.execution`), else the field's default.
+    Returns them with one line saying what is in effect and where each part came from."""
+    hint = spec.execution
+    explicit = inference.model_fields_set
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name in ("query_period", "ensemble", "temporal_k"):
+        hinted = getattr(hint, name) if hint is not None else None
+        if name in explicit:
+            values[name], origins[name] = getattr(inference, name), FROM_CONFIG
+        elif hinted is not None:
+            values[name], origins[name] = hinted, "checkpoint"
+        else:
+            values[name], origins[name] = getattr(inference, name), FROM_DEFAULT
+    resolved = InferenceConfig.model_validate(values)
+    if resolved.query_period > spec.chunk_size:
+        raise ConfigError(
+            f"inference.query_period {resolved.query_period} ({origins['query_period']}) exceeds "
+            f"the policy's chunk_size {spec.chunk_size}: steps between chunks would have no "
+            "action; set inference.query_period to at most the chunk size"
+        )
+    return resolved, describe_execution(resolved, origins, hint)
+
+
+def describe_execution(
+    inference: InferenceConfig, origins: Mapping[str, str], hint: Execution | None
+) -> str:
+    """One line: 'query every 100 steps, play the newest chunk (query_period from the
+    checkpoint (LeRobot config.json: ...), ensemble from the checkpoint)'."""
+    if inference.ensemble == "temporal":
+        how = f"temporal ensembling k={inference.temporal_k:g}"
+    else:
+        how = "play the newest chunk"
+    parts = [f"{name} from {origins[name]}" for name in ("query_period", "ensemble")]
+    if inference.ensemble == "temporal":
+        parts.append(f"temporal_k from {origins['temporal_k']}")
+    where = ", ".join(parts)
+    if hint is not None and hint.source and "checkpoint" in origins.values():
+        where += f"; checkpoint: {hint.source}"
+    return f"query every {inference.query_period} step(s), {how} ({where})"
