@@ -103,4 +103,3 @@ def test_shown_cuts_long_text_with_a_marker() -> None:
     text = shown("\n" * 5000, limit=80)
     assert "\n" not in text and text.endswith("...[5000 characters]")
     assert len(text) <= 80 + len("...[5000 characters]")
-
