@@ -21,6 +21,7 @@ from controller.daemon.handshake import (
     parse_driver_limits,
     spec_to_wire,
 )
+from controller.daemon.log_safety import TEXT_CHARS, LineLimiter, shown
 from controller.daemon.observation_checks import ObservationChecker, Superseded, check_clock
 from controller.daemon.refusals import Refusals, Sender
 from controller.daemon.registry import SessionRegistry
@@ -31,6 +32,10 @@ from controller.wire.protocol import DEFAULT_LIMITS, Limits, Message, decode
 from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
+
+# A teleop change is logged at most this often per robot (a driver may flip its mask every
+# message); the changes in between are counted into the next line.
+TELEOP_LOG_INTERVAL_NS = 1_000_000_000
 
 
 class Dispatcher:
@@ -65,6 +70,9 @@ class Dispatcher:
         # Observation checks, timed as `preprocess` (the method itself when telemetry is off).
         check = ObservationChecker(spec).check
         self._check = check if telemetry is None else telemetry.section(PREPROCESS)(check)
+        # Lines a driver can cause once per message, rate-limited (log_safety.LineLimiter).
+        self._muted_lines = LineLimiter()
+        self._teleop_lines = LineLimiter(TELEOP_LOG_INTERVAL_NS)
 
     # -- entry point -----------------------------------------------------------------------
 
@@ -91,11 +99,14 @@ class Dispatcher:
                 message,
             )
         if self.refusals.sent != errors and self.budget.refused(identity, now_ns):
-            log.warning(
-                "a connection caused more than %d refusals within a second; its messages are "
-                "dropped unread for the rest of that second",
-                self.budget.max_refusals,
-            )
+            more = self._muted_lines.due("muted")
+            if more is not None:
+                log.warning(
+                    "a connection caused more than %d refusals within a second; its messages "
+                    "are dropped unread for the rest of that second%s",
+                    self.budget.max_refusals,
+                    f" ({more} more such connections since the last line)" if more else "",
+                )
 
     # -- handlers --------------------------------------------------------------------------
 
@@ -157,7 +168,14 @@ class Dispatcher:
             owned = session.own_joints(joints)
         except ValueError as exc:
             raise ProtocolError(ErrorCode.NOT_ALLOWED, str(exc)) from None
-        log.info("robot %s: operator now owns %s", session.robot, list(owned))
+        more = self._teleop_lines.due(session.id)
+        if more is not None:
+            log.info(
+                "robot %s: operator now owns %s%s",
+                shown(session.robot),
+                shown(list(owned), TEXT_CHARS),
+                f" ({more} more teleop changes since the last line)" if more else "",
+            )
 
     def _bye(self, identity: bytes, message: Message, now_ns: int) -> None:
         session = self.registry.find(message.session, identity)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 from controller.daemon.feed import InferenceRequests
+from controller.daemon.log_safety import shown
 from controller.daemon.refusals import Refusals
 from controller.daemon.registry import SessionRegistry
 from controller.daemon.session import Session
@@ -147,7 +148,9 @@ class ControlLoop:
         """A bug of ours on one robot's tick must not stop the others: hold that robot, end its
         session (its driver reconnects to a fresh one), keep ticking."""
         self.internal_errors += 1
-        log.exception("tick failed for robot %s; holding it and ending its session", session.robot)
+        log.exception(
+            "tick failed for robot %s; holding it and ending its session", shown(session.robot)
+        )
         self.sender.hold(session, step, "internal_error")
         self.refusals.reply(
             session.identity,

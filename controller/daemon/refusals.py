@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import collections
 import logging
-import time
 from collections.abc import Callable, Container
 from typing import Any
 
+from controller.daemon.log_safety import TEXT_CHARS, LineLimiter, shown
 from controller.daemon.session import Session
 from controller.errors import ErrorCode
 from controller.wire.protocol import Message
@@ -33,8 +33,7 @@ class Refusals:
         self.sessions = sessions
         self.errors: collections.Counter[str] = collections.Counter()
         self.sent = 0  # the seq of the last `error` sent (each gets the next)
-        self._logged_ns: dict[tuple[str, str], int] = {}
-        self._unlogged: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._lines = LineLimiter(REFUSAL_LOG_INTERVAL_NS)
 
     def reply(
         self,
@@ -62,20 +61,19 @@ class Refusals:
     def log(self, code: ErrorCode, text: str, message: Message | None) -> None:
         """Say in the daemon's log why a robot's message was refused (rate-limited)."""
         robot = message.header.get("robot") if message is not None else None
-        who = robot if isinstance(robot, str) else "an unidentified driver"
-        key = (who, code.value)
-        now = time.monotonic_ns()
-        last = self._logged_ns.get(key)
-        if last is not None and now - last < REFUSAL_LOG_INTERVAL_NS:
-            self._unlogged[key] += 1
+        # The name and the sentence may carry what the driver sent: escaped, never raw.
+        who = shown(robot) if isinstance(robot, str) else "an unidentified driver"
+        more = self._lines.due((who, code.value))
+        if more is None:
             return
-        if len(self._logged_ns) > 1000:  # many names (a hostile driver): start over
-            self._logged_ns.clear()
-            self._unlogged.clear()
-        self._logged_ns[key] = now
-        more = self._unlogged.pop(key, 0)
         since = f" ({more} more such refusals since the last line)" if more else ""
-        log.warning("refused a message from robot %s (%s): %s%s", who, code.value, text, since)
+        log.warning(
+            "refused a message from robot %s (%s): %s%s",
+            who,
+            code.value,
+            shown(text, TEXT_CHARS),
+            since,
+        )
 
     def tell_refused(self, session: Session) -> None:
         """Observations the worker refused because of their content (the policy's reference

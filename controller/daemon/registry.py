@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from controller.action.pipeline import ActionPipeline
 from controller.config_sections import ServerConfig
+from controller.daemon.log_safety import TEXT_CHARS, shown
 from controller.daemon.session import Session
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
@@ -88,7 +89,7 @@ class SessionRegistry:
             try:
                 ring = FrameSlots.create(self.spec, DRIVER_RING_SLOTS)
             except OSError as exc:  # /dev/shm full: this robot's frames come on the socket
-                log.warning("robot %s gets no frame ring: %s", robot, exc)
+                log.warning("robot %s gets no frame ring: %s", shown(robot), exc)
         session_id = uuid.uuid4().hex
         session = Session(
             session_id,
@@ -105,7 +106,7 @@ class SessionRegistry:
         self._by_identity[identity] = session_id
         log.info(
             "robot %s connected (session %s%s)",
-            robot,
+            shown(robot),
             session_id,
             ", frames in place" if ring is not None else "",
         )
@@ -158,4 +159,4 @@ class SessionRegistry:
         self.live = tuple(self.sessions.values())
         if self._by_identity.get(session.identity) == session_id:
             del self._by_identity[session.identity]
-        log.info("robot %s disconnected (%s)", session.robot, reason)
+        log.info("robot %s disconnected (%s)", shown(session.robot), shown(reason, TEXT_CHARS))

@@ -30,6 +30,7 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from controller.config_sections import SecurityConfig
+from controller.daemon.log_safety import shown
 from controller.errors import SecurityError
 from controller.wire.curve import is_local_endpoint
 from controller.wire.keys import (
@@ -93,7 +94,7 @@ class _Allowlist:
             log.warning(
                 "refused a connection with client key %s: not in security.authorized_keys "
                 "(logged once per key)",
-                key.decode("ascii", "replace"),
+                shown(key.decode("ascii", "replace")),
             )
         return False
 

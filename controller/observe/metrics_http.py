@@ -29,6 +29,11 @@ Exported (base units, Prometheus naming conventions):
     3 = eager_fp32), tempo_policy_ready, tempo_policy_steps_total{outcome},
     tempo_policy_demotions_total{from_tier,to_tier,cause}
 
+Hostile or broken clients cannot hold it: each connection has its own (daemon) thread, has
+REQUEST_READ_TIMEOUT_S to send its whole request, at most MAX_CONNECTIONS are served at once (more
+are closed at once and counted), and one that leaves mid-reply is logged at DEBUG, not as a
+traceback.
+
 Histogram buckets are the fine log buckets of `controller.observe.histogram` coarsened to 1-2-5
 steps from 10 us to 10 s (19 `le` bounds and +Inf); every coarse bound is also a fine bound, so the
 cumulative counts are exact.
@@ -36,11 +41,15 @@ cumulative counts are exact.
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import logging
 import re
 import socket
+import socketserver
+import sys
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
@@ -55,6 +64,9 @@ log = logging.getLogger(__name__)
 RESERVED_LABELS = {"section", "robot", "tier", "le", "code", "guard", "event", "state", "cause"}
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 INSTALL_HINT = "pip install 'tempo-controller[metrics]'"
+REQUEST_READ_TIMEOUT_S = 3.0  # for a whole request, however slowly it trickles in
+WRITE_TIMEOUT_S = 5.0  # per send of the reply, to a client that stopped reading
+MAX_CONNECTIONS = 64  # served at once; a Prometheus scrape needs one
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -157,12 +169,82 @@ def _missing_text() -> str:
 # -- the HTTP server -------------------------------------------------------------------------------
 
 
-class _Server(HTTPServer):
+class _Server(socketserver.ThreadingMixIn, HTTPServer):
+    """A thread per connection (daemon threads, never joined: a stuck client cannot hold
+    `stop`), at most MAX_CONNECTIONS of them; past that a connection is closed at once."""
+
     allow_reuse_address = True
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = MAX_CONNECTIONS
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._lock = threading.Lock()
+        self.active = 0
+        self.refused = 0  # connections closed unserved: MAX_CONNECTIONS were being served
+        self.client_errors = 0  # connections that failed on the client's side (left, timed out)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            full = self.active >= MAX_CONNECTIONS
+            if full:
+                self.refused += 1
+            else:
+                self.active += 1
+        if full:
+            log.debug(
+                "metrics: %d connections open; closed one from %s", MAX_CONNECTIONS, client_address
+            )
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:  # no thread started: give the slot back
+            with self._lock:
+                self.active -= 1
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self.active -= 1
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that leaves or stalls is its own business (DEBUG, counted); anything else
+        is ours and goes to the daemon's log, never to stderr."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):  # BrokenPipe, ConnectionReset, TimeoutError, ...
+            with self._lock:
+                self.client_errors += 1
+            log.debug("metrics: client %s: %s", client_address, error)
+        else:
+            log.error("metrics: serving %s failed", client_address, exc_info=error)
 
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads, all of them within one deadline: a client trickling a byte now and
+    then cannot keep its connection (a plain socket timeout restarts with each byte)."""
+
+    def __init__(self, connection: socket.socket, timeout_s: float) -> None:
+        self._connection = connection
+        self._deadline = time.monotonic() + timeout_s
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request took too long to arrive")
+        self._connection.settimeout(left)
+        return self._connection.recv_into(buffer)
 
 
 class MetricsServer:
@@ -182,6 +264,16 @@ class MetricsServer:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.url: str | None = None
+
+    @property
+    def refused_connections(self) -> int:
+        """Connections closed unserved because MAX_CONNECTIONS were open."""
+        return self._server.refused if self._server is not None else 0
+
+    @property
+    def client_errors(self) -> int:
+        """Connections that failed on the client's side: it left mid-reply or was too slow."""
+        return self._server.client_errors if self._server is not None else 0
 
     def start(self) -> str | None:
         """Bind and serve; returns the URL of /metrics, or None when metrics are disabled.
@@ -234,7 +326,12 @@ class MetricsServer:
 def _handler(registry: Any, choose_encoder: Callable[[str], Any]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "tempo-metrics"
-        timeout = 5  # seconds a slow client may hold the (single) server thread
+        timeout = WRITE_TIMEOUT_S  # the reply's; the request has its own deadline (setup)
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()  # replaced by one whose reads share a deadline
+            self.rfile = io.BufferedReader(_DeadlineReader(self.connection, REQUEST_READ_TIMEOUT_S))
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             if self.path.split("?", 1)[0] not in ("/metrics", "/metrics/"):
@@ -250,6 +347,7 @@ def _handler(registry: Any, choose_encoder: Callable[[str], Any]) -> type[BaseHT
             self._reply(200, body, content_type)
 
         def _reply(self, code: int, body: bytes, content_type: str) -> None:
+            self.connection.settimeout(WRITE_TIMEOUT_S)
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
