@@ -58,7 +58,8 @@ class TDMPC2Config(BaseModel):
         gt=0,
         le=1,
         description="Per-step discount. Official heuristic: clip((L/5 - 1) / (L/5), 0.95, "
-        "0.995) for episode length L (0.995 for DMControl's 1000 steps).",
+        "0.995) for an episode of L agent steps (0.99 for DMControl: 500 agent steps, action "
+        "repeat 2); `tempo checkpoint import-tdmpc2 --episode-length L` derives it so.",
     )
 
     # ---- Planner (MPPI) ----------------------------------------------------------------------

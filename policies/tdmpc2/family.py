@@ -71,7 +71,15 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
         "--iterations", type=int, help="MPPI iterations (default 6; 8 if >= 20 actions)"
     )
     parser.add_argument("--mode", choices=["plan", "prior"], help="prior: fast mode")
-    parser.add_argument("--discount", type=float, help="per-step discount (default 0.995)")
+    parser.add_argument(
+        "--episode-length",
+        type=int,
+        help="agent steps per episode (DMControl: 500, its 1000 steps at action repeat 2); the "
+        "discount is derived from it as the official code does",
+    )
+    parser.add_argument(
+        "--discount", type=float, help="per-step discount, instead of --episode-length's"
+    )
     parser.add_argument("--action-low", help="robot value of action -1, comma-separated")
     parser.add_argument("--action-high", help="robot value of action +1, comma-separated")
     parser.add_argument("--joint-names", help="comma-separated (default joint_0, ...)")
@@ -86,6 +94,29 @@ def _floats(text: str | None, option: str) -> tuple[float, ...] | None:
         raise ConfigError(f"{option} {text!r}: expected comma-separated numbers") from None
 
 
+def official_discount(episode_length: int) -> float:
+    """The official code's discount for an episode of `episode_length` agent steps:
+    clip((L/5 - 1) / (L/5), 0.95, 0.995) (its config's discount_denom, _min and _max)."""
+    if episode_length < 1:
+        raise ConfigError(f"--episode-length {episode_length}: expected a positive step count")
+    frac = episode_length / 5
+    return min(max((frac - 1) / frac, 0.95), 0.995)
+
+
+def _discount(args: argparse.Namespace) -> float:
+    """--discount as given, else --episode-length's; neither is refused: a default would differ
+    from what the official planner used for most tasks."""
+    if args.discount is not None:
+        return float(args.discount)
+    if args.episode_length is None:
+        raise ConfigError(
+            "import-tdmpc2 needs --episode-length (agent steps per episode: 500 for DMControl) "
+            "or --discount: the official code derives the discount from the episode length, "
+            "and no single default matches every task"
+        )
+    return official_discount(args.episode_length)
+
+
 def run_import(args: argparse.Namespace) -> int:
     """`tempo checkpoint import-tdmpc2 SOURCE DESTINATION --obs-dim N --action-dim M ...`."""
     from policies.tdmpc2.official import import_official
@@ -96,7 +127,7 @@ def run_import(args: argparse.Namespace) -> int:
             ("horizon", args.horizon),
             ("iterations", args.iterations),
             ("mode", args.mode),
-            ("discount", args.discount),
+            ("discount", _discount(args)),
             ("action_low", _floats(args.action_low, "--action-low")),
             ("action_high", _floats(args.action_high, "--action-high")),
         )

@@ -119,11 +119,26 @@ def test_cli_import_and_wrong_sizes(tmp_path: Path, capsys: pytest.CaptureFixtur
     torch.save({"model": official_state(original, "current")}, source)
     dst = tmp_path / "tempo"
     args = ["checkpoint", "import-tdmpc2", str(source), str(dst), "--model-size", "1"]
-    assert main([*args, "--obs-dim", "5", "--action-dim", "3", "--horizon", "3"]) == 0
+    sizes = ["--obs-dim", "5", "--action-dim", "3"]
+    assert main([*args, *sizes, "--horizon", "3", "--episode-length", "500"]) == 0
     assert "current key layout" in capsys.readouterr().out
-    assert load_checkpoint(dst).module.config.horizon == 3
-    assert main([*args, "--obs-dim", "7", "--action-dim", "3"]) == 2
+    config = load_checkpoint(dst).module.config
+    assert config.horizon == 3
+    assert config.discount == pytest.approx(0.99)  # DMControl: 500 agent steps, as officially
+    assert main([*args, "--obs-dim", "7", "--action-dim", "3", "--discount", "0.9"]) == 2
     assert "check --obs-dim" in capsys.readouterr().err
+    # No silent default: without an episode length or a discount the import says what it needs.
+    assert main([*args, *sizes]) == 2
+    assert "--episode-length" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("length", "discount"), [(500, 0.99), (1000, 0.995), (100, 0.95), (50, 0.95), (200, 0.975)]
+)
+def test_the_discount_follows_the_official_heuristic(length: int, discount: float) -> None:
+    from policies.tdmpc2.family import official_discount
+
+    assert official_discount(length) == pytest.approx(discount)
 
 
 def test_pickled_objects_are_refused(tmp_path: Path) -> None:
