@@ -9,7 +9,7 @@ teleop, telemetry, metrics) live next to it instead.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -237,10 +237,23 @@ class PolicyConfig(Section):
         default=PlannerConfig(), description="TD-MPC2 checkpoints: planning, fast mode, fallback."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _a_path_means_a_checkpoint(cls, data: Any) -> Any:
+        """`policy.path` alone serves that checkpoint, never the scripted reach policy."""
+        if isinstance(data, dict) and data.get("path") is not None and "kind" not in data:
+            return {**data, "kind": "checkpoint"}
+        return data
+
     @model_validator(mode="after")
     def _path_for_checkpoint(self) -> PolicyConfig:
         if self.kind == "checkpoint" and self.path is None:
             raise ValueError("policy.kind 'checkpoint' needs policy.path set to a directory")
+        if self.kind == "reach" and self.path is not None:
+            raise ValueError(
+                "policy.path is set but policy.kind is 'reach' (the scripted policy, which reads "
+                "no checkpoint): set policy.kind to 'checkpoint', or remove policy.path"
+            )
         return self
 
 

@@ -364,3 +364,14 @@ def test_rtc_section_names_the_flow_policys_modes_and_schedules():
     assert get_args(config_sections.RTCMode) == get_args(settings.RTCMode)
     assert get_args(config_sections.MaskSchedule) == get_args(settings.MaskSchedule)
     assert load_config(None, ["policy.rtc.mode=off"]).policy.rtc.mode == "off"
+
+
+def test_a_policy_path_alone_means_a_checkpoint(tmp_path: Path) -> None:
+    """Setting a path never serves the scripted reach policy in its place."""
+    assert load_config(None, [f"policy.path={tmp_path}"]).policy.kind == "checkpoint"
+    file = tmp_path / "robot.yaml"
+    file.write_text(f"policy:\n  path: {tmp_path}\n")
+    assert load_config(file).policy.kind == "checkpoint"
+    with pytest.raises(ConfigError, match="policy.kind is 'reach'"):
+        load_config(None, ["policy.kind=reach", f"policy.path={tmp_path}"])
+    assert load_config(None, []).policy.kind == "reach"  # no path: the built-in default
