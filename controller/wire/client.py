@@ -263,13 +263,22 @@ class TempoClient:
             fields["resume"] = True
         if episode_start:
             fields["episode_start"] = True
+        slot = None
         if self._frames is not None:
             slot = self._frames.place(arrays, in_place)
             if slot is None:  # the daemon holds every slot: these frames go on the socket
                 self.counters.frames_on_socket += 1
             else:
                 fields["frame_slot"] = slot
-        return self._send("obs", fields, arrays)
+        dropped = self.counters.dropped_observations
+        seq = self._send("obs", fields, arrays)
+        if (
+            slot is not None
+            and self._frames is not None
+            and dropped != self.counters.dropped_observations
+        ):
+            self._frames.ring.unsent(slot["index"], slot["generation"])  # never left: slot free
+        return seq
 
     def set_teleop(self, joints: Sequence[str]) -> None:
         """Hand these joints to the operator (all others to the policy)."""

@@ -22,8 +22,11 @@ the slot's after reading: a slot that changed in between (torn) or holds another
 
 A driver's ring also says who owns each slot: the reader (the daemon) `hold`s the generation it
 accepted and `release`s it when it has finished with it (SlotFrames does, when the daemon drops
-the observation); the driver writes only slots nobody holds (`free`). The generation check
-stays the guarantee: a driver that ignores the holds only gets its observations refused.
+the observation); the driver writes only slots nobody holds (`free`), and marks the slot it
+names in an observation held in flight (`hold_in_flight`: the negative generation) until the
+daemon's own hold replaces the mark, so a message still in the sockets keeps its frames. The
+generation check stays the guarantee: a driver that ignores the holds only gets its
+observations refused.
 
 Only numpy and the standard library (a driver imports this).
 """
@@ -50,7 +53,7 @@ COPY_PIECE_BYTES = 128 * 1024
 _HEARTBEAT = 0  # int64 indices in the region header: a monotonic_ns written by the reader,
 _LAYOUT = 1  # and a fingerprint of the parts and slot count the region was laid out for
 _GENERATION = 0  # int64 indices in a slot's header: its generation,
-_HELD = 1  # and the generation the reader holds (0: none; the writer may write the slot)
+_HELD = 1  # and who holds it: the reader (generation), a message in flight (-generation), 0 none
 
 Part = tuple[str, tuple[int, ...], str]  # name, shape, numpy dtype name
 
@@ -194,10 +197,14 @@ class SlotRing:
     # an empty list, and a closed ring then holds nothing and has nothing unchanged.
 
     def hold(self, index: int, generation: int) -> None:
-        """The reader keeps slot `index` (as `generation`): the writer leaves it alone."""
+        """The reader keeps slot `index` (as `generation`): the writer leaves it alone. Another
+        observation's in-flight mark (a newer one, named after this message's grace ran out)
+        is left in place: this one is superseded anyway, and the newer one keeps its slot."""
         headers = self._headers
         if headers:
-            headers[index][_HELD] = generation
+            held = int(headers[index][_HELD])
+            if held >= 0 or held == -generation:
+                headers[index][_HELD] = generation
 
     def hold_in_flight(self, index: int, generation: int) -> None:
         """The writer has named `generation` in a message the reader has not read yet (a
@@ -205,6 +212,13 @@ class SlotRing:
         headers = self._headers
         if headers:
             headers[index][_HELD] = -generation
+
+    def unsent(self, index: int, generation: int) -> None:
+        """The writer's message naming `generation` never left: the slot is free again (unless
+        the reader holds it by now)."""
+        headers = self._headers
+        if headers and headers[index][_HELD] == -generation:
+            headers[index][_HELD] = 0
 
     def held(self, index: int) -> int:
         """The generation held there: positive by the reader, negative while in flight, 0 none."""

@@ -62,3 +62,28 @@ def test_a_slot_never_read_is_taken_back_after_the_grace(
     monkeypatch.setattr(frame_ring_writer, "IN_FLIGHT_GRACE_NS", -1)  # the grace has passed
     again = writer.place(frames(3), in_place=False)
     assert again is not None and again["index"] == first["index"]
+
+
+def test_a_late_observation_leaves_a_newer_in_flight_mark_alone(ring: SlotRing) -> None:
+    """An observation read after its grace ran out (the driver took the slot back and named a
+    newer observation there) is superseded, and the newer one keeps its slot."""
+    writer = FrameRingWriter(ring, ["front"])
+    old = writer.place(frames(1), in_place=False)
+    writer.place(frames(2), in_place=False)
+    assert old is not None
+    index = old["index"]
+    ring.write(index, frames(3))  # the driver came round after the grace ...
+    newer = ring.generation(index)
+    ring.hold_in_flight(index, newer)  # ... and named the newer frames in flight
+    ring.hold(index, old["generation"])  # the daemon reads the old message at last
+    assert ring.held(index) == -newer  # not overwritten by the old observation's hold
+    ring.release(index, old["generation"])  # the old observation is dropped
+    assert ring.held(index) == -newer and not ring.free(index)
+
+
+def test_an_observation_that_never_left_frees_its_slot(ring: SlotRing) -> None:
+    writer = FrameRingWriter(ring, ["front"])
+    slot = writer.place(frames(1), in_place=False)
+    assert slot is not None and not ring.free(slot["index"])
+    ring.unsent(slot["index"], slot["generation"])
+    assert ring.free(slot["index"])
