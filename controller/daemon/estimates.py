@@ -77,5 +77,6 @@ class InferenceDelay:
     def clear(self) -> None:
         """A new episode: no delay measured yet."""
         self._delays.fill(0)
+        self._index = 0  # the filled slots are [:_count]: refill from the start
         self._count = 0
         self.steps = 0

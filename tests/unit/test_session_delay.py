@@ -50,3 +50,17 @@ def test_a_slower_regime_raises_it_and_a_window_later_it_is_forgotten() -> None:
     assert s.inference_delay == 1
     s.start_episode()
     assert s.inference_delay == 0
+
+
+def test_the_delay_after_an_episode_start_is_the_new_episodes_alone() -> None:
+    """After `clear` the window refills from its start: the zeros of the cleared slots are
+    not read as measured delays (they held the estimate at 0 for up to a window of chunks)."""
+    from controller.daemon.estimates import InferenceDelay
+
+    delay = InferenceDelay()
+    for _ in range(5):
+        delay.record(3)
+    delay.clear()
+    for _ in range(5):
+        delay.record(7)
+    assert delay.steps == 7
