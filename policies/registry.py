@@ -139,7 +139,8 @@ _variants: list[CheckpointVariant] = []
 def families() -> tuple[PolicyFamily, ...]:
     """Every family: the built-in ones in BUILT_IN's order, then those registered at run time."""
     if not _built_in:
-        _built_in.extend(_load(module) for module in BUILT_IN)
+        loaded = [_load(module) for module in BUILT_IN]  # all or none: no family left out
+        _built_in.extend(loaded)
     return (*_built_in, *_registered)
 
 

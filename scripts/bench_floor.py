@@ -141,7 +141,12 @@ def run(seconds: float, rate: float, load: int, overrides: list[str]) -> dict[st
                 )
             )
 
-        tempo = soak(seconds, rate, load, overrides, on_load=beside)
+        try:
+            tempo = soak(seconds, rate, load, overrides, on_load=beside)
+        except BaseException:
+            for process in started:
+                process.kill()
+            raise
         if not started:
             raise SystemExit("bench_floor: the soak never started its load")
         output, errors = started[0].communicate(timeout=seconds + 60)
@@ -180,8 +185,9 @@ def main() -> int:
         f"   ({floor['wakeups']:.0f} wake-ups)"
     )
     p99, peak = tempo["tick_lateness_us_p99"], tempo["tick_lateness_us_max"]
+    shown = [f"{v:10.0f}" if v is not None else f"{'n/a':>10s}" for v in (p99, peak)]
     print(
-        f"{'Tempo tick lateness':28s}{p99:10.0f}{peak:10.0f}"
+        f"{'Tempo tick lateness':28s}{shown[0]}{shown[1]}"
         f"   ({tempo['ticks']} ticks, {tempo['missed_ticks']} missed)"
     )
     if ratio is None:
