@@ -6,24 +6,17 @@
     chunk = runner.predict_chunk(images, state)   # the raw step on a state window, for tools
 
 Tiers, highest first: graph (compiled + CUDA graph), compiled, eager_half, eager_fp32 (the
-reference; see `controller.runner_config`). At start every tier from `top_tier` down is
-built, warmed up, and checked against eager_fp32 on several random observations (relative error
-within `parity_rtol`, all outputs finite); a policy that carries reference chunks (a quantized
-checkpoint: its FP32 unquantized model's) has every tier checked against those too, within
-`reference_parity_rtol`; a policy with its own `parity` measure (a planner in reduced precision)
-is checked with that measure and its tolerance instead of the relative error. A tier that fails
-any step is skipped, with the reason logged and in `status()`. Every tier that passed stays ready
-as a fallback. A module's `precision_scope()`, if it has one, is entered around everything the
-reduced-precision tiers do (never around eager FP32): see `controller.inference.tiers`.
+reference; see `controller.runner_config`). At start every tier from `top_tier` down is built,
+warmed up and checked against eager_fp32 on random observations (`parity_rtol`, all outputs
+finite; against a quantized checkpoint's reference chunks too, or with the policy's own
+`parity` measure: see tier_checks). A tier that fails is skipped, with the reason logged and in
+`status()`; every tier that passed stays ready as a fallback. What the model may ask of the
+tiers (its precision scope, compile options) is declared in policies.model_hooks.
 
-While serving, a tier that raises, returns a non-finite chunk, or overruns the step budget k times
-in the last n steps is demoted at once (logged, recorded in `demotions` and `status()`); a failed
-step is re-run on the next tier when that still fits in the budget. Optionally, after a cool-down,
-higher tiers get a fresh parity check and serve again if they pass.
-
-Runner is itself a `Policy` (`predict`); `predict_chunk` is the raw step on a state window, for
-benchmarks and tools. One thread calls predict (the inference worker); status() and demotions
-may be read from any thread.
+Serving, a tier that raises, returns a non-finite chunk or overruns its budget k of n steps is
+demoted at once (a failed step re-run below when it fits the budget); after a cool-down, higher
+tiers may be re-checked and promoted (controller.inference.ladder). One thread calls predict
+(its feed's); status() may be read from any thread.
 """
 
 from __future__ import annotations
@@ -384,9 +377,7 @@ class Runner:
             if self._path is not None and self._ladder.current is not None:
                 self._path.enable_telemetry(telemetry)
 
-    # ---- the served-policy contract (controller.link.served_policy) ----------------------------
-
-    serving = True  # in this process: it answers whenever it is asked
+    serving = True  # the served-policy contract (link.served_policy): here, always answering
 
     def feed(self, telemetry: Telemetry) -> InferenceFeed:
         """A thread of this process runs it (controller.link.thread_feed)."""
