@@ -88,7 +88,10 @@ def test_serve_a_lerobot_directory_directly(tmp_path):
                     )[1].kind
                     == "action"
                     and client.receive()
-                )
+                ),
+                # The first action waits for the policy's first steps; on a loaded 2-core
+                # machine that took longer than wait_for's 5 s default.
+                timeout=60,
             )
             assert command.action.shape == (3,) and np.isfinite(command.action).all()
     finally:

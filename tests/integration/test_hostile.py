@@ -21,6 +21,7 @@ import itertools
 import math
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -726,35 +727,43 @@ def attack_and_judge(arena: Arena, name: str) -> None:
 def test_header_at_the_size_limit_costs_the_loop_no_tick(arena: Arena) -> None:
     """Legal in size (just under the header limit: 64 KiB today), but filled with empty maps,
     one byte each (63,000 today) for the decoder to build and walk on the loop thread. Besides
-    the usual checks, the daemon must answer it well within a control period (the best of
-    three, so that scheduling noise does not count): otherwise every robot's tick waits."""
+    the usual checks, answering it must cost the loop thread well under a control period of
+    CPU time (otherwise every robot's tick waits). CPU time, read from the loop thread's own
+    clock, is what the message costs; wall time also counts how long a loaded machine kept the
+    thread off a core (a one-byte message's round trip measures that, and is shown)."""
     period_s = 1 / RATE_HZ
     plenty = filled_header(arena.daemon.limits.max_header_bytes - 64, {})
+    (loop,) = [t for t in threading.enumerate() if t.name == "tempo-loop"]
+    assert loop.ident is not None
+    loop_cpu = time.pthread_getcpuclockid(loop.ident)
     with attacker_for(arena, with_session=False) as attacker:
         mark = arena.mark()
         codes: collections.Counter[str] = collections.Counter()
 
-        def best_answer_s(frames: list[bytes]) -> float:
-            """Best of five round trips (send, error back): scheduling noise only adds."""
-            answers = []
-            for _ in range(5):
-                started = time.monotonic()
+        def best_answer_s(frames: list[bytes]) -> tuple[float, float]:
+            """Best of ten answers (send, error back): the loop thread's CPU time and the
+            round trip's wall time; scheduling noise only adds to either."""
+            cpu, wall = [], []
+            for _ in range(10):
+                started, cpu_started = time.monotonic(), time.clock_gettime(loop_cpu)
                 attacker.send(frames)
                 reply = attacker.error()
-                answers.append(time.monotonic() - started)
+                cpu.append(time.clock_gettime(loop_cpu) - cpu_started)
+                wall.append(time.monotonic() - started)
                 assert reply is not None and reply["code"] in (MALFORMED, NOT_ALLOWED), reply
                 codes[reply["code"]] += 1
-            return min(answers)
+            return min(cpu), min(wall)
 
         # The control, in the same run: a one-byte bad message costs the loop nothing, so its
-        # round trip is what this machine's scheduling and transport cost now.
-        control_s = best_answer_s([b"\xc1"])
-        answer_s = best_answer_s([plenty])
+        # answer is what the loop spends anyway meanwhile (ticks) and what the transport costs.
+        control_cpu, control_wall = best_answer_s([b"\xc1"])
+        answer_cpu, answer_wall = best_answer_s([plenty])
         arena.judge(mark, codes)
-        assert answer_s - control_s < period_s / 2, (
-            f"answering one {len(plenty)}-byte header took {answer_s * 1e3:.1f} ms, "
-            f"{(answer_s - control_s) * 1e3:.1f} ms more than a one-byte message; the period is "
-            f"{period_s * 1e3:.0f} ms"
+        assert answer_cpu - control_cpu < period_s / 2, (
+            f"answering one {len(plenty)}-byte header took the loop thread "
+            f"{answer_cpu * 1e3:.1f} ms of CPU, {(answer_cpu - control_cpu) * 1e3:.1f} ms more "
+            f"than a one-byte message (round trips {answer_wall * 1e3:.1f} and "
+            f"{control_wall * 1e3:.1f} ms); the period is {period_s * 1e3:.0f} ms"
         )
 
 
