@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.inference.build import resolve_device, start_runner  # noqa: E402
+from controller.inference.build import build_runner, resolve_device  # noqa: E402
 from controller.inference.parity import relative_error  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from controller.tools.bench_policy import percentiles_ms  # noqa: E402
@@ -136,7 +136,7 @@ def serve(policy: TensorPolicy, device: str, args: argparse.Namespace, cache: Pa
         reference_parity_rtol=10.0,  # measured and printed here, not enforced
     )
     began = time.perf_counter()
-    runner = start_runner(policy, config, device)
+    runner = build_runner(policy, config, device)
     return runner, time.perf_counter() - began
 
 

@@ -42,7 +42,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.inference.build import start_runner  # noqa: E402
+from controller.inference.build import build_runner  # noqa: E402
 from controller.inference.parity import all_finite  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
 from controller.observe.percentiles import summarize  # noqa: E402
@@ -199,7 +199,7 @@ def main() -> int:
     results: dict[str, Any] = {"device": args.device, "torch": torch.__version__, "rows": {}}
     print(f"torch {torch.__version__}, device {args.device}, {args.iters} rounds")
     for name in args.policies.split(","):
-        runner = start_runner(build_policy(name, args), config, args.device)
+        runner = build_runner(build_policy(name, args), config, args.device)
         results["device_name"] = runner.status()["device"]
         for tier in tiers:
             if tier not in runner.ready_tiers:

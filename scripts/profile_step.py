@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from controller.inference.build import start_runner
+from controller.inference.build import build_runner
 from controller.inference.examples import random_observation
 from controller.observe.percentiles import summarize
 from controller.runner_config import RunnerConfig
@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--iters", type=int, default=300)
     args = parser.parse_args()
-    runner = start_runner(make_aloha_policy(), RunnerConfig(cache_dir=args.cache_dir), "cuda")
+    runner = build_runner(make_aloha_policy(), RunnerConfig(cache_dir=args.cache_dir), "cuda")
     path, tier = runner.step_path, runner.serving_tier
     observations = [random_observation(runner.spec, seed) for seed in range(8)]
     phases: dict[str, list[float]] = {

@@ -1,9 +1,12 @@
-"""The one place a Runner is built and started: the daemon, `tempo profile`, `tempo bench` and
-scripts/profile_step.py all come through here, so they serve a policy the same way.
+"""The one place a served policy is built: the daemon, `tempo profile`, `tempo compare`,
+`tempo bench` and every script come through `build_policy`, so they serve a policy the same way
+(the prior fallback included).
 
     policy = build_policy(config.policy, config.robot, config.runner)   # ready to serve
-    device = resolve_device(config.policy.device)          # auto -> cuda or cpu; cuda checked
-    runner = start_runner(tensor_policy, config.runner, device, progress=print)
+    policy = build_policy(PolicyConfig(device="cuda"), RobotConfig(), runner_config,
+                          model=my_tensor_policy)                        # a model made in code
+    runner = planner_runner(policy)          # the Runner of the model configured (profiling)
+    runner = build_runner(my_tensor_policy, runner_config, "cuda")   # the same, shorter
 """
 
 from __future__ import annotations
@@ -41,15 +44,9 @@ def resolve_device(requested: str, setting: str = "policy.device") -> str:
     return device
 
 
-def start_runner(
-    policy: TensorPolicy,
-    config: RunnerConfig,
-    device: str,
-    progress: Progress | None = None,
+def _start_runner(
+    policy: TensorPolicy, config: RunnerConfig, device: str, progress: Progress | None
 ) -> Runner:
-    """A Runner serving `policy` on `device` (from `resolve_device`), started: every tier built,
-    warmed up and checked against the FP32 reference (see controller.inference.runner). Its
-    progress messages are logged, and passed to `progress` too when given."""
     runner = Runner(policy, config, device=device)
     runner.start(progress=progress)
     return runner
@@ -60,21 +57,47 @@ def build_policy(
     robot: RobotConfig,
     runner: RunnerConfig,
     progress: Callable[[str], None] | None = None,
+    model: TensorPolicy | None = None,
 ) -> Runner | PriorFallback:
-    """Load the policy the `policy:` section describes (`robot:` for a built-in one) and make it
-    ready to serve as `runner:` says: every tier built, warmed up and checked
-    against the FP32 reference (see controller.inference.runner). A TD-MPC2 planner with a
-    fallback budget also gets its policy prior ready (controller.inference.prior_fallback).
-    The inference process's build; the control process's own only when
-    `supervision.inference_process` is off (controller.app)."""
+    """Load the policy the `policy:` section describes (`robot:` for a built-in one), or take
+    `model` (made in code: tests, benchmarks), and make it ready to serve as `runner:` says:
+    every tier built, warmed up and checked against the FP32 reference (see
+    controller.inference.runner); progress is logged, and passed to `progress` too. A TD-MPC2
+    planner with a fallback budget also gets its policy prior ready
+    (controller.inference.prior_fallback). The inference process's build; the control
+    process's own only when `supervision.inference_process` is off (controller.app)."""
     device = resolve_device(policy.device)
-    tensor_policy = build_tensor_policy(policy, robot, device=device)
-    served = start_runner(tensor_policy, runner, device, progress)
+    if model is None:
+        tensor_policy = build_tensor_policy(policy, robot, device=device)
+    else:
+        tensor_policy = model
+    served = _start_runner(tensor_policy, runner, device, progress)
     planner = policy.planner
     if planner.fallback_budget_ms is None:
         return served
     from policies.tdmpc2.serving import with_mode
 
-    prior = start_runner(with_mode(tensor_policy, "prior"), runner, device, progress)
+    prior = _start_runner(with_mode(tensor_policy, "prior"), runner, device, progress)
     budget_s = planner.fallback_budget_ms / 1e3
     return PriorFallback(served, prior, budget_s, planner.fallback_k, planner.fallback_n)
+
+
+def planner_runner(policy: Runner | PriorFallback) -> Runner:
+    """The Runner of the model as configured: `policy` itself, or the planner a prior fallback
+    guards (what `tempo profile` and the benchmarks time)."""
+    runner = policy.planner if isinstance(policy, PriorFallback) else policy
+    if not isinstance(runner, Runner):  # build_policy makes both of the fallback's Runners
+        raise TypeError(f"expected a Runner, got {type(runner).__name__}")
+    return runner
+
+
+def build_runner(
+    model: TensorPolicy,
+    runner: RunnerConfig,
+    device: str,
+    progress: Callable[[str], None] | None = None,
+) -> Runner:
+    """`build_policy` for a model made in code (benchmarks, tests), with default `policy:` and
+    `robot:` sections but `device` (auto, cpu or cuda): its Runner, started."""
+    policy = PolicyConfig.model_validate({"device": device})
+    return planner_runner(build_policy(policy, RobotConfig(), runner, progress, model))

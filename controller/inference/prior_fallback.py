@@ -59,6 +59,11 @@ class PriorFallback:
         return self._planner.spec
 
     @property
+    def planner(self) -> LocalPolicy:
+        """What is served while plans keep their budget."""
+        return self._planner
+
+    @property
     def serving_prior(self) -> bool:
         return self._prior_left > 0
 

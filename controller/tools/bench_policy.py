@@ -152,7 +152,7 @@ def device_of(args: argparse.Namespace) -> str:
 
 def bench_runner(args: argparse.Namespace, cache_dir: Path, **overrides: Any):  # type: ignore[no-untyped-def]
     """(runner, description, seconds to start it), the runner built as the daemon builds it."""
-    from controller.inference.build import start_runner as start
+    from controller.inference.build import build_runner as start
 
     device = device_of(args)  # before the (possibly slow) policy build
     policy, description = policy_from_flags(args)

@@ -54,7 +54,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from controller.inference.build import resolve_device, start_runner
+from controller.inference.build import build_runner, resolve_device
 from controller.observe.percentiles import summarize
 from controller.runner_config import RunnerConfig
 from controller.tools.tdmpc2_official import OfficialStylePlanner
@@ -191,7 +191,7 @@ def bench_one(task: str, size: int, device: str, args: argparse.Namespace) -> di
     for label, changes, rtol in variants(args):
         variant = TDMPC2Policy(config.model_copy(update=changes), model=model).eval()
         began = time.perf_counter()
-        runner = start_runner(
+        runner = build_runner(
             tdmpc2_policy(variant, policy.spec), runner_config(args, cuda, rtol), device
         )
         row["variants"][label] = {

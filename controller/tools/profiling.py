@@ -62,7 +62,7 @@ from controller.tools.replay import ObservationSource
 from controller.tools.reports import write_profile_report
 from controller.tools.torch_trace import torch_trace
 from policies.base import PolicySpec, window_context
-from policies.catalog import build_tensor_policy, describe_source
+from policies.catalog import describe_source
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -85,9 +85,9 @@ __all__ = [
 # -- building what the daemon builds ---------------------------------------------------------------
 
 
-def describe_policy(config: TempoConfig, policy: TensorPolicy, injected: bool) -> str:
-    params = sum(p.numel() for p in policy.module.parameters())
-    name = type(policy.module).__name__
+def describe_policy(config: TempoConfig, module: torch.nn.Module, injected: bool) -> str:
+    params = sum(p.numel() for p in module.parameters())
+    name = type(module).__name__
     source = "given in code" if injected else describe_source(config.policy)
     return f"{name}, {params / 1e6:.2f} M parameters ({source})"
 
@@ -95,15 +95,16 @@ def describe_policy(config: TempoConfig, policy: TensorPolicy, injected: bool) -
 def profiled_runner(
     config: TempoConfig, policy: TensorPolicy | None = None, progress: Progress | None = None
 ) -> tuple[Runner, str]:
-    """The runner exactly as `tempo serve` builds it (controller.inference.build), started; and
-    a description of the policy. `policy` replaces the configured one (tests, scripts)."""
-    device = build.resolve_device(config.policy.device)
-    if policy is None:
-        tensor_policy = build_tensor_policy(config.policy, config.robot, device=device)
-    else:
-        tensor_policy = policy
-    description = describe_policy(config, tensor_policy, policy is not None)
-    return build.start_runner(tensor_policy, config.runner, device, progress), description
+    """The policy built exactly as `tempo serve` builds it (controller.inference.build, the
+    prior fallback included), and the Runner of its configured model, which is what is
+    profiled; and a description of the policy. `policy` replaces the configured model (tests,
+    scripts)."""
+    served = build.build_policy(config.policy, config.robot, config.runner, progress, policy)
+    runner = build.planner_runner(served)
+    description = describe_policy(config, runner.module, policy is not None)
+    if runner is not served:
+        description += "; a policy-prior fallback is built beside it, not profiled"
+    return runner, description
 
 
 def observation_source(runner: Runner, replay: Path | None, seed: int = 0) -> ObservationSource:

@@ -13,7 +13,7 @@ from pathlib import Path
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from controller.inference import build as build_module
-    from controller.inference.build import start_runner
+    from controller.inference.build import build_runner
     from controller.runner_config import RunnerConfig
     from policies.tensor_policy import TensorPolicy
     from tests.integration.test_faults import NanAbove1000
@@ -23,7 +23,7 @@ if __name__ == "__main__":
     def nan_policy(policy, robot, runner, progress=None):  # type: ignore[no-untyped-def]
         spec = build(policy, robot, runner).spec
         policy = TensorPolicy(spec, NanAbove1000.build())
-        return start_runner(policy, RunnerConfig(top_tier="eager_fp32", step_budget_ms=None), "cpu")
+        return build_runner(policy, RunnerConfig(top_tier="eager_fp32", step_budget_ms=None), "cpu")
 
     build_module.build_policy = nan_policy  # type: ignore[assignment]
     from controller.cli import main

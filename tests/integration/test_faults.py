@@ -537,13 +537,13 @@ class NanAbove1000:
 
 
 def test_an_input_the_reference_fails_on_is_refused_to_its_robot_and_demotes_nothing(tmp_path):
-    from controller.inference.build import start_runner
+    from controller.inference.build import build_runner
     from controller.runner_config import RunnerConfig
     from policies.tensor_policy import TensorPolicy
     from tests.conftest import recording_client
 
     spec = reach(tmp_path).spec
-    runner = start_runner(
+    runner = build_runner(
         TensorPolicy(spec, NanAbove1000.build()),
         RunnerConfig(top_tier="eager_fp32", step_budget_ms=None),
         "cpu",

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from controller.errors import ConfigError, PolicyError  # noqa: E402
-from controller.inference.build import resolve_device, start_runner  # noqa: E402
+from controller.inference.build import build_runner, resolve_device  # noqa: E402
 from controller.inference.examples import random_observation  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
@@ -34,11 +34,11 @@ def test_cuda_without_a_gpu_is_refused_naming_the_setting() -> None:
         resolve_device("cuda", setting="--device")
 
 
-def test_start_runner_returns_a_started_runner_and_reports_progress() -> None:
+def test_build_runner_returns_a_started_runner_and_reports_progress() -> None:
     messages: list[str] = []
     config = RunnerConfig(top_tier="eager_fp32", cache_dir=None, parity_observations=1)
     policy = build_tiny_policy()
-    runner = start_runner(policy, config, "cpu", progress=messages.append)
+    runner = build_runner(policy, config, "cpu", progress=messages.append)
     assert runner.tier == "eager_fp32"
     assert any(message.startswith("policy started in") for message in messages)
     # What profiling tools read, through public accessors.

@@ -17,7 +17,7 @@ import torch
 
 from controller.config import load_config
 from controller.errors import CheckpointError, ConfigError
-from controller.inference.build import start_runner
+from controller.inference.build import build_runner
 from controller.runner_config import RunnerConfig
 from controller.wire.client import TempoClient
 from policies.base import CameraSpec, PolicySpec
@@ -177,7 +177,7 @@ def test_the_catalog_builds_it_and_a_runner_serves_it(toy_checkpoint: Path) -> N
     policy = build_tensor_policy(config.policy, config.robot)
     assert policy.spec.joint_names == JOINTS and policy.spec.chunk_size == CHUNK
     runner_config = RunnerConfig(top_tier="eager_fp32", cache_dir=None, parity_observations=1)
-    runner = start_runner(policy, runner_config, "cpu")
+    runner = build_runner(policy, runner_config, "cpu")
     state = np.linspace(-1.0, 1.0, len(JOINTS), dtype=np.float32)
     images = {"front": np.zeros((96, 128, 3), dtype=np.uint8)}
     chunk = runner.predict_chunk(images, state[None, :])

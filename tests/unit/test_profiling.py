@@ -177,6 +177,20 @@ def test_profile_smoke_on_the_tiny_policy(tmp_path: Path) -> None:
     assert (tmp_path / "trace" / "summary.txt").exists()
 
 
+def test_profile_builds_what_serve_builds_the_prior_fallback_included() -> None:
+    from controller.tools.profiling import profiled_runner
+    from policies.tdmpc2.config import TDMPC2Config
+    from policies.tdmpc2.serving import random_tdmpc2_policy
+
+    config = fast_config("policy.planner.fallback_budget_ms=5")
+    model = random_tdmpc2_policy(TDMPC2Config(obs_dim=4, action_dim=2, model_size=1))
+    built: list[str] = []
+    runner, description = profiled_runner(config, model, built.append)
+    assert runner.module is model.module  # the planner is profiled ...
+    assert sum(m.startswith("policy started in") for m in built) == 2  # ... its prior built too
+    assert "a policy-prior fallback is built beside it, not profiled" in description
+
+
 def test_profile_leaves_a_compiled_tier_serving(tmp_path: Path) -> None:
     """The submodule hooks go on the module the compiled tier traced; they must come off
     again, or the next compiled call would recompile (an error while serving)."""
