@@ -3,20 +3,34 @@ the policy lives in (`thread_feed`: a thread of this process; `remote_feed`: the
 own thread, to an inference process). Here: what every feed offers the daemon (InferenceFeed),
 what it needs of a robot's session (RobotQueues: its mailbox of requests, newest wins, its queue
 of finished chunks, the observations refused because of their content), and what travels
-between them (InferenceRequest, Chunk, Refusal)."""
+between them (InferenceRequest, Chunk, Refusal); and what becomes of each request, whoever ran
+it (InferenceOutcomes): its chunk handed to the robot's session, its observation refused, or the
+failure counted, with the counters `tempo status` shows.
+
+A finished chunk is tagged with the control step of the observation it came from and the
+robot's episode, and goes back through the session's `chunks` deque with the policy's new memory
+for that robot. A chunk or memory the robot cannot use (wrong shape, not finite) is dropped and
+counted; frames a driver wrote in place and rewrote while the policy read them are refused."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
+from controller.errors import ErrorCode, InputFault
 from controller.link.mailbox import Mailbox
-from policies.base import PolicySpec, RobotContext
+from controller.observe.telemetry import INFERENCE, MAILBOX_WAIT, Telemetry
+from controller.wire.slot_ring import SlotFrames
+from policies.base import PolicySpec, Prediction, RobotContext
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -123,3 +137,131 @@ class InferenceFeed(Protocol):
         """What the control loop's receiving thread services between messages (a policy in its
         own process: its channel), or None (the feed has its own thread)."""
         ...
+
+
+# -- what becomes of each request ----------------------------------------------------------------
+
+WARNING_INTERVAL_NS = 1_000_000_000
+
+
+class InferenceOutcomes:
+    def __init__(self, telemetry: Telemetry | None = None) -> None:
+        telemetry = telemetry or Telemetry(enabled=False)
+        self._timed = telemetry.enabled
+        self._t_mailbox = telemetry.section(MAILBOX_WAIT)
+        self._t_inference = telemetry.section(INFERENCE)
+        self.inferences = 0
+        self.failures = 0
+        self.non_finite = 0
+        self.input_faults = 0  # observations refused because the reference fails on them too
+        self.frames_overwritten = 0  # written in place, then rewritten by the driver mid-read
+        self._last_warning_ns = -WARNING_INTERVAL_NS
+        self._suppressed = 0
+
+    def began(self, request: InferenceRequest) -> int:
+        """The request starts now: returns the time, for `finished`."""
+        started = time.monotonic_ns()
+        if self._timed:  # received_ns is the dispatcher's time.monotonic_ns() too
+            self._t_mailbox.record_ns(started - request.received_ns)
+        return started
+
+    def failed(self, session: RobotQueues, request: InferenceRequest, exc: Exception) -> None:
+        """The policy raised on this request: the robot's observation at fault (InputFault: tell
+        it), or anything else (keep serving from the chunks it has)."""
+        if isinstance(exc, InputFault):
+            self.input_faults += 1
+            session.counters["input_faults"] += 1
+            session.refused.append(Refusal(request.obs_seq, str(exc)))
+            self._warn(f"robot {session.robot}: observation {request.obs_seq} refused: {exc}")
+            return
+        self.failures += 1
+        session.counters["inference_failures"] += 1
+        self._warn(f"inference failed for robot {session.robot}: {exc}")
+
+    def finished(
+        self,
+        session: RobotQueues,
+        request: InferenceRequest,
+        prediction: Prediction,
+        started_ns: int,
+    ) -> None:
+        """The policy answered: hand the chunk to the session, or say why not."""
+        elapsed = time.monotonic_ns() - started_ns
+        if self._timed:
+            self._t_inference.record_ns(elapsed)
+        self.inferences += 1
+        images = request.images
+        if isinstance(images, SlotFrames) and not images.unchanged():
+            # Frames in place: the policy has read (uploaded) them by now; if the driver wrote
+            # the slot meanwhile, what was served is a torn mix: never executed.
+            self.frames_overwritten += 1
+            session.counters["frames_overwritten"] += 1
+            session.refused.append(
+                Refusal(
+                    request.obs_seq,
+                    f"observation {request.obs_seq} was refused: the driver wrote its frame slot "
+                    f"{images.index} while the policy read it; write a slot only before sending "
+                    "it (the client's ring does this), or use more slots",
+                    ErrorCode.FRAME_SLOT.value,
+                )
+            )
+            return
+        shape = (session.spec.chunk_size, session.spec.action_dim)
+        actions = self._usable_chunk(getattr(prediction, "actions", None), shape)
+        memory = self._usable_memory(getattr(prediction, "memory", None))
+        if actions is None or isinstance(memory, bool):  # False: not usable
+            self.non_finite += 1
+            session.counters["chunks_rejected"] += 1
+            self._warn(
+                f"policy returned an unusable chunk or memory for robot {session.robot} (a "
+                "finite chunk of the spec's shape, memory a mapping of names to arrays); dropped"
+            )
+            return
+        session.chunks.append(
+            Chunk(
+                start_step=request.step,
+                actions=actions,
+                obs_seq=request.obs_seq,
+                obs_received_ns=request.received_ns,
+                inference_ns=elapsed,
+                episode=request.episode,
+                memory=memory,
+            )
+        )
+
+    def _warn(self, message: str) -> None:
+        """At most one warning a second: a failing policy fails on every observation."""
+        now = time.monotonic_ns()
+        if now - self._last_warning_ns < WARNING_INTERVAL_NS:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            message += f" ({self._suppressed} similar messages suppressed)"
+        log.warning("%s", message)
+        self._last_warning_ns, self._suppressed = now, 0
+
+    @staticmethod
+    def _usable_memory(raw: object) -> dict[str, np.ndarray] | None | bool:
+        """The policy's new memory for the robot as a dict of its own array copies (the policy
+        may reuse its buffers), None to keep the old one, False when it is not a mapping of
+        names to arrays."""
+        if raw is None:
+            return None
+        if not isinstance(raw, Mapping):
+            return False
+        memory = {}
+        for name, value in raw.items():
+            if not isinstance(name, str) or not isinstance(value, np.ndarray):
+                return False
+            memory[name] = value.copy()
+        return memory
+
+    @staticmethod
+    def _usable_chunk(raw: object, shape: tuple[int, int]) -> np.ndarray | None:
+        """The chunk as float32 of the expected shape with every value finite, else None.
+        Cast before the finite check: float64 beyond float32's range becomes Inf."""
+        if not isinstance(raw, np.ndarray) or raw.dtype.kind not in "fiu" or raw.shape != shape:
+            return None
+        with np.errstate(over="ignore", invalid="ignore"):
+            actions = raw.astype(np.float32)
+        return actions if np.isfinite(actions).all() else None

@@ -13,7 +13,7 @@ ticks, so nothing else in the process wants the GIL when a tick is due.
 
 One request is in flight at a time (the inference process serves one at a time anyway); robots
 wait their turn in order of arrival, each with only its newest observation. What becomes of a
-reply is `outcomes`, as for the thread feed. While the process is down or restarting,
+reply is `InferenceOutcomes`, as for the thread feed. While the process is down or restarting,
 requests fail at once (the loop holds every robot meanwhile), and a request in flight when the
 process went down is given up on.
 """
@@ -27,8 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from controller.link.inference_feed import InferenceRequest, RobotQueues
-from controller.link.outcomes import InferenceOutcomes
+from controller.link.inference_feed import InferenceOutcomes, InferenceRequest, RobotQueues
 from controller.link.process_channel import ProcessChannel
 from controller.link.process_messages import ChunkReply
 from controller.link.request_channel import (

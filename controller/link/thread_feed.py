@@ -2,10 +2,10 @@
 
 For a policy in the daemon's own process. The control loop never waits for it. The policy gets
 the observation and the robot's context (the session built it when it submitted the request);
-what becomes of the answer is `outcomes`. The loop drops the chunk steps that have already
-passed, so slow inference shortens the useful chunk instead of shifting the robot in time, and
-drops a chunk of an episode that has ended. A policy in its own process is fed by the loop
-itself instead (`remote_feed`).
+what becomes of the answer is `InferenceOutcomes`. The loop drops the chunk steps that have
+already passed, so slow inference shortens the useful chunk instead of shifting the robot in
+time, and drops a chunk of an episode that has ended. A policy in its own process is fed by the
+loop itself instead (`remote_feed`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import collections
 import logging
 import threading
 
-from controller.link.inference_feed import InferenceRequest, RobotQueues
-from controller.link.outcomes import InferenceOutcomes
+from controller.link.inference_feed import InferenceOutcomes, InferenceRequest, RobotQueues
 from controller.observe.telemetry import Telemetry
 from policies.base import Policy
 
