@@ -14,10 +14,11 @@ ACT keeps a table all_time_actions[max_steps, max_steps + chunk_size, action_dim
 the episode, and each tick reads a whole column. Here each step still ahead of the loop has one
 slot in a ring of 2 * chunk_size slots holding a running weighted sum, the sum of weights and the
 count of predictions; a new prediction for step t gets weight exp(-k * count_t). For chunks that
-arrive in start_step order (one inference worker on the newest observation) that is exactly ACT's
-mean. A chunk that arrives after a newer one (out of order) is still merged (each of its rows for
-steps still ahead joins that step's mean), ranked by arrival: exact ordering by start_step would
-mean keeping every chunk, O(chunk_size^2) memory. With k = 0 the order does not matter at all.
+arrive in start_step order (one inference at a time, on the newest observation) that is exactly
+ACT's mean. A chunk that arrives after a newer one (out of order) is still merged (each of its
+rows for steps still ahead joins that step's mean), ranked by arrival: exact ordering by
+start_step would mean keeping every chunk, O(chunk_size^2) memory. With k = 0 the order does
+not matter at all.
 
 Time: steps are absolute, non-negative control step numbers. The present is the highest step seen
 so far, as `current_step` in `add_chunk` or as `step` in `action_at` (queries are non-decreasing);

@@ -76,7 +76,7 @@ class Refusals:
         )
 
     def tell_refused(self, session: Session) -> None:
-        """Observations the worker refused because of their content (the policy's reference
+        """Observations the policy refused because of their content (the policy's reference
         fails on them too): each gets an `error` to its robot, like a refusal on arrival."""
         while (refusal := session.take_refusal()) is not None:
             self.errors[refusal.code] += 1

@@ -1,5 +1,5 @@
 """The daemon's threads: the control loop (owns the socket; it also feeds a policy served in its
-own process, between ticks), the inference worker for a policy in this process, status.
+own process, between ticks), the inference feed (a thread for a policy in this process), status.
 
 Built by `controller.app` from a config, a ready policy and the socket it bound before loading
 the policy (`open_transport`); constructing it does no I/O, `start()` binds (unless bound
@@ -38,7 +38,7 @@ from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
 
-# Python hands the GIL between threads every 5 ms by default; a tick that wakes while the worker
+# Python hands the GIL between threads every 5 ms by default; a tick that wakes while another
 # thread holds it would wait that long. 100 us bounds that wait (measured in bench_loop.py).
 GIL_SWITCH_INTERVAL_S = 1e-4
 FINAL_HOLD_LINGER_MS = 100
@@ -142,12 +142,12 @@ class Daemon:
         # A policy in its own process is fed by the loop's thread itself, between ticks
         # (its feed's side channel, serviced while the pacer waits); one in this process by a
         # thread of its own. The policy says which (controller.link.served_policy).
-        self.worker = policy.feed(self.telemetry)
-        self._side = self.worker.side_channel
+        self.feed = policy.feed(self.telemetry)
+        self._side = self.feed.side_channel
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
         control = build_control(
             policy.spec,
-            self.worker,
+            self.feed,
             self.transport.send,
             lambda: self.pacer.step,
             pipeline_factory(policy.spec, config),
@@ -198,7 +198,7 @@ class Daemon:
             raise
         self.endpoint = self.transport.endpoint
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-        self.worker.start()
+        self.feed.start()
         gc.collect()
         gc.freeze()  # everything built so far is long-lived: keep it out of every collection
         self._gc_pauses.install()  # how long collections stop the process from here on
@@ -272,7 +272,7 @@ class Daemon:
     def stop(self, timeout: float = 1.0) -> None:
         self._stop.set()
         self._stopped.wait(timeout)
-        self.worker.stop(timeout=0.2)
+        self.feed.stop(timeout=0.2)
         self._gc_pauses.remove()
         if self.curve is not None:
             self.curve.stop()
@@ -316,12 +316,12 @@ class Daemon:
             "missed_ticks": self.pacer.missed_ticks,
             "late_ticks": self.late_ticks.as_dict() if self._timed else None,  # telemetry's
             **recorded_figures(telemetry),
-            "inferences": self.worker.inferences,
-            "inference_failures": self.worker.failures,
-            "chunks_rejected": self.worker.non_finite,
-            "input_faults": self.worker.input_faults,  # refused: the reference fails on them too
+            "inferences": self.feed.inferences,
+            "inference_failures": self.feed.failures,
+            "chunks_rejected": self.feed.non_finite,
+            "input_faults": self.feed.input_faults,  # refused: the reference fails on them too
             # Frames in place that the driver rewrote while the policy read them: refused.
-            "frames_overwritten": self.worker.frames_overwritten,
+            "frames_overwritten": self.feed.frames_overwritten,
             "actions_sent": self.sender.actions_sent,
             "holds_sent": self.sender.holds_sent,
             "messages": self.dispatcher.messages,

@@ -59,7 +59,7 @@ class StateHistory:
         self._filled = False
 
     def push(self, state: np.ndarray) -> np.ndarray:
-        """Add the newest state; return a copy of the window (it travels to the worker thread)."""
+        """Add the newest state; return a copy of the window (it travels to the inference feed)."""
         if not self._filled:
             self._buffer[:] = state
             self._filled = True

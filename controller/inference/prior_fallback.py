@@ -10,8 +10,8 @@ stale; then planning resumes with a fresh window. Every switch is logged and cou
 every step the prior served (`status()["prior_fallback"]`). Both are Policies over the same
 weights and codec, so the robot's memory (the plan mean) stays valid across switches.
 
-Like the runner, one thread calls `predict` (the inference worker); `status` may be read from any
-thread.
+Like the runner, one thread calls `predict` (the inference thread, or the inference process's
+server); `status` may be read from any thread.
 """
 
 from __future__ import annotations

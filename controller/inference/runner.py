@@ -371,7 +371,7 @@ class Runner:
     def attach_telemetry(self, telemetry: Telemetry) -> None:
         """Record every serving step's upload, model (per tier) and postprocess into
         `telemetry` (start-up steps are never recorded). Before or after `start`; call it
-        before the inference worker runs, which is then the sections' one writer."""
+        before serving starts, which is then the sections' one writer."""
         with self._lock:
             self._telemetry = telemetry
             if self._path is not None and self._ladder.current is not None:

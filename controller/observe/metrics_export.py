@@ -170,7 +170,7 @@ class TempoCollector:
             ("missed_ticks", "Ticks skipped because the loop woke a period late.", "missed_ticks"),
             ("actions_sent", "Actions sent to drivers.", "actions_sent"),
             ("holds_sent", "Holds sent to drivers.", "holds_sent"),
-            ("inferences", "Policy steps run by the inference worker.", "inferences"),
+            ("inferences", "Policy steps run for the robots.", "inferences"),
             ("inference_failures", "Policy steps that raised.", "inference_failures"),
             ("chunks_rejected", "Chunks refused (wrong shape or not finite).", "chunks_rejected"),
             ("messages_received", "Messages received from drivers.", "messages"),

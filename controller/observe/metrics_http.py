@@ -50,7 +50,7 @@ import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
@@ -247,6 +247,33 @@ class _DeadlineReader(io.RawIOBase):
         return self._connection.recv_into(buffer)
 
 
+class _ServerCounters:
+    """The /metrics server's own trouble, scraped with the rest: a scrape that succeeds can
+    show that others were refused or cut short."""
+
+    def __init__(self, server: MetricsServer, labels: dict[str, str]) -> None:
+        self._server, self._labels = server, labels
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        for name, help_text, value in (
+            (
+                "metrics_connections_refused",
+                f"Connections to /metrics closed unserved: {MAX_CONNECTIONS} were open.",
+                self._server.refused_connections,
+            ),
+            (
+                "metrics_client_errors",
+                "Connections to /metrics that failed on the client's side (left or too slow).",
+                self._server.client_errors,
+            ),
+        ):
+            family = CounterMetricFamily("tempo_" + name, help_text, labels=list(self._labels))
+            family.add_metric(list(self._labels.values()), value)
+            yield family
+
+
 class MetricsServer:
     """GET /metrics on its own thread. The constructor does no I/O; `start` binds."""
 
@@ -290,6 +317,7 @@ class MetricsServer:
         registry.register(  # type: ignore[arg-type]
             TempoCollector(self._telemetry_snapshot, self._status, self.config.labels)
         )
+        registry.register(_ServerCounters(self, self.config.labels))  # type: ignore[arg-type]
         handler = _handler(registry, choose_encoder)
         host, port = parse_bind(self.config.bind)
         server_class: type[_Server] = _Server6 if ":" in host else _Server

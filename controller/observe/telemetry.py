@@ -77,8 +77,8 @@ GC_PAUSE = "gc_pause"
 BUILTIN_SECTIONS: dict[str, str] = {
     RECEIVE: "receive and decode one driver message (Dispatcher.handle), loop thread",
     PREPROCESS: "check an observation's arrays (names, shapes, finite values), loop thread",
-    MAILBOX_WAIT: "observation received -> the inference worker starts on it",
-    INFERENCE: "one policy call on the inference worker (upload + model + postprocess)",
+    MAILBOX_WAIT: "observation received -> the inference feed starts on it",
+    INFERENCE: "one policy call by the inference feed (upload + model + postprocess)",
     PROCESS_STEP: "one step inside the inference process: request taken -> chunk in its host "
     "memory (inference minus this: the trips between the processes)",
     UPLOAD: "staging upload: host copy into (pinned) staging and enqueue the copy, host time",

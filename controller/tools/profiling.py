@@ -7,7 +7,7 @@ No robot is needed: observations are synthesised from the policy's spec, or repl
 .npz file (`controller.tools.replay`). After `warmup` steps, every iteration measures,
 interleaved so that machine drift affects every row alike:
 
-    policy step      runner.predict_chunk, the step the inference worker's `predict` runs: wall
+    policy step      runner.predict_chunk, the step a served `predict` runs: wall
                      clock, nothing added (no synchronize), the number every other row is a
                      share of
     upload           StepPath.upload (host copy into the staging, copy to the device); on CUDA

@@ -443,9 +443,9 @@ def test_policy_exceptions_and_nan_chunks_never_reach_the_robot(tmp_path):
         outcomes = list(policy.outcomes)
         raised = sum(what == "raise" for _, what in outcomes)
         rejected = sum(what in ("nan", "inf", "all_nan", "shape") for _, what in outcomes)
-        wait_for(lambda: daemon.worker.failures + daemon.worker.non_finite == raised + rejected)
-        assert daemon.worker.failures == raised
-        assert daemon.worker.non_finite == rejected
+        wait_for(lambda: daemon.feed.failures + daemon.feed.non_finite == raised + rejected)
+        assert daemon.feed.failures == raised
+        assert daemon.feed.non_finite == rejected
         status = daemon.status()
         assert status["inference_failures"] == raised and status["chunks_rejected"] == rejected
 
@@ -505,14 +505,14 @@ def test_policy_returning_junk_once_is_survived(tmp_path, junk):
     policy = JunkOnce(inner, lambda call: "ok")
     with served(tmp_path, served_here(policy)) as (daemon, good):
         wait_for(
-            lambda: policy.calls >= 60 or not daemon.running or not daemon.worker.alive,
+            lambda: policy.calls >= 60 or not daemon.running or not daemon.feed.alive,
             timeout=10,
         )
         assert daemon.running, "the control loop died"
-        assert daemon.worker.alive, "the inference thread died"
+        assert daemon.feed.alive, "the inference thread died"
         wait_for(lambda: steady(good))
         # Refused and counted; or, for a list or object array of finite numbers, converted.
-        assert daemon.worker.failures + daemon.worker.non_finite <= 1
+        assert daemon.feed.failures + daemon.feed.non_finite <= 1
         assert all(r.finite for r in good.records)
 
 
@@ -570,6 +570,6 @@ def test_an_input_the_reference_fails_on_is_refused_to_its_robot_and_demotes_not
 
         assert runner.tier == tier and runner.demotions == []
         assert runner.status()["input_faults"] >= 1 and runner.status()["failed_steps"] == 0
-        assert daemon.worker.input_faults >= 1
+        assert daemon.feed.input_faults >= 1
         assert daemon.status()["protocol_errors"]["unusable_input"] >= 1
         assert_served_without_a_miss(daemon, good, since, missed, lost)

@@ -211,14 +211,14 @@ def test_the_control_loop_feeds_the_inference_process_without_a_worker_thread(
 ) -> None:
     """A second Python thread in the control process would compete with the loop for the GIL:
     requests are sent and replies taken by the loop's own thread, between ticks."""
-    assert isinstance(daemon.worker, RemoteFeed)
-    before = daemon.worker.inferences
+    assert isinstance(daemon.feed, RemoteFeed)
+    before = daemon.feed.inferences
     robot = client(daemon, "looped", False)
     try:
         served = action_for(robot, lambda: robot.send_observation({"front": frame(3)}, STATE))
         np.testing.assert_allclose(served.action, expected_action(frame(3)), rtol=1e-6)
     finally:
         robot.close()
-    assert daemon.worker.inferences > before
+    assert daemon.feed.inferences > before
     names = {thread.name for thread in threading.enumerate()}
     assert "tempo-loop" in names and "tempo-inference" not in names

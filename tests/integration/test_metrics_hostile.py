@@ -4,6 +4,7 @@ a scrape, and a client that leaves mid-reply leaves no traceback. Loopback only.
 from __future__ import annotations
 
 import logging
+import re
 import select
 import socket
 import struct
@@ -122,12 +123,17 @@ def test_connections_past_the_cap_are_closed_and_counted(
     deadline = time.monotonic() + 5  # once they are gone, scrapes are served again
     while True:
         try:
-            assert "tempo_uptime_seconds" in scrape(url)
+            text = scrape(url)
             break
         except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+    assert "tempo_uptime_seconds" in text
+    refused = re.search(
+        r"^tempo_metrics_connections_refused_total(?:\{[^}]*\})? (\S+)$", text, re.M
+    )
+    assert refused is not None and float(refused.group(1)) >= 5  # the refusals are scraped too
 
 
 def test_a_client_leaving_mid_reply_leaves_no_traceback(
