@@ -207,8 +207,10 @@ class InferenceOutcomes:
             )
             return
         shape = (session.spec.chunk_size, session.spec.action_dim)
-        actions = self._usable_chunk(getattr(prediction, "actions", None), shape)
-        memory = self._usable_memory(getattr(prediction, "memory", None))
+        # A policy written in code may return anything: only a Prediction of usable parts is.
+        usable = isinstance(prediction, Prediction)
+        actions = self._usable_chunk(prediction.actions, shape) if usable else None
+        memory = self._usable_memory(prediction.memory) if usable else False
         if actions is None or isinstance(memory, bool):  # False: not usable
             self.non_finite += 1
             session.counters["chunks_rejected"] += 1
