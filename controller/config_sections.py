@@ -35,11 +35,13 @@ class ControlConfig(Section):
         "data: one chunk element is one control step.",
     )
     spin_us: int = Field(
-        default=1000,
+        default=100,
         ge=0,
         le=20_000,
         description="Sleep until this long before each deadline, then spin (OS sleep is late by "
-        "~0.2 ms; spinning is accurate to ~1 us).",
+        "~0.1-0.2 ms; spinning is accurate to ~1 us when nothing else wants the core). A longer "
+        "spin is worse under load: the spinning thread is preempted past its deadline "
+        "(scripts/bench_floor.py measures it).",
     )
     realtime_priority: int | None = Field(
         default=None,

@@ -48,8 +48,9 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
             f"server.bind=ipc://{tmp}/tempo.sock",
             f"server.status_bind=ipc://{tmp}/status.sock",
             f"control.rate_hz={rate}",
-            f"control.spin_us={0 if mode == 'sleep' else 1000}",
         ]
+        if mode == "sleep":
+            overrides.append("control.spin_us=0")
         config = load_config(None, overrides)
         policy = build_policy(config.policy, config.robot, config.runner)
         daemon = Daemon(config, served_here(BusyPolicy(policy, busy_ms)))
