@@ -12,18 +12,19 @@ from pathlib import Path
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from controller.config_sections import PolicyConfig
     from controller.inference import build as build_module
-    from controller.inference.build import build_runner
     from controller.runner_config import RunnerConfig
     from policies.tensor_policy import TensorPolicy
     from tests.integration.test_faults import NanAbove1000
 
-    build = build_module.build_policy
+    build = build_module.build_policy  # the real one, before it is swapped below
 
-    def nan_policy(policy, robot, runner, progress=None):  # type: ignore[no-untyped-def]
+    def nan_policy(policy, robot, runner, progress=None, model=None):  # type: ignore[no-untyped-def]
         spec = build(policy, robot, runner).spec
-        policy = TensorPolicy(spec, NanAbove1000.build())
-        return build_runner(policy, RunnerConfig(top_tier="eager_fp32", step_budget_ms=None), "cpu")
+        nan = TensorPolicy(spec, NanAbove1000.build())
+        eager = RunnerConfig(top_tier="eager_fp32", step_budget_ms=None)
+        return build(PolicyConfig(device="cpu"), robot, eager, progress, nan)
 
     build_module.build_policy = nan_policy  # type: ignore[assignment]
     from controller.cli import main
