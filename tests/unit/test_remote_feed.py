@@ -5,6 +5,8 @@ escapes into it, and a driver's frame ring is asked for once and then read in pl
 
 from __future__ import annotations
 
+import os
+
 import collections
 import contextlib
 import sys
@@ -247,7 +249,7 @@ def test_a_driver_ring_is_asked_for_once_then_its_frames_are_read_in_place(
                 break
             threading.Event().wait(0.001)
         assert reply is not None and reply.id == infer.id
-        assert list(channel.rings) == [ring.path] and channel.pinned_rings == {attach.id}
+        assert list(channel.rings) == [ring] and channel.pinned_rings == {attach.id}
         second = SlotFrames(ring, 1, ring.write(1, frames, state), ["a"])
         channel.send(second, context_1)
         infer = received(peer)
