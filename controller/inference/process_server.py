@@ -6,15 +6,18 @@ It says `standby` once imported and waits for `build` (the control process keeps
 waiting so that a restart skips the imports), then builds the runner (load, warm up, parity: the
 same start as in one process; a failure is sent as `failed_start` with its sentence), says
 `hello` (the spec, the runner's status), attaches the observation slots the control process
-names, pins them for DMA on a GPU, says `ready`, then answers `infer` requests one by one. The
+hands over (their memory's descriptor comes with the message, as a driver ring's does), pins
+them for DMA on a GPU, says `ready`, then answers `infer` requests one by one. The
 loop beats the heartbeat in the slots' header while it waits and after every request: a request
 that hangs stops the beat, and the control process restarts this process. For `busy_poll_s`
 after each request it waits for the next one without sleeping (supervision.busy_poll_ms).
 
 What is whose fault: a malformed observation or a slot that was overwritten while it was read
-is that robot's (`refused`); a policy failure the runner's ladder could not absorb is `failed`;
-a CUDA context that no longer works (an illegal memory access, a device-side assert poison every
-later call) is `fatal`: this process exits and the control process starts a fresh one.
+is that robot's (`refused`); a slot whose data no longer matches the checksum the control
+process wrote (another process wrote into the memory) is `failed`, never served, as is a
+policy failure the runner's ladder could not absorb; a CUDA context that no longer works (an
+illegal memory access, a device-side assert poison every later call) is `fatal`: this process
+exits and the control process starts a fresh one.
 """
 
 from __future__ import annotations

@@ -370,9 +370,7 @@ class RemotePolicy:
         self._status = hello.status
         if self._slots is None:
             self._slots = FrameSlots.create(spec, SLOT_COUNT)
-        # Laid out afresh for every process: whatever was scribbled in the header (layout,
-        # heartbeat, generations) does not outlive the process that served with it.
-        self._slots.reset()
+        self._slots.reset()  # a fresh header per process: nothing scribbled there outlives it
         slots = AttachSlots(str(self._slots.path), self._slots.count)
         send_at_start(link, slots, fds=[self._slots.fileno()])  # the memory itself, no file
         ready = expect(link, process, Ready, 60.0, self._stop)
