@@ -200,3 +200,30 @@ def test_data_scribbled_into_a_slot_is_refused_not_served() -> None:
         slots.close()
         control.close()
     assert result == [0]
+
+
+def test_a_malformed_attach_still_takes_its_descriptor_and_the_next_gets_its_own() -> None:
+    """Descriptors are matched to messages in order: one left behind by a refused message
+    would hand the next ring's request another ring's memory."""
+    pytest.importorskip("torch")
+    from controller.inference.process_server import _received
+    from controller.link.message_codec import pack_map
+    from controller.link.process_messages import AttachRing
+
+    ours, theirs = ProcessChannel.pair()
+    child = ProcessChannel(theirs)
+    (wrong, wrong_w), (right, right_w) = os.pipe(), os.pipe()
+    try:
+        ours.send(pack_map({"kind": "attach_ring", "id": "not a number"}), 5.0, fds=[wrong])
+        ours.send(encode(AttachRing(2, "ring", 4)), 5.0, fds=[right])
+        messages = [_received(child, data) for data in (child.receive(2000), child.receive(2000))]  # type: ignore[arg-type]
+        assert messages[0] is None and isinstance(messages[1], AttachRing)
+        fd = child.take_fd()
+        assert fd is not None and os.fstat(fd).st_ino == os.fstat(right).st_ino
+        os.close(fd)
+        assert child.take_fd() is None
+    finally:
+        for fd in (wrong, wrong_w, right, right_w):
+            os.close(fd)
+        ours.close()
+        child.close()
