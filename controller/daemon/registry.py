@@ -88,7 +88,7 @@ class SessionRegistry:
         if frame_ring and self.frames_in_place:
             try:
                 ring = FrameSlots.create(self.spec, DRIVER_RING_SLOTS)
-            except OSError as exc:  # /dev/shm full: this robot's frames come on the socket
+            except OSError as exc:  # no memory for it: this robot's frames come on the socket
                 log.warning("robot %s gets no frame ring: %s", shown(robot), exc)
         session_id = uuid.uuid4().hex
         session = Session(

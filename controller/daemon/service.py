@@ -265,7 +265,7 @@ class Daemon:
         step = self.pacer.step
         for session in list(self.registry.sessions.values()):
             self.sender.hold(session, step, "daemon_stopping")
-            session.close()  # its frame ring's file in /dev/shm goes too
+            session.close()  # its frame ring's memory goes too
         # Linger just long enough to deliver those holds, bounded so exit stays well under 1 s.
         self.transport.close(linger_ms=FINAL_HOLD_LINGER_MS)
 

@@ -390,7 +390,7 @@ class Session:
     # -- its lifetime -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Ended: the feed skips its requests; its frame ring file goes (the mapping lasts
+        """Ended: the feed skips its requests; its frame ring is closed (the memory lasts
         while an inference in flight still reads it)."""
         self._queues.closed = True
         if self._frame_ring is not None:

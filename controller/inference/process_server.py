@@ -6,21 +6,25 @@ It says `standby` once imported and waits for `build` (the control process keeps
 waiting so that a restart skips the imports), then builds the runner (load, warm up, parity: the
 same start as in one process; a failure is sent as `failed_start` with its sentence), says
 `hello` (the spec, the runner's status), attaches the observation slots the control process
-names, pins them for DMA on a GPU, says `ready`, then answers `infer` requests one by one. The
+hands over (their memory's descriptor comes with the message, as a driver ring's does), pins
+them for DMA on a GPU, says `ready`, then answers `infer` requests one by one. The
 loop beats the heartbeat in the slots' header while it waits and after every request: a request
 that hangs stops the beat, and the control process restarts this process. For `busy_poll_s`
 after each request it waits for the next one without sleeping (supervision.busy_poll_ms).
 
 What is whose fault: a malformed observation or a slot that was overwritten while it was read
-is that robot's (`refused`); a policy failure the runner's ladder could not absorb is `failed`;
-a CUDA context that no longer works (an illegal memory access, a device-side assert poison every
-later call) is `fatal`: this process exits and the control process starts a fresh one.
+is that robot's (`refused`); a slot whose data no longer matches the checksum the control
+process wrote (another process wrote into the memory) is `failed`, never served, as is a
+policy failure the runner's ladder could not absorb; a CUDA context that no longer works (an
+illegal memory access, a device-side assert poison every later call) is `fatal`: this process
+exits and the control process starts a fresh one.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -119,11 +123,15 @@ class DriverRings:
         self._runner = runner
         self._rings: dict[int, tuple[FrameSlots, _Pinned | None]] = {}
 
-    def attach(self, ring_id: int, path: str, count: int) -> bool:
-        """Attach (and on a GPU pin) a ring; returns whether it is pinned."""
+    def attach(self, ring_id: int, fd: int | None, count: int, name: str) -> bool:
+        """Attach (and on a GPU pin) the ring passed as `fd` (taken); returns whether it is
+        pinned."""
+        if fd is None:
+            raise ValueError(f"the frame ring {name} came without its shared memory")
         if len(self._rings) >= MAX_RINGS:
+            os.close(fd)
             raise ValueError(f"{MAX_RINGS} frame rings are attached already")
-        ring = FrameSlots.attach(path, self._runner.spec, count)
+        ring = FrameSlots.attach_fd(fd, self._runner.spec, count, name)
         pinned = _Pinned.maybe(ring, self._runner)
         self._rings[ring_id] = (ring, pinned)
         return bool(pinned and pinned.ok)
@@ -209,7 +217,14 @@ def _stand_by_and_serve(
     attach = _next_message(link, parent)
     if not isinstance(attach, AttachSlots):
         return 0  # `stop` (or gone) before serving began
-    slots = FrameSlots.attach(attach.path, spec, attach.count)
+    fd = link.take_fd()
+    try:
+        if fd is None:
+            raise ValueError("the observation slots came without their shared memory")
+        slots = FrameSlots.attach_fd(fd, spec, attach.count, attach.path)
+    except (OSError, ValueError) as exc:
+        _send(link, FailedStart(f"cannot attach the observation slots: {exc}"))
+        return 2
     pinned: _Pinned | None = None
     rings = DriverRings(runner)
     try:
@@ -252,7 +267,7 @@ def _serve(
             return 0
         if isinstance(message, AttachRing):
             try:
-                pinned = rings.attach(message.id, message.path, message.count)
+                pinned = rings.attach(message.id, link.take_fd(), message.count, message.path)
             except (OSError, ValueError) as exc:
                 _send(link, RequestFailed(message.id, "failed", str(exc)))
             else:
@@ -296,6 +311,10 @@ def _received(link: ProcessChannel, data: bytes) -> Message | None:
     try:
         return decode_map(raw)
     except MessageError as exc:
+        if raw["kind"] in (AttachSlots.KIND, AttachRing.KIND):  # its descriptor is not the next's
+            fd = link.take_fd()
+            if fd is not None:
+                os.close(fd)
         request_id = raw.get("id") if raw["kind"] == "infer" else None
         if isinstance(request_id, int) and not isinstance(request_id, bool):
             _send(link, RequestFailed(request_id, "failed", str(exc)))
@@ -341,7 +360,8 @@ def _infer(
     )
     prediction = runner.predict(images, context)
     # The runner has copied the inputs to the device and the chunk back: the slot must still
-    # hold the same observation, or what was served is a torn mix.
+    # hold the same observation, or what was served is a torn mix, and its data must be what
+    # the control process wrote (another process of its user can write the memory).
     if message.ring is None:
-        slots.check(index, generation)
+        slots.check(index, generation, intact=True)
     return as_float32(prediction.actions), float32_arrays(prediction.memory)

@@ -7,6 +7,8 @@
     child.send(data, timeout_s=None)        # the child may wait for room
     data = child.receive(timeout_ms=50)     # ... and for a message
     data = child.receive(50, spin_s=0.01)   # ... not sleeping for the first 10 ms of the wait
+    ours.send(data, fds=[fd])               # a descriptor travels with a message ...
+    fd = child.take_fd()                    # ... and is the receiver's, in the order sent
 
 A Unix stream socket pair, each message a 4-byte length then its bytes. Both ends see the other's
 death at once (end of stream, a broken pipe): nothing is queued for a process that will never
@@ -23,20 +25,31 @@ later calls (`send`, `receive`, `poll`). A peer that stops reading is the superv
 its request gets no answer, and the control side restarts the process when the answer is
 overdue. Only past `MAX_QUEUED_BYTES` queued here does `send` raise ChannelBusy, and the channel
 is unusable from then on.
+
+File descriptors (shared memory) travel as SCM_RIGHTS beside the bytes: `send` keeps a copy of
+each until the kernel has taken them, with the first bytes sent from then on, so they arrive no
+later than their message. The receiver keeps them in the order they came; whoever decodes a
+message that carries one takes the next (`take_fd`), also when it refuses the message.
 """
 
 from __future__ import annotations
 
+import array
+import os
 import select
 import socket
 import struct
 import time
+from collections import deque
+from collections.abc import Sequence
 
 from controller.link.message_codec import MAX_MESSAGE_BYTES, MessageError
 
 _LENGTH = struct.Struct("<I")
 _READ_BYTES = 1 << 20
 MAX_QUEUED_BYTES = 2 * MAX_MESSAGE_BYTES  # unsent bytes kept for a slow peer
+MAX_FDS = 64  # descriptors taken in one read (more are closed by the kernel: never sent)
+_FDS_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
 
 
 class ChannelError(OSError):
@@ -58,6 +71,8 @@ class ProcessChannel:
         self._buffer = bytearray()  # received, not yet taken
         self._queued = bytearray()  # sent, not yet taken by the kernel
         self._broken: ChannelError | None = None
+        self._fds_out: list[int] = []  # copies of descriptors to send with the next bytes
+        self._fds_in: deque[int] = deque()  # received, not yet taken
         self.closed = False  # the peer's end of stream was seen (or close() was called)
 
     @classmethod
@@ -78,11 +93,11 @@ class ProcessChannel:
         """For polling beside other sockets (a zmq.Poller takes file descriptors)."""
         return self._sock.fileno()
 
-    def send(self, data: bytes, timeout_s: float | None = 0.0) -> None:
-        """Send one message. With timeout_s 0 (the default) nothing waits: what does not go out
-        now is queued (see the module doc). With a timeout (None: as long as it takes) the
-        message has left when this returns; ChannelBusy if it has not in time. ChannelClosed
-        when the peer is gone."""
+    def send(self, data: bytes, timeout_s: float | None = 0.0, fds: Sequence[int] = ()) -> None:
+        """Send one message, and `fds` with it (copied: the caller may close its own). With
+        timeout_s 0 (the default) nothing waits: what does not go out now is queued (see the
+        module doc). With a timeout (None: as long as it takes) the message has left when this
+        returns; ChannelBusy if it has not in time. ChannelClosed when the peer is gone."""
         if self._broken is not None:
             raise self._broken
         if len(data) > MAX_MESSAGE_BYTES:
@@ -90,6 +105,9 @@ class ProcessChannel:
                 f"a message between the processes is {len(data)} bytes, more than "
                 f"{MAX_MESSAGE_BYTES}; this is a bug (a chunk or memory beyond the spec's bounds)"
             )
+        if len(self._fds_out) + len(fds) > MAX_FDS:  # the peer has not read for a while
+            raise self._busy()
+        self._fds_out += [os.dup(fd) for fd in fds]
         self._queued += _LENGTH.pack(len(data))
         self._queued += data
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -142,20 +160,33 @@ class ProcessChannel:
             return True
         return _wait(self._sock, select.POLLIN, timeout_ms / 1000)
 
+    def take_fd(self) -> int | None:
+        """The next descriptor received (the caller's to close), or None if none came."""
+        return self._fds_in.popleft() if self._fds_in else None
+
     def close(self) -> None:
         self.closed = True
         self._sock.close()
+        _close_all(self._fds_out)
+        _close_all(self._fds_in)
 
     def _flush(self) -> None:
         """Hand the kernel what it takes of the queued bytes, without waiting."""
         if not self._queued or self._broken is not None:
             return
         try:
-            sent = self._sock.send(self._queued)
+            if self._fds_out:
+                rights = array.array("i", self._fds_out)
+                ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights.tobytes())]
+                sent = self._sock.sendmsg([self._queued], ancillary)
+                _close_all(self._fds_out)  # the peer has its own now
+            else:
+                sent = self._sock.send(self._queued)
         except BlockingIOError:
             return
         except OSError:  # a broken pipe or a reset: the peer has gone
             self._queued.clear()
+            _close_all(self._fds_out)
             self._broken = ChannelClosed("the other process has gone")
             return
         del self._queued[:sent]
@@ -163,11 +194,18 @@ class ProcessChannel:
     def _read(self) -> bool:
         """Read what has arrived into the buffer; False when nothing had."""
         try:
-            data = self._sock.recv(_READ_BYTES)
+            data, ancillary, _, _ = self._sock.recvmsg(
+                _READ_BYTES, _FDS_SPACE, socket.MSG_CMSG_CLOEXEC
+            )
         except BlockingIOError:
             return False
         except OSError:  # a reset: the peer has gone
-            data = b""
+            data, ancillary = b"", []
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+                self._fds_in.extend(fds)
         if not data:
             self.closed = True  # end of stream: the other process has gone
             return True
@@ -190,6 +228,11 @@ class ProcessChannel:
         message = bytes(self._buffer[_LENGTH.size : end])
         del self._buffer[:end]
         return message
+
+
+def _close_all(fds: list[int] | deque[int]) -> None:
+    while fds:
+        os.close(fds.pop())
 
 
 def _wait(sock: socket.socket, event: int, timeout_s: float | None) -> bool:

@@ -115,7 +115,7 @@ class Stop(Message):
 
 @dataclass(frozen=True, eq=False)
 class AttachSlots(Message):
-    """The control process's observation slots (`frame_slots`): their file and count."""
+    """The control process's observation slots (their memory rides along as a descriptor)."""
 
     KIND = "attach"
     path: str

@@ -120,10 +120,10 @@ def expect(
     )
 
 
-def send_at_start(link: ProcessChannel, message: Message) -> None:
+def send_at_start(link: ProcessChannel, message: Message, fds: Sequence[int] = ()) -> None:
     """A start-up message: the child is waiting for it, so a short wait is enough."""
     try:
-        link.send(encode(message), timeout_s=5.0)
+        link.send(encode(message), timeout_s=5.0, fds=fds)
     except ChannelError as exc:
         raise PolicyError(
             f"the inference process stopped taking messages while starting ({exc})"

@@ -370,8 +370,9 @@ class RemotePolicy:
         self._status = hello.status
         if self._slots is None:
             self._slots = FrameSlots.create(spec, SLOT_COUNT)
-        self._slots.beat()
-        send_at_start(link, AttachSlots(str(self._slots.path), self._slots.count))
+        self._slots.reset()  # a fresh header per process: nothing scribbled there outlives it
+        slots = AttachSlots(str(self._slots.path), self._slots.count)
+        send_at_start(link, slots, fds=[self._slots.fileno()])  # the memory itself, no file
         ready = expect(link, process, Ready, 60.0, self._stop)
         self.pinned = ready.pinned
         with self._lock:  # a new process has attached no driver ring yet

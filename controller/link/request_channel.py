@@ -7,7 +7,8 @@
 
 Frames are copied into the process's observation slots, except those a same-host driver wrote
 in place (`SlotFrames` of its session's ring): the first time a ring is seen, the process is
-asked to attach it (`attach_ring`) and that observation is still copied; once `ring_ready`
+asked to attach it (`attach_ring`, the ring's memory passed along as a descriptor) and that
+observation is still copied; once `ring_ready`
 comes back, the ring's frames are read where the driver wrote them. A ring the process refused
 is not asked for again. Rings of ended sessions are detached on the next send.
 
@@ -21,7 +22,7 @@ one to a process that has long stopped reading ProcessStuck. Not thread-safe: it
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,8 @@ class RequestChannel:
         self.spec = spec
         self._next_slot = 0
         self._request_id = 0
-        # Same-host drivers' frame rings the process has attached: path -> (id, ring).
+        # Same-host drivers' frame rings the process has attached: ring -> (id, ring). Keyed by
+        # the object: an ended session's /proc path may name the next session's ring.
         self.rings: dict[Any, tuple[int, FrameSlots]] = {}
         self.pinned_rings: set[int] = set()  # of those, the ones pinned for DMA
         self._attaching: dict[int, FrameSlots] = {}  # asked, not answered yet: id -> ring
@@ -117,9 +119,9 @@ class RequestChannel:
             if isinstance(message, ChunkReply | RequestFailed):
                 return message
 
-    def _send(self, message: Message) -> None:
+    def _send(self, message: Message, fds: Sequence[int] = ()) -> None:
         try:
-            self.link.send(encode(message))
+            self.link.send(encode(message), fds=fds)
         except ChannelBusy:
             raise ProcessStuck(
                 "the inference process has stopped taking messages; it is restarted and robots "
@@ -139,16 +141,20 @@ class RequestChannel:
         ring = images.ring
         if not isinstance(ring, FrameSlots) or ring.spec != self.spec or ring.closed:
             return None
-        attached = self.rings.get(ring.path)
+        attached = self.rings.get(ring)
         if attached is not None:
             return attached[0]
         asked = any(r is ring for r in self._attaching.values())
-        if asked or ring.path in self._refused:
+        if asked or ring in self._refused:
             return None
         if len(self.rings) + len(self._attaching) >= MAX_DRIVER_RINGS:
             return None
+        try:
+            memory = ring.fileno()
+        except ValueError:  # a ring this process did not create: nothing to hand over
+            return None
         self._request_id += 1
-        self._send(AttachRing(self._request_id, str(ring.path), ring.count))
+        self._send(AttachRing(self._request_id, str(ring.path), ring.count), [memory])
         self._attaching[self._request_id] = ring
         return None
 
@@ -156,24 +162,24 @@ class RequestChannel:
         if not isinstance(reply, RingReady):
             log.warning("the inference process cannot read a driver's frame ring: %s; its "
                         "frames are copied instead", reply.error)  # fmt: skip
-            self._refused[ring.path] = ring
+            self._refused[ring] = ring
             return
         ring_id = reply.id
         if ring.closed:  # its session ended while the process attached it
             self._send(DetachRing(ring_id))
             return
-        self.rings[ring.path] = (ring_id, ring)
+        self.rings[ring] = (ring_id, ring)
         if reply.pinned:
             self.pinned_rings.add(ring_id)
 
     def _detach_closed_rings(self) -> None:
         """Rings of sessions that have ended: the inference process unpins and unmaps them."""
-        for path, refused in list(self._refused.items()):
+        for key, refused in list(self._refused.items()):
             if refused.closed:
-                del self._refused[path]
-        for path, (ring_id, ring) in list(self.rings.items()):
+                del self._refused[key]
+        for key, (ring_id, ring) in list(self.rings.items()):
             if ring.closed:
-                del self.rings[path]
+                del self.rings[key]
                 self.pinned_rings.discard(ring_id)
                 self._send(DetachRing(ring_id))
 

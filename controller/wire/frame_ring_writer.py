@@ -1,6 +1,8 @@
 """The driver's side of frames in place: the ring of frame slots the daemon offered in
 `welcome`, which slot comes next, and the slot a camera is writing into (TempoClient's
-`frame_buffers`). Only numpy and the standard library (a driver imports this).
+`frame_buffers`). Only numpy and the standard library (a driver imports this). The ring is the
+daemon's sealed memory, opened by its /proc path; memory that is not sealed is refused (frames
+then go on the socket), since a file someone truncated would kill the driver with SIGBUS.
 
 The slot rule: the driver writes a slot only while the daemon holds nothing there (`free`),
 round robin; a slot is the daemon's from the `obs` that names it (the driver marks it held in
@@ -54,7 +56,8 @@ class FrameRingWriter:
                 raise HandshakeRefused(
                     ErrorCode.FRAME_SLOT.value,
                     f"the daemon's frame ring cannot be used here ({exc}); run the driver as "
-                    "the daemon's user on its host, or pass frames_in_place=False",
+                    "the daemon's user on its host, where /proc shows the daemon, or pass "
+                    "frames_in_place=False",
                 ) from None
             log.warning("frames go through the socket: the daemon's frame ring cannot be "
                         "used here (%s)", exc)  # fmt: skip

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from controller.errors import InputFault, PolicyError
-from controller.link.frame_slots import FrameSlots, TornSlot
+from controller.link.frame_slots import CorruptSlot, FrameSlots, TornSlot
 from controller.link.process_messages import MessageError
 from policies.base import CameraSpec, PolicySpec
 
@@ -30,14 +30,19 @@ def observation(value: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
     return images, np.full((2, 3), float(value), np.float32)
 
 
+def open_descriptors() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
 @pytest.fixture
-def slots(tmp_path):  # type: ignore[no-untyped-def]
-    writer = FrameSlots.create(SPEC, 2, directory=str(tmp_path))
+def slots():  # type: ignore[no-untyped-def]
+    before = open_descriptors()
+    writer = FrameSlots.create(SPEC, 2)
     reader = FrameSlots.attach(writer.path, SPEC, 2)
     yield writer, reader
     reader.close()
     writer.close()
-    assert not writer.path.exists()
+    assert open_descriptors() <= before  # the memory goes with its creator's descriptor
 
 
 def test_what_the_writer_copies_the_reader_sees_in_place(slots) -> None:  # type: ignore[no-untyped-def]
@@ -107,38 +112,76 @@ def test_whose_fault_a_failed_request_is(error: Exception, kind: str) -> None:
     assert reply_kind(error) == kind
 
 
-def test_slot_files_no_live_ring_owns_are_removed_at_the_next_create(tmp_path: Path) -> None:
-    """Orphans are judged by their creator's lock, not by pid (another pid namespace may own
-    a file whose pid looks dead here); very young files are left for their creator."""
-    old = time.time() - 60
-    orphan = tmp_path / "tempo-slots-12345-0000abcd"
-    orphan.write_bytes(b"left by a killed daemon")
-    os.utime(orphan, (old, old))
-    young = tmp_path / "tempo-slots-12345-0000beef"
-    young.write_bytes(b"its creator has not locked it yet")
-    live = FrameSlots.create(SPEC, 2, directory=str(tmp_path))
-    os.utime(live.path, (old, old))
+def test_the_slots_have_no_file_and_nobody_can_shrink_or_grow_them(slots) -> None:  # type: ignore[no-untyped-def]
+    """Memory another process of the user truncated would kill the control process with
+    SIGBUS at its next write; a file in /dev/shm could also be deleted by a tmp cleaner."""
+    writer, _ = slots
+    assert str(writer.path) == f"/proc/{os.getpid()}/fd/{writer.fileno()}"
+    assert not list(Path("/dev/shm").glob(f"tempo-slots-{os.getpid()}-*"))
+    fd = os.open(writer.path, os.O_RDWR)
     try:
-        again = FrameSlots.create(SPEC, 2, directory=str(tmp_path))
-        try:
-            assert not orphan.exists()
-            assert young.exists() and live.path.exists() and again.path.exists()
-        finally:
-            again.close()
+        for size in (0, writer.size - 1, writer.size * 2):
+            with pytest.raises(PermissionError):
+                os.ftruncate(fd, size)
     finally:
-        live.close()
-    assert not live.path.exists()
+        os.close(fd)
+    writer.write(0, *observation(3))  # still all there
 
 
-def test_a_ring_with_no_room_is_one_sentence_and_leaves_no_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_memory_that_is_not_sealed_is_refused(tmp_path: Path) -> None:
+    writer = FrameSlots.create(SPEC, 2)
+    try:
+        plain = tmp_path / "slots"
+        plain.write_bytes(writer.buffer.tobytes())  # the right size and layout, but a file
+    finally:
+        writer.close()
+    with pytest.raises(ValueError, match="not sealed memory"):
+        FrameSlots.attach(plain, SPEC, 2)
+
+
+def test_reset_lays_a_scribbled_header_out_afresh(slots) -> None:  # type: ignore[no-untyped-def]
+    writer, reader = slots
+    writer.write(1, *observation(5))
+    reader.buffer[:64] = np.frombuffer(b"\x9c" * 64, np.uint8)  # garbage: layout, heartbeat
+    reader._headers[1][:] = -7
+    with pytest.raises(ValueError, match="another policy spec"):
+        FrameSlots.attach(writer.path, SPEC, 2)
+    writer.reset()
+    again = FrameSlots.attach(writer.path, SPEC, 2)
+    try:
+        assert abs(time.monotonic_ns() - again.last_beat_ns()) < 10e9
+        assert again.generation(1) == 0 and again.held(1) == 0
+        generation = writer.write(1, *observation(6))
+        again.check(1, generation, intact=True)
+    finally:
+        again.close()
+
+
+def test_data_written_behind_the_writers_back_is_refused(slots) -> None:  # type: ignore[no-untyped-def]
+    """Bytes another process wrote into a slot, its generation untouched: not served."""
+    writer, reader = slots
+    generation = writer.write(0, *observation(4))
+    reader.check(0, generation, intact=True)
+    reader.views(0)[0]["b"][1, 2, 0] = 200
+    with pytest.raises(CorruptSlot, match="written behind"):
+        reader.check(0, generation, intact=True)
+    generation = writer.write(0, *observation(4))
+    reader.check(0, generation, intact=True)
+    reader.views(0)[1][0, 0] = np.float32(1e30)  # the state history is summed too
+    with pytest.raises(CorruptSlot):
+        reader.check(0, generation, intact=True)
+
+
+def test_a_ring_with_no_room_is_one_sentence_and_leaves_nothing_open(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A full /dev/shm is an error at create (not SIGBUS at the first write)."""
+    """No room for the memory is an error at create (not SIGBUS at the first write)."""
 
     def full(fd: int, offset: int, size: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
+    before = open_descriptors()
     monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
     with pytest.raises(OSError, match="no room for .* shared observation slots"):
-        FrameSlots.create(SPEC, 2, directory=str(tmp_path))
-    assert list(tmp_path.iterdir()) == []
+        FrameSlots.create(SPEC, 2)
+    assert open_descriptors() <= before

@@ -4,6 +4,7 @@ peer that has gone is seen at once."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -116,3 +117,32 @@ def test_a_spinning_receive_takes_a_message_sent_meanwhile_and_still_ends_at_its
     assert time.monotonic() - began < 30.0
     ours.close()
     assert peer.receive(timeout_ms=5000, spin_s=5.0) is None and peer.closed
+
+
+def test_descriptors_come_with_their_messages_in_order_and_stay_the_senders_too() -> None:
+    """Shared memory is handed over as descriptors: each must reach the receiver no later than
+    its message, even behind bytes the kernel has not taken yet, and in the order sent."""
+    ours, peer = pair()
+    (first, first_w), (second, second_w) = os.pipe(), os.pipe()
+    inodes = [os.fstat(first).st_ino, os.fstat(second).st_ino]
+    big = b"x" * 3_000_000
+    ours.send(big)  # queued here mostly: the descriptors wait behind it
+    ours.send(b"one", fds=[first])
+    ours.send(b"two", fds=[second, first])
+    os.close(first)  # the channel keeps its own copies until they are sent
+    received = []
+    while len(received) < 3:
+        ours.receive()  # flushes what is queued
+        data = peer.receive(timeout_ms=100)
+        if data is not None:
+            taken = [peer.take_fd()] if data != big else []
+            taken += [peer.take_fd()] if data == b"two" else []
+            received.append((data[:3], taken))
+    assert [message for message, _ in received] == [b"xxx", b"one", b"two"]
+    fds = received[1][1] + received[2][1]
+    assert None not in fds and peer.take_fd() is None
+    assert [os.fstat(fd).st_ino for fd in fds] == [inodes[0], inodes[1], inodes[0]]  # type: ignore[arg-type]
+    for fd in [*fds, second, first_w, second_w]:
+        os.close(fd)  # type: ignore[arg-type]
+    ours.close()
+    peer.close()

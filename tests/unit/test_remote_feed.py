@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -237,6 +238,9 @@ def test_a_driver_ring_is_asked_for_once_then_its_frames_are_read_in_place(
         channel.send(first, context_1)
         attach, infer = received(peer), received(peer)
         assert attach.kind == "attach_ring" and attach.path == str(ring.path)
+        memory = peer.take_fd()  # the ring's memory itself came along
+        assert memory is not None and os.fstat(memory).st_ino == os.stat(ring.path).st_ino
+        os.close(memory)
         assert infer.ring is None  # not attached yet: this observation is copied
         np.testing.assert_array_equal(slots.views(infer.slot)[0]["a"], frames["a"])
         peer.send(encode(RingReady(attach.id, pinned=True)))
@@ -247,7 +251,7 @@ def test_a_driver_ring_is_asked_for_once_then_its_frames_are_read_in_place(
                 break
             threading.Event().wait(0.001)
         assert reply is not None and reply.id == infer.id
-        assert list(channel.rings) == [ring.path] and channel.pinned_rings == {attach.id}
+        assert list(channel.rings) == [ring] and channel.pinned_rings == {attach.id}
         second = SlotFrames(ring, 1, ring.write(1, frames, state), ["a"])
         channel.send(second, context_1)
         infer = received(peer)
