@@ -10,9 +10,9 @@ from controller.sim.demo_fit import cpu_fit, explicit_keys
 
 def test_without_cuda_act_gets_a_lower_rate_and_a_chunk_every_ten_steps() -> None:
     settings, line = cpu_fit("act", cuda=False)
-    assert "control.rate_hz=20" in settings and "inference.query_period=10" in settings
+    assert "control.rate_hz=10" in settings and "inference.query_period=10" in settings
     assert "inference.ensemble=newest" in settings
-    assert line is not None and "no CUDA GPU" in line and "control.rate_hz=20" in line
+    assert line is not None and "no CUDA GPU" in line and "control.rate_hz=10" in line
 
 
 def test_without_cuda_tdmpc2_serves_fast_mode() -> None:
