@@ -44,10 +44,10 @@ from controller.errors import (
     SecurityError,
 )
 from controller.wire.commands import ClientCounters, Command, CommandInbox
-from controller.wire.curve import ClientKeys, is_local_endpoint, load_client_keys
+from controller.wire.curve import ClientKeys, load_client_keys
 from controller.wire.declared_robot import DeclaredRobot
 from controller.wire.frame_ring_writer import FrameRingWriter
-from controller.wire.handshake_watch import HandshakeWatch
+from controller.wire.handshake_watch import HandshakeWatch, no_answer
 from controller.wire.protocol import DEFAULT_LIMITS, Message, decode, encode
 from controller.wire.sockets import configure_common
 
@@ -129,17 +129,8 @@ class TempoClient:
                 raise HandshakeRefused("security", refused)
             remaining_ms = (deadline - time.monotonic_ns()) // 1_000_000
             if remaining_ms <= 0:
-                hint = ""
-                if self._keys is None and not is_local_endpoint(self.endpoint):
-                    hint = (
-                        " A daemon bound beyond localhost needs CurveZMQ keys: pass "
-                        "client_secret_key and server_public_key."
-                    )
-                raise DaemonUnavailable(
-                    f"no answer from a Tempo daemon at {self.endpoint} within "
-                    f"{self.handshake_timeout_ns / 1e9:.1f} s; is `tempo serve` running there?"
-                    + hint
-                )
+                timeout_s = self.handshake_timeout_ns / 1e9
+                raise DaemonUnavailable(no_answer(self.endpoint, timeout_s, self._keys is not None))
             self._pump(min(remaining_ms, 50), raise_refusal=True)  # 50: look at the watch too
         return self.welcome
 
@@ -298,7 +289,17 @@ class TempoClient:
         return seq
 
     def set_teleop(self, joints: Sequence[str]) -> None:
-        """Hand these joints to the operator (all others to the policy)."""
+        """Hand these joints to the operator (all others to the policy); from then on each
+        observation must carry their values (`teleop=`), or the daemon holds with reason
+        `teleop_no_values`. Raises ValueError, sending nothing, for a joint this robot does
+        not have."""
+        declared = self.spec["joints"]
+        unknown = [j for j in joints if j not in declared]
+        if unknown:
+            raise ValueError(
+                f"set_teleop: {', '.join(map(repr, unknown))} is not a joint of robot "
+                f"{self.robot!r}; its joints: {', '.join(declared)}"
+            )
         if self.welcome is None:
             raise DaemonUnavailable("not connected; call connect() first")
         self._send("teleop", {"session": self.welcome.session, "joints": list(joints)})

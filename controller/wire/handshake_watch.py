@@ -13,6 +13,8 @@ from __future__ import annotations
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from controller.wire.curve import is_local_endpoint
+
 _EVENTS = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -52,6 +54,20 @@ def handshake_failure(event: int, value: int, endpoint: str, has_keys: bool) -> 
             "probably not that daemon's public key (its NAME.key file)"
         )
     return f"the daemon at {endpoint} dropped the ZeroMQ handshake without a reason"
+
+
+def no_answer(endpoint: str, timeout_s: float, has_keys: bool) -> str:
+    """The sentence for a handshake that got no answer and no refusal within `timeout_s`."""
+    hint = ""
+    if not has_keys and not is_local_endpoint(endpoint):
+        hint = (
+            " A daemon bound beyond localhost needs CurveZMQ keys: pass client_secret_key and "
+            "server_public_key."
+        )
+    return (
+        f"no answer from a Tempo daemon at {endpoint} within {timeout_s:.1f} s; is `tempo "
+        f"serve` running there?{hint}"
+    )
 
 
 class HandshakeWatch:
