@@ -196,7 +196,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from controller.config import load_config
     from controller.sim.demo import demo_policy_args, run_demo
 
-    policy_args = demo_policy_args(args.policy)  # first, so the user's --set wins
+    policy_args = demo_policy_args(args.policy, args.config, args.overrides, args.json)
     load_config(args.config, [*policy_args[1::2], *args.overrides])  # refuse a bad config now
     config_args = [*policy_args, *_config_args(args)]
     return run_demo(args.seconds, config_args, args.json, args.log_level or "WARNING")

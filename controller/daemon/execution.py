@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controller.config_sections import InferenceConfig
+from controller.config_sections import InferenceConfig, RTCConfig
 from controller.errors import ConfigError
 from policies.base import Execution, PolicySpec
 
@@ -17,10 +17,13 @@ FROM_CONFIG = "config"
 FROM_DEFAULT = "default"
 
 
-def resolve_execution(inference: InferenceConfig, spec: PolicySpec) -> tuple[InferenceConfig, str]:
+def resolve_execution(
+    inference: InferenceConfig, spec: PolicySpec, rtc: RTCConfig | None = None
+) -> tuple[InferenceConfig, str]:
     """The inference settings in effect for a policy: each field the config sets explicitly,
     else what the policy's checkpoint records (`spec.execution`), else the field's default.
-    Returns them with one line saying what is in effect and where each part came from."""
+    Returns them with one line saying what is in effect and where each part came from (and
+    that real-time chunking is on, with its settings, when `rtc` turns it on)."""
     hint = spec.execution
     explicit = inference.model_fields_set
     values: dict[str, Any] = {}
@@ -40,16 +43,25 @@ def resolve_execution(inference: InferenceConfig, spec: PolicySpec) -> tuple[Inf
             f"the policy's chunk_size {spec.chunk_size}: steps between chunks would have no "
             "action; set inference.query_period to at most the chunk size"
         )
-    return resolved, describe_execution(resolved, origins, hint)
+    return resolved, describe_execution(resolved, origins, hint, rtc)
 
 
 def describe_execution(
-    inference: InferenceConfig, origins: Mapping[str, str], hint: Execution | None
+    inference: InferenceConfig,
+    origins: Mapping[str, str],
+    hint: Execution | None,
+    rtc: RTCConfig | None = None,
 ) -> str:
     """One line: 'query every 100 steps, play the newest chunk (query_period from the
     checkpoint (LeRobot config.json: ...), ensemble from the checkpoint)'."""
     if inference.ensemble == "temporal":
         how = f"temporal ensembling k={inference.temporal_k:g}"
+    elif rtc is not None and rtc.mode != "off":
+        how = (
+            f"real-time chunking (policy.rtc: mode {rtc.mode}, beta {rtc.beta:g}, schedule "
+            f"{rtc.schedule}; the old chunk plays until the new one, guided to agree with it, "
+            "lands)"
+        )
     else:
         how = "play the newest chunk"
     parts = [f"{name} from {origins[name]}" for name in ("query_period", "ensemble")]

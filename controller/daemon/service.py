@@ -133,7 +133,9 @@ class Daemon:
         self.context = context or zmq.Context.instance()
         self.period_ns = int(round(1e9 / config.control.rate_hz))
         # The config's inference fields, else the checkpoint's execution settings, else defaults.
-        self.inference, self.execution = resolve_execution(config.inference, policy.spec)
+        self.inference, self.execution = resolve_execution(
+            config.inference, policy.spec, config.policy.rtc
+        )
         self.limits = limits_for(policy.spec)
         if transport is None:
             transport = unopened_transport(config, self.context, self.limits)

@@ -20,6 +20,7 @@ no lock guards the rest.
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -38,6 +39,7 @@ from policies.base import PolicySpec, RobotContext
 NEVER = -(10**18)  # the step of the last request before any was made
 # Why a tick holds, by the guard chain's watchdog state (anything else: no action this step).
 HOLD_REASONS = {"stop": "stopped", "hold": "stale_observation"}
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -362,7 +364,19 @@ class Session:
         elif pipeline.step(step, now_ns, laps) is Verdict.ACTION:
             self._hold_reason = None
         else:
-            self._hold_reason = HOLD_REASONS.get(pipeline.guards.state, "no_action")
+            self._hold_reason = HOLD_REASONS.get(pipeline.guards.state) or self._no_action()
+
+    def _no_action(self) -> str:
+        """Why no action: the operator owns joints but the observations carry no teleop values
+        (said once in the log, with the joints), or no chunk covers this step."""
+        if self._pipeline.teleop_values is None and (owned := self._pipeline.teleop.owned):
+            if not self._counters["teleop_no_values"]:
+                log.warning("robot %s holds: teleop owns %s but its observations carry no "
+                            "teleop values (send_observation(..., teleop=...))",
+                            self._robot, ", ".join(owned))  # fmt: skip
+            self._counters["teleop_no_values"] += 1
+            return "teleop_no_values"
+        return "no_action"
 
     @property
     def hold_reason(self) -> str | None:

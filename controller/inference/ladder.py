@@ -35,6 +35,7 @@ class ServingLadder:
         self._window = OverrunWindow(config.overrun_k, config.overrun_n)  # over budget, per step
         self._last_change = 0.0  # monotonic time of the last demotion or re-promotion attempt
         self._last_bottom_log = -1e9
+        self._warned_slow_bottom = False  # the bottom tier overran its budget (said once)
 
     def begin(self, ready: list[str]) -> None:
         """Start-up is over: serve the highest of `ready`."""
@@ -71,6 +72,9 @@ class ServingLadder:
             return None
         from_tier = self.tiers[self.current]
         if self.current + 1 >= len(self.tiers):
+            if cause == "overrun":
+                self._warn_slow_bottom(from_tier, detail)
+                return None
             now = time.monotonic()
             if now - self._last_bottom_log >= BOTTOM_LOG_INTERVAL_S:
                 self._last_bottom_log = now
@@ -83,6 +87,21 @@ class ServingLadder:
         self.demotions.append(TierChange(time.time(), from_tier, to_tier, cause, detail))
         log.warning("demoted %s -> %s (%s): %s", from_tier, to_tier, cause, detail)
         return to_tier
+
+    def _warn_slow_bottom(self, tier: str, detail: str) -> None:
+        """The lowest tier is slower than the step budget: expected on a CPU, so a warning,
+        once (the overrun count in `tempo status` keeps growing), with what to change."""
+        if self._warned_slow_bottom:
+            return
+        self._warned_slow_bottom = True
+        log.warning(
+            "tier %s is slower than the step budget (%s) and is the lowest tier; the robot "
+            "keeps playing each chunk until the next lands. For a step per control period, "
+            "lower control.rate_hz, raise inference.query_period, or serve on a GPU "
+            "(logged once)",
+            tier,
+            detail,
+        )
 
     def repromote_due(self) -> bool:
         after = self._config.repromote_after_s

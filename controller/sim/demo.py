@@ -31,12 +31,20 @@ def demo_checkpoint_dir() -> Path:
     return Path(cache) / "tempo" / "demo-act"
 
 
-def demo_policy_args(policy: str) -> list[str]:
+def demo_policy_args(
+    policy: str,
+    config_path: Path | None = None,
+    overrides: Sequence[str] = (),
+    quiet: bool = False,
+) -> list[str]:
     """`--set` options that make the daemon serve the demo policy of the family called
     `policy` (policies.registry); creates its checkpoint the first time. Each is shaped for the
     simulated robot (6 joints, one 96x128 camera), with random weights and a fixed seed: the
-    model path is real, the behaviour is not trained."""
+    model path is real, the behaviour is not trained. Without a CUDA GPU, settings a CPU keeps
+    up with are added (controller.sim.demo_fit) unless the user's config or `overrides` set
+    them, and a line says which and why (on stderr when `quiet`)."""
     from controller.errors import ConfigError
+    from controller.sim.demo_fit import cpu_fit, cuda_available, explicit_keys
     from policies.registry import families, get_family
 
     demo = get_family(policy).demo
@@ -44,7 +52,12 @@ def demo_policy_args(policy: str) -> list[str]:
         known = ", ".join(f.name for f in families() if f.demo is not None)
         raise ConfigError(f"policy family {policy!r} has no demo; demos: {known}")
     settings = demo.settings(demo_checkpoint_dir().parent)
-    return [arg for setting in settings for arg in ("--set", setting)]
+    explicit = explicit_keys(config_path, overrides)
+    device = next((s.split("=", 1)[1] for s in overrides if s.startswith("policy.device=")), None)
+    fitted, line = cpu_fit(policy, cuda_available(device), explicit)
+    if line:
+        print(f"tempo demo: {line}", file=sys.stderr if quiet else sys.stdout, flush=True)
+    return [arg for setting in [*settings, *fitted] for arg in ("--set", setting)]
 
 
 def _tempo_command(*args: str) -> list[str]:
@@ -121,14 +134,17 @@ class _LineReader:
 
 
 def _status_line(status: dict[str, Any], driver: dict[str, Any]) -> str:
-    """Holds are the robot's (ticks it held for any reason), as in the summary."""
+    """Holds are counted twice, each with its clock: the robot's loop (200 Hz) counts its turns
+    without an action to apply, the daemon its control ticks that sent a hold."""
     tier = status.get("policy", {}).get("tier", "eager")
     return (
         f"rate {status['achieved_hz']:6.1f}/{status['control_hz']:.0f} Hz | "
         f"obs->action p50 {driver.get('latency_ms_p50', float('nan')):5.1f} "
         f"p99 {driver.get('latency_ms_p99', float('nan')):5.1f} ms | "
-        f"missed {status['missed_ticks']} | robots {len(status['robots'])} | "
-        f"tier {tier} | robot holds {driver.get('holds', 0)} | guards {_interventions(status)}"
+        f"missed {status['missed_ticks']} | robots {len(status['robots'])} | tier {tier} | "
+        f"held: robot loop turns {driver.get('holds', 0)} "
+        f"({driver.get('loop_hz', 200.0):g} Hz), daemon ticks {status.get('holds_sent', 0)} "
+        f"({status['control_hz']:g} Hz) | guards {_interventions(status)}"
     )
 
 
@@ -146,7 +162,8 @@ def step_versus_period(status: dict[str, Any]) -> str | None:
         f"note: a policy step takes {step_s * 1000.0:.0f} ms on tier {tier}, longer than the "
         f"control period ({period_ms:.0f} ms at {status['control_hz']:g} Hz): each chunk arrives "
         "a step or more after its observation and its first actions are skipped. A GPU (or a "
-        "lower control.rate_hz) closes the gap."
+        "lower control.rate_hz, a longer inference.query_period; for TD-MPC2 "
+        "policy.planner.mode=prior) closes the gap."
     )
 
 
@@ -249,16 +266,21 @@ def _summary(
     ticks = after["ticks"] - before.get("ticks", 0)
     elapsed = after["uptime_s"] - before.get("uptime_s", 0.0)
     return {
+        "control_hz": after["control_hz"],
         "ticks": ticks,
         "achieved_hz": ticks / elapsed if elapsed > 0 else 0.0,
         "missed_ticks": after["missed_ticks"] - before.get("missed_ticks", 0),
         "latency_ms_p50": driver["latency_ms_p50"],
         "latency_ms_p99": driver["latency_ms_p99"],
         "tick_lateness_us_p99": after["tick_lateness_us_p99"],
-        "actions_applied": driver["actions_applied"],
+        # Two clocks (README, "What the demo shows"): the robot's loop turns at robot_loop_hz
+        # and applies an action or holds each turn; the daemon sends one command per tick.
+        "robot_loop_hz": driver.get("loop_hz", 200.0),
+        "robot_loop_actions": driver["actions_applied"],
+        "robot_loop_holds": driver["holds"],
+        "robot_travel_rad": driver["travel_rad"],  # > 0: the policy's actions moved the arm
         "driver_action_hz": driver["action_hz"],
-        "holds": driver["holds"],  # ticks the robot held (any reason), as on the status line
-        "daemon_holds_sent": after["holds_sent"] - before.get("holds_sent", 0),
+        "daemon_tick_holds": after["holds_sent"] - before.get("holds_sent", 0),
         "expired_actions": driver["expired"],
         "observations": driver["observations"],
         "inference_ms_p50": after["inference_ms_p50"],

@@ -71,15 +71,20 @@ class DriverStats:
     holds: int = 0
     distinct_steps: int = 0
     last_step: int = -1
+    travel_rad: float = 0.0  # how far the joints moved, summed over joints and ticks
+
+    loop_hz: float = 200.0  # the driver loop's rate: actions_applied and holds count its turns
 
     def as_dict(self, latency: Histogram, client: TempoClient) -> dict[str, Any]:
         elapsed = (time.monotonic_ns() - self.started_ns) / 1e9
         p50, p99 = (float("nan") if s is None else s * 1e3 for s in latency.percentiles((50, 99)))
         return {
             "elapsed_s": elapsed,
+            "loop_hz": self.loop_hz,
             "observations": self.observations,
             "actions_applied": self.actions_applied,
             "holds": self.holds,
+            "travel_rad": self.travel_rad,
             "action_hz": self.distinct_steps / elapsed if elapsed > 0 else 0.0,
             "latency_ms_p50": p50,
             "latency_ms_p99": p99,
@@ -101,22 +106,29 @@ def run_driver(
     physics_hz: float = 200.0,
     report: TextIO | None = None,
     report_every_s: float = 0.5,
+    first_action_wait_s: float = 60.0,
 ) -> dict[str, Any]:
-    """Drive `arm` against the daemon for `seconds`; returns a summary (and streams JSON lines
-    to `report` if given)."""
+    """Drive `arm` against the daemon for `seconds` from its first action; returns a summary
+    (and streams JSON lines to `report` if given). A first policy step on a loaded CPU can take
+    seconds, so the run waits up to `first_action_wait_s` more for it rather than end without
+    having moved (`seconds` 0: no wait)."""
     pacer = Pacer(int(1e9 / physics_hz), spin_ns=200_000)
     camera_every = max(1, round(physics_hz / camera_hz))
     report_every = max(1, round(physics_hz * report_every_s))
     latency = Histogram()  # observation sent -> first action from it, whole run
     sent_at: dict[int, int] = {}  # observation seq -> our send time, to time the round trip
-    stats = DriverStats(started_ns=time.monotonic_ns())
-    end_ns = stats.started_ns + int(seconds * 1e9)
+    stats = DriverStats(started_ns=time.monotonic_ns(), loop_hz=physics_hz)
+    run_ns = int(seconds * 1e9)
+    end_ns = stats.started_ns + run_ns + (int(first_action_wait_s * 1e9) if run_ns else 0)
+    moved = False
     pacer.start()
     dt = 1.0 / physics_hz
     while time.monotonic_ns() < end_ns:
         tick = pacer.wait()
         command = client.receive()
         if command.kind == "action" and command.action is not None:
+            if not moved:  # the run's `seconds` count from here
+                moved, end_ns = True, min(end_ns, time.monotonic_ns() + run_ns)
             arm.command(command.action)
             stats.actions_applied += 1
             if command.step != stats.last_step:
@@ -127,7 +139,9 @@ def run_driver(
                 latency.record_ns(time.monotonic_ns() - sent)
         else:
             stats.holds += 1
+        before = arm.position.copy()
         arm.advance(dt)
+        stats.travel_rad += float(np.abs(arm.position - before).sum())
         if tick % camera_every == 0:
             seq = client.send_observation(arm.render(), arm.position)
             if seq is not None:

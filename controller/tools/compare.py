@@ -28,7 +28,9 @@ medians is recomputed 2000 times, and the interval is the central `confidence` s
 (default 95%). The ratio of means and its interval (same bootstrap) are in the JSON.
 
 Verdict: "B is faster by 3.1x" when the whole interval is above 1 and the ratio exceeds
-1 + min_effect (default 2%); "slower" symmetrically; otherwise "no significant difference".
+1 + min_effect (default 2%); "slower" symmetrically, said as median(B) / median(A) with the
+interval inverted to match ("B is slower by 2.3x (95% CI 2.0x-2.7x)"); otherwise "no significant
+difference".
 Differences under 2% are not reproducible on a shared machine, whatever the interval says.
 """
 
@@ -144,9 +146,11 @@ def verdict(
     """The one-line verdict and which variant is faster ("A", "B" or None)."""
     interval = f"{confidence * 100:.0f}% CI {_times(ci[0])}-{_times(ci[1])}"
     if ci[0] > 1.0 and ratio >= 1.0 + min_effect:
-        return f"{b_name} is faster by {_by(ratio)} ({interval}, ratio of medians)", "B"
+        return f"{b_name} is faster by {_by(ratio)} ({interval}, ratio of medians A/B)", "B"
     if ci[1] < 1.0 and 1.0 / ratio >= 1.0 + min_effect:
-        return f"{b_name} is slower by {_by(1.0 / ratio)} ({interval}, ratio of medians)", "A"
+        # Said as B/A, so the headline and its interval read the same way (both above 1).
+        inverse = f"{confidence * 100:.0f}% CI {_times(1.0 / ci[1])}-{_times(1.0 / ci[0])}"
+        return f"{b_name} is slower by {_by(1.0 / ratio)} ({inverse}, ratio of medians B/A)", "A"
     reason = (
         "the interval includes 1"
         if ci[0] <= 1.0 <= ci[1]

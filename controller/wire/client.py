@@ -44,9 +44,10 @@ from controller.errors import (
     SecurityError,
 )
 from controller.wire.commands import ClientCounters, Command, CommandInbox
-from controller.wire.curve import ClientKeys, is_local_endpoint, load_client_keys
+from controller.wire.curve import ClientKeys, load_client_keys
 from controller.wire.declared_robot import DeclaredRobot
 from controller.wire.frame_ring_writer import FrameRingWriter
+from controller.wire.handshake_watch import HandshakeWatch, no_answer
 from controller.wire.protocol import DEFAULT_LIMITS, Message, decode, encode
 from controller.wire.sockets import configure_common
 
@@ -109,6 +110,7 @@ class TempoClient:
         self._inbox = CommandInbox(self.counters)
         self.welcome: Welcome | None = None
         self._socket: zmq.Socket | None = None
+        self._watch: HandshakeWatch | None = None  # why ZeroMQ's own handshake failed, if it did
         self._seq = 0
         self._last_heard_ns = 0
         self._hello_sent_ns = 0
@@ -116,25 +118,20 @@ class TempoClient:
     # -- connection ------------------------------------------------------------------------
 
     def connect(self) -> Welcome:
-        """Handshake, waiting up to the handshake timeout. Raises HandshakeRefused or
+        """Handshake, waiting up to the handshake timeout. Raises HandshakeRefused (also when
+        the daemon's CurveZMQ security refused this driver's keys, or their absence) or
         DaemonUnavailable."""
         self._send_hello()
         deadline = time.monotonic_ns() + self.handshake_timeout_ns
         while self.welcome is None:
+            refused = self._watch.failure() if self._watch is not None else None
+            if refused is not None:
+                raise HandshakeRefused("security", refused)
             remaining_ms = (deadline - time.monotonic_ns()) // 1_000_000
             if remaining_ms <= 0:
-                hint = ""
-                if self._keys is None and not is_local_endpoint(self.endpoint):
-                    hint = (
-                        " A daemon bound beyond localhost needs CurveZMQ keys: pass "
-                        "client_secret_key and server_public_key."
-                    )
-                raise DaemonUnavailable(
-                    f"no answer from a Tempo daemon at {self.endpoint} within "
-                    f"{self.handshake_timeout_ns / 1e9:.1f} s; is `tempo serve` running there?"
-                    + hint
-                )
-            self._pump(remaining_ms, raise_refusal=True)
+                timeout_s = self.handshake_timeout_ns / 1e9
+                raise DaemonUnavailable(no_answer(self.endpoint, timeout_s, self._keys is not None))
+            self._pump(min(remaining_ms, 50), raise_refusal=True)  # 50: look at the watch too
         return self.welcome
 
     @property
@@ -143,12 +140,12 @@ class TempoClient:
 
     def _send_hello(self) -> None:
         """A fresh socket each time, so nothing queued for an old daemon survives."""
-        if self._socket is not None:
-            self._socket.close(linger=0)
+        self._close_socket()
         self._socket = self.context.socket(zmq.DEALER)
         configure_common(self._socket, DEFAULT_LIMITS)
         if self._keys is not None:
             self._keys.apply(self._socket)
+        self._watch = HandshakeWatch(self._socket, self.endpoint, self._keys is not None)
         self._socket.connect(self.endpoint)
         self.welcome = None
         self._inbox.clear()
@@ -160,7 +157,19 @@ class TempoClient:
             fields["frames_in_place"] = True
         self._send("hello", fields)
 
+    def _close_socket(self) -> None:
+        if self._watch is not None:
+            self._watch.close()  # before its socket
+            self._watch = None
+        if self._socket is not None:
+            self._socket.close(linger=0)
+        self._socket = None
+
     def _reconnect(self, why: str) -> None:
+        refused = self._watch.failure() if self._watch is not None else None
+        if refused is not None:  # say why, not only that nothing came
+            why = f"{why}; the handshake was refused: {refused}"
+            self.counters.last_error = f"handshake refused: {refused}"
         self.counters.reconnects += 1
         log.warning("reconnecting to %s: %s", self.endpoint, why)
         self._send_hello()
@@ -171,8 +180,7 @@ class TempoClient:
             return
         if self.welcome is not None:
             self._send("bye", {"session": self.welcome.session})
-        self._socket.close(linger=0)
-        self._socket = None
+        self._close_socket()
         self.welcome = None
         self._close_ring()
 
@@ -281,7 +289,17 @@ class TempoClient:
         return seq
 
     def set_teleop(self, joints: Sequence[str]) -> None:
-        """Hand these joints to the operator (all others to the policy)."""
+        """Hand these joints to the operator (all others to the policy); from then on each
+        observation must carry their values (`teleop=`), or the daemon holds with reason
+        `teleop_no_values`. Raises ValueError, sending nothing, for a joint this robot does
+        not have."""
+        declared = self.spec["joints"]
+        unknown = [j for j in joints if j not in declared]
+        if unknown:
+            raise ValueError(
+                f"set_teleop: {', '.join(map(repr, unknown))} is not a joint of robot "
+                f"{self.robot!r}; its joints: {', '.join(declared)}"
+            )
         if self.welcome is None:
             raise DaemonUnavailable("not connected; call connect() first")
         self._send("teleop", {"session": self.welcome.session, "joints": list(joints)})

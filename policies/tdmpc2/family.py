@@ -64,7 +64,14 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--obs-dim", type=int, required=True, help="state observation length")
     parser.add_argument("--action-dim", type=int, required=True, help="action length")
     parser.add_argument(
-        "--model-size", type=int, default=5, choices=[1, 5, 19, 48, 317], help="default 5"
+        "--config",
+        type=Path,
+        help="the official config.yaml the agent was trained with: model size, planner "
+        "settings and discount are taken from it as the official code derives them; the "
+        "flags below override it",
+    )
+    parser.add_argument(
+        "--model-size", type=int, choices=[1, 5, 19, 48, 317], help="default 5 (or --config's)"
     )
     parser.add_argument("--horizon", type=int, help="planning horizon (default 3)")
     parser.add_argument(
@@ -97,49 +104,84 @@ def _floats(text: str | None, option: str) -> tuple[float, ...] | None:
 def official_discount(episode_length: int) -> float:
     """The official code's discount for an episode of `episode_length` agent steps:
     clip((L/5 - 1) / (L/5), 0.95, 0.995) (its config's discount_denom, _min and _max)."""
-    if episode_length < 1:
-        raise ConfigError(f"--episode-length {episode_length}: expected a positive step count")
-    frac = episode_length / 5
-    return min(max((frac - 1) / frac, 0.95), 0.995)
+    from policies.tdmpc2.official_config import official_discount as derive
+
+    return derive(episode_length)
 
 
-def _discount(args: argparse.Namespace) -> float:
-    """--discount as given, else --episode-length's; neither is refused: a default would differ
+def planner_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The TDMPC2Config settings `import-tdmpc2` imports with: --config's (derived as the
+    official code does), then each flag given. Without a discount from --discount,
+    --episode-length or the file's episode_length the import is refused: a default would differ
     from what the official planner used for most tasks."""
-    if args.discount is not None:
-        return float(args.discount)
-    if args.episode_length is None:
+    settings: dict[str, object] = {}
+    if args.config is not None:
+        from policies.tdmpc2.official_config import read_official_config, settings_from_config
+
+        official = read_official_config(args.config)
+        if official.get("action_dim", args.action_dim) != args.action_dim:
+            raise ConfigError(
+                f"--config {args.config} has action_dim {official['action_dim']} but "
+                f"--action-dim is {args.action_dim}; they must agree"
+            )
+        settings = settings_from_config(official, args.action_dim, args.episode_length, args.config)
+    elif args.episode_length is not None:
+        settings["discount"] = official_discount(args.episode_length)
+    for name, value in (
+        ("model_size", args.model_size),
+        ("horizon", args.horizon),
+        ("iterations", args.iterations),
+        ("mode", args.mode),
+        ("discount", args.discount),
+        ("action_low", _floats(args.action_low, "--action-low")),
+        ("action_high", _floats(args.action_high, "--action-high")),
+    ):
+        if value is not None:
+            settings[name] = value
+    if "discount" not in settings:
         raise ConfigError(
-            "import-tdmpc2 needs --episode-length (agent steps per episode: 500 for DMControl) "
-            "or --discount: the official code derives the discount from the episode length, "
-            "and no single default matches every task"
+            "import-tdmpc2 needs --episode-length (agent steps per episode: 500 for DMControl), "
+            "--discount, or a --config with episode_length: the official code derives the "
+            "discount from the episode length, and no single default matches every task"
         )
-    return official_discount(args.episode_length)
+    settings.setdefault("model_size", 5)
+    _check_planner(settings, args)
+    return settings
+
+
+def _check_planner(settings: dict[str, object], args: argparse.Namespace) -> None:
+    """Refuse invalid settings now, in one sentence naming the field, before reading weights."""
+    from pydantic import ValidationError
+
+    from policies.tdmpc2.config import TDMPC2Config
+
+    try:
+        TDMPC2Config.model_validate(
+            {"obs_dim": args.obs_dim, "action_dim": args.action_dim, **settings}
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["loc"]:  # one field: name it and its value
+            field = ".".join(str(p) for p in error["loc"])
+            message = f"{field} {error.get('input')!r}: {message}"
+        source = f" (from --config {args.config} or the flags)" if args.config else ""
+        raise ConfigError(f"import-tdmpc2{source}: {message}") from None
 
 
 def run_import(args: argparse.Namespace) -> int:
     """`tempo checkpoint import-tdmpc2 SOURCE DESTINATION --obs-dim N --action-dim M ...`."""
     from policies.tdmpc2.official import import_official
 
-    planner = {
-        name: value
-        for name, value in (
-            ("horizon", args.horizon),
-            ("iterations", args.iterations),
-            ("mode", args.mode),
-            ("discount", _discount(args)),
-            ("action_low", _floats(args.action_low, "--action-low")),
-            ("action_high", _floats(args.action_high, "--action-high")),
-        )
-        if value is not None
-    }
+    planner = planner_settings(args)
+    model_size = int(planner.pop("model_size"))  # type: ignore[call-overload]
     joint_names = tuple(args.joint_names.split(",")) if args.joint_names else None
     written, layout = import_official(
         args.source,
         args.destination,
         obs_dim=args.obs_dim,
         action_dim=args.action_dim,
-        model_size=args.model_size,
+        model_size=model_size,
         joint_names=joint_names,
         **planner,
     )

@@ -10,7 +10,7 @@ import pytest
 import zmq
 
 from controller.config import load_config
-from controller.errors import DaemonUnavailable
+from controller.errors import HandshakeRefused
 from controller.wire.client import TempoClient
 from controller.wire.keys import generate_keys
 from tests.conftest import wait_for
@@ -128,7 +128,7 @@ def test_curve_daemon_ignores_a_driver_without_keys(curve_daemon):
         context=context,
         handshake_timeout_s=0.5,
     )
-    with pytest.raises(DaemonUnavailable):
+    with pytest.raises(HandshakeRefused, match="requires CurveZMQ keys"):
         client.connect()
     client.close()
     assert daemon.registry.sessions == {}

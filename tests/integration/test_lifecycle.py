@@ -90,11 +90,20 @@ def test_demo_json_smoke(tmp_path):
         "tick_lateness_us_p99",
     ):
         assert key in summary
+    # Without CUDA the demo serves ACT at 10 Hz with a chunk every 10 steps (demo_fit), so a
+    # CPU step, even on a loaded machine, lands while the previous chunk still plays.
+    from controller.sim.demo_fit import cuda_available
+
+    if not cuda_available():
+        assert summary["control_hz"] == 10
+        assert "no CUDA GPU" in result.stderr  # --json: the line saying so goes to stderr
     # The pacer accounts for every period, run or missed (a loaded machine misses some);
     # it never runs faster than the rate.
-    assert summary["ticks"] + summary["missed_ticks"] > 100
-    assert 0 < summary["achieved_hz"] <= 50 * 1.05
-    assert summary["actions_applied"] > 0
+    assert summary["ticks"] + summary["missed_ticks"] >= 20
+    assert 0 < summary["achieved_hz"] <= summary["control_hz"] * 1.05
+    # The robot moved: the policy's actions were applied and drove the arm.
+    assert summary["robot_loop_actions"] > 0
+    assert summary["robot_travel_rad"] > 1e-3
     assert summary["policy_tier"] == "eager_fp32"  # the CPU default (runner.top_tier auto)
     assert (tmp_path / "tempo" / "demo-act" / "model.safetensors").exists()
 

@@ -26,9 +26,10 @@ def test_a_step_longer_than_the_control_period_is_said() -> None:
     assert step_versus_period(status(None)) is None
 
 
-def test_status_line_holds_are_the_robots_as_in_the_summary() -> None:
-    line = _status_line(status(0.01), {"holds": 3, "latency_ms_p50": 1.0, "latency_ms_p99": 2.0})
-    assert "robot holds 3" in line and "7" not in line.split("robot holds")[1]
+def test_status_line_says_which_clock_each_hold_count_counts() -> None:
+    driver = {"holds": 3, "loop_hz": 200.0, "latency_ms_p50": 1.0, "latency_ms_p99": 2.0}
+    line = _status_line(status(0.01), driver)
+    assert "held: robot loop turns 3 (200 Hz), daemon ticks 7 (50 Hz)" in line
 
 
 def test_json_safe_turns_nan_into_null() -> None:
