@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
@@ -30,6 +29,7 @@ import numpy as np
 from controller.action.guards import Verdict
 from controller.action.pipeline import ActionPipeline, StepLaps
 from controller.daemon.estimates import ClockOffset, InferenceDelay
+from controller.daemon.observation_window import PendingObservation, StateHistory
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
 from controller.link.frame_slots import FrameSlots
@@ -40,39 +40,6 @@ NEVER = -(10**18)  # the step of the last request before any was made
 # Why a tick holds, by the guard chain's watchdog state (anything else: no action this step).
 HOLD_REASONS = {"stop": "stopped", "hold": "stale_observation"}
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PendingObservation:
-    """An accepted observation waiting for the query period to come round."""
-
-    step: int  # the control step it belongs to
-    obs_seq: int
-    received_ns: int
-    images: dict[str, np.ndarray]
-    state_window: np.ndarray  # (state_history, state_size) float32, this state last
-
-
-class StateHistory:
-    """The last K state vectors, oldest first; at episode start the first one fills every slot."""
-
-    def __init__(self, length: int, size: int) -> None:
-        self._buffer = np.zeros((length, size), dtype=np.float32)
-        self._filled = False
-
-    def push(self, state: np.ndarray) -> np.ndarray:
-        """Add the newest state; return a copy of the window (it travels to the inference feed)."""
-        if not self._filled:
-            self._buffer[:] = state
-            self._filled = True
-        else:
-            self._buffer[:-1] = self._buffer[1:]
-            self._buffer[-1] = state
-        return self._buffer.copy()
-
-    def clear(self) -> None:
-        """A new episode: the next state fills every slot."""
-        self._filled = False
 
 
 class Session:
