@@ -1,5 +1,7 @@
-"""How the daemon asks its inference feed for a chunk: at most every `query_period` steps, on a
-robot's newest observation, with that robot's context as it is then.
+"""What the daemon hands its inference feed, and what a robot's session keeps for it: the window
+of recent states a policy sees (StateHistory), the newest accepted observation waiting for its
+query step (PendingObservation), and the asking itself: at most every `query_period` steps, on a
+robot's newest observation, with that robot's context as it is then (InferenceRequests).
 
     requests = InferenceRequests(feed, query_period)   # feed: the policy's (ServedPolicy.feed)
     requests.submit_if_due(session, step)              # from an observation, and the tick's write
@@ -10,12 +12,54 @@ The feed takes requests from a robot's `queues` and hands back chunks and refusa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
-from controller.link.inference_feed import InferenceFeed
+import numpy as np
 
-if TYPE_CHECKING:
-    from controller.daemon.session import Session
+from controller.link.inference_feed import InferenceFeed, InferenceQueues, InferenceRequest
+
+
+@dataclass
+class PendingObservation:
+    """An accepted observation waiting for the query period to come round."""
+
+    step: int  # the control step it belongs to
+    obs_seq: int
+    received_ns: int
+    images: dict[str, np.ndarray]
+    state_window: np.ndarray  # (state_history, state_size) float32, this state last
+
+
+class StateHistory:
+    """The last K state vectors, oldest first; at episode start the first one fills every slot."""
+
+    def __init__(self, length: int, size: int) -> None:
+        self._buffer = np.zeros((length, size), dtype=np.float32)
+        self._filled = False
+
+    def push(self, state: np.ndarray) -> np.ndarray:
+        """Add the newest state; return a copy of the window (it travels to the inference feed)."""
+        if not self._filled:
+            self._buffer[:] = state
+            self._filled = True
+        else:
+            self._buffer[:-1] = self._buffer[1:]
+            self._buffer[-1] = state
+        return self._buffer.copy()
+
+    def clear(self) -> None:
+        """A new episode: the next state fills every slot."""
+        self._filled = False
+
+
+class Requester(Protocol):
+    """A robot as InferenceRequests sees it (the daemon's Session)."""
+
+    @property
+    def queues(self) -> InferenceQueues: ...
+
+    def request_if_due(self, step: int, query_period: int) -> InferenceRequest | None: ...
 
 
 class InferenceRequests:
@@ -25,7 +69,7 @@ class InferenceRequests:
         self.feed = feed
         self.query_period = query_period
 
-    def submit_if_due(self, session: Session, step: int) -> None:
+    def submit_if_due(self, session: Requester, step: int) -> None:
         """With the robot's context as it is now (its plan from the observation's step on)."""
         request = session.request_if_due(step, self.query_period)
         if request is not None:

@@ -29,7 +29,7 @@ import numpy as np
 from controller.action.guards import Verdict
 from controller.action.pipeline import ActionPipeline, StepLaps
 from controller.daemon.estimates import ClockOffset, InferenceDelay
-from controller.daemon.observation_window import PendingObservation, StateHistory
+from controller.daemon.feed import PendingObservation, StateHistory
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
 from controller.link.frame_slots import FrameSlots
