@@ -37,8 +37,21 @@ SERVE_EXTRA_MODULES = {
     "yaml": "PyYAML",
     "safetensors": "safetensors",
 }
+DISTRIBUTION = "tempo-controller"  # pyproject's [project] name
 # server.bind's default (ServerConfig), for `tempo sim-robot --joints` without a config.
 DEFAULT_BIND = "tcp://127.0.0.1:5555"
+# server.status_bind's default, for `tempo status` without a config (a driver's install has none).
+DEFAULT_STATUS_BIND = "tcp://127.0.0.1:5556"
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject's), as pip knows it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _missing_serve_extra(exc: ModuleNotFoundError) -> str | None:
@@ -205,8 +218,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from controller.observe.status_server import request_status
 
-    config = _load(args)
-    endpoint = args.connect or config.server.status_bind
+    # The config is read only when given: --connect, or the default endpoint, needs no pydantic.
+    endpoint = args.connect
+    if args.config or args.overrides:
+        configured = _load(args).server.status_bind
+        endpoint = endpoint or configured
+    endpoint = endpoint or DEFAULT_STATUS_BIND
     status = request_status(endpoint, timeout_s=args.timeout)
     if status is None:
         print(
@@ -247,6 +264,12 @@ def _add_profile_parser(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tempo", description="Real-time robot policy controller.")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"tempo {package_version()}",
+        help="print the installed version and exit",
+    )
     # metavar: the choices are listed by their help lines, so a parser without help is hidden.
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -122,3 +122,22 @@ def test_profile_takes_policy_path_like_serve():
     ]
     serve = cli.build_parser().parse_args(["serve", "--policy.path", "/ckpt"])
     assert serve.policy_path == Path("/ckpt")
+
+
+def test_default_status_bind_is_the_configs():
+    assert cli.DEFAULT_STATUS_BIND == ServerConfig().status_bind
+
+
+def test_version_is_the_installed_distributions(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"tempo {version(cli.DISTRIBUTION)}"
+
+
+def test_distribution_name_is_pyprojects():
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    assert tomllib.loads(pyproject.read_text())["project"]["name"] == cli.DISTRIBUTION
