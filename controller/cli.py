@@ -91,7 +91,12 @@ def add_config_args(parser: argparse.ArgumentParser, *, policy_path: bool = Fals
         metavar="SECTION.FIELD=VALUE",
         help="override one field, e.g. --set control.rate_hz=200 (repeatable)",
     )
-    parser.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (default: logging.level of the config for serve, WARNING for the tools)",
+    )
 
 
 def _config_args(args: argparse.Namespace) -> list[str]:
@@ -279,8 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Started by `tempo serve` for its inference process; hidden from the help.
     child = sub.add_parser("inference-process")
-    child.add_argument("--config-json", type=Path, required=True)
-    child.add_argument("--channel-fd", type=int, required=True)
+    child.add_argument(
+        "--config-json", type=Path, required=True, help="the daemon's config, as JSON"
+    )
+    child.add_argument(
+        "--channel-fd", type=int, required=True, help="the daemon's end of the socket pair"
+    )
     child.set_defaults(func=cmd_inference_process)
 
     config = sub.add_parser("config", help="configuration tools")
@@ -306,8 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=HxW",
         help="a camera of the robot given by --joints, e.g. front=96x128 (repeatable)",
     )
-    sim.add_argument("--seconds", type=float, default=10.0)
-    sim.add_argument("--camera-hz", type=float, default=30.0)
+    sim.add_argument("--seconds", type=float, default=10.0, help="how long to run (default 10)")
+    sim.add_argument(
+        "--camera-hz", type=float, default=30.0, help="new camera frames per second (default 30)"
+    )
     sim.add_argument("--json-lines", action="store_true", help="stream JSON stats lines")
     sim.add_argument(
         "--frames-on-socket",
@@ -319,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="daemon + simulated robot, with a live status line")
     add_config_args(demo)
-    demo.add_argument("--seconds", type=float, default=10.0)
+    demo.add_argument("--seconds", type=float, default=10.0, help="how long to run (default 10)")
     demo.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     demos = {family.name: family.demo for family in families() if family.demo is not None}
     demo.add_argument(
@@ -333,8 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="ask a running daemon how it is doing")
     add_config_args(status)
     status.add_argument("--connect", help="status endpoint (default: server.status_bind)")
-    status.add_argument("--json", action="store_true")
-    status.add_argument("--timeout", type=float, default=2.0)
+    status.add_argument("--json", action="store_true", help="print the whole status as JSON")
+    status.add_argument(
+        "--timeout", type=float, default=2.0, help="seconds to wait for an answer (default 2)"
+    )
     status.set_defaults(func=cmd_status)
 
     add_checkpoint_parsers(sub, setup_logging)
@@ -349,8 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="CurveZMQ keys for binding beyond localhost")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     generate = keys_sub.add_parser("generate", help="write NAME.key and NAME.key_secret")
-    generate.add_argument("--dir", type=Path, required=True, dest="directory")
-    generate.add_argument("--name", required=True)
+    generate.add_argument(
+        "--dir", type=Path, required=True, dest="directory", help="where to write the key pair"
+    )
+    generate.add_argument(
+        "--name", required=True, help="file name of the pair (daemon, or the driver's name)"
+    )
     generate.add_argument(
         "--role",
         choices=["daemon", "driver"],

@@ -29,7 +29,11 @@ def _modes(directory: Path) -> dict[str, int]:
     return {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()}
 
 
-@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
+@pytest.mark.parametrize(
+    ("mask", "mode"),
+    [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)],
+    ids=["umask-022", "umask-027", "umask-002"],
+)
 def test_written_files_follow_the_umask(tmp_path, umask, mask, mode):
     umask(mask)
     directory = save_checkpoint(tmp_path / "ckpt", tiny_policy())
