@@ -141,3 +141,24 @@ def test_distribution_name_is_pyprojects():
     tomllib = pytest.importorskip("tomllib")
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     assert tomllib.loads(pyproject.read_text())["project"]["name"] == cli.DISTRIBUTION
+
+
+def test_the_inference_process_exits_without_teardown(tmp_path):
+    """Its exit skips the interpreter's teardown (seconds with a model loaded, and the daemon's
+    shutdown waits for it) but keeps the exit code and flushes the logs first."""
+    import subprocess
+    import sys
+
+    log_file = tmp_path / "log.txt"
+    code = f"""
+import atexit, logging
+from controller import cli
+logging.basicConfig(filename={str(log_file)!r}, level=logging.INFO)
+atexit.register(lambda: print("teardown ran"))
+logging.getLogger("x").info("written before exit")
+cli._exit_now(3)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 3, result.stderr
+    assert "teardown ran" not in result.stdout
+    assert "written before exit" in log_file.read_text()
