@@ -240,12 +240,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from controller.observe.status_server import request_status
 
-    # The config is read only when given: --connect, or the default endpoint, needs no pydantic.
-    endpoint = args.connect
-    if args.config or args.overrides:
-        configured = _load(args).server.status_bind
-        endpoint = endpoint or configured
-    endpoint = endpoint or DEFAULT_STATUS_BIND
+    # A config is read only when given: without one no pydantic is needed (a driver's install).
+    configured = _load(args).server.status_bind if args.config or args.overrides else None
+    endpoint = args.connect or configured or DEFAULT_STATUS_BIND
     status = request_status(endpoint, timeout_s=args.timeout)
     if status is None:
         print(
