@@ -37,8 +37,21 @@ SERVE_EXTRA_MODULES = {
     "yaml": "PyYAML",
     "safetensors": "safetensors",
 }
+DISTRIBUTION = "tempo-controller"  # pyproject's [project] name
 # server.bind's default (ServerConfig), for `tempo sim-robot --joints` without a config.
 DEFAULT_BIND = "tcp://127.0.0.1:5555"
+# server.status_bind's default, for `tempo status` without a config (a driver's install has none).
+DEFAULT_STATUS_BIND = "tcp://127.0.0.1:5556"
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject's), as pip knows it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _missing_serve_extra(exc: ModuleNotFoundError) -> str | None:
@@ -78,7 +91,12 @@ def add_config_args(parser: argparse.ArgumentParser, *, policy_path: bool = Fals
         metavar="SECTION.FIELD=VALUE",
         help="override one field, e.g. --set control.rate_hz=200 (repeatable)",
     )
-    parser.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (default: logging.level of the config for serve, WARNING for the tools)",
+    )
 
 
 def _config_args(args: argparse.Namespace) -> list[str]:
@@ -130,9 +148,26 @@ def cmd_inference_process(args: argparse.Namespace) -> int:
 
     config = TempoConfig.model_validate_json(args.config_json.read_text())
     setup_logging(config.logging.level)
-    return run_inference_process(
+    code = run_inference_process(
         config.policy, config.robot, config.runner, config.supervision, args.channel_fd
     )
+    _exit_now(code)
+    return code  # not reached
+
+
+def _exit_now(code: int) -> None:
+    """End the inference process without the interpreter's teardown: with a model loaded,
+    freeing torch's objects one by one took 1.5-2 s (the daemon's shutdown waits for it), and
+    nothing is left to save (compile caches are written as they are built; the shared memory
+    is closed). Logs are flushed and torch's compile workers, if any, are stopped first."""
+    logging.shutdown()
+    async_compile = sys.modules.get("torch._inductor.async_compile")
+    stop_workers = getattr(async_compile, "shutdown_compile_workers", None)
+    if stop_workers is not None:
+        stop_workers()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
@@ -205,8 +240,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from controller.observe.status_server import request_status
 
-    config = _load(args)
-    endpoint = args.connect or config.server.status_bind
+    # A config is read only when given: without one no pydantic is needed (a driver's install).
+    configured = _load(args).server.status_bind if args.config or args.overrides else None
+    endpoint = args.connect or configured or DEFAULT_STATUS_BIND
     status = request_status(endpoint, timeout_s=args.timeout)
     if status is None:
         print(
@@ -247,6 +283,12 @@ def _add_profile_parser(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tempo", description="Real-time robot policy controller.")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"tempo {package_version()}",
+        help="print the installed version and exit",
+    )
     # metavar: the choices are listed by their help lines, so a parser without help is hidden.
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -256,8 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Started by `tempo serve` for its inference process; hidden from the help.
     child = sub.add_parser("inference-process")
-    child.add_argument("--config-json", type=Path, required=True)
-    child.add_argument("--channel-fd", type=int, required=True)
+    child.add_argument(
+        "--config-json", type=Path, required=True, help="the daemon's config, as JSON"
+    )
+    child.add_argument(
+        "--channel-fd", type=int, required=True, help="the daemon's end of the socket pair"
+    )
     child.set_defaults(func=cmd_inference_process)
 
     config = sub.add_parser("config", help="configuration tools")
@@ -283,8 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=HxW",
         help="a camera of the robot given by --joints, e.g. front=96x128 (repeatable)",
     )
-    sim.add_argument("--seconds", type=float, default=10.0)
-    sim.add_argument("--camera-hz", type=float, default=30.0)
+    sim.add_argument("--seconds", type=float, default=10.0, help="how long to run (default 10)")
+    sim.add_argument(
+        "--camera-hz", type=float, default=30.0, help="new camera frames per second (default 30)"
+    )
     sim.add_argument("--json-lines", action="store_true", help="stream JSON stats lines")
     sim.add_argument(
         "--frames-on-socket",
@@ -296,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="daemon + simulated robot, with a live status line")
     add_config_args(demo)
-    demo.add_argument("--seconds", type=float, default=10.0)
+    demo.add_argument("--seconds", type=float, default=10.0, help="how long to run (default 10)")
     demo.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     demos = {family.name: family.demo for family in families() if family.demo is not None}
     demo.add_argument(
@@ -310,8 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="ask a running daemon how it is doing")
     add_config_args(status)
     status.add_argument("--connect", help="status endpoint (default: server.status_bind)")
-    status.add_argument("--json", action="store_true")
-    status.add_argument("--timeout", type=float, default=2.0)
+    status.add_argument("--json", action="store_true", help="print the whole status as JSON")
+    status.add_argument(
+        "--timeout", type=float, default=2.0, help="seconds to wait for an answer (default 2)"
+    )
     status.set_defaults(func=cmd_status)
 
     add_checkpoint_parsers(sub, setup_logging)
@@ -326,8 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="CurveZMQ keys for binding beyond localhost")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     generate = keys_sub.add_parser("generate", help="write NAME.key and NAME.key_secret")
-    generate.add_argument("--dir", type=Path, required=True, dest="directory")
-    generate.add_argument("--name", required=True)
+    generate.add_argument(
+        "--dir", type=Path, required=True, dest="directory", help="where to write the key pair"
+    )
+    generate.add_argument(
+        "--name", required=True, help="file name of the pair (daemon, or the driver's name)"
+    )
     generate.add_argument(
         "--role",
         choices=["daemon", "driver"],

@@ -3,7 +3,8 @@ own) assembled into TempoConfig, loaded from YAML and `--set`, and dumped back.
 
 `tempo serve` with no file is a working daemon. A YAML file and `--set section.field=value`
 overrides are layered on the defaults; anything invalid is refused at start with a sentence that
-names the file, the field and what is allowed. Nothing is read from environment variables.
+names the file, the field and what is allowed. Nothing is read from environment variables but
+XDG_CACHE_HOME, for runner.cache_dir's default (as for the demo's checkpoint).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from controller.action.guards_config import GuardsConfig
 from controller.action.teleop import TeleopConfig
@@ -42,7 +43,7 @@ class TempoConfig(Section):
     robot: RobotConfig = RobotConfig()
     policy: PolicyConfig = PolicyConfig()
     inference: InferenceConfig = InferenceConfig()
-    runner: RunnerConfig = RunnerConfig()
+    runner: RunnerConfig = Field(default_factory=RunnerConfig)  # cache_dir reads the environment
     guards: GuardsConfig = GuardsConfig()
     teleop: TeleopConfig = TeleopConfig()
     security: SecurityConfig = SecurityConfig()

@@ -18,6 +18,7 @@ for tests and demos that do not exercise the ladder.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -26,6 +27,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 TierName = Literal["graph", "compiled", "eager_half", "eager_fp32"]
 TIER_ORDER: tuple[TierName, ...] = ("graph", "compiled", "eager_half", "eager_fp32")
 """The ladder, highest first. Every tier below the serving one is a ready fallback."""
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/tempo/compile` (where the demo keeps its checkpoint too), else
+    `~/.cache/tempo/compile`. A relative XDG_CACHE_HOME is ignored, as the XDG spec says."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(base):
+        return Path(base) / "tempo" / "compile"
+    return Path("~/.cache/tempo/compile")
 
 
 class RunnerConfig(BaseModel):
@@ -123,11 +133,12 @@ class RunnerConfig(BaseModel):
     )
     overrun_n: int = Field(default=20, ge=1, le=1000, description="... within the last n steps.")
     cache_dir: Path | None = Field(
-        default=Path("~/.cache/tempo/compile"),
+        default_factory=default_cache_dir,
         description="Persistent compile cache (inductor/Triton caches and a saved mega-cache "
         "per model, torch version and GPU), so a restart is ready in seconds. It holds pickled "
         "compiler artifacts: keep it private to the daemon's user. null: torch's default "
-        "temporary cache.",
+        "temporary cache. Default: $XDG_CACHE_HOME/tempo/compile when XDG_CACHE_HOME is set, "
+        "else ~/.cache/tempo/compile.",
     )
     repromote_after_s: float | None = Field(
         default=None,

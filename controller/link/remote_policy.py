@@ -76,10 +76,11 @@ from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
 
-SLOT_COUNT = 2  # the worker sends one request at a time; two slots keep a torn read detectable
+SLOT_COUNT = 2  # the feed sends one request at a time; two slots keep a torn read detectable
 POLL_MS = 20
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # then the ladder starts over
 RESTARTS_KEPT = 50  # restarts listed in status (all are counted)
+STANDBY_GRACE_S = 0.2  # a spare has nothing to finish: what it is given to exit at shutdown
 HANG_STEPS = 20  # a step this many times the slowest tier's start-up step time is a hang
 
 
@@ -157,13 +158,17 @@ class RemotePolicy:
         self._failed.set()
         if self._watch is not None and self._watch is not threading.current_thread():
             self._watch.join(timeout=2.0)
-        self._end_process(polite=True)
         with self._lock:
             spare, self._standby = self._standby, None
+        if spare is not None:  # asked first, so it exits while the serving process does
+            close_channel(spare[0], ask_to_stop=True)
+        self._end_process(polite=True)
+        with self._lock:
             if self._slots is not None:
                 self._slots.close()
                 self._slots = None
-        end_child(spare, 1.0)
+        if spare is not None:  # it holds nothing (imports only): one still importing is killed
+            wait_or_kill(spare[1], STANDBY_GRACE_S)
 
     @property
     def serving(self) -> bool:

@@ -11,7 +11,7 @@ import collections
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from controller.observe.telemetry import INFERENCE, OBS_TO_ACTION, TICK_LATENESS
+from controller.observe.section_names import INFERENCE, OBS_TO_ACTION, TICK_LATENESS
 
 # (flat field prefix, section, unit in seconds): the headline figures of a status snapshot.
 HEADLINE = (

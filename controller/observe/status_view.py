@@ -24,7 +24,7 @@ import math
 import time
 from typing import Any
 
-from controller.observe.telemetry import BUILTIN_SECTIONS
+from controller.observe.section_names import BUILTIN_SECTIONS
 
 GUARD_COUNTERS_NOT_INTERVENTIONS = ("held_ticks",)  # holds for lack of a chunk are not vetoes
 

@@ -56,7 +56,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     source.add_argument("--act-aloha", action="store_true", help="ACT, ALOHA shapes, random")
     source.add_argument("--act-demo", action="store_true", help="the demo's small ACT, random")
     source.add_argument("--tiny", action="store_true", help="the tiny conv+MLP test policy")
-    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="where the policy runs (auto: cuda when there is one)",
+    )
     parser.add_argument(
         "--iters", type=int, help="timed steps per tier (default 300 on a GPU, 50 on a CPU)"
     )
@@ -72,11 +77,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="highest tier to try (default auto: graph on a GPU, eager_fp32 on a CPU, where "
         "compiling takes minutes; --top-tier compiled to time it anyway)",
     )
-    parser.add_argument("--precision", choices=["fp16", "bf16"], default="fp16")
     parser.add_argument(
-        "--compile-mode", choices=["default", "max-autotune-no-cudagraphs"], default="default"
+        "--precision",
+        choices=["fp16", "bf16"],
+        default="fp16",
+        help="half precision of the graph, compiled and eager_half tiers",
     )
-    parser.add_argument("--channels-last", choices=["auto", "on", "off"], default="auto")
+    parser.add_argument(
+        "--compile-mode",
+        choices=["default", "max-autotune-no-cudagraphs"],
+        default="default",
+        help="torch.compile mode (runner.compile_mode)",
+    )
+    parser.add_argument(
+        "--channels-last",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="channels_last convolution weights (runner.channels_last)",
+    )
     parser.add_argument("--freezing", action="store_true", help="inductor freezing")
     parser.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time algorithms")
     parser.add_argument(

@@ -267,18 +267,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="tempo bench --tdmpc2", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="where the policy runs (auto: cuda when there is one)",
+    )
     parser.add_argument("--sizes", help="model sizes, comma-separated (cuda: 5,48; cpu: 1,5)")
     parser.add_argument("--tasks", default="humanoid", help="humanoid, dog (comma-separated)")
-    parser.add_argument("--horizon", type=int, default=3)
+    parser.add_argument("--horizon", type=int, default=3, help="planning horizon (default 3)")
     parser.add_argument("--iters", type=int, help="timed actions per variant (cuda 300, cpu 5)")
     parser.add_argument("--warmup", type=int, help="untimed actions first (cuda 20, cpu 2)")
     parser.add_argument(
         "--eager-iters", type=int, help="timed actions of the eager tiers (cuda 50, cpu --iters)"
     )
     parser.add_argument("--top-tier", help="highest tier (default: graph on cuda)")
-    parser.add_argument("--precision", choices=["fp16", "bf16"], default="fp16")
-    parser.add_argument("--parity-rtol", type=float, default=1e-2)
+    parser.add_argument(
+        "--precision",
+        choices=["fp16", "bf16"],
+        default="fp16",
+        help="half precision of the graph, compiled and eager_half tiers",
+    )
+    parser.add_argument(
+        "--parity-rtol",
+        type=float,
+        default=1e-2,
+        help="accepted relative error of a tier against eager FP32 (default 0.01)",
+    )
     parser.add_argument(
         "--cpu-compiled", action="store_true", help="also the compiled tier on a CPU"
     )
@@ -290,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         "empty for none)",
     )
     parser.add_argument(
-        "--compile-mode", choices=["default", "max-autotune-no-cudagraphs"], default="default"
+        "--compile-mode",
+        choices=["default", "max-autotune-no-cudagraphs"],
+        default="default",
+        help="torch.compile mode (runner.compile_mode)",
     )
     parser.add_argument(
         "--tf32",

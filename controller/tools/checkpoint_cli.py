@@ -24,7 +24,7 @@ def add_checkpoint_parsers(sub: Any, setup_logging: Callable[[str], None]) -> No
     checkpoint = sub.add_parser("checkpoint", help="inspect and import policy checkpoints")
     checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", required=True)
     inspect = checkpoint_sub.add_parser("inspect", help="print a checkpoint's spec and size")
-    inspect.add_argument("directory", type=Path)
+    inspect.add_argument("directory", type=Path, help="a Tempo or LeRobot checkpoint directory")
     inspect.set_defaults(func=cmd_checkpoint_inspect)
     for family in families():
         for command in family.import_commands:
@@ -50,12 +50,25 @@ def add_checkpoint_parsers(sub: Any, setup_logging: Callable[[str], None]) -> No
         help="take the transforms from the pi0 DuQuant port's "
         "per-layer .npz packs in this directory instead of calibrating them",
     )
-    quantize.add_argument("--method", choices=["duquant", "rtn"], default="duquant")
     quantize.add_argument(
-        "--layers", choices=["transformer", "transformer+head"], default="transformer"
+        "--method",
+        choices=["duquant", "rtn"],
+        default="duquant",
+        help="duquant (smoothing, block rotations, permutation) or rtn (plain round-to-nearest)",
+    )
+    quantize.add_argument(
+        "--layers",
+        choices=["transformer", "transformer+head"],
+        default="transformer",
+        help="which linear layers: the transformer's, or the action head's too",
     )
     quantize.add_argument("--block-size", type=int, default=32, help="rotation block, 16-128")
-    quantize.add_argument("--activations", choices=["static", "dynamic"], default="static")
+    quantize.add_argument(
+        "--activations",
+        choices=["static", "dynamic"],
+        default="static",
+        help="int8 activation scale: static (one per layer, calibrated) or dynamic (per token)",
+    )
     quantize.add_argument(
         "--compiled-path",
         choices=["int8", "dequant"],
@@ -75,7 +88,10 @@ def add_checkpoint_parsers(sub: Any, setup_logging: Callable[[str], None]) -> No
         "--device", choices=["auto", "cpu", "cuda"], default="cpu", help="where the model runs"
     )
     quantize.add_argument(
-        "--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+        "--log-level",
+        default=None,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (default WARNING)",
     )
     quantize.set_defaults(func=lambda args: _quantize(args, setup_logging))
 

@@ -31,8 +31,8 @@ def _checkpoint() -> CheckpointFamily:
 
 def add_import_arguments(parser: argparse.ArgumentParser) -> None:
     """`tempo checkpoint import-lerobot`'s arguments."""
-    parser.add_argument("source", type=Path)
-    parser.add_argument("destination", type=Path)
+    parser.add_argument("source", type=Path, help="the LeRobot ACT directory (pretrained_model)")
+    parser.add_argument("destination", type=Path, help="directory for the Tempo checkpoint")
     parser.add_argument(
         "--joint-names",
         help="comma-separated joint names (LeRobot configs carry none; default joint_0, ...)",

@@ -12,6 +12,7 @@ Every problem is a `CheckpointError` naming the file.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -145,10 +146,15 @@ def describe_weights(weights: Path, problems: list[str] | None = None) -> list[s
     lines: list[str] = []
     if weights.is_file():
         try:
+            # The header only: shapes, no tensor read (inspect stays fast on a big model).
             with safe_open(str(weights), framework="pt") as handle:
-                count = len(list(handle.keys()))
+                shapes = [handle.get_slice(name).get_shape() for name in handle.keys()]
+            values = sum(math.prod(shape) for shape in shapes)
             size_mb = weights.stat().st_size / 1e6
-            lines.append(f"weights: {weights.name}, {size_mb:.1f} MB, {count} tensors")
+            lines.append(
+                f"weights: {weights.name}, {size_mb:.1f} MB, {len(shapes)} tensors, {values:,} "
+                "values (parameters and buffers)"
+            )
         except Exception as exc:  # describe a bad header rather than fail
             lines.append(f"weights: {weights.name} is unreadable ({exc})")
             if problems is not None:

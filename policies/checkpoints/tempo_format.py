@@ -187,10 +187,19 @@ def write_checkpoint_files(
     return directory
 
 
+def _umask() -> int:
+    """The process's umask (reading it means setting it: set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(target: Path, write: Any) -> None:
     temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
         write(str(temporary))
+        # safetensors creates its file 0600; a checkpoint is data, readable as any file is.
+        os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)

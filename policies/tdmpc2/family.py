@@ -60,7 +60,7 @@ def serve_planner_settings(policy: TensorPolicy, settings: PolicySettings) -> Te
 def add_import_arguments(parser: argparse.ArgumentParser) -> None:
     """`tempo checkpoint import-tdmpc2`'s arguments."""
     parser.add_argument("source", type=Path, help="the official agent's .pt file")
-    parser.add_argument("destination", type=Path)
+    parser.add_argument("destination", type=Path, help="directory for the Tempo checkpoint")
     parser.add_argument("--obs-dim", type=int, required=True, help="state observation length")
     parser.add_argument("--action-dim", type=int, required=True, help="action length")
     parser.add_argument(

@@ -87,7 +87,6 @@ def test_sim_robot_help_without_the_serve_extra():
         ["serve"],
         ["config", "show"],
         ["demo", "--seconds", "1"],
-        ["status"],
         ["profile", "--steps", "1"],
         ["bench", "--act-aloha"],
         ["checkpoint", "inspect", "."],

@@ -108,7 +108,7 @@ def test_describe(saved: tuple[TensorPolicy, Path]) -> None:
         "chunk size: 4",
         "resnet18",
         "1 hidden by the input mask",
-        "parameters: ",
+        "values (parameters and buffers)",
     ):
         assert expected in text
 

@@ -122,3 +122,43 @@ def test_profile_takes_policy_path_like_serve():
     ]
     serve = cli.build_parser().parse_args(["serve", "--policy.path", "/ckpt"])
     assert serve.policy_path == Path("/ckpt")
+
+
+def test_default_status_bind_is_the_configs():
+    assert cli.DEFAULT_STATUS_BIND == ServerConfig().status_bind
+
+
+def test_version_is_the_installed_distributions(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"tempo {version(cli.DISTRIBUTION)}"
+
+
+def test_distribution_name_is_pyprojects():
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    assert tomllib.loads(pyproject.read_text())["project"]["name"] == cli.DISTRIBUTION
+
+
+def test_the_inference_process_exits_without_teardown(tmp_path):
+    """Its exit skips the interpreter's teardown (seconds with a model loaded, and the daemon's
+    shutdown waits for it) but keeps the exit code and flushes the logs first."""
+    import subprocess
+    import sys
+
+    log_file = tmp_path / "log.txt"
+    code = f"""
+import atexit, logging
+from controller import cli
+logging.basicConfig(filename={str(log_file)!r}, level=logging.INFO)
+atexit.register(lambda: print("teardown ran"))
+logging.getLogger("x").info("written before exit")
+cli._exit_now(3)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 3, result.stderr
+    assert "teardown ran" not in result.stdout
+    assert "written before exit" in log_file.read_text()
