@@ -126,9 +126,9 @@ def cmd_inference_process(args: argparse.Namespace) -> int:
     if not parent_alive(control_pid()):
         return 0  # it died before we asked: nobody to serve
     from controller.config import TempoConfig
-    from controller.inference.process_main import run_inference_process
+    from controller.inference.process_main import config_json, run_inference_process
 
-    config = TempoConfig.model_validate_json(args.config_json.read_text())
+    config = TempoConfig.model_validate_json(config_json(args.config_json))
     setup_logging(config.logging.level)
     return run_inference_process(
         config.policy, config.robot, config.runner, config.supervision, args.channel_fd
@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Started by `tempo serve` for its inference process; hidden from the help.
     child = sub.add_parser("inference-process")
-    child.add_argument("--config-json", type=Path, required=True)
+    child.add_argument("--config-json", type=Path, default=None)  # default: read stdin
     child.add_argument("--channel-fd", type=int, required=True)
     child.set_defaults(func=cmd_inference_process)
 

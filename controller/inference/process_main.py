@@ -8,13 +8,26 @@ to build.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch._dynamo  # noqa: F401 - torch imports its compiler on the first compile otherwise
 
 import policies.checkpoints.load  # noqa: F401 - the build loads a checkpoint
+from controller.bounded_file import MAX_CONFIG_BYTES, read_stream_text, read_text
 from controller.config_sections import PolicyConfig, RobotConfig, SupervisionConfig
+from controller.errors import ConfigError
 from controller.inference import build
 from controller.inference.process_server import serve_control_process
 from controller.runner_config import RunnerConfig
+
+
+def config_json(path: Path | None) -> str:
+    """The config (JSON) this process builds from: the control process writes it to our stdin
+    (it holds it in memory, so a restart months later needs no file), or a file named by hand."""
+    if path is not None:
+        return read_text(path, MAX_CONFIG_BYTES, ConfigError, "config file")
+    return read_stream_text(sys.stdin.buffer, MAX_CONFIG_BYTES, ConfigError, "the config on stdin")
 
 
 def run_inference_process(
