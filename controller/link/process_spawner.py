@@ -11,6 +11,10 @@ as `--channel-fd`), so a restarted process never reads what was meant for the on
 child is told the control process's pid, so that it can tell it was orphaned before it could
 ask to die with us (`parent_death`).
 
+Children run `nice` steps below the control process's CPU priority: on a machine with few
+cores, a starting child (importing torch, building and warming up the policy on every core)
+would otherwise take the CPU from the control loop, which must keep its rate through a restart.
+
 What a child reads at start (the daemon's config) is held here, in memory, and handed to each
 child as its stdin (an anonymous memfd, never a name on disk): a tmp cleaner that empties /tmp
 under a daemon running for weeks cannot make its restarts fail.
@@ -18,6 +22,7 @@ under a daemon running for weeks cannot make its restarts fail.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import threading
@@ -37,6 +42,8 @@ from controller.link.process_messages import (
     encode,
 )
 
+log = logging.getLogger(__name__)
+
 Child = tuple[ProcessChannel, "subprocess.Popen[bytes]"]
 M = TypeVar("M", bound=Message)
 
@@ -47,10 +54,12 @@ class Spawner:
         command: Sequence[str],
         env: Mapping[str, str] | None = None,
         stdin: bytes | None = None,
+        nice: int = 0,
     ) -> None:
         self.command = list(command)
         self.env = dict(env) if env is not None else {}
         self.stdin = stdin  # every child's stdin (the config it builds from), or inherited
+        self.nice = nice  # how much lower the children's CPU priority is than ours
 
     def spawn(self) -> Child:
         """A new process on a channel of its own; it says `standby` once imported."""
@@ -70,7 +79,19 @@ class Spawner:
             theirs.close()  # the child's end lives in the child only
             if stdin is not None:
                 os.close(stdin)
+        if self.nice:
+            _lower_priority(process.pid, self.nice)
         return channel, process
+
+
+def _lower_priority(pid: int, nice: int) -> None:
+    """Make the child `nice` steps nicer than this process. Set before it starts a thread (it
+    has just exec'd Python; torch's threads come seconds later and inherit it); nobody needs a
+    privilege to lower a priority."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+    except OSError as exc:  # it has exited already: its start says so
+        log.debug("could not lower the priority of process %s (%s)", pid, exc)
 
 
 def _memory_file(data: bytes) -> int:

@@ -95,10 +95,12 @@ class RemotePolicy:
         env: Mapping[str, str] | None = None,
         standby: bool = True,
         config_json: str | None = None,
+        nice: int = 0,
     ) -> None:
-        # `config_json`: every process's stdin (held here, so that restarts need no file).
+        # `config_json`: every process's stdin (held here, so that restarts need no file);
+        # `nice`: how far below the control loop's CPU priority they run (process_spawner).
         stdin = config_json.encode() if config_json is not None else None
-        self._spawner = Spawner(command, env, stdin)
+        self._spawner = Spawner(command, env, stdin, nice)
         self._use_standby = standby
         self._standby: Child | None = None
         self._standby_ready = False  # it said `standby` (seen by the supervisor thread)

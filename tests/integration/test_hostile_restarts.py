@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -24,7 +25,8 @@ from controller import app
 from controller.link.remote_policy import RemotePolicy
 from controller.observe.status_view import render_status
 from policies.base import first_context
-from tests.conftest import ipc_config, wait_for
+from policies.demo import make_demo_checkpoint
+from tests.conftest import StreamingDriver, ipc_config, running_daemon, wait_for
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="memfd, /proc")
 
@@ -107,3 +109,62 @@ def test_a_full_dev_shm_at_start_is_one_sentence(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("tempo: ") and "no room for" in last and "/dev/shm" in last, last
+
+
+class _TimedLock:
+    """RemotePolicy's lock, timing how long the control loop's thread waits for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.loop_waits_ns: list[int] = []
+
+    def __enter__(self) -> None:
+        started = time.monotonic_ns()
+        self._lock.acquire()
+        if threading.current_thread().name == "tempo-loop":
+            self.loop_waits_ns.append(time.monotonic_ns() - started)
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def _niceness(pid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, pid)
+
+
+def test_restarts_of_act_run_below_the_control_loop_and_never_make_it_wait(
+    tmp_path: Path,
+) -> None:
+    """On a machine with few cores a starting inference process (torch's import, the build and
+    warm-up on every core) took the CPU from the control loop: 1-30 missed ticks a restart of
+    the demo ACT on a loaded 2-core machine. Every inference process, the standby included,
+    runs below the control process's priority, and the loop never waits on a restart's lock."""
+    checkpoint = make_demo_checkpoint(tmp_path / "demo")
+    config = ipc_config(
+        tmp_path, "policy.kind=checkpoint", f"policy.path={checkpoint}", "control.rate_hz=100"
+    )
+    policy = app.inference_process(config)
+    policy.start()
+    lock = _TimedLock()
+    policy._lock = lock  # type: ignore[assignment]
+    try:
+        with running_daemon(config, policy) as daemon:
+            driver = StreamingDriver(f"ipc://{tmp_path}/tempo.sock").start()
+            try:
+                for _ in range(2):
+                    wait_for(lambda: policy.status()["process"]["standby_ready"], 120)
+                    for pid in (policy.pid, policy.standby_pid):
+                        assert pid is not None
+                        assert _niceness(pid) > _niceness(0)  # nicer than the loop's
+                    dead = policy.pid
+                    os.kill(dead or 0, signal.SIGKILL)
+                    wait_for(lambda: policy.serving and policy.pid not in (None, dead), 120)  # noqa: B023
+            finally:
+                driver.stop()
+            missed = daemon.pacer.missed_ticks
+        assert lock.loop_waits_ns, "the loop never asked for the request channel"
+        longest_ms = max(lock.loop_waits_ns) / 1e6
+        assert longest_ms < 5.0, f"the control loop waited {longest_ms:.1f} ms on a restart"
+        print(f"missed ticks through 2 restarts: {missed}; longest lock wait {longest_ms:.2f} ms")
+    finally:
+        policy.stop()
