@@ -35,10 +35,9 @@ from controller.observe.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
-# The inference process's CPU priority below the control process's: a restart's build and
-# warm-up (and the next standby's imports) on every core must not take the CPU from the
-# control loop. On a loaded 2-core machine, 10 steps kept the loop from missing ticks through
-# restarts of the demo ACT where equal priority cost it 1-30 ticks a restart.
+# How far below the control process's CPU priority an inference process starts (until it is
+# built, see process_spawner): a restart's build and warm-up (and the next standby's imports)
+# on every core must not take the CPU from the control loop.
 INFERENCE_NICE = 10
 
 

@@ -11,9 +11,11 @@ as `--channel-fd`), so a restarted process never reads what was meant for the on
 child is told the control process's pid, so that it can tell it was orphaned before it could
 ask to die with us (`parent_death`).
 
-Children run `nice` steps below the control process's CPU priority: on a machine with few
+Children start `nice` steps below the control process's CPU priority: on a machine with few
 cores, a starting child (importing torch, building and warming up the policy on every core)
 would otherwise take the CPU from the control loop, which must keep its rate through a restart.
+Once built, a child returns to the control process's priority where it may
+(`process_main.match_control_priority`: CAP_SYS_NICE or RLIMIT_NICE).
 
 What a child reads at start (the daemon's config) is held here, in memory, and handed to each
 child as its stdin (an anonymous memfd, never a name on disk): a tmp cleaner that empties /tmp

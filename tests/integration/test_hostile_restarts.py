@@ -132,13 +132,22 @@ def _niceness(pid: int) -> int:
     return os.getpriority(os.PRIO_PROCESS, pid)
 
 
+def _may_raise_priority() -> bool:
+    status = Path("/proc/self/status").read_text()
+    effective = int(
+        next(line for line in status.splitlines() if line.startswith("CapEff:"))[7:], 16
+    )
+    return bool(effective & (1 << 23))  # CAP_SYS_NICE
+
+
 def test_restarts_of_act_run_below_the_control_loop_and_never_make_it_wait(
     tmp_path: Path,
 ) -> None:
     """On a machine with few cores a starting inference process (torch's import, the build and
-    warm-up on every core) took the CPU from the control loop: 1-30 missed ticks a restart of
-    the demo ACT on a loaded 2-core machine. Every inference process, the standby included,
-    runs below the control process's priority, and the loop never waits on a restart's lock."""
+    warm-up on every core) competes with the control loop for the CPU. An inference process
+    starts below the control process's priority (the standby too) and returns to it once built;
+    and the loop never waits on a restart's lock (a restart holding it across a spawn or a
+    build would hold it for seconds; 50 ms is a loaded machine's scheduling)."""
     checkpoint = make_demo_checkpoint(tmp_path / "demo")
     config = ipc_config(
         tmp_path, "policy.kind=checkpoint", f"policy.path={checkpoint}", "control.rate_hz=100"
@@ -153,9 +162,11 @@ def test_restarts_of_act_run_below_the_control_loop_and_never_make_it_wait(
             try:
                 for _ in range(2):
                     wait_for(lambda: policy.status()["process"]["standby_ready"], 120)
-                    for pid in (policy.pid, policy.standby_pid):
-                        assert pid is not None
-                        assert _niceness(pid) > _niceness(0)  # nicer than the loop's
+                    # The standby (importing, later building) gives way to the loop; built,
+                    # a process serves at the loop's priority again where it may.
+                    assert _niceness(policy.standby_pid or 0) > _niceness(0)
+                    if _may_raise_priority():
+                        assert _niceness(policy.pid or 0) == _niceness(0)
                     dead = policy.pid
                     os.kill(dead or 0, signal.SIGKILL)
                     wait_for(lambda: policy.serving and policy.pid not in (None, dead), 120)  # noqa: B023
@@ -164,7 +175,7 @@ def test_restarts_of_act_run_below_the_control_loop_and_never_make_it_wait(
             missed = daemon.pacer.missed_ticks
         assert lock.loop_waits_ns, "the loop never asked for the request channel"
         longest_ms = max(lock.loop_waits_ns) / 1e6
-        assert longest_ms < 5.0, f"the control loop waited {longest_ms:.1f} ms on a restart"
+        assert longest_ms < 50.0, f"the control loop waited {longest_ms:.1f} ms on a restart"
         print(f"missed ticks through 2 restarts: {missed}; longest lock wait {longest_ms:.2f} ms")
     finally:
         policy.stop()
