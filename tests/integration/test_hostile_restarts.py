@@ -161,15 +161,16 @@ def test_restarts_of_act_run_below_the_control_loop_and_never_make_it_wait(
             driver = StreamingDriver(f"ipc://{tmp_path}/tempo.sock").start()
             try:
                 for _ in range(2):
-                    wait_for(lambda: policy.status()["process"]["standby_ready"], 120)
                     # The standby (importing, later building) gives way to the loop; built,
                     # a process serves at the loop's priority again where it may.
-                    assert _niceness(policy.standby_pid or 0) > _niceness(0)
+                    spare = wait_for(lambda: policy.standby_pid, 30)
+                    assert _niceness(spare) > _niceness(0)
                     if _may_raise_priority():
                         assert _niceness(policy.pid or 0) == _niceness(0)
                     dead = policy.pid
                     os.kill(dead or 0, signal.SIGKILL)
-                    wait_for(lambda: policy.serving and policy.pid not in (None, dead), 120)  # noqa: B023
+                    # A loaded machine gives the nicer standby little CPU: a generous bound.
+                    wait_for(lambda: policy.serving and policy.pid not in (None, dead), 300)  # noqa: B023
             finally:
                 driver.stop()
             missed = daemon.pacer.missed_ticks
