@@ -11,10 +11,8 @@ import json
 import logging
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import zmq
@@ -37,20 +35,26 @@ from controller.observe.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
+# How far below the control process's CPU priority an inference process starts (until it is
+# built, see process_spawner): a restart's build and warm-up (and the next standby's imports)
+# on every core must not take the CPU from the control loop.
+INFERENCE_NICE = 10
 
-def inference_process(config: TempoConfig, config_file: Path) -> RemotePolicy:
+
+def inference_process(config: TempoConfig) -> RemotePolicy:
     """The policy in its own supervised process (`tempo inference-process`), not started yet:
     `start()` spawns it and waits until it has loaded, warmed up and checked the policy.
-    `config_file` receives the config every start of the process reads."""
-    config_file.write_text(json.dumps(config.model_dump(mode="json")))
+    Every start of the process reads the config on its stdin, from the daemon's memory: no file
+    that a tmp cleaner could remove while the daemon runs for weeks."""
     command = [sys.executable, "-m", "controller.cli", "inference-process"]
-    command += ["--config-json", str(config_file)]
     supervision = config.supervision
     return RemotePolicy(
         command,
         hang_timeout_s=supervision.hang_timeout_s,
         start_timeout_s=supervision.start_timeout_s,
         standby=supervision.standby_process,
+        config_json=json.dumps(config.model_dump(mode="json")),
+        nice=INFERENCE_NICE,
     )
 
 
@@ -63,9 +67,7 @@ def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> ServedP
         from controller.inference.build import build_policy
 
         return build_policy(config.policy, config.robot, config.runner)
-    # The config file outlives the first start: every restart reads it again.
-    directory = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="tempo-")))
-    remote = inference_process(config, directory / "config.json")
+    remote = inference_process(config)
     cleanup.callback(remote.stop)  # registered first: a failed or interrupted start cleans up
     remote.start()
     return remote

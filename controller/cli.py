@@ -144,9 +144,9 @@ def cmd_inference_process(args: argparse.Namespace) -> int:
     if not parent_alive(control_pid()):
         return 0  # it died before we asked: nobody to serve
     from controller.config import TempoConfig
-    from controller.inference.process_main import run_inference_process
+    from controller.inference.process_main import config_json, run_inference_process
 
-    config = TempoConfig.model_validate_json(args.config_json.read_text())
+    config = TempoConfig.model_validate_json(config_json(args.config_json))
     setup_logging(config.logging.level)
     code = run_inference_process(
         config.policy, config.robot, config.runner, config.supervision, args.channel_fd
@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Started by `tempo serve` for its inference process; hidden from the help.
     child = sub.add_parser("inference-process")
     child.add_argument(
-        "--config-json", type=Path, required=True, help="the daemon's config, as JSON"
+        "--config-json", type=Path, default=None, help="the config as JSON (default: stdin)"
     )
     child.add_argument(
         "--channel-fd", type=int, required=True, help="the daemon's end of the socket pair"

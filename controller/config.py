@@ -4,7 +4,9 @@ own) assembled into TempoConfig, loaded from YAML and `--set`, and dumped back.
 `tempo serve` with no file is a working daemon. A YAML file and `--set section.field=value`
 overrides are layered on the defaults; anything invalid is refused at start with a sentence that
 names the file, the field and what is allowed. Nothing is read from environment variables but
-XDG_CACHE_HOME, for runner.cache_dir's default (as for the demo's checkpoint).
+XDG_CACHE_HOME, for runner.cache_dir's default (as for the demo's checkpoint). The file is
+read with limits (controller.bounded_file): a regular file of UTF-8 YAML, at most 1 MiB,
+nested at most 64 levels.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from controller.action.guards_config import GuardsConfig
 from controller.action.teleop import TeleopConfig
+from controller.bounded_file import MAX_CONFIG_BYTES, parse_nested, read_text
 from controller.config_sections import (
     ControlConfig,
     InferenceConfig,
@@ -111,12 +114,9 @@ def load_config(path: Path | None = None, overrides: Iterable[str] = ()) -> Temp
     source = "defaults"
     if path is not None:
         source = str(path)
+        text = read_text(Path(path), MAX_CONFIG_BYTES, ConfigError, "config file")
         try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-        try:
-            loaded = yaml.safe_load(text)
+            loaded = parse_nested(yaml.safe_load, text, path, ConfigError)
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         if loaded is None:

@@ -8,13 +8,32 @@ to build.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+from pathlib import Path
+
 import torch._dynamo  # noqa: F401 - torch imports its compiler on the first compile otherwise
 
 import policies.checkpoints.load  # noqa: F401 - the build loads a checkpoint
+from controller.bounded_file import MAX_CONFIG_BYTES, read_stream_text, read_text
 from controller.config_sections import PolicyConfig, RobotConfig, SupervisionConfig
+from controller.errors import ConfigError
 from controller.inference import build
+from controller.inference.local_policy import LocalPolicy
 from controller.inference.process_server import serve_control_process
+from controller.link.parent_death import control_pid
 from controller.runner_config import RunnerConfig
+
+log = logging.getLogger(__name__)
+
+
+def config_json(path: Path | None) -> str:
+    """The config (JSON) this process builds from: the control process writes it to our stdin
+    (it holds it in memory, so a restart months later needs no file), or a file named by hand."""
+    if path is not None:
+        return read_text(path, MAX_CONFIG_BYTES, ConfigError, "config file")
+    return read_stream_text(sys.stdin.buffer, MAX_CONFIG_BYTES, ConfigError, "the config on stdin")
 
 
 def run_inference_process(
@@ -28,7 +47,27 @@ def run_inference_process(
     sections), serve the control process on the channel it passed as file descriptor
     `channel_fd`, polling as `supervision:` says; returns the exit code."""
     busy_poll_s = supervision.busy_poll_ms / 1000
-    # build.build_policy looked up when the build starts: tests swap it for a policy of theirs.
-    return serve_control_process(
-        lambda: build.build_policy(policy, robot, runner), channel_fd, busy_poll_s
-    )
+
+    def build_then_serve_at_full_priority() -> LocalPolicy:
+        # build.build_policy looked up when the build starts: tests swap it for a policy of theirs.
+        built = build.build_policy(policy, robot, runner)
+        match_control_priority()
+        return built
+
+    return serve_control_process(build_then_serve_at_full_priority, channel_fd, busy_poll_s)
+
+
+def match_control_priority() -> None:
+    """Every thread of this process back to the control process's CPU priority, once built:
+    the control process started it lower (process_spawner), so that its imports, build and
+    warm-up could not take the CPU from the control loop. Raising a priority needs
+    CAP_SYS_NICE (or RLIMIT_NICE); without it the process serves at the lower one, said once."""
+    try:
+        target = os.getpriority(os.PRIO_PROCESS, control_pid())
+        if os.getpriority(os.PRIO_PROCESS, 0) <= target:
+            return
+        for thread in os.listdir("/proc/self/task"):  # a priority is a thread's own on Linux
+            os.setpriority(os.PRIO_PROCESS, int(thread), target)
+    except OSError as exc:  # EPERM without the privilege
+        log.info("the inference process serves at a lower CPU priority than the control "
+                 "process (%s): give it CAP_SYS_NICE to raise it back", exc)  # fmt: skip

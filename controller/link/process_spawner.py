@@ -1,6 +1,6 @@
 """Inference processes started on private channels, and ended.
 
-    spawner = Spawner(command, env)   # per RemotePolicy
+    spawner = Spawner(command, env, stdin=config_json)   # per RemotePolicy
     child = spawner.spawn()           # (channel, process): the process says `standby` once imported
     hello = expect(channel, process, Hello, timeout_s, stop)   # the start-up conversation
     send_at_start(channel, Build())
@@ -10,10 +10,21 @@ Each child gets its own channel (a socket pair, `process_channel`; the child inh
 as `--channel-fd`), so a restarted process never reads what was meant for the one before. The
 child is told the control process's pid, so that it can tell it was orphaned before it could
 ask to die with us (`parent_death`).
+
+Children start `nice` steps below the control process's CPU priority: on a machine with few
+cores, a starting child (importing torch, building and warming up the policy on every core)
+would otherwise take the CPU from the control loop, which must keep its rate through a restart.
+Once built, a child returns to the control process's priority where it may
+(`process_main.match_control_priority`: CAP_SYS_NICE or RLIMIT_NICE).
+
+What a child reads at start (the daemon's config) is held here, in memory, and handed to each
+child as its stdin (an anonymous memfd, never a name on disk): a tmp cleaner that empties /tmp
+under a daemon running for weeks cannot make its restarts fail.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import threading
@@ -33,30 +44,72 @@ from controller.link.process_messages import (
     encode,
 )
 
+log = logging.getLogger(__name__)
+
 Child = tuple[ProcessChannel, "subprocess.Popen[bytes]"]
 M = TypeVar("M", bound=Message)
 
 
 class Spawner:
-    def __init__(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        nice: int = 0,
+    ) -> None:
         self.command = list(command)
         self.env = dict(env) if env is not None else {}
+        self.stdin = stdin  # every child's stdin (the config it builds from), or inherited
+        self.nice = nice  # how much lower the children's CPU priority is than ours
 
     def spawn(self) -> Child:
         """A new process on a channel of its own; it says `standby` once imported."""
         channel, theirs = ProcessChannel.pair()
+        stdin = None
         try:
+            stdin = _memory_file(self.stdin) if self.stdin is not None else None
             env = {**os.environ, **self.env, CONTROL_PID: str(os.getpid())}
             fd = theirs.fileno()
             process = subprocess.Popen(
-                [*self.command, "--channel-fd", str(fd)], env=env, pass_fds=(fd,)
+                [*self.command, "--channel-fd", str(fd)], env=env, pass_fds=(fd,), stdin=stdin
             )
         except BaseException:
             channel.close()
             raise
         finally:
             theirs.close()  # the child's end lives in the child only
+            if stdin is not None:
+                os.close(stdin)
+        if self.nice:
+            _lower_priority(process.pid, self.nice)
         return channel, process
+
+
+def _lower_priority(pid: int, nice: int) -> None:
+    """Make the child `nice` steps nicer than this process. Set before it starts a thread (it
+    has just exec'd Python; torch's threads come seconds later and inherit it); nobody needs a
+    privilege to lower a priority."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+    except OSError as exc:  # it has exited already: its start says so
+        log.debug("could not lower the priority of process %s (%s)", pid, exc)
+
+
+def _memory_file(data: bytes) -> int:
+    """A file descriptor of an anonymous in-memory file holding `data`, read from its start:
+    a child reads it whole without the writer waiting on a pipe, and no name on disk is
+    involved."""
+    fd = os.memfd_create("tempo-stdin", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def end_child(child: Child | None, timeout_s: float) -> None:

@@ -19,7 +19,8 @@ Supervision (a thread of its own): the process exiting, or its heartbeat stoppin
 `hang_timeout()` while serving (a hung step; it is then killed), or a `fatal` reply (a poisoned
 CUDA context) ends `serving` at once and starts a fresh process, which loads from the warm compile
 cache and passes the start-up parity checks again before `serving` returns. Each restart is
-recorded with its cause in `status()`. This module imports no torch.
+recorded with its cause in `status()` (`restart_ledger`; a restart that keeps failing says
+why, how often and when it tries next). This module imports no torch.
 
 A spare process stands by (`standby`, on by default): started once a process serves, it has
 imported Python, torch and Tempo and waits; a restart hands it the build, which saves the
@@ -36,7 +37,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,7 @@ from controller.link.request_channel import (
     StepReply,
     prediction_of,
 )
+from controller.link.restart_ledger import Restart, RestartLedger
 from controller.observe.telemetry import Telemetry
 from policies.base import PolicySpec, Prediction, RobotContext
 
@@ -79,19 +80,8 @@ log = logging.getLogger(__name__)
 SLOT_COUNT = 2  # the feed sends one request at a time; two slots keep a torn read detectable
 POLL_MS = 20
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # then the ladder starts over
-RESTARTS_KEPT = 50  # restarts listed in status (all are counted)
 STANDBY_GRACE_S = 0.2  # a spare has nothing to finish: what it is given to exit at shutdown
 HANG_STEPS = 20  # a step this many times the slowest tier's start-up step time is a hang
-
-
-@dataclass(frozen=True)
-class Restart:
-    time: float  # wall clock, for people reading status
-    cause: str
-    detail: str
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 class RemotePolicy:
@@ -105,8 +95,13 @@ class RemotePolicy:
         start_timeout_s: float = 900.0,
         env: Mapping[str, str] | None = None,
         standby: bool = True,
+        config_json: str | None = None,
+        nice: int = 0,
     ) -> None:
-        self._spawner = Spawner(command, env)
+        # `config_json`: every process's stdin (held here, so that restarts need no file);
+        # `nice`: how far below the control loop's CPU priority they run (process_spawner).
+        stdin = config_json.encode() if config_json is not None else None
+        self._spawner = Spawner(command, env, stdin, nice)
         self._use_standby = standby
         self._standby: Child | None = None
         self._standby_ready = False  # it said `standby` (seen by the supervisor thread)
@@ -129,8 +124,7 @@ class RemotePolicy:
         self._failed = threading.Event()  # the serving process is gone: requests stop waiting
         self._stop = threading.Event()
         self._watch: threading.Thread | None = None
-        self.restarts: collections.deque[Restart] = collections.deque(maxlen=RESTARTS_KEPT)
-        self.restart_count = 0
+        self._ledger = RestartLedger()  # restarts and their causes, for status
         self.pinned = False
         self._stopped = False
 
@@ -141,6 +135,11 @@ class RemotePolicy:
         cannot (a bad checkpoint, no tier passing), after which nothing is left running."""
         try:
             self._launch(progress)
+        except OSError as exc:  # no room for the slots in /dev/shm, no process to spawn
+            self.stop()
+            raise PolicyError(
+                f"the inference process cannot start: {exc.strerror or exc}"
+            ) from None
         except BaseException:  # Ctrl-C during a long compile too: leave nothing running
             self.stop()
             raise
@@ -181,6 +180,15 @@ class RemotePolicy:
     def attach_telemetry(self, telemetry: Telemetry) -> None:
         """Nothing to attach here: the process times its own step, and each chunk brings that
         time back (the feed records it as process_step)."""
+
+    @property
+    def restarts(self) -> collections.deque[Restart]:
+        """The newest restarts, each with its cause (RESTARTS_KEPT of them)."""
+        return self._ledger.restarts
+
+    @property
+    def restart_count(self) -> int:
+        return self._ledger.count
 
     @property
     def pid(self) -> int | None:
@@ -271,8 +279,7 @@ class RemotePolicy:
                 # Same-host drivers' frame rings read in place, and how many are pinned.
                 "driver_rings": len(channel.rings) if channel is not None else 0,
                 "pinned_driver_rings": len(channel.pinned_rings) if channel is not None else 0,
-                "restart_count": self.restart_count,
-                "restarts": [r.as_dict() for r in self.restarts],  # the newest RESTARTS_KEPT
+                **self._ledger.status(),  # restart_count, restarts, restart_failure
             },
         }
 
@@ -317,22 +324,22 @@ class RemotePolicy:
             return
         self._serving.clear()
         self._failed.set()
-        self.restart_count += 1
-        self.restarts.append(Restart(time.time(), cause, detail))
-        log.error("inference process %s: %s; holding every robot and restarting", cause, detail)
+        self._ledger.failed(cause, detail)
 
     def _restart(self) -> None:
-        for attempt, backoff in enumerate((0.0, *RESTART_BACKOFF_S)):
+        backoffs = (0.0, *RESTART_BACKOFF_S)
+        for attempt, backoff in enumerate(backoffs):
             if attempt and self._stop.wait(backoff):
                 return
             try:
                 self._end_process(polite=False)
                 self._launch(None)
+                self._ledger.restarted()
                 log.info("inference process restarted (pid %s); serving again", self.pid)
                 return
             except Exception as exc:  # noqa: BLE001 - log it and try again with a back-off
-                log.error("restarting the inference process failed: %s", exc)
-                self.restarts.append(Restart(time.time(), "restart_failed", str(exc)))
+                next_s = backoffs[attempt + 1] if attempt + 1 < len(backoffs) else 0.0
+                self._ledger.restart_failed(str(exc), next_s)
         log.error("the inference process could not be restarted yet; robots stay held, retrying")
 
     def _end_process(self, polite: bool) -> None:

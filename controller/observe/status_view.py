@@ -168,6 +168,12 @@ def _process_lines(process: dict[str, Any] | None) -> list[str]:
         when = restart.get("time")
         stamp = time.strftime("%H:%M:%S", time.localtime(when)) if when else "?"
         lines.append(f"    {stamp} {restart.get('cause')}: {restart.get('detail')}")
+    if failing := process.get("restart_failure"):  # restarts failing: why, how often, next try
+        retry = time.strftime("%H:%M:%S", time.localtime(failing.get("next_try") or 0))
+        lines.append(
+            f"    restart failed {failing.get('count')} times in a row: "
+            f"{failing.get('detail')} (next try {retry})"
+        )
     return lines
 
 

@@ -16,12 +16,19 @@ import torch
 from pydantic import ValidationError
 from safetensors.torch import load_file
 
+from controller.bounded_file import (
+    MAX_JSON_BYTES,
+    decode,
+    parse_nested,
+    read_bytes,
+    read_text,
+)
 from controller.errors import CheckpointError
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 FORMAT = "tempo"  # the "format" marker of a Tempo config.json
-_MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_HEADER_BYTES = 16 * 1024 * 1024  # a safetensors header (JSON: names, dtypes, shapes)
 
 
 # LeRobot's training output: RUN/checkpoints/<step or last>/pretrained_model/ holds the policy.
@@ -64,25 +71,62 @@ def detect_format(directory: Path) -> tuple[Literal["tempo", "lerobot"], dict[st
 
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object from `path`, or a CheckpointError that says why not."""
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"{path} is missing; a checkpoint directory needs it")
-    if path.stat().st_size > _MAX_CONFIG_BYTES:
-        raise CheckpointError(
-            f"{path} is larger than {_MAX_CONFIG_BYTES} bytes; it is not a config"
-        )
+    text = read_text(path, MAX_JSON_BYTES, CheckpointError, "a checkpoint's JSON file")
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        value = parse_nested(json.loads, text, path, CheckpointError)
+    except json.JSONDecodeError as exc:
         raise CheckpointError(f"{path} is not valid JSON ({exc}); fix or regenerate it") from None
     if not isinstance(value, dict):
         raise CheckpointError(f"{path} must hold a JSON object, not {type(value).__name__}")
     return value
 
 
+def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """{name: (dtype, shape)} of every tensor in a safetensors file, from its header alone (read
+    with limits, no tensor loaded), or a CheckpointError."""
+    if not path.exists():
+        raise CheckpointError(f"{path} is missing; a checkpoint directory needs it")
+    what = "a safetensors file"
+    head = read_bytes(path, 8, CheckpointError, what, whole=False)
+    size = int.from_bytes(head, "little") if len(head) == 8 else -1
+    if not 0 <= size <= MAX_HEADER_BYTES:
+        raise CheckpointError(
+            f"{path} is not a readable safetensors file (its header length is {size}, not 0 to "
+            f"{MAX_HEADER_BYTES}); it may be truncated or corrupt: copy it again"
+        )
+    data = read_bytes(path, size, CheckpointError, what, offset=8, whole=False)
+    try:
+        text = decode(data, path, CheckpointError, what) if len(data) == size else ""
+        header = parse_nested(json.loads, text, path, CheckpointError)
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict):
+        raise CheckpointError(
+            f"{path} is not a readable safetensors file (its header is not a JSON object); it "
+            "may be truncated or corrupt: copy it again"
+        )
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        if not (isinstance(dtype, str) and isinstance(shape, list)):
+            raise CheckpointError(
+                f"{path}: the header entry of tensor {name!r} has no dtype and shape; the file "
+                "is corrupt: copy it again"
+            )
+        if not all(isinstance(n, int) and n >= 0 for n in shape):
+            raise CheckpointError(f"{path}: tensor {name!r} has an invalid shape {shape}")
+        tensors[name] = (dtype, tuple(shape))
+    return tensors
+
+
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:
     """All tensors of a safetensors file, or a CheckpointError (missing, truncated, corrupt)."""
-    if not path.is_file():
-        raise CheckpointError(f"{path} is missing; a checkpoint directory needs it")
+    read_safetensors_header(path)  # its limits first: a hostile header is refused unread
     try:
         return load_file(str(path))
     except Exception as exc:  # safetensors raises its own error type, or OSError

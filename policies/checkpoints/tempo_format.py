@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -284,6 +284,12 @@ def build_module(config: BaseModel, tensors: dict[str, torch.Tensor], source: Pa
     tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
     hooks = _family_of_config(config)
     with torch.no_grad():
+        # Shapes first, on the meta device (nothing allocated): a config.json claiming a huge
+        # model next to small weights is refused before the real build runs out of memory.
+        with torch.device("meta"):
+            shell = hooks.module_type(config)
+        check_fit(shell.state_dict(), tensors, source)
+        del shell
         module = hooks.module_type(config)
     load_weights(module, tensors, source)
     return module.eval()
@@ -292,25 +298,7 @@ def build_module(config: BaseModel, tensors: dict[str, torch.Tensor], source: Pa
 def load_weights(module: nn.Module, tensors: dict[str, torch.Tensor], source: Path) -> None:
     """Check names, shapes, dtypes and finiteness, then copy `tensors` into `module`."""
     expected = module.state_dict()
-    missing = [name for name in expected if name not in tensors]
-    unexpected = [name for name in tensors if name not in expected]
-    wrong = [
-        f"{name} {tuple(tensors[name].shape)} (expected {tuple(expected[name].shape)})"
-        for name in expected
-        if name in tensors and tensors[name].shape != expected[name].shape
-    ]
-    problems = []
-    if missing:
-        problems.append(f"missing {len(missing)} tensor(s): {_few(missing)}")
-    if unexpected:
-        problems.append(f"unexpected {len(unexpected)} tensor(s): {_few(unexpected)}")
-    if wrong:
-        problems.append(f"wrong shape: {_few(wrong)}")
-    if problems:
-        raise CheckpointError(
-            f"{source} does not fit the model its config describes ({'; '.join(problems)}); "
-            "the weights and config.json come from different models"
-        )
+    check_fit(expected, tensors, source)
     # A tensor must be floating point where the model holds floats (integers only where it
     # holds integers: a quantized layer's codes and permutation).
     not_float = [
@@ -339,6 +327,32 @@ def load_weights(module: nn.Module, tensors: dict[str, torch.Tensor], source: Pa
         for name, t in tensors.items()
     }
     module.load_state_dict(fp32, strict=True)
+
+
+def check_fit(
+    expected: Mapping[str, torch.Tensor], tensors: Mapping[str, torch.Tensor], source: Path
+) -> None:
+    """The names and shapes of `tensors` are exactly the `expected` state dict's (which may
+    live on the meta device); CheckpointError naming the first mismatches otherwise."""
+    missing = [name for name in expected if name not in tensors]
+    unexpected = [name for name in tensors if name not in expected]
+    wrong = [
+        f"{name} {tuple(tensors[name].shape)} (expected {tuple(expected[name].shape)})"
+        for name in expected
+        if name in tensors and tensors[name].shape != expected[name].shape
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing {len(missing)} tensor(s): {_few(missing)}")
+    if unexpected:
+        problems.append(f"unexpected {len(unexpected)} tensor(s): {_few(unexpected)}")
+    if wrong:
+        problems.append(f"wrong shape: {_few(wrong)}")
+    if problems:
+        raise CheckpointError(
+            f"{source} does not fit the model its config describes ({'; '.join(problems)}); "
+            "the weights and config.json come from different models"
+        )
 
 
 def _few(names: list[str]) -> str:
