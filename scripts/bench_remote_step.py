@@ -151,7 +151,7 @@ def main() -> int:
         in_process = time_steps(local, observations, args.iters, args.period_ms)
         device, tier = local.status()["device"], local.tier
         del local
-        remote = inference_process(config, Path(tmp) / "config.json")
+        remote = inference_process(config)
         try:
             remote.start()
             separate = time_steps(remote, observations, args.iters, args.period_ms)
