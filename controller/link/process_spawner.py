@@ -14,8 +14,9 @@ ask to die with us (`parent_death`).
 Children start `nice` steps below the control process's CPU priority: on a machine with few
 cores, a starting child (importing torch, building and warming up the policy on every core)
 would otherwise take the CPU from the control loop, which must keep its rate through a restart.
-Once built, a child returns to the control process's priority where it may
-(`process_main.match_control_priority`: CAP_SYS_NICE or RLIMIT_NICE).
+Once built, a child returns to the control process's priority
+(`process_main.match_control_priority`); children start lower only where they may return
+(root, CAP_SYS_NICE or RLIMIT_NICE), never to serve for good below the daemon.
 
 What a child reads at start (the daemon's config) is held here, in memory, and handed to each
 child as its stdin (an anonymous memfd, never a name on disk): a tmp cleaner that empties /tmp
@@ -61,7 +62,15 @@ class Spawner:
         self.command = list(command)
         self.env = dict(env) if env is not None else {}
         self.stdin = stdin  # every child's stdin (the config it builds from), or inherited
-        self.nice = nice  # how much lower the children's CPU priority is than ours
+        # How much lower the children's CPU priority is than ours: only where they may raise it
+        # back once built, so that no inference process serves for good below the daemon.
+        self.nice = nice if nice and priority_can_be_restored() else 0
+        if nice and not self.nice:
+            log.info(
+                "inference processes start at the control process's CPU priority: this user "
+                "cannot raise a priority again (root, CAP_SYS_NICE or RLIMIT_NICE), so a "
+                "starting one shares the CPU with the control loop"
+            )
 
     def spawn(self) -> Child:
         """A new process on a channel of its own; it says `standby` once imported."""
@@ -84,6 +93,25 @@ class Spawner:
         if self.nice:
             _lower_priority(process.pid, self.nice)
         return channel, process
+
+
+def priority_can_be_restored() -> bool:
+    """Whether a process of ours may raise its CPU priority back to ours after lowering it:
+    root, CAP_SYS_NICE (capability 23) in effect, or an RLIMIT_NICE reaching our nice value."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("CapEff:") and int(line.split()[1], 16) >> 23 & 1:
+                    return True
+    except (OSError, ValueError):
+        pass
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NICE)  # the nice floor is 20 - soft
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    return soft == resource.RLIM_INFINITY or 20 - soft <= ours
 
 
 def _lower_priority(pid: int, nice: int) -> None:
