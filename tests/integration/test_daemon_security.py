@@ -7,12 +7,9 @@ import sys
 
 import numpy as np
 import pytest
-import zmq
 
-from controller.config import load_config
 from controller.errors import HandshakeRefused
 from controller.wire.client import TempoClient
-from controller.wire.keys import generate_keys
 from tests.conftest import wait_for
 
 JOINTS = [f"joint_{i}" for i in range(6)]
@@ -58,37 +55,6 @@ def test_keys_generate_command(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "daemon.key").exists() and (tmp_path / "daemon.key_secret").exists()
     assert (tmp_path / "daemon.key_secret").stat().st_mode & 0o077 == 0
-
-
-@pytest.fixture
-def curve_daemon(tmp_path):
-    server_public, server_secret = generate_keys(tmp_path / "daemon", "daemon")
-    allowed = tmp_path / "authorized"
-    allowed.mkdir()
-    client_public, client_secret = generate_keys(tmp_path / "driver", "driver")
-    (allowed / "driver.key").write_bytes(client_public.read_bytes())
-    config = load_config(
-        None,
-        [
-            "server.bind=tcp://127.0.0.1:*",
-            f"server.status_bind=ipc://{tmp_path}/status.sock",
-            f"security.server_secret_key={server_secret}",
-            f"security.authorized_keys={allowed}",
-            "control.rate_hz=100",
-        ],
-    )
-    context = zmq.Context()  # one authenticator per context: keep it away from other tests
-    from controller.daemon.service import Daemon
-    from controller.inference.build import build_policy
-
-    policy = build_policy(config.policy, config.robot, config.runner)
-    daemon = Daemon(config, policy, context=context)
-    daemon.start()
-    try:
-        yield daemon, client_secret, server_public, context
-    finally:
-        daemon.stop()
-        context.term()
 
 
 def test_curve_daemon_serves_an_allowlisted_driver(curve_daemon):
