@@ -67,6 +67,7 @@ OPENPI_CAMERAS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")  # open
 OPENPI_IMAGE_SIZE = (224, 224)  # openpi IMAGE_RESOLUTION
 OPENPI_DENOISING_STEPS = 10  # PI0Pytorch.sample_actions(num_steps=10)
 TOKENIZER_DIR = "tokenizer"
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json")  # SentencePiece, or HF's fast tokenizer
 PALIGEMMA_TOKENIZER = "google/paligemma-3b-pt-224"
 
 _LM_HEAD = "paligemma_with_expert.paligemma.lm_head.weight"
@@ -82,8 +83,9 @@ class Pi0CheckpointFiles:
     max_action_dim, num_inference_steps, tokenizer_max_length, empty_cameras, image_resolution
     ((h, w)), paligemma_variant, action_expert_variant, dtype, min_period, max_period.
     camera_names / image_sizes: the real cameras in model order (LeRobot's empty cameras are
-    counted by config_fields["empty_cameras"], not listed). tokenizer: the folder of tokenizer
-    files shipped with the checkpoint, else None (then tokenizer_name names the Hub tokenizer).
+    counted by config_fields["empty_cameras"], not listed). tokenizer: the folder shipped with
+    the checkpoint that holds tokenizer.model and / or tokenizer.json (as a HF tokenizer's
+    save_pretrained writes them), else None (then tokenizer_name names the Hub tokenizer).
     """
 
     path: Path
@@ -266,15 +268,15 @@ def _read_lerobot(src: Path, raw: dict[str, Any]) -> Pi0CheckpointFiles:
             f"{config_path}: images are normalized with {mapping['VISUAL']}; pi0 scales them "
             "itself and reads them un-normalized (VISUAL: IDENTITY)"
         )
-    norm, pre = read_lerobot_pipelines(src, features.state_dim, features.action_dim, mapping, notes)
-    tokenizer, tokenizer_name = _tokenizer(pre.get("tokenizer_processor"), src, fields, notes)
-    tensors = _lerobot_tensors(src / WEIGHTS_FILE)
     names = options.action_feature_names
     if names is not None and len(names) != features.action_dim:
         raise CheckpointError(
             f"{config_path}: action_feature_names has {len(names)} names for "
             f"{features.action_dim} actions"
         )
+    norm, pre = read_lerobot_pipelines(src, features.state_dim, features.action_dim, mapping, notes)
+    tokenizer, tokenizer_name = _tokenizer(pre.get("tokenizer_processor"), src, fields, notes)
+    tensors = _lerobot_tensors(src / WEIGHTS_FILE)
     return Pi0CheckpointFiles(
         path=src,
         family=family,
@@ -310,9 +312,12 @@ def _tokenizer(
             f"{fields['tokenizer_max_length']}; LeRobot runs the step's value, so it is used"
         )
         fields["tokenizer_max_length"] = max_length
-    for folder in (src / name, src / TOKENIZER_DIR):
+    candidates = (
+        [src / TOKENIZER_DIR] if Path(name).is_absolute() else [src / name, src / TOKENIZER_DIR]
+    )
+    for folder in candidates:
         inside = folder.resolve().is_relative_to(src.resolve())
-        if not Path(name).is_absolute() and inside and folder.is_dir():
+        if inside and any((folder / file).is_file() for file in TOKENIZER_FILES):
             return folder, name
     notes.append(f"no tokenizer ships with the checkpoint; it names {name}")
     return None, name

@@ -568,3 +568,22 @@ def test_openpi_pi05_stats_without_quantiles_are_refused(tmp_path: Path) -> None
     path = tmp_path / "assets" / "droid" / "norm_stats.json"
     path.write_text(json.dumps(_openpi_stats(8, 8, quantiles=False)))
     _refusal(tmp_path, "no 'q01' statistic for 'state'.*compute_norm_stats")
+
+
+def test_lerobot_without_a_shipped_tokenizer_names_the_hub_one(tmp_path: Path) -> None:
+    """Older LeRobot wrote only the tokenizer's Hub name; the step's max_length is what runs."""
+    write_lerobot(tmp_path, "pi0")
+    (tmp_path / "tokenizer" / "tokenizer.json").unlink()
+    path = tmp_path / "policy_preprocessor.json"
+    pipeline = json.loads(path.read_text())
+    step = pipeline["steps"][3]
+    step["config"].update(tokenizer_name="google/paligemma-3b-pt-224", max_length=64)
+    del step["artifacts"]
+    path.write_text(json.dumps(pipeline))
+    names = [f"j{i}" for i in range(ACTION)]
+    _write_json(tmp_path / "config.json", {**_lerobot_config("pi0"), "action_feature_names": names})
+    files = read_pi0_checkpoint(tmp_path)
+    assert (files.tokenizer, files.tokenizer_name) == (None, "google/paligemma-3b-pt-224")
+    assert files.config_fields["tokenizer_max_length"] == 64
+    assert files.action_names == tuple(names)
+    assert any("no tokenizer ships" in note for note in files.notes)
