@@ -90,7 +90,7 @@ class PaliGemmaWithExpert(nn.Module):
         mask = additive_mask(block_causal_mask(pad, torch.zeros_like(positions)), hidden.dtype)
         keys, values = [], []
         depth = len(language.layers)
-        for index, layer in enumerate(language.layers):
+        for index, layer in enumerate(language.decoder_layers()):
             outputs, k, v = joint_layer(
                 [layer], [hidden], [None], cos, sin, mask, outputs=index < depth - 1
             )
@@ -117,7 +117,7 @@ class PaliGemmaWithExpert(nn.Module):
         )
         prefix_part = cache.pad[:, None, :].expand(batch, length, cache.pad.shape[1])
         mask = additive_mask(torch.cat([prefix_part, own], dim=2), hidden.dtype)
-        for index, layer in enumerate(expert.layers):
+        for index, layer in enumerate(expert.decoder_layers()):
             past = (cache.keys[index], cache.values[index])
             outputs, _, _ = joint_layer([layer], [hidden], [cond], cos, sin, mask, past=past)
             hidden = outputs[0]
@@ -145,7 +145,9 @@ class PaliGemmaWithExpert(nn.Module):
         positions = torch.cumsum(pad, dim=1) - 1
         cos, sin = language.rotary_emb(positions, hiddens[0].dtype)
         mask = additive_mask(block_causal_mask(pad, all_blocks), hiddens[0].dtype)
-        for lang_layer, expert_layer in zip(language.layers, expert.layers, strict=True):
+        for lang_layer, expert_layer in zip(
+            language.decoder_layers(), expert.decoder_layers(), strict=True
+        ):
             hiddens, _, _ = joint_layer(
                 [lang_layer, expert_layer], hiddens, [None, cond], cos, sin, mask
             )

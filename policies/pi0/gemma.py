@@ -9,7 +9,7 @@ cos/sin are float32 cast to the hidden dtype.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -46,6 +46,7 @@ class GemmaRMSNorm(nn.Module):
             self.weight = nn.Parameter(torch.zeros(dim))
         else:
             self.dense = nn.Linear(cond_dim, 3 * dim)
+            nn.init.zeros_(self.dense.weight)  # as LeRobot: starts as a plain norm
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         x32 = x.float()
@@ -195,7 +196,11 @@ class GemmaStack(nn.Module):
         self.norm = GemmaRMSNorm(widths.width, eps, cond_dim)
         self.rotary_emb = RotaryEmbedding(widths.head_dim, theta)
 
+    def decoder_layers(self) -> list[GemmaDecoderLayer]:
+        """The layers, typed."""
+        return cast(list[GemmaDecoderLayer], list(self.layers))
+
     @property
     def compute_dtype(self) -> torch.dtype:
         """The dtype hidden states enter the layers in (that of the projections)."""
-        return self.layers[0].self_attn.q_proj.weight.dtype
+        return self.decoder_layers()[0].self_attn.q_proj.weight.dtype

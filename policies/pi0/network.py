@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from policies.pi0.backbone import PaliGemmaWithExpert, PrefixCache
 from policies.pi0.config import PaliGemmaFlowConfig, Pi0Config
-from policies.pi0.weights import load_weights
+from policies.pi0.weights import apply_precision, load_weights
 
 
 def sincos_time_embedding(time: Tensor, dim: int, min_period: float, max_period: float) -> Tensor:
@@ -46,6 +46,8 @@ class PaliGemmaFlowNetwork(nn.Module):
         # Block starts of the suffix: [state token,] then the action tokens as one block.
         starts = [1] * (1 if config.state_token else 0) + [1] + [0] * (config.chunk_size - 1)
         self.register_buffer("suffix_blocks", torch.tensor(starts), persistent=False)
+        if config.dtype == "bfloat16":
+            apply_precision(self, "bfloat16")
 
     def embed_prefix(
         self, images: Tensor, image_masks: Tensor, prompt_embeddings: Tensor, prompt_mask: Tensor

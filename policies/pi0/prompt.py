@@ -2,7 +2,8 @@
 changes, so it stays in host memory and the network takes embeddings.
 
 Like transformers' (>= 5.4) Gemma token embedding, rows are multiplied by sqrt(width) in the
-table's dtype (so a bfloat16 table gives bfloat16-rounded values, as LeRobot's bfloat16 model).
+model's dtype: float32, or bfloat16 (bfloat16-rounded values) for a model LeRobot runs with
+dtype="bfloat16".
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ from policies.pi0.weights import EMBED_TOKENS_KEY
 class PromptEmbedder:
     """Token ids -> scaled embeddings (float32 numpy), from the language model's token table."""
 
-    def __init__(self, table: Tensor, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, table: Tensor, dtype: torch.dtype = torch.float32) -> None:
         if table.ndim != 2:
             raise ValueError(f"the token table must be 2-D, got shape {tuple(table.shape)}")
         self._table = table.detach().to("cpu")
-        self._dtype = dtype or table.dtype
+        self._dtype = dtype
         # transformers keeps the scale as a float32 scalar and casts it to the table's dtype.
         self._scale = torch.tensor(float(table.shape[1]) ** 0.5)
 
     @classmethod
     def from_weights(
-        cls, tensors: Mapping[str, Tensor], dtype: torch.dtype | None = None
+        cls, tensors: Mapping[str, Tensor], dtype: torch.dtype = torch.float32
     ) -> PromptEmbedder:
         """From LeRobot-named weights (the key policies.pi0.weights.EMBED_TOKENS_KEY)."""
         if EMBED_TOKENS_KEY not in tensors:
@@ -38,8 +39,10 @@ class PromptEmbedder:
         return cls(tensors[EMBED_TOKENS_KEY], dtype)
 
     @classmethod
-    def from_network(cls, network: nn.Module, dtype: torch.dtype | None = None) -> PromptEmbedder:
-        """Sharing the token table a network holds on the host."""
+    def from_network(cls, network: nn.Module) -> PromptEmbedder:
+        """Sharing the token table a network holds on the host, in its config's dtype."""
+        precision = getattr(getattr(network, "config", None), "dtype", "float32")
+        dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
         return cls(network.get_parameter(EMBED_TOKENS_KEY), dtype)
 
     @property
