@@ -87,7 +87,8 @@ class PaliGemmaWithExpert(nn.Module):
         hidden = embeddings.to(language.compute_dtype)
         positions = torch.cumsum(pad, dim=1) - 1
         cos, sin = language.rotary_emb(positions, hidden.dtype)
-        mask = additive_mask(block_causal_mask(pad, torch.zeros_like(positions)), hidden.dtype)
+        allowed = block_causal_mask(pad, torch.zeros_like(positions))
+        mask = additive_mask(allowed, hidden.dtype, language.query_groups)
         keys, values = [], []
         depth = len(language.layers)
         for index, layer in enumerate(language.decoder_layers()):
@@ -116,7 +117,8 @@ class PaliGemmaWithExpert(nn.Module):
             blocks[None].expand(batch, length),
         )
         prefix_part = cache.pad[:, None, :].expand(batch, length, cache.pad.shape[1])
-        mask = additive_mask(torch.cat([prefix_part, own], dim=2), hidden.dtype)
+        allowed = torch.cat([prefix_part, own], dim=2)
+        mask = additive_mask(allowed, hidden.dtype, expert.query_groups)
         for index, layer in enumerate(expert.decoder_layers()):
             past = (cache.keys[index], cache.values[index])
             outputs, _, _ = joint_layer([layer], [hidden], [cond], cos, sin, mask, past=past)
@@ -144,7 +146,8 @@ class PaliGemmaWithExpert(nn.Module):
         )
         positions = torch.cumsum(pad, dim=1) - 1
         cos, sin = language.rotary_emb(positions, hiddens[0].dtype)
-        mask = additive_mask(block_causal_mask(pad, all_blocks), hiddens[0].dtype)
+        allowed = block_causal_mask(pad, all_blocks)
+        mask = additive_mask(allowed, hiddens[0].dtype, language.query_groups)
         for lang_layer, expert_layer in zip(
             language.decoder_layers(), expert.decoder_layers(), strict=True
         ):

@@ -94,22 +94,23 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotated * sin
 
 
-def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
-    """bool (B, S, L) -> (B, 1, S, L): 0 where a query may attend a key, else MASK_VALUE."""
+def additive_mask(allowed: Tensor, dtype: torch.dtype, repeat: int) -> Tensor:
+    """bool (B, S, L) -> additive (B, 1, repeat * S, L), 0 where a query may attend a key, else
+    MASK_VALUE; the rows repeat once per query head of a key/value group (see attend). Built
+    once per pass, not per layer."""
+    batch, length, keys = allowed.shape
+    folded = allowed[:, None, None].expand(batch, 1, repeat, length, keys)
     value = max(MASK_VALUE, torch.finfo(dtype).min)
-    return torch.where(allowed[:, None], 0.0, value).to(dtype)
+    return torch.where(folded.reshape(batch, 1, repeat * length, keys), 0.0, value).to(dtype)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> Tensor:
-    """Grouped-query attention. q (B, H, S, D), k/v (B, G, L, D), mask (B, 1, S, L) additive
-    -> (B, S, H * D). The r = H / G query heads of a group are folded into the query axis, so
-    keys and values are never repeated."""
+    """Grouped-query attention. q (B, H, S, D), k/v (B, G, L, D), mask from additive_mask with
+    repeat = H / G -> (B, S, H * D). The query heads of a group are folded into the query axis,
+    so keys and values are never repeated."""
     batch, heads, length, dim = q.shape
     groups = k.shape[1]
-    repeat = heads // groups
-    q = q.reshape(batch, groups, repeat * length, dim)
-    mask = mask[:, :, None].expand(batch, 1, repeat, length, mask.shape[-1])
-    mask = mask.reshape(batch, 1, repeat * length, mask.shape[-1])
+    q = q.reshape(batch, groups, (heads // groups) * length, dim)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     out = out.reshape(batch, heads, length, dim).transpose(1, 2)
     return out.reshape(batch, length, heads * dim)
@@ -199,6 +200,12 @@ class GemmaStack(nn.Module):
     def decoder_layers(self) -> list[GemmaDecoderLayer]:
         """The layers, typed."""
         return cast(list[GemmaDecoderLayer], list(self.layers))
+
+    @property
+    def query_groups(self) -> int:
+        """Query heads per key/value head (the `repeat` of additive_mask)."""
+        attention = self.decoder_layers()[0].self_attn
+        return attention.num_heads // attention.num_kv_heads
 
     @property
     def compute_dtype(self) -> torch.dtype:

@@ -35,9 +35,9 @@ def joint_layer(
     outputs: bool = True,
 ) -> tuple[list[Tensor], Tensor, Tensor]:
     """One layer over several streams. cos/sin (B, S, D) cover the streams' tokens in order;
-    mask (B, 1, S, P + S) is additive, P the cached length (0 without `past`). Returns the
-    streams' outputs (empty when `outputs` is False: only the keys and values are wanted) and
-    this call's keys and values (B, G, S, D), after rotary."""
+    mask is additive_mask's over S queries and P + S keys, P the cached length (0 without
+    `past`). Returns the streams' outputs (empty when `outputs` is False: only the keys and
+    values are wanted) and this call's keys and values (B, G, S, D), after rotary."""
     queries, keys, values, gates = [], [], [], []
     for layer, hidden, cond in zip(layers, hiddens, conds, strict=True):
         normed, gate = layer.input_layernorm(hidden, cond)

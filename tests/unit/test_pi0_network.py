@@ -13,7 +13,14 @@ import torch
 from pydantic import ValidationError
 
 from policies.pi0.config import GemmaWidths, Pi0Config, tiny_pi0_config
-from policies.pi0.gemma import additive_mask, attend
+from policies.pi0.gemma import (
+    GemmaMLP,
+    GemmaRMSNorm,
+    RotaryEmbedding,
+    additive_mask,
+    apply_rotary,
+    attend,
+)
 from policies.pi0.joint_attention import block_causal_mask
 from policies.pi0.network import Pi0Network, sincos_time_embedding
 from policies.pi0.prompt import PromptEmbedder
@@ -269,12 +276,69 @@ def test_grouped_query_attention_matches_repeated_keys() -> None:
     v = torch.randn(2, 2, 7, 8, generator=generator)
     allowed = torch.rand(2, 5, 7, generator=generator) > 0.3
     allowed[..., 0] = True
-    out = attend(q, k, v, additive_mask(allowed, q.dtype), scale=8**-0.5)
+    out = attend(q, k, v, additive_mask(allowed, q.dtype, repeat=2), scale=8**-0.5)
     k_rep, v_rep = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
     scores = (q @ k_rep.transpose(-1, -2)) * 8**-0.5
     scores = scores.masked_fill(~allowed[:, None], float("-inf"))
     expected = (scores.softmax(dim=-1) @ v_rep).transpose(1, 2).reshape(2, 5, 32)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_rms_norm_scales_by_one_plus_weight() -> None:
+    norm = GemmaRMSNorm(4, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(torch.tensor([0.0, 1.0, -0.5, 2.0]))
+    x = torch.tensor([[[1.0, -2.0, 3.0, 0.5]]])
+    out, gate = norm(x)
+    rms = torch.sqrt((x**2).mean() + 1e-6)
+    torch.testing.assert_close(out, x / rms * torch.tensor([1.0, 2.0, 0.5, 3.0]))
+    assert gate is None
+    assert norm(x.to(torch.bfloat16))[0].dtype == torch.bfloat16
+
+
+def test_adaptive_rms_norm_takes_scale_shift_gate_from_the_condition() -> None:
+    norm = GemmaRMSNorm(2, eps=1e-6, cond_dim=1)
+    assert not norm.dense.weight.any()  # type: ignore[union-attr]
+    with torch.no_grad():
+        norm.dense.weight.copy_(torch.tensor([[1.0], [2.0], [3.0], [4.0], [5.0], [6.0]]))  # type: ignore[union-attr]
+        norm.dense.bias.zero_()  # type: ignore[union-attr]
+    x = torch.tensor([[[3.0, -4.0]], [[1.0, 1.0]]])
+    cond = torch.tensor([[1.0], [0.5]])
+    out, gate = norm(x, cond)
+    normed = x / torch.sqrt((x**2).mean(dim=-1, keepdim=True) + 1e-6)
+    scale, shift = (
+        cond[:, None] * torch.tensor([1.0, 2.0]),
+        cond[:, None] * torch.tensor([3.0, 4.0]),
+    )
+    torch.testing.assert_close(out, normed * (1 + scale) + shift)
+    torch.testing.assert_close(gate, cond[:, None] * torch.tensor([5.0, 6.0]))
+
+
+def test_rotary_turns_each_half_pair_by_position_times_frequency() -> None:
+    rotary = RotaryEmbedding(head_dim=4, theta=10000.0)
+    torch.testing.assert_close(rotary.inv_freq, torch.tensor([1.0, 0.01]))
+    cos, sin = rotary(torch.tensor([[3]]), torch.float32)
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0]).view(1, 1, 1, 4)
+    out = apply_rotary(x, cos, sin).flatten()
+    for pair, angle in ((0, 3.0), (1, 0.03)):
+        a, b = x.flatten()[pair], x.flatten()[pair + 2]
+        expected_a = a * math.cos(angle) - b * math.sin(angle)
+        expected_b = b * math.cos(angle) + a * math.sin(angle)
+        torch.testing.assert_close(out[pair], expected_a)
+        torch.testing.assert_close(out[pair + 2], expected_b)
+
+
+def test_gemma_mlp_is_gelu_tanh_gated() -> None:
+    widths = GemmaWidths(width=2, depth=1, mlp_dim=1, num_heads=1, num_kv_heads=1, head_dim=2)
+    mlp = GemmaMLP(widths)
+    with torch.no_grad():
+        mlp.gate_proj.weight.copy_(torch.tensor([[1.0, 0.0]]))
+        mlp.up_proj.weight.copy_(torch.tensor([[0.0, 1.0]]))
+        mlp.down_proj.weight.copy_(torch.tensor([[1.0], [2.0]]))
+    x = torch.tensor([[0.7, -3.0]])
+    g = 0.7
+    gelu = 0.5 * g * (1 + math.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
+    torch.testing.assert_close(mlp(x), torch.tensor([[gelu * -3.0, 2 * gelu * -3.0]]))
 
 
 def test_time_embedding_is_sine_then_cosine() -> None:
