@@ -54,6 +54,12 @@ class PaliGemmaFlowNetwork(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """Image tokens of every camera, then the prompt -> (embeddings (B, P, W), pad (B, P))."""
         batch, cameras = images.shape[:2]
+        size = self.config.vision.image_size
+        if tuple(images.shape[2:]) != (3, size, size):
+            raise ValueError(
+                f"images have shape {tuple(images.shape)}, expected (robots, cameras, 3, {size}, "
+                f"{size})"
+            )
         if image_masks.shape != (batch, cameras):
             raise ValueError(
                 f"image_masks has shape {tuple(image_masks.shape)}, expected {(batch, cameras)}"

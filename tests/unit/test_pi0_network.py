@@ -24,6 +24,7 @@ from policies.pi0.gemma import (
 from policies.pi0.joint_attention import block_causal_mask
 from policies.pi0.network import Pi0Network, sincos_time_embedding
 from policies.pi0.prompt import PromptEmbedder
+from policies.pi0.siglip import SiglipEmbeddings, SiglipMLP
 from policies.pi0.weights import EMBED_TOKENS_KEY, apply_precision, expected_keys, expected_shapes
 
 BATCH, CAMERAS = 3, 2
@@ -339,6 +340,38 @@ def test_gemma_mlp_is_gelu_tanh_gated() -> None:
     g = 0.7
     gelu = 0.5 * g * (1 + math.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
     torch.testing.assert_close(mlp(x), torch.tensor([[gelu * -3.0, 2 * gelu * -3.0]]))
+
+
+def test_siglip_tokens_are_row_major_patches_plus_positions() -> None:
+    widths = tiny_pi0_config().vision  # 28x28 images, 14-pixel patches: 2x2 tokens
+    embeddings = SiglipEmbeddings(widths)
+    with torch.no_grad():
+        embeddings.patch_embedding.weight.zero_()
+        embeddings.patch_embedding.weight[0, 0] = 1.0  # channel 0 of token = sum of red pixels
+        embeddings.patch_embedding.bias.zero_()
+        embeddings.position_embedding.weight.zero_()
+        embeddings.position_embedding.weight[:, 1] = torch.arange(4.0)
+    image = torch.zeros(1, 3, 28, 28)
+    image[0, 0, :14, 14:] = 1.0  # top-right patch
+    tokens = embeddings(image)
+    assert tokens.shape == (1, 4, 32)
+    assert tokens[0, :, 0].tolist() == [0.0, 196.0, 0.0, 0.0]
+    assert tokens[0, :, 1].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_siglip_mlp_is_gelu_tanh() -> None:
+    mlp = SiglipMLP(tiny_pi0_config().vision)
+    x = torch.randn(2, 3, 32)
+    hidden = torch.nn.functional.gelu(mlp.fc1(x), approximate="tanh")
+    torch.testing.assert_close(mlp(x), mlp.fc2(hidden))
+
+
+def test_wrong_image_size_is_one_sentence() -> None:
+    network = tiny_pi0()
+    inputs = prefix_inputs(network)
+    inputs["images"] = torch.zeros(BATCH, CAMERAS, 3, 32, 32)
+    with pytest.raises(ValueError, match=r"expected \(robots, cameras, 3, 28, 28\)"):
+        network.embed_prefix(**inputs)
 
 
 def test_time_embedding_is_sine_then_cosine() -> None:
