@@ -1,0 +1,28 @@
+"""The configuration of a pi0.5 network: pi0's fields (policies.pi0.config) with what pi0.5
+changes. Field names follow LeRobot's `PI05Config`."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, Field
+
+from policies.pi0.config import TINY_WIDTHS, PaliGemmaFlowConfig
+
+
+class Pi05Config(PaliGemmaFlowConfig):
+    """pi0.5: action tokens only (no state token), adaRMS time conditioning in the expert."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state_token: ClassVar[bool] = False
+    adarms: ClassVar[bool] = True
+
+    tokenizer_max_length: int = Field(
+        default=200, ge=1, le=8192, description="Prompt tokens (the state is among them)."
+    )
+
+
+def tiny_pi05_config(**overrides: Any) -> Pi05Config:
+    """A pi0.5 small enough for CPU tests (the widths of policies.pi0.config.tiny_pi0_config)."""
+    return Pi05Config(**{**TINY_WIDTHS, **overrides})
