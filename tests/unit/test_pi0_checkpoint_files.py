@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -190,3 +191,22 @@ def test_lerobot_without_a_shipped_tokenizer_names_the_hub_one(tmp_path: Path) -
     assert files.config_fields["tokenizer_max_length"] == 64
     assert files.action_names == tuple(names)
     assert any("no tokenizer ships" in note for note in files.notes)
+
+
+@pytest.mark.parametrize(("writer", "family"), [(write_lerobot, "pi05"), (write_openpi, "pi0")])
+def test_without_tensors_the_shapes_come_from_the_header(
+    tmp_path: Path, writer: Any, family: str
+) -> None:
+    """tensors=False loads no weight; shapes name what a full read would load (renamed, the tied
+    embedding too), and everything else is what a full read gives."""
+    writer(tmp_path, family)
+    full = read_pi0_checkpoint(tmp_path)
+    header_only = read_pi0_checkpoint(tmp_path, tensors=False)
+    assert header_only.tensors == {}
+    assert header_only.shapes == {key: tuple(t.shape) for key, t in full.tensors.items()}
+    assert full.shapes == header_only.shapes and EMBED in full.shapes
+    assert (header_only.family, header_only.config_fields, header_only.notes) == (
+        full.family,
+        full.config_fields,
+        full.notes,
+    )
