@@ -69,6 +69,9 @@ class CheckpointFamily:
     upgrade_spec: Callable[[PolicySpec, Any, str], PolicySpec] | None = None  # older files
     lerobot_type: str | None = None  # LeRobot config.json's "type" that read_lerobot reads
     read_lerobot: Callable[[Path, Sequence[str] | None], ConvertedPolicy] | None = None
+    # Reads an openpi PyTorch checkpoint (policies.checkpoints.files.detect_format: "openpi");
+    # the first family declaring one reads them all.
+    read_openpi: Callable[[Path, Sequence[str] | None], ConvertedPolicy] | None = None
 
 
 @dataclass(frozen=True, eq=False)

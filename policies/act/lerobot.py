@@ -85,6 +85,7 @@ from policies.base import CameraSpec, PolicySpec
 from policies.checkpoints.execution import lerobot_execution
 from policies.checkpoints.files import (
     CONFIG_FILE,
+    KIND_NAMES,
     WEIGHTS_FILE,
     describe_validation_error,
     detect_format,
@@ -165,7 +166,7 @@ def read_lerobot_act(
     src = locate_checkpoint(src)
     kind, raw = detect_format(src)
     if kind != "lerobot":
-        raise CheckpointError(f"{src} is a Tempo checkpoint, not a LeRobot one; load it directly")
+        raise CheckpointError(f"{src} is {KIND_NAMES[kind]}, not a LeRobot one; load it directly")
     config_path = src / CONFIG_FILE
     options = _read_options(raw, config_path, allow_unknown_options)
     features = Features.parse(raw, config_path)

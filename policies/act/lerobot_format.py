@@ -44,7 +44,7 @@ class Normalization:
 
 @dataclass
 class Features:
-    """The inputs and output a LeRobot ACT config declares, in Tempo's terms."""
+    """The inputs and output a LeRobot policy config (ACT, pi0) declares, in Tempo's terms."""
 
     camera_keys: list[str]
     camera_names: list[str]
@@ -54,7 +54,12 @@ class Features:
     action_dim: int
 
     @classmethod
-    def parse(cls, raw: dict[str, Any], path: Path) -> Features:
+    def parse(
+        cls, raw: dict[str, Any], path: Path, *, family: str = "ACT", env_state: bool = True
+    ) -> Features:
+        """The features of config.json `raw` (read from `path`), as Tempo's `family` reads them:
+        cameras, observation.state and (when `env_state`) observation.environment_state."""
+        reads = f"cameras, {STATE_KEY} and {ENV_KEY}" if env_state else f"cameras and {STATE_KEY}"
         inputs = raw.get("input_features")
         outputs = raw.get("output_features")
         if not isinstance(inputs, dict) or not isinstance(outputs, dict):
@@ -77,12 +82,12 @@ class Features:
                 sizes.append((shape[1], shape[2]))
             elif kind == "STATE" and key == STATE_KEY and len(shape) == 1:
                 state_dim = shape[0]
-            elif kind == "ENV" and key == ENV_KEY and len(shape) == 1:
+            elif env_state and kind == "ENV" and key == ENV_KEY and len(shape) == 1:
                 env_dim = shape[0]
             else:
                 raise CheckpointError(
                     f"{path}: input feature '{key}' ({kind}, shape {shape}) is not supported; "
-                    f"Tempo's ACT reads cameras, {STATE_KEY} and {ENV_KEY}"
+                    f"Tempo's {family} reads {reads}"
                 )
         if set(outputs) != {ACTION_KEY}:
             raise CheckpointError(

@@ -1,9 +1,10 @@
 """The files of a checkpoint directory, read safely, and what every format shares.
 
-Both formats keep a `config.json` and a `model.safetensors`. Nothing here runs pickle: JSON is
+Every format keeps a `config.json` and a `model.safetensors`. Nothing here runs pickle: JSON is
 read with a size limit, tensors come from safetensors. Every problem is a `CheckpointError` whose
-message names the file and what is wrong. `detect_format` tells the two formats apart from the
-config alone, so that each reader can refuse the other's directories.
+message names the file and what is wrong. `detect_format` tells the formats (Tempo, LeRobot,
+openpi's PyTorch pi0 / pi0.5) apart from the config alone, so that each reader can refuse the
+others' directories.
 """
 
 from __future__ import annotations
@@ -35,6 +36,20 @@ MAX_HEADER_BYTES = 16 * 1024 * 1024  # a safetensors header (JSON: names, dtypes
 PRETRAINED_DIR = "pretrained_model"
 CHECKPOINTS_DIR = "checkpoints"
 
+# The config.json openpi's examples/convert_jax_model_to_pytorch.py writes: these fields, and
+# nothing else but an optional "pi05" (its Pi0Config's flag, which some copies carry).
+OPENPI_CONFIG_FIELDS = frozenset(
+    {"action_dim", "action_horizon", "paligemma_variant", "action_expert_variant", "precision"}
+)
+OPENPI_OPTIONAL_FIELDS = frozenset({"pi05"})
+CheckpointKind = Literal["tempo", "lerobot", "openpi"]
+# How a message names a directory of each kind: "{path} is {KIND_NAMES[kind]}".
+KIND_NAMES: dict[CheckpointKind, str] = {
+    "tempo": "a Tempo checkpoint",
+    "lerobot": "a LeRobot policy",
+    "openpi": "an openpi PyTorch checkpoint",
+}
+
 
 def locate_checkpoint(directory: str | Path) -> Path:
     """The policy directory `directory` points at: itself, or the `pretrained_model/` inside a
@@ -54,7 +69,7 @@ def locate_checkpoint(directory: str | Path) -> Path:
     return directory
 
 
-def detect_format(directory: Path) -> tuple[Literal["tempo", "lerobot"], dict[str, Any]]:
+def detect_format(directory: Path) -> tuple[CheckpointKind, dict[str, Any]]:
     """Which kind of checkpoint `directory` holds, from its config.json (read once, returned)."""
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint directory {directory} does not exist or is not a folder")
@@ -63,9 +78,12 @@ def detect_format(directory: Path) -> tuple[Literal["tempo", "lerobot"], dict[st
         return "tempo", raw
     if "type" in raw and "format" not in raw:
         return "lerobot", raw
+    if OPENPI_CONFIG_FIELDS <= raw.keys() <= OPENPI_CONFIG_FIELDS | OPENPI_OPTIONAL_FIELDS:
+        return "openpi", raw
     raise CheckpointError(
-        f'{directory / CONFIG_FILE} is neither a Tempo checkpoint (no "format": "tempo") nor a '
-        'LeRobot policy (no "type"); point Tempo at a checkpoint directory'
+        f'{directory / CONFIG_FILE} is neither a Tempo checkpoint (no "format": "tempo"), a '
+        'LeRobot policy (no "type") nor an openpi PyTorch checkpoint (not exactly '
+        f"{', '.join(sorted(OPENPI_CONFIG_FIELDS))}); point Tempo at a checkpoint directory"
     )
 
 

@@ -4,9 +4,10 @@
     print(describe_checkpoint("ckpt/"))                # spec, architecture, weights file
 
 A directory is a Tempo checkpoint (`config.json` with `"format": "tempo"`,
-`policies.checkpoints.tempo_format`) or a LeRobot directory (`config.json` with a `"type"` some
+`policies.checkpoints.tempo_format`), a LeRobot directory (`config.json` with a `"type"` some
 family reads, e.g. "act", converted in memory by `policies.act.lerobot`, whose `import_lerobot`
-writes the converted form to disk). Which family reads it is looked up in policies.registry.
+writes the converted form to disk) or an openpi PyTorch checkpoint (pi0 / pi0.5, read by the
+family that declares `read_openpi`). Which family reads it is looked up in policies.registry.
 Every problem is a `CheckpointError` naming the file.
 """
 
@@ -23,7 +24,9 @@ from safetensors import safe_open
 from controller.errors import CheckpointError
 from policies.checkpoints.files import (
     CONFIG_FILE,
+    KIND_NAMES,
     WEIGHTS_FILE,
+    CheckpointKind,
     detect_format,
     locate_checkpoint,
 )
@@ -42,7 +45,8 @@ from policies.registry import (
 )
 from policies.tensor_policy import TensorPolicy
 
-ReadLeRobot = Callable[[Path, Sequence[str] | None], ConvertedPolicy]
+ReadForeign = Callable[[Path, Sequence[str] | None], ConvertedPolicy]  # LeRobot, openpi
+_SOURCES = {"lerobot": "LeRobot", "openpi": "openpi"}  # how `inspect` names the other formats
 
 
 def load_checkpoint(
@@ -50,18 +54,19 @@ def load_checkpoint(
     device: str | torch.device = "cpu",
     joint_names: Sequence[str] | None = None,
 ) -> TensorPolicy:
-    """Load a Tempo checkpoint, or a LeRobot directory, as an FP32 module in eval mode.
-    `joint_names` names the action entries (policy.joint_names): a LeRobot directory takes them
-    as its names, a Tempo checkpoint (which records its own) must agree with them."""
+    """Load a Tempo checkpoint, a LeRobot directory or an openpi one, as an FP32 module in eval
+    mode. `joint_names` names the action entries (policy.joint_names): a LeRobot or openpi
+    directory takes them as its names, a Tempo checkpoint (which records its own) must agree
+    with them."""
     directory = locate_checkpoint(directory)
     kind, raw = detect_format(directory)
-    if kind == "lerobot":
-        policy = _read_lerobot(directory, raw, joint_names).policy
+    if kind != "tempo":
+        policy = _foreign_reader(directory, kind, raw)[1](directory, joint_names).policy
     elif (variant := _variant(raw)) is not None:  # e.g. quantized (policies.quant.checkpoint)
         policy = variant.read(directory, raw)
     else:
         policy = read_tempo_checkpoint(directory, raw)
-    if kind != "lerobot" and joint_names is not None:
+    if kind == "tempo" and joint_names is not None:
         if tuple(joint_names) != policy.spec.joint_names:
             raise CheckpointError(
                 f"policy.joint_names ({', '.join(joint_names)}) differ from the names "
@@ -80,14 +85,22 @@ def _variant(raw: dict[str, Any]) -> CheckpointVariant | None:
     return next((v for v in variants(policy_type) if raw.get(v.section) is not None), None)
 
 
-def _read_lerobot(
-    directory: Path, raw: dict[str, Any], joint_names: Sequence[str] | None
-) -> ConvertedPolicy:
-    """A LeRobot directory, read by the family that reads its `type`."""
-    return _lerobot_reader(directory, raw)[1](directory, joint_names)
+def _foreign_reader(
+    directory: Path, kind: CheckpointKind, raw: dict[str, Any]
+) -> tuple[PolicyFamily, ReadForeign]:
+    """(family, its reader) for a LeRobot or an openpi directory."""
+    if kind == "lerobot":
+        return _lerobot_reader(directory, raw)
+    readers = [(f, c.read_openpi) for f, c in checkpoint_families() if c.read_openpi is not None]
+    if not readers:
+        raise CheckpointError(
+            f"{directory} is {KIND_NAMES[kind]} (pi0 / pi0.5), and no policy family this Tempo "
+            "serves reads openpi checkpoints"
+        )
+    return readers[0]
 
 
-def _lerobot_reader(directory: Path, raw: dict[str, Any]) -> tuple[PolicyFamily, ReadLeRobot]:
+def _lerobot_reader(directory: Path, raw: dict[str, Any]) -> tuple[PolicyFamily, ReadForeign]:
     """(family, its LeRobot reader) for the directory's LeRobot `type`."""
     readers = [
         (f, c.lerobot_type, c.read_lerobot)
@@ -105,19 +118,20 @@ def _lerobot_reader(directory: Path, raw: dict[str, Any]) -> tuple[PolicyFamily,
 
 
 def describe_checkpoint(directory: str | Path, problems: list[str] | None = None) -> str:
-    """A human-readable summary of a Tempo checkpoint or a LeRobot directory.
+    """A human-readable summary of a Tempo checkpoint, a LeRobot or an openpi directory.
 
     A Tempo checkpoint is described from its config and the safetensors header, without loading
-    weights; a LeRobot directory is read in full, since converting it is how it is checked.
+    weights; a LeRobot or openpi directory is read in full, since converting it is how it is
+    checked.
     What would stop the checkpoint from being served (unreadable or missing weights) is also
     appended to `problems` when given.
     """
     directory = locate_checkpoint(directory)
     kind, raw = detect_format(directory)
-    if kind == "lerobot":
-        family = _lerobot_reader(directory, raw)[0]
-        imported = _read_lerobot(directory, raw, None)
-        header = [f"format: LeRobot {family.title} ({imported.layout})"] + [
+    if kind != "tempo":
+        family, read = _foreign_reader(directory, kind, raw)
+        imported = read(directory, None)
+        header = [f"format: {_SOURCES[kind]} {family.title} ({imported.layout})"] + [
             f"note: {note}" for note in imported.notes
         ]
         spec = imported.policy.spec
