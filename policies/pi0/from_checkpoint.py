@@ -1,0 +1,69 @@
+"""A checkpoint read by policies.pi0.checkpoint_files -> the network that serves it.
+
+    files = read_pi0_checkpoint(path)
+    config = network_config(files)                  # Pi0Config or Pi05Config
+    network = build_network(files, config, "cuda")  # weights loaded, eval mode
+
+The checkpoint's config names its towers by variant ("gemma_2b", "gemma_300m"); the widths are
+the variants' unless `widths` overrides them (LeRobot's code patched to a reduced width writes
+the same variant names). The token table's rows give vocab_size. The network is built on the
+device it serves from, so the real size initialises in seconds, not minutes on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from policies.pi0.config import PaliGemmaFlowConfig, Pi0Config
+from policies.pi0.weights import EMBED_TOKENS_KEY
+from policies.pi05.config import Pi05Config
+
+if TYPE_CHECKING:
+    from policies.pi0.checkpoint_files import Pi0CheckpointFiles
+    from policies.pi0.network import PaliGemmaFlowNetwork
+
+# Checkpoint config fields the network's config takes as they are.
+_NETWORK_FIELDS = (
+    "paligemma_variant", "action_expert_variant", "chunk_size", "n_action_steps",
+    "max_state_dim", "max_action_dim", "num_inference_steps", "min_period", "max_period",
+    "tokenizer_max_length", "image_resolution", "empty_cameras",
+)  # fmt: skip
+
+
+def network_config(
+    files: Pi0CheckpointFiles, widths: Mapping[str, Any] | None = None, dtype: str = "float32"
+) -> PaliGemmaFlowConfig:
+    """The network config of a read checkpoint: its fields, the token table's row count, and
+    `widths` (vision / language / expert, as policies.pi0.config's models or dicts) over the
+    variants' defaults."""
+    fields = {k: files.config_fields[k] for k in _NETWORK_FIELDS if k in files.config_fields}
+    if "image_resolution" in fields:
+        fields["image_resolution"] = tuple(fields["image_resolution"])
+    table = files.tensors.get(EMBED_TOKENS_KEY)
+    if table is not None:
+        fields["vocab_size"] = int(table.shape[0])
+    fields.update(widths or {})
+    fields["dtype"] = dtype
+    config_class = Pi0Config if files.family == "pi0" else Pi05Config
+    return config_class(**fields)
+
+
+def build_network(
+    files: Pi0CheckpointFiles, config: PaliGemmaFlowConfig, device: str | torch.device = "cpu"
+) -> PaliGemmaFlowNetwork:
+    """The network of `config` on `device` with the checkpoint's weights, in eval mode."""
+    if isinstance(config, Pi05Config):
+        from policies.pi05.network import Pi05Network
+
+        with torch.device(device):
+            network: PaliGemmaFlowNetwork = Pi05Network(config)
+    else:
+        from policies.pi0.network import Pi0Network
+
+        with torch.device(device):
+            network = Pi0Network(config)
+    network.load_weights(files.tensors)
+    return network.eval()
