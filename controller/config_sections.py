@@ -238,6 +238,18 @@ class PolicyConfig(Section):
     planner: PlannerConfig = Field(
         default=PlannerConfig(), description="TD-MPC2 checkpoints: planning, fast mode, fallback."
     )
+    tokenizer: Path | None = Field(
+        default=None,
+        description="pi0 / pi0.5: the PaliGemma SentencePiece model file (tokenizer.model), for a "
+        "checkpoint that ships none (openpi's); overrides one it ships.",
+    )
+    default_task: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="pi0 / pi0.5: the task of a robot whose hello names none; unset, such a "
+        "robot is refused.",
+    )
 
     @model_validator(mode="before")
     @classmethod

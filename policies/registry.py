@@ -40,6 +40,8 @@ BUILT_IN = (
     "policies.tdmpc2.family",
     "policies.reach.family",
     "policies.tiny.family",
+    "policies.pi0.family",
+    "policies.pi05.family",
 )
 # Checkpoint variants (a module defining VARIANT each): sections some checkpoints carry.
 VARIANTS = ("policies.quant.checkpoint",)
@@ -72,6 +74,9 @@ class CheckpointFamily:
     # Reads an openpi PyTorch checkpoint (policies.checkpoints.files.detect_format: "openpi");
     # the first family declaring one reads them all.
     read_openpi: Callable[[Path, Sequence[str] | None], ConvertedPolicy] | None = None
+    # `tempo checkpoint inspect` of a LeRobot or openpi directory, from its files alone (no
+    # model built): for families whose real size takes gigabytes to read.
+    describe_directory: Callable[[Path], list[str]] | None = None
 
 
 @dataclass(frozen=True, eq=False)

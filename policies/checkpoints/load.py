@@ -130,6 +130,10 @@ def describe_checkpoint(directory: str | Path, problems: list[str] | None = None
     kind, raw = detect_format(directory)
     if kind != "tempo":
         family, read = _foreign_reader(directory, kind, raw)
+        describe_directory = checkpoint_family(family.name, str(directory))[1].describe_directory
+        if describe_directory is not None:  # from the files alone, no model built
+            lines = describe_directory(directory)
+            return "\n".join(lines + describe_weights(directory / WEIGHTS_FILE, problems)) + "\n"
         imported = read(directory, None)
         header = [f"format: {_SOURCES[kind]} {family.title} ({imported.layout})"] + [
             f"note: {note}" for note in imported.notes

@@ -54,16 +54,19 @@ def network_config(
 def build_network(
     files: Pi0CheckpointFiles, config: PaliGemmaFlowConfig, device: str | torch.device = "cpu"
 ) -> PaliGemmaFlowNetwork:
-    """The network of `config` on `device` with the checkpoint's weights, in eval mode."""
+    """The network of `config` on `device` with the checkpoint's weights, in eval mode (built
+    on the meta device and materialized uninitialised: every weight comes from the checkpoint)."""
     if isinstance(config, Pi05Config):
         from policies.pi05.network import Pi05Network
 
-        with torch.device(device):
+        with torch.device("meta"):
             network: PaliGemmaFlowNetwork = Pi05Network(config)
     else:
         from policies.pi0.network import Pi0Network
 
-        with torch.device(device):
+        with torch.device("meta"):
             network = Pi0Network(config)
+    network.to_empty(device=device)
+    network.reset_buffers()
     network.load_weights(files.tensors)
     return network.eval()

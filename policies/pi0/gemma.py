@@ -76,8 +76,12 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, theta: float) -> None:
         super().__init__()
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
-        self.register_buffer("inv_freq", 1.0 / (theta**exponents), persistent=False)
+        self.head_dim, self.theta = head_dim, theta
+        self.register_buffer("inv_freq", self.frequencies(), persistent=False)
+
+    def frequencies(self, device: torch.device | str | None = None) -> Tensor:
+        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device)
+        return 1.0 / (self.theta ** (exponents.float() / self.head_dim))
 
     def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """positions (B, S) int -> cos, sin (B, S, head_dim) in `dtype` (computed in float32)."""

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from policies.pi0.backbone import PaliGemmaWithExpert, PrefixCache
 from policies.pi0.config import PaliGemmaFlowConfig, Pi0Config
+from policies.pi0.gemma import RotaryEmbedding
 from policies.pi0.weights import apply_precision, load_weights
 
 
@@ -44,10 +45,25 @@ class PaliGemmaFlowNetwork(nn.Module):
         self.action_in_proj = nn.Linear(config.max_action_dim, width)
         self.action_out_proj = nn.Linear(width, config.max_action_dim)
         # Block starts of the suffix: [state token,] then the action tokens as one block.
-        starts = [1] * (1 if config.state_token else 0) + [1] + [0] * (config.chunk_size - 1)
-        self.register_buffer("suffix_blocks", torch.tensor(starts), persistent=False)
+        self.register_buffer("suffix_blocks", self._suffix_blocks(), persistent=False)
         if config.dtype == "bfloat16":
             apply_precision(self, "bfloat16")
+
+    def _suffix_blocks(self, device: torch.device | str | None = None) -> Tensor:
+        config = self.config
+        starts = [1] * (1 if config.state_token else 0) + [1] + [0] * (config.chunk_size - 1)
+        return torch.tensor(starts, device=device)
+
+    def reset_buffers(self) -> None:
+        """Recompute the buffers no checkpoint holds (the suffix's blocks, the rotary
+        frequencies, in the network's precision): for a network built on the meta device and
+        materialized with `to_empty`, whose weights then all come from the checkpoint."""
+        device = self.action_in_proj.weight.device
+        self.suffix_blocks = self._suffix_blocks(device)
+        rotary_dtype = torch.bfloat16 if self.config.dtype == "bfloat16" else torch.float32
+        for module in self.modules():
+            if isinstance(module, RotaryEmbedding):
+                module.inv_freq = module.frequencies(device).to(rotary_dtype)
 
     def embed_prefix(
         self, images: Tensor, image_masks: Tensor, prompt_embeddings: Tensor, prompt_mask: Tensor

@@ -1,0 +1,54 @@
+"""The pi0 family: Physical Intelligence's flow-matching vision-language-action model, from
+LeRobot `pi0` directories and openpi PyTorch checkpoints (pi0 or pi0.5: openpi's reader tells
+them apart).
+
+Standard library only at import (see policies.registry); each part imports what it needs when
+it is used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from policies.registry import CheckpointFamily, DemoPolicy, PolicyFamily
+
+if TYPE_CHECKING:
+    from policies.settings import PolicySettings
+    from policies.tensor_policy import TensorPolicy
+
+
+def _checkpoint() -> CheckpointFamily:
+    from policies.pi0.checkpoint_family import PI0_CHECKPOINT
+
+    return PI0_CHECKPOINT
+
+
+def serve_prompt_settings(policy: TensorPolicy, settings: PolicySettings) -> TensorPolicy:
+    """The policy with policy.tokenizer and policy.default_task applied to its prompt."""
+    from policies.pi0.policy import with_prompt_settings
+
+    return with_prompt_settings(policy, settings.tokenizer, settings.default_task)
+
+
+def demo_settings(cache: Path) -> list[str]:
+    """`tempo demo --policy pi0`: a pi0 of reduced width (random weights, a tokenizer trained
+    here), written on the first run as LeRobot writes a pi0 directory."""
+    from policies.pi0.demo import write_demo_checkpoint
+
+    directory = write_demo_checkpoint(cache / "demo-pi0", "pi0")
+    return [f"policy.path={directory}", "policy.default_task=pick up the cube"]
+
+
+FAMILY = PolicyFamily(
+    name="pi0",
+    title="pi0",
+    summary="Physical Intelligence's pi0 (PaliGemma + flow-matching action expert), from "
+    "LeRobot and openpi checkpoints",
+    checkpoint=_checkpoint,
+    serve_settings=serve_prompt_settings,
+    demo=DemoPolicy(
+        help="pi0 at a reduced width with random weights (CPU-sized), prompted per robot",
+        settings=demo_settings,
+    ),
+)

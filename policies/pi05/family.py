@@ -1,0 +1,40 @@
+"""The pi0.5 family: pi0 with adaRMS time conditioning and the state in the prompt, from LeRobot
+`pi05` directories (openpi's pi0.5 checkpoints are read by the pi0 family's openpi reader).
+
+Standard library only at import (see policies.registry).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from policies.pi0.family import serve_prompt_settings
+from policies.registry import CheckpointFamily, DemoPolicy, PolicyFamily
+
+
+def _checkpoint() -> CheckpointFamily:
+    from policies.pi0.checkpoint_family import PI05_CHECKPOINT
+
+    return PI05_CHECKPOINT
+
+
+def demo_settings(cache: Path) -> list[str]:
+    """`tempo demo --policy pi05`: a pi0.5 of reduced width, as `--policy pi0`'s."""
+    from policies.pi0.demo import write_demo_checkpoint
+
+    directory = write_demo_checkpoint(cache / "demo-pi05", "pi05")
+    return [f"policy.path={directory}", "policy.default_task=pick up the cube"]
+
+
+FAMILY = PolicyFamily(
+    name="pi05",
+    title="pi0.5",
+    summary="Physical Intelligence's pi0.5 (adaRMS action expert, state in the prompt), from "
+    "LeRobot checkpoints",
+    checkpoint=_checkpoint,
+    serve_settings=serve_prompt_settings,
+    demo=DemoPolicy(
+        help="pi0.5 at a reduced width with random weights (CPU-sized), prompted per robot",
+        settings=demo_settings,
+    ),
+)
