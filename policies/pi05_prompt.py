@@ -11,7 +11,8 @@ Cheap per observation: SentencePiece splits words at spaces, so the prompt's ids
 part's, then those of " {bin}" for each value but the last, then those of
 " {bin};\\nAction: ": two tables of 257 entries, built once. `StateTokenTable` checks that
 this holds for its tokenizer against the whole string for every bin, and falls back to
-tokenizing the whole string per call where it does not.
+tokenizing the whole string per call where it does not (there a task part already cut to
+max_length by the control process may end in other ids than the whole string's would).
 
     table = StateTokenTable(processor)                  # once, in the inference process
     tokens = pi05_prompt_tokens(table, context.prompt, normalized_state, max_length)
@@ -109,6 +110,6 @@ def pi05_prompt_tokens(
     (template "pi05"), `state` its state normalized to [-1, 1]; padded or truncated to
     max_length as openpi does."""
     task_ids = task.ids[: task.length].tolist()
-    if len(task_ids) >= max_length:  # the task alone fills the prompt: the state is cut off
+    if table.composes and len(task_ids) >= max_length:  # the state would be cut off anyway
         return padded(task_ids, max_length)
     return padded(table.ids(task_ids, state), max_length)

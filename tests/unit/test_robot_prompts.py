@@ -116,7 +116,9 @@ def test_a_task_on_an_observation_without_episode_start_is_refused(tmp_path, mod
     assert dispatcher.registry.sessions[session].prompt.task == "open the drawer"
 
 
-@pytest.mark.parametrize("task", ["x" * (MAX_TASK_BYTES + 1), "é" * 501, "   "])
+@pytest.mark.parametrize(
+    "task", ["x" * (MAX_TASK_BYTES + 1), "é" * 501, "   "], ids=["long", "long_utf8", "blank"]
+)
 def test_a_task_too_long_or_blank_is_refused(tmp_path, model_file, task) -> None:
     policy = PromptRecorder(prompt_spec(model_file))
     dispatcher, recorder, _ = serve(tmp_path, policy)
