@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,12 +36,18 @@ def ids_of(model_file: Path, task: str) -> list[int]:
     return tokens.ids[: tokens.length].tolist()
 
 
-def drive(endpoint: str, seen: Callable[[float], list[list[int]]]) -> dict[str, list[list[int]]]:
+def drive(daemon: Any, seen: Callable[[float], list[list[int]]]) -> dict[str, list[list[int]]]:
     """Two robots with two tasks stream observations; then `left` starts an episode with a new
     task (and a new state). Returns what the policy saw in each phase, by robot."""
     clients = {
         name: TempoClient(
-            endpoint, name, JOINTS, {"front": (32, 48)}, 3, task=task, handshake_timeout_s=10.0
+            daemon.endpoint,
+            name,
+            JOINTS,
+            {"front": (32, 48)},
+            3,
+            task=task,
+            handshake_timeout_s=10.0,
         )
         for name, task in TASKS.items()
     }
@@ -66,6 +73,8 @@ def drive(endpoint: str, seen: Callable[[float], list[list[int]]]) -> dict[str, 
         stream(lambda: bool(seen(0.4)))
         result["left, new episode"] = seen(0.4)
         result["right, later"] = seen(STATES["right"])
+        tasks = {robot["robot"]: robot["task"] for robot in daemon.status()["robots"]}
+        assert tasks == {"left": "fold the towel", "right": TASKS["right"]}  # tempo status
         return result
     finally:
         for client in clients.values():
@@ -87,8 +96,8 @@ def check(seen: dict[str, list[list[int]]], model_file: Path) -> None:
 def test_each_robots_prompt_reaches_only_its_own_context(tmp_path, model_file) -> None:
     policy = PromptRecorder(prompt_spec(model_file))
     config = ipc_config(tmp_path, "control.rate_hz=50")
-    with running_daemon(config, served_here(policy)):
-        seen = drive(config.server.bind, policy.prompts_for)
+    with running_daemon(config, served_here(policy)) as daemon:
+        seen = drive(daemon, policy.prompts_for)
     check(seen, model_file)
 
 
@@ -109,8 +118,8 @@ def test_prompts_reach_a_policy_in_its_own_inference_process(tmp_path, model_fil
     try:
         assert policy.spec.prompt is not None
         config = ipc_config(tmp_path, "control.rate_hz=50")
-        with running_daemon(config, policy):
-            result = drive(config.server.bind, seen)
+        with running_daemon(config, policy) as daemon:
+            result = drive(daemon, seen)
     finally:
         policy.stop()
     check(result, model_file)
