@@ -67,7 +67,10 @@ class PromptSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tokenizer: str = Field(
-        min_length=1, max_length=4096, description="Path of the SentencePiece model file."
+        min_length=1,
+        max_length=4096,
+        description="Absolute path of the SentencePiece model file (a policy family sets it "
+        "from its checkpoint directory); the control process reads it.",
     )
     max_length: int = Field(ge=1, le=4096, description="Token ids per prompt, padded right.")
     vocab_size: int = Field(

@@ -15,6 +15,7 @@ import pytest
 
 from controller.link.remote_policy import RemotePolicy
 from controller.link.served_policy import served_here
+from controller.observe.status_view import render_status
 from controller.wire.client import TempoClient
 from policies.prompt_tokens import PromptTokenizer
 from tests.conftest import ipc_config, running_daemon
@@ -74,7 +75,8 @@ def drive(daemon: Any, seen: Callable[[float], list[list[int]]]) -> dict[str, li
         result["left, new episode"] = seen(0.4)
         result["right, later"] = seen(STATES["right"])
         tasks = {robot["robot"]: robot["task"] for robot in daemon.status()["robots"]}
-        assert tasks == {"left": "fold the towel", "right": TASKS["right"]}  # tempo status
+        assert tasks == {"left": "fold the towel", "right": TASKS["right"]}
+        assert "task: fold the towel" in render_status(daemon.status())  # tempo status
         return result
     finally:
         for client in clients.values():

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.errors import ErrorCode
+from controller.errors import CheckpointError, ErrorCode
 from controller.wire.client import TempoClient
 from controller.wire.header_schema import MAX_TASK_BYTES
 from controller.wire.protocol import encode
@@ -191,3 +191,10 @@ def test_the_client_checks_a_task_before_sending(tmp_path) -> None:
             f"ipc://{tmp_path}/none.sock", robot="r", joints=JOINTS, cameras={"front": (32, 48)},
             state_size=3, task="y" * 1001,
         )  # fmt: skip
+
+
+def test_a_daemon_whose_policy_names_a_missing_tokenizer_does_not_start(tmp_path) -> None:
+    policy = PromptRecorder(prompt_spec(tmp_path / "absent.model"))
+    with pytest.raises(CheckpointError, match=r"prompt\.tokenizer") as refused:
+        offline_daemon(ipc_config(tmp_path), policy)
+    assert "absent.model" in str(refused.value) and "\n" not in str(refused.value)
