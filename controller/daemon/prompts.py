@@ -9,15 +9,19 @@ tick; the session carries the token ids into each RobotContext.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from controller.daemon.log_safety import shown
 from controller.errors import ErrorCode, ProtocolError
 from policies.base import PolicySpec, PromptTokens
 
 if TYPE_CHECKING:
     from policies.prompt_tokens import PromptTokenizer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,19 @@ class RobotPrompts:
         if tokenizer is None:  # never: a spec.prompt always has its tokenizer
             raise ProtocolError(ErrorCode.NOT_ALLOWED, _NO_PROMPT)
         return Prompt(task, tokenizer.encode(task), tokenizer.full_length(task))
+
+
+def log_truncated(robot: str, prompt: Prompt) -> None:
+    """Say that the policy reads only the first ids of a robot's prompt (once per robot: the
+    session keeps count)."""
+    kept = len(prompt.tokens.ids)
+    log.warning(
+        "robot %s: its task is %d tokens, more than the policy's %d; the policy reads the first %d",
+        shown(robot),
+        prompt.full_length,
+        kept,
+        kept,
+    )
 
 
 _NO_PROMPT = "this policy reads no text prompt; leave out the task"

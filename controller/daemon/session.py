@@ -30,8 +30,7 @@ from controller.action.guards import Verdict
 from controller.action.pipeline import ActionPipeline, StepLaps
 from controller.daemon.estimates import ClockOffset, InferenceDelay
 from controller.daemon.feed import PendingObservation, StateHistory
-from controller.daemon.log_safety import shown
-from controller.daemon.prompts import Prompt
+from controller.daemon.prompts import Prompt, log_truncated
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
 from controller.link.frame_slots import FrameSlots
@@ -197,14 +196,7 @@ class Session:
             return
         if prompt.truncated and not self._said_truncated:
             self._said_truncated = True
-            log.warning(
-                "robot %s: its task is %d tokens, more than the policy's %d; the policy reads "
-                "the first %d",
-                shown(self._robot),
-                prompt.full_length,
-                len(prompt.tokens.ids),
-                len(prompt.tokens.ids),
-            )
+            log_truncated(self._robot, prompt)
         self._prompt = prompt
 
     def check_newer(self, seq: int) -> None:

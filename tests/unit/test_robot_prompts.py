@@ -165,7 +165,7 @@ def test_a_truncated_task_is_said_once_per_robot(tmp_path, model_file, caplog) -
     policy = PromptRecorder(prompt_spec(model_file, max_length=4))
     dispatcher, recorder, step = serve(tmp_path, policy)
     long_task = "pick up the red cube and place it in the box"
-    caplog.set_level(logging.WARNING, logger="controller.daemon.session")
+    caplog.set_level(logging.WARNING, logger="controller.daemon.prompts")
     sessions = [hello(dispatcher, recorder, i, task=long_task)["session"] for i in (b"L", b"R")]
     for seq in range(1, 4):
         step[0] = seq
