@@ -36,6 +36,7 @@ SERVE_EXTRA_MODULES = {
     "pydantic": "pydantic",
     "yaml": "PyYAML",
     "safetensors": "safetensors",
+    "sentencepiece": "sentencepiece",
 }
 DISTRIBUTION = "tempo-controller"  # pyproject's [project] name
 # server.bind's default (ServerConfig), for `tempo sim-robot --joints` without a config.

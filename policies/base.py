@@ -12,7 +12,7 @@ This module imports numpy and pydantic only, so specs can be checked without tor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -59,6 +59,36 @@ class Execution(BaseModel):
         return self
 
 
+class PromptSpec(BaseModel):
+    """A policy that reads a text prompt (a vision-language-action model): its SentencePiece
+    tokenizer and how a robot's task becomes token ids. The control process tokenizes a task
+    when it changes (hello, an episode start); the token ids travel with each observation."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tokenizer: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="Absolute path of the SentencePiece model file (a policy family sets it "
+        "from its checkpoint directory); the control process reads it.",
+    )
+    max_length: int = Field(ge=1, le=4096, description="Token ids per prompt, padded right.")
+    vocab_size: int = Field(
+        ge=1, le=1_000_000, description="The model's vocabulary: the tokenizer must have as many."
+    )
+    template: Literal["pi0", "pi05"] = Field(
+        default="pi0",
+        description='pi0: BOS, the task, then "\\n"; pi05: BOS, "Task: {task}, State:" (the '
+        "inference process appends the state and the action prefix).",
+    )
+    default_task: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="The task of a robot that names none; None: such a robot is refused.",
+    )
+
+
 # The largest finite float16. The half-precision tiers cannot represent a normalized input past
 # it, so it bounds what a robot may send (PolicySpec.state_range) and what teleop may command.
 HALF_MAX = 65504.0
@@ -90,6 +120,10 @@ class PolicySpec(BaseModel):
         description="Per state value, the [low, high] range in robot units that the model "
         "represents after its own normalization (`with_state_bounds` in policies.tensor_policy "
         "reads it from the module). None: +-HALF_MAX, for a model that does not normalize.",
+    )
+    prompt: PromptSpec | None = Field(
+        default=None,
+        description="The text prompt the policy reads and its tokenizer; None: it reads none.",
     )
 
     @model_validator(mode="after")
@@ -140,6 +174,23 @@ class Plan:
 
 
 @dataclass(frozen=True, eq=False)
+class PromptTokens:
+    """A robot's prompt as the policy reads it, padded right to the spec's prompt.max_length."""
+
+    ids: np.ndarray  # (max_length,) int64, 0 past the prompt
+    mask: np.ndarray  # (max_length,) bool, True for the prompt's tokens
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """ids, mask = tokens"""
+        return iter((self.ids, self.mask))
+
+    @property
+    def length(self) -> int:
+        """How many token ids the prompt holds (the rest is padding)."""
+        return int(np.count_nonzero(self.mask))
+
+
+@dataclass(frozen=True, eq=False)
 class RobotContext:
     """Everything a policy may need to remember about one robot. The robot's session owns it
     and passes it in with each observation, so a policy keeps no per-robot state and several
@@ -151,6 +202,7 @@ class RobotContext:
     previous_plan: Plan | None = None  # for real-time chunking and a planner's warm start
     inference_delay: int = 0  # recent observation-to-chunk delay, in control steps
     memory: Mapping[str, np.ndarray] = field(default_factory=dict)  # the policy's own; read-only
+    prompt: PromptTokens | None = None  # the robot's task, tokenized (spec.prompt); else None
 
     @property
     def state(self) -> np.ndarray:

@@ -23,6 +23,7 @@ from controller.daemon.handshake import (
 )
 from controller.daemon.log_safety import TEXT_CHARS, LineLimiter, shown
 from controller.daemon.observation_checks import ObservationChecker, Superseded, check_clock
+from controller.daemon.prompts import RobotPrompts
 from controller.daemon.refusals import Refusals, Sender
 from controller.daemon.registry import SessionRegistry
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
@@ -62,6 +63,7 @@ class Dispatcher:
         self.current_step = current_step
         self.limits = limits
         self.refusals = refusals
+        self.prompts = RobotPrompts(spec)  # robots' tasks, tokenized (a prompt policy's)
         self.errors = refusals.errors  # per error code, for status
         self.messages = 0
         # A flood from one connection is dropped unread past its budget: a driver sends about
@@ -113,11 +115,13 @@ class Dispatcher:
     def _hello(self, identity: bytes, message: Message, now_ns: int) -> None:
         check_robot_name(message.header["robot"])
         check_driver_spec(message.header["spec"], self.spec)
+        prompt = self.prompts.for_hello(message.header.get("task"))
         self.registry.make_room(identity, now_ns)
         robot = message.header["robot"]
         driver_limits = parse_driver_limits(message.header["spec"])
         in_place = bool(message.header.get("frames_in_place"))
         session = self.registry.open(identity, robot, now_ns, driver_limits, frame_ring=in_place)
+        session.use_prompt(prompt)
         fields: dict[str, Any] = {
             "session": session.id,
             "control_hz": float(self.control_hz),
@@ -145,6 +149,7 @@ class Dispatcher:
             return
         time_ns = message.header["time_ns"]
         check_clock(session, time_ns)
+        prompt = self.prompts.for_episode(message.header.get("task"))
         step = self.current_step()
         session.take_observation(
             message.seq,
@@ -156,6 +161,7 @@ class Dispatcher:
             teleop,
             episode_start=bool(message.header.get("episode_start")),
             resume=bool(message.header.get("resume")),
+            prompt=prompt,
         )
         self.requests.submit_if_due(session, step)
 

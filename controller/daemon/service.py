@@ -23,6 +23,7 @@ from controller.action.pipeline import ActionPipeline
 from controller.config import TempoConfig
 from controller.daemon.control import build_control
 from controller.daemon.execution import resolve_execution
+from controller.daemon.log_safety import shown
 from controller.daemon.pacer import Pacer
 from controller.daemon.registry import PipelineFactory
 from controller.daemon.security import CurveServer, check_bind_allowed
@@ -303,6 +304,7 @@ class Daemon:
                     "guards": dict(pipeline.guards.counters),
                     "teleop_joints": list(pipeline.teleop.owned),
                     "episode": session.episode,
+                    "task": shown(session.prompt.task, 80) if session.prompt is not None else None,
                     "inference_delay_steps": session.inference_delay,
                     "counters": dict(session.counters),
                     "sent": session.send_seq,

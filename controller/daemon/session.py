@@ -5,7 +5,7 @@ the action pipeline, the estimated inference delay, the policy's own memory) and
 policy as a `RobotContext` with each inference request: policies keep no per-robot state. Its
 state is its own; other modules change it only through these methods:
 
-    the driver's messages   check_newer, take_observation, own_joints, count
+    the driver's messages   use_prompt, check_newer, take_observation, own_joints, count
     the inference feed      request_if_due (the feed answers through `queues`), start_episode
     one control tick        take_refusal, land_chunks, drop_plan_for_restart (read);
                             update (update); hold_reason, action_too_late, next_send_seq,
@@ -30,6 +30,7 @@ from controller.action.guards import Verdict
 from controller.action.pipeline import ActionPipeline, StepLaps
 from controller.daemon.estimates import ClockOffset, InferenceDelay
 from controller.daemon.feed import PendingObservation, StateHistory
+from controller.daemon.prompts import Prompt, log_truncated
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
 from controller.link.frame_slots import FrameSlots
@@ -78,6 +79,8 @@ class Session:
         self._episode = 0  # counts episode starts; chunks and memory of an older one are dropped
         self._episode_start = True  # no chunk of this episode has come back yet
         self._memory: Mapping[str, np.ndarray] = {}
+        self._prompt: Prompt | None = None  # the robot's task, tokenized (a prompt policy's)
+        self._said_truncated = False  # a prompt cut to the token limit is logged once
         self._newest_chunk_obs_seq = -1
         # This tick's outcome (update -> write): None: an action in `command`; else why it holds.
         self._hold_reason: str | None = "no_observation"
@@ -139,6 +142,11 @@ class Session:
         return MappingProxyType(self._memory)
 
     @property
+    def prompt(self) -> Prompt | None:
+        """The robot's task and its token ids; None for a policy that reads no prompt."""
+        return self._prompt
+
+    @property
     def send_seq(self) -> int:
         """The seq of the last `action` or `hold` sent to this robot."""
         return self._send_seq
@@ -182,6 +190,15 @@ class Session:
         """One more `event` of this robot (a counter in status)."""
         self._counters[event] += n
 
+    def use_prompt(self, prompt: Prompt | None) -> None:
+        """The robot's task from now on (hello, an episode start); None leaves it as it is."""
+        if prompt is None:
+            return
+        if prompt.truncated and not self._said_truncated:
+            self._said_truncated = True
+            log_truncated(self._robot, prompt)
+        self._prompt = prompt
+
     def check_newer(self, seq: int) -> None:
         """An observation must be newer than the last one accepted: else counted and refused."""
         if seq <= self._last_obs_seq:
@@ -203,9 +220,11 @@ class Session:
         *,
         episode_start: bool,
         resume: bool,
+        prompt: Prompt | None = None,
     ) -> None:
         """A checked observation for control step `step`: the clock estimate, the episode, the
-        pipeline's watchdog and teleop, and the pending observation the next request is about."""
+        pipeline's watchdog and teleop, and the pending observation the next request is about.
+        `prompt`: the task an episode start named (None: the robot keeps its task)."""
         self._last_obs_seq = obs_seq
         self._last_observation_ns = received_ns
         if not self._clock.record(driver_time_ns, received_ns):
@@ -213,6 +232,7 @@ class Session:
         self._counters["observations"] += 1
         if episode_start:
             self.start_episode()  # this robot only: plan, history, memory, chunks in flight
+            self.use_prompt(prompt)
         if self._pipeline.on_observation(state, teleop, received_ns, resume):
             # Back from a watchdog hold or stop: chunks planned before it are stale.
             self._queues.chunks.clear()
@@ -264,6 +284,7 @@ class Session:
             previous_plan=self._pipeline.plan(observation.step),
             inference_delay=self._delay.steps,
             memory=MappingProxyType(self._memory),  # read-only to the policy
+            prompt=self._prompt.tokens if self._prompt is not None else None,
         )
         return InferenceRequest(
             observation.obs_seq, observation.received_ns, self._episode, observation.images, context

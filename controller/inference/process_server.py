@@ -357,6 +357,7 @@ def _infer(
         previous_plan=message.plan,
         inference_delay=message.delay,
         memory=message.memory or {},
+        prompt=message.prompt,
     )
     prediction = runner.predict(images, context)
     # The runner has copied the inputs to the device and the chunk back: the slot must still

@@ -48,7 +48,7 @@ from controller.link.message_codec import (
     same_value,
     unpack_map,
 )
-from policies.base import Plan, PolicySpec
+from policies.base import Plan, PolicySpec, PromptTokens
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -133,7 +133,8 @@ class AttachSlots(Message):
 class Infer(Message):
     """One observation and its robot's context. The frames (and the state history) lie in slot
     `slot` of the observation slots at `generation`; with `ring`, the frames lie in that slot of
-    the driver's frame ring `ring` instead and the state history travels here (`state`)."""
+    the driver's frame ring `ring` instead and the state history travels here (`state`).
+    `prompt`: the robot's task as token ids and mask (a policy that reads a prompt)."""
 
     KIND = "infer"
     id: int
@@ -146,10 +147,21 @@ class Infer(Message):
     memory: dict[str, np.ndarray] | None = None
     ring: int | None = None
     state: np.ndarray | None = None
+    prompt: PromptTokens | None = None
 
     def __post_init__(self) -> None:
         if (self.ring is None) != (self.state is None):
             raise MessageError("an 'infer' message names a driver's ring and its state, or neither")
+        prompt = self.prompt
+        if prompt is not None and not (
+            prompt.ids.dtype == np.int64
+            and prompt.mask.dtype == np.bool_
+            and prompt.ids.ndim == 1
+            and prompt.ids.shape == prompt.mask.shape
+        ):
+            raise MessageError(
+                "an 'infer' message's prompt must be int64 ids and a bool mask of one length"
+            )
 
     def fields(self) -> dict[str, Any]:
         plan = self.plan
@@ -165,6 +177,8 @@ class Infer(Message):
             "memory": pack_arrays(self.memory),
             "ring": self.ring,
             "state": pack_array(self.state) if self.state is not None else None,
+            "prompt": pack_array(self.prompt.ids) if self.prompt is not None else None,
+            "prompt_mask": pack_array(self.prompt.mask) if self.prompt is not None else None,
         }
 
     @classmethod
@@ -180,9 +194,12 @@ class Infer(Message):
             raise MessageError("an 'infer' message has a plan and its start step, or neither")
         memory = fields.arrays("memory")
         ring, state = fields.optional_integer("ring"), fields.optional_array("state")
-        return cls(
-            request_id, slot, generation, step, episode_start, delay, plan, memory, ring, state
-        )
+        ids, mask = fields.optional_array("prompt"), fields.optional_array("prompt_mask")
+        if (ids is None) != (mask is None):
+            raise MessageError("an 'infer' message has a prompt and its mask, or neither")
+        prompt = PromptTokens(ids, mask) if ids is not None and mask is not None else None
+        context = (step, episode_start, delay, plan, memory)
+        return cls(request_id, slot, generation, *context, ring, state, prompt)
 
 
 @dataclass(frozen=True, eq=False)

@@ -98,6 +98,7 @@ class RequestChannel:
                 memory=float32_arrays(context.memory) if context.memory else None,
                 ring=ring,
                 state=state,
+                prompt=context.prompt,
             )
         )
         return self._request_id

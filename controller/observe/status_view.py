@@ -191,6 +191,8 @@ def _robot_lines(robots: list[dict[str, Any]]) -> list[str]:
             f"{str(robot.get('robot', '?')):<{width}}{age_text:>10}   "
             f"{str(robot.get('guard_state', '-')):<7}{total}" + (f" ({detail})" if detail else "")
         )
+        if robot.get("task"):  # a policy that reads a prompt: the robot's task
+            lines.append(f"{'':<{width}}task: {robot['task']}")
     return lines
 
 

@@ -48,6 +48,7 @@ from controller.wire.curve import ClientKeys, load_client_keys
 from controller.wire.declared_robot import DeclaredRobot
 from controller.wire.frame_ring_writer import FrameRingWriter
 from controller.wire.handshake_watch import HandshakeWatch, no_answer
+from controller.wire.header_schema import check_task
 from controller.wire.protocol import DEFAULT_LIMITS, Message, decode, encode
 from controller.wire.sockets import configure_common
 
@@ -79,10 +80,14 @@ class TempoClient:
         client_secret_key: str | Path | None = None,
         server_public_key: str | Path | None = None,
         frames_in_place: bool | None = None,
+        task: str | None = None,
     ) -> None:
         """`frames_in_place`: camera frames through a shared-memory ring instead of the
         socket. None (default): when the endpoint is ipc:// and the daemon offers one; True:
-        required (connect raises HandshakeRefused if the daemon offers none); False: never."""
+        required (connect raises HandshakeRefused if the daemon offers none); False: never.
+        `task`: what the robot is asked to do, for a policy that reads a text prompt (see
+        `connect`)."""
+        self.task = _checked_task(task, "hello")
         self.endpoint = endpoint
         self.frames_in_place = frames_in_place
         self._ask_in_place = frames_in_place is True or (
@@ -117,10 +122,14 @@ class TempoClient:
 
     # -- connection ------------------------------------------------------------------------
 
-    def connect(self) -> Welcome:
+    def connect(self, task: str | None = None) -> Welcome:
         """Handshake, waiting up to the handshake timeout. Raises HandshakeRefused (also when
         the daemon's CurveZMQ security refused this driver's keys, or their absence) or
-        DaemonUnavailable."""
+        DaemonUnavailable. `task` (or the one given before): the robot's task, for a policy
+        that reads a text prompt; a reconnection says it again. ValueError, before sending,
+        for a blank task or one over 1,000 bytes of UTF-8."""
+        if task is not None:
+            self.task = _checked_task(task, "hello")
         self._send_hello()
         deadline = time.monotonic_ns() + self.handshake_timeout_ns
         while self.welcome is None:
@@ -155,6 +164,8 @@ class TempoClient:
         fields: dict[str, Any] = {"spec": self.spec}
         if self._ask_in_place:
             fields["frames_in_place"] = True
+        if self.task is not None:
+            fields["task"] = self.task
         self._send("hello", fields)
 
     def _close_socket(self) -> None:
@@ -240,21 +251,31 @@ class TempoClient:
         teleop: np.ndarray | None = None,
         resume: bool = False,
         episode_start: bool = False,
+        task: str | None = None,
     ) -> int | None:
         """Send camera frames (uint8, height x width x 3) and the joint state; `teleop` carries
         the operator's values for the joints teleop owns; `resume` releases the daemon's stop
         state when it is configured to need an explicit resume; `episode_start` says a new
         episode begins with this observation (the daemon clears this robot's plan, state
-        history and the policy's memory of it; a session's first observation always starts one).
-        Returns the sequence number, or None if not connected (the observation is dropped and
-        counted).
+        history and the policy's memory of it; a session's first observation always starts one);
+        `task`, with `episode_start` only, changes the robot's task from this episode on (a
+        reconnection says the new one). Returns the sequence number, or None if not connected
+        (the observation is dropped and counted).
 
         The arrays are sent without copying: do not write into them until the next call (hand
         over a fresh array per frame, as camera drivers usually do).
 
         Raises ObservationError, before sending anything, when the observation does not fit
         what this client declared: camera names, frames uint8 (height, width, 3), state and
-        teleop lengths, finite values."""
+        teleop lengths, finite values; ValueError for a task without `episode_start`, blank or
+        over 1,000 bytes of UTF-8."""
+        if task is not None:
+            if not episode_start:
+                raise ValueError(
+                    "send_observation: a task changes only at an episode start; pass "
+                    "episode_start=True with it"
+                )
+            task = _checked_task(task, "obs")
         in_place = self._frames is not None and self._frames.claimed(images)
         arrays: dict[str, np.ndarray] = {} if in_place else dict(images)
         if not in_place:
@@ -271,6 +292,8 @@ class TempoClient:
             fields["resume"] = True
         if episode_start:
             fields["episode_start"] = True
+        if task is not None:
+            fields["task"] = self.task = task
         slot = None
         if self._frames is not None:
             slot = self._frames.place(arrays, in_place)
@@ -399,3 +422,16 @@ class TempoClient:
                 self._reconnect("no welcome within the handshake timeout")
         elif now - self._last_heard_ns > self.silence_reconnect_ns:
             self._reconnect(f"nothing from the daemon for {self.silence_reconnect_ns / 1e9:.1f} s")
+
+
+def _checked_task(task: str | None, kind: str) -> str | None:
+    """The task as the daemon accepts it (ValueError with the daemon's sentence otherwise)."""
+    if task is None:
+        return None
+    if not isinstance(task, str):
+        raise ValueError(f"the task must be a string, not {type(task).__name__}")
+    try:
+        check_task(task, kind, episode_start=True)
+    except ProtocolError as exc:
+        raise ValueError(str(exc)) from None
+    return task

@@ -35,13 +35,16 @@ _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
 }
 _OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
     # Frames in place (same host): hello asks, welcome hands over the ring, obs names the slot.
-    "hello": {"frames_in_place": bool},
-    "obs": {"resume": bool, "episode_start": bool, "frame_slot": dict},
+    # A task (a prompt-reading policy's text) comes in hello, and changes at an episode start.
+    "hello": {"frames_in_place": bool, "task": str},
+    "obs": {"resume": bool, "episode_start": bool, "frame_slot": dict, "task": str},
     "welcome": {"limits": dict, "frame_ring": dict},
     "error": {"session": str, "ref_seq": int},
 }
 
 _PLAIN = (str, int, float, bool, type(None))
+# A robot's task, in UTF-8 bytes: a sentence or a few; it is tokenized, logged and shown.
+MAX_TASK_BYTES = 1000
 
 
 def refuse_foreign_types(header: dict[str, Any], max_values: int) -> None:
@@ -125,6 +128,8 @@ def check_fields(header: dict[str, Any], kinds: Sequence[str] = KINDS) -> str:
             ErrorCode.MALFORMED,
             f"a {kind!r} message carries no arrays; only obs and action do (send 'arrays': [])",
         )
+    if "task" in header:
+        check_task(header["task"], kind, bool(header.get("episode_start")))
     if not 0 <= header["seq"] < 2**63:
         raise ProtocolError(ErrorCode.MALFORMED, "header field 'seq' must be in [0, 2^63)")
     if not 0 <= header["time_ns"] < 2**63:
@@ -133,6 +138,25 @@ def check_fields(header: dict[str, Any], kinds: Sequence[str] = KINDS) -> str:
             "header field 'time_ns' must be the sender's monotonic clock in ns, in [0, 2^63)",
         )
     return kind
+
+
+def check_task(task: str, kind: str, episode_start: bool) -> None:
+    """A task is text of at most MAX_TASK_BYTES, in a hello or an episode's first observation
+    (a robot's prompt changes between episodes, never within one)."""
+    if kind == "obs" and not episode_start:
+        raise ProtocolError(
+            ErrorCode.NOT_ALLOWED,
+            "a task comes in hello or in an observation with episode_start, not in any other "
+            "observation",
+        )
+    if not task.strip():
+        raise ProtocolError(ErrorCode.NOT_ALLOWED, "a task must hold some text")
+    size = len(task.encode("utf-8", "surrogatepass"))
+    if size > MAX_TASK_BYTES:
+        raise ProtocolError(
+            ErrorCode.NOT_ALLOWED,
+            f"the task is {size} bytes of UTF-8; at most {MAX_TASK_BYTES} are allowed",
+        )
 
 
 def is_type(value: Any, expected: type | tuple[type, ...]) -> bool:

@@ -34,7 +34,7 @@ from controller.link.process_messages import (
     decode,
     encode,
 )
-from policies.base import CameraSpec, Plan, PolicySpec
+from policies.base import CameraSpec, Plan, PolicySpec, PromptSpec, PromptTokens
 
 INTEGERS = st.integers(min_value=-(2**63), max_value=2**64 - 1)  # what msgpack carries
 NAMES = st.text(max_size=8)
@@ -58,6 +58,16 @@ plain_values = st.recursive(
 statuses = st.dictionaries(NAMES, plain_values, max_size=4)
 
 
+prompt_specs = st.builds(
+    PromptSpec,
+    tokenizer=st.text(min_size=1, max_size=20),
+    max_length=st.integers(1, 4096),
+    vocab_size=st.integers(1, 1_000_000),
+    template=st.sampled_from(["pi0", "pi05"]),
+    default_task=st.none() | st.text(min_size=1, max_size=20),
+)
+
+
 @st.composite
 def specs(draw: st.DrawFn) -> PolicySpec:
     cameras = draw(st.integers(0, 2))
@@ -73,6 +83,7 @@ def specs(draw: st.DrawFn) -> PolicySpec:
         joint_names=tuple(f"j{i}" for i in range(joints)),
         chunk_size=draw(st.integers(1, 50)),
         state_history=draw(st.integers(1, 4)),
+        prompt=draw(st.none() | prompt_specs),
     )
 
 
@@ -80,6 +91,15 @@ def specs(draw: st.DrawFn) -> PolicySpec:
 def infers(draw: st.DrawFn) -> Infer:
     plan = draw(st.none() | st.builds(Plan, INTEGERS, arrays))
     in_ring = draw(st.booleans())
+    length = draw(st.integers(0, 64))
+    prompt = draw(
+        st.none()
+        | st.builds(
+            PromptTokens,
+            hnp.arrays(np.int64, length, elements=st.integers(0, 2**40)),
+            hnp.arrays(np.bool_, length),
+        )
+    )
     return Infer(
         id=draw(INTEGERS),
         slot=draw(INTEGERS),
@@ -91,6 +111,7 @@ def infers(draw: st.DrawFn) -> Infer:
         memory=draw(named_arrays),
         ring=draw(INTEGERS) if in_ring else None,
         state=draw(arrays) if in_ring else None,
+        prompt=prompt,
     )
 
 
@@ -169,6 +190,7 @@ EXAMPLES: list[Message] = [
         {"m": np.zeros(2, np.float32)},
         ring=3,
         state=np.zeros((1, 3), np.float32),
+        prompt=PromptTokens(np.array([2, 9, 4, 0], np.int64), np.array([1, 1, 1, 0], bool)),
     ),
     AttachRing(2, "/dev/shm/tempo-y", 4),
     DetachRing(2),
@@ -265,11 +287,26 @@ def test_an_array_of_an_object_dtype_is_not_sent() -> None:
 
 def test_a_plan_or_a_ring_comes_with_its_other_half() -> None:
     raw = as_map(EXAMPLES[1])
-    for name in ("plan", "plan_start", "ring", "state"):
+    for name in ("plan", "plan_start", "ring", "state", "prompt", "prompt_mask"):
         with pytest.raises(MessageError, match="or neither"):
             decode(pack({**raw, name: None}))
     with pytest.raises(MessageError, match="or neither"):
         Infer(1, 0, 2, 5, False, 1, ring=3)  # the state history is missing
+
+
+@pytest.mark.parametrize(
+    "ids, mask",
+    [
+        (np.zeros(4, np.float32), np.ones(4, bool)),  # ids that are no token ids
+        (np.zeros(4, np.int64), np.ones(4, np.uint8)),  # a mask that is no mask
+        (np.zeros(4, np.int64), np.ones(3, bool)),  # of two lengths
+        (np.zeros((2, 2), np.int64), np.ones((2, 2), bool)),  # a batch, not one prompt
+    ],
+)
+def test_a_prompt_of_other_dtypes_or_shapes_raises_message_error(ids: Any, mask: Any) -> None:
+    raw = as_map(EXAMPLES[1])
+    with pytest.raises(MessageError, match="prompt must be int64 ids and a bool mask"):
+        decode(pack({**raw, "prompt": pack_array(ids), "prompt_mask": pack_array(mask)}))
 
 
 def test_a_spec_that_is_no_policy_spec_raises_message_error() -> None:
