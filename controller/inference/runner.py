@@ -21,6 +21,7 @@ tiers may be re-checked and promoted (controller.inference.ladder). One thread c
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -120,8 +121,12 @@ class Runner:
 
     def predict_chunk(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> np.ndarray:
         """The raw step on a (state_history, state_size) window, outside any robot's session
-        (benchmarks, tools): `predict` with a context that is just the window."""
-        return self.predict(images, window_context(state)).actions
+        (benchmarks, tools): `predict` with a context that is just the window, and for a
+        policy that reads a prompt, the codec's example prompt (a tool has no robot's task)."""
+        context = window_context(state)
+        if self.spec.prompt is not None:
+            context = dataclasses.replace(context, prompt=self._codec.example(0).prompt)
+        return self.predict(images, context).actions
 
     def _step(self, images: Mapping[str, np.ndarray], context: RobotContext) -> list[np.ndarray]:
         started = self._clock()

@@ -267,6 +267,19 @@ def warm_child(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gpu_memory_gb() -> dict[str, float] | None:
+    """The GPU memory this process held at most (every tier built) and holds now, GB."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return {
+        "peak_allocated": torch.cuda.max_memory_allocated() / 1e9,
+        "allocated": torch.cuda.memory_allocated() / 1e9,
+        "reserved": torch.cuda.memory_reserved() / 1e9,
+    }
+
+
 def _gpu_name(device: object) -> str | None:
     import torch
 
@@ -330,6 +343,7 @@ def run_bench(args: argparse.Namespace, out_dir: Path | None, cache_dir: Path) -
         "startup_tiers": status["tiers"],
     }
     report["tiers"] = measure_tiers(runner, args)
+    report["gpu_memory_gb"] = _gpu_memory_gb()
     compiled = bool({"graph", "compiled"} & set(runner.ready_tiers))
     if args.ab_channels_last:
         flip = "off" if status["channels_last"] else "on"

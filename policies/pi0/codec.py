@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from policies.flow.codec import NOISE_SEED, fill_noise
 from policies.inputs import InputCodec, TensorInput
 from policies.pi0.prompt import PromptEmbedder
 from policies.pi0.step import Pi0Step
+
+if TYPE_CHECKING:
+    from policies.pi05_prompt import StateTokenTable
 
 EMBEDDED_PROMPTS_KEPT = 16  # distinct pi0 prompts whose embeddings are kept (robots' tasks)
 
@@ -48,7 +52,7 @@ class Pi0Codec(InputCodec):
         if self.pi05:
             self.center = step.state_norm.center.detach().cpu().numpy().astype(np.float64)
             self.scale = step.state_norm.scale.detach().cpu().numpy().astype(np.float64)
-            self._table = None  # the state's token tables, built on first use
+        self._table: StateTokenTable | None = None  # pi0.5's state tokens, built on first use
 
     @property
     def inputs(self) -> tuple[TensorInput, ...]:
@@ -86,7 +90,7 @@ class Pi0Codec(InputCodec):
         return embedded
 
     def _pi05_tokens(self, task: PromptTokens, state: np.ndarray) -> PromptTokens:
-        from policies.pi05_prompt import StateTokenTable, pi05_prompt_tokens
+        from policies.pi05_prompt import StateTokenTable, pi05_prompt_tokens  # noqa: F811
         from policies.prompt_tokens import load_sentencepiece
 
         if self._table is None:

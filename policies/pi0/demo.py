@@ -4,7 +4,7 @@ processor files with the arm's statistics, a tokenizer), plus `tempo_widths.json
 reduced widths, so the demo serves it through the same reader as a real checkpoint.
 
 It runs on a CPU: 2 layers per tower at widths 32-64, 56x56 images (16 tokens a camera), a
-16-token prompt, a 3-step Euler integration. Its actions are the arm's home pose plus a bounded
+16-token prompt (pi0.5: 40, with the state), a 3-step Euler integration. Its actions are the arm's home pose plus a bounded
 random motion (the action statistics), not a trained behaviour.
 """
 
@@ -32,8 +32,11 @@ WIDTHS: dict[str, Any] = {
     "expert": GemmaWidths(width=32, depth=2, mlp_dim=64, num_heads=2, num_kv_heads=1,
                           head_dim=16).model_dump(),
 }  # fmt: skip
-VOCAB = 256
-PROMPT = 16
+VOCAB = 256  # asked of SentencePiece; the demo's words give fewer
+PROMPT = {"pi0": 16, "pi05": 40}  # pi0.5's prompt also holds the state's 6 values
+# rad per unit of normalized action: random weights leave much of each chunk's starting noise
+# in it, so the demo's chunks stay within a few hundredths of a radian of the home pose.
+DEMO_ACTION_STD = 0.02
 TASKS = ("pick up the cube", "put the cube in the bin", "move the arm home", "wave")
 
 
@@ -62,7 +65,7 @@ def lerobot_config(family: str) -> dict[str, Any]:
         "image_resolution": [IMAGE, IMAGE],
         "empty_cameras": 0,
         "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"},
-        "tokenizer_max_length": PROMPT,
+        "tokenizer_max_length": PROMPT[family],
         "use_relative_actions": False,
     } | (
         {"use_visual_memory": False, "use_proprioceptive_memory": False} if family == "pi05" else {}
@@ -73,15 +76,17 @@ def arm_statistics() -> dict[str, torch.Tensor]:
     joints = len(DEFAULT_JOINTS)
     home = torch.tensor([HOME_POSE[i % len(HOME_POSE)] for i in range(joints)])
     stats: dict[str, torch.Tensor] = {}
-    for key in ("observation.state", "action"):
-        spread = torch.full((joints,), ACTION_STD)
-        stats |= {f"{key}.mean": home, f"{key}.std": spread, f"{key}.min": home - 4 * spread,
+    for key, std in (("observation.state", ACTION_STD), ("action", DEMO_ACTION_STD)):
+        spread = torch.full((joints,), std)
+        stats |= {f"{key}.mean": home.clone(), f"{key}.std": spread, f"{key}.min": home - 4 * spread,
                   f"{key}.max": home + 4 * spread, f"{key}.q01": home - 3 * spread,
                   f"{key}.q99": home + 3 * spread}  # fmt: skip
     return stats
 
 
-def train_tokenizer(directory: Path) -> None:
+def train_tokenizer(directory: Path) -> int:
+    """A SentencePiece model of the demo's words under directory/tokenizer.model; returns its
+    vocabulary size (the model's token table has as many rows)."""
     import sentencepiece
 
     model = io.BytesIO()
@@ -92,13 +97,14 @@ def train_tokenizer(directory: Path) -> None:
     )  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "tokenizer.model").write_bytes(model.getvalue())
+    return int(sentencepiece.SentencePieceProcessor(model_proto=model.getvalue()).vocab_size())
 
 
 def processor_files(directory: Path, config: dict[str, Any], family: str) -> None:
     features = {**config["input_features"], **config["output_features"]}
     norm = {"eps": 1e-08, "features": features, "norm_map": config["normalization_mapping"]}
     tokenizer = {
-        "max_length": PROMPT, "task_key": "task", "padding_side": "right",
+        "max_length": PROMPT[family], "task_key": "task", "padding_side": "right",
         "padding": "max_length", "truncation": True, "tokenizer_name": "tokenizer",
     }  # fmt: skip
     step = 6 if family == "pi0" else 3
@@ -131,28 +137,31 @@ def processor_files(directory: Path, config: dict[str, Any], family: str) -> Non
     save_file(stats, str(directory / unnormalizer))
 
 
-def demo_network_weights(family: str, seed: int = 0) -> dict[str, torch.Tensor]:
+def demo_network_weights(family: str, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """Seeded random weights of the demo's network, LeRobot's keys (with `model.`); the velocity
     head scaled down so that actions stay near the arm's home pose."""
     from policies.pi0.config import Pi0Config
-    from policies.pi05.config import Pi05Config
+    from policies.pi0.pi05_config import Pi05Config
 
     config = lerobot_config(family)
     fields = {k: config[k] for k in ("chunk_size", "n_action_steps", "max_state_dim",
               "max_action_dim", "num_inference_steps", "tokenizer_max_length")}  # fmt: skip
-    common = dict(**fields, **WIDTHS, image_resolution=(IMAGE, IMAGE), vocab_size=VOCAB)
+    common = dict(**fields, **WIDTHS, image_resolution=(IMAGE, IMAGE), vocab_size=vocab)
     torch.manual_seed(seed)
     if family == "pi0":
         from policies.pi0.network import Pi0Network
 
         network: torch.nn.Module = Pi0Network(Pi0Config(**common))
     else:
-        from policies.pi05.network import Pi05Network
+        from policies.pi0.pi05_network import Pi05Network
 
         network = Pi05Network(Pi05Config(**common))
+    head = network.get_submodule("action_out_proj")
+    if not isinstance(head, torch.nn.Linear):
+        raise TypeError("the network's action_out_proj is a Linear layer")
     with torch.no_grad():
-        network.get_submodule("action_out_proj").weight.mul_(0.1)
-        network.get_submodule("action_out_proj").bias.zero_()
+        head.weight.mul_(0.1)
+        head.bias.zero_()
     return {f"model.{k}": v.detach().contiguous().clone() for k, v in network.state_dict().items()}
 
 
@@ -166,8 +175,8 @@ def write_demo_checkpoint(directory: Path, family: str) -> Path:
     (partial / "config.json").write_text(json.dumps(config, indent=4))
     (partial / "tempo_widths.json").write_text(json.dumps(WIDTHS, indent=2))
     processor_files(partial, config, family)
-    train_tokenizer(partial / "tokenizer")
-    save_file(demo_network_weights(family), str(partial / "model.safetensors"))
+    vocab = train_tokenizer(partial / "tokenizer")
+    save_file(demo_network_weights(family, vocab), str(partial / "model.safetensors"))
     if directory.exists():  # an earlier run's, left incomplete
         shutil.rmtree(directory)
     partial.replace(directory)

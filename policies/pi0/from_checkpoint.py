@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from policies.pi0.config import PaliGemmaFlowConfig, Pi0Config
+from policies.pi0.pi05_config import Pi05Config
 from policies.pi0.weights import EMBED_TOKENS_KEY
-from policies.pi05.config import Pi05Config
 
 if TYPE_CHECKING:
     from policies.pi0.checkpoint_files import Pi0CheckpointFiles
@@ -35,7 +35,7 @@ _NETWORK_FIELDS = (
 
 def network_config(
     files: Pi0CheckpointFiles, widths: Mapping[str, Any] | None = None, dtype: str = "float32"
-) -> PaliGemmaFlowConfig:
+) -> Pi0Config | Pi05Config:
     """The network config of a read checkpoint: its fields, the token table's row count, and
     `widths` (vision / language / expert, as policies.pi0.config's models or dicts) over the
     variants' defaults."""
@@ -47,8 +47,9 @@ def network_config(
         fields["vocab_size"] = int(table.shape[0])
     fields.update(widths or {})
     fields["dtype"] = dtype
-    config_class = Pi0Config if files.family == "pi0" else Pi05Config
-    return config_class(**fields)
+    if files.family == "pi0":
+        return Pi0Config(**fields)
+    return Pi05Config(**fields)
 
 
 def build_network(
@@ -57,15 +58,17 @@ def build_network(
     """The network of `config` on `device` with the checkpoint's weights, in eval mode (built
     on the meta device and materialized uninitialised: every weight comes from the checkpoint)."""
     if isinstance(config, Pi05Config):
-        from policies.pi05.network import Pi05Network
+        from policies.pi0.pi05_network import Pi05Network
 
         with torch.device("meta"):
             network: PaliGemmaFlowNetwork = Pi05Network(config)
-    else:
+    elif isinstance(config, Pi0Config):
         from policies.pi0.network import Pi0Network
 
         with torch.device("meta"):
             network = Pi0Network(config)
+    else:
+        raise TypeError(f"no pi0 network takes a {type(config).__name__}")
     network.to_empty(device=device)
     network.reset_buffers()
     network.load_weights(files.tensors)

@@ -158,7 +158,7 @@ def pi0_policy(step: Pi0Step, spec: PolicySpec) -> TensorPolicy:
     """The step served with its codec (noise, prompt), its state bounds from the statistics."""
     from policies.pi0.codec import Pi0Codec
 
-    policy = TensorPolicy(spec=spec, module=step, codec=Pi0Codec(spec, step.config))
+    policy = TensorPolicy(spec=spec, module=step, codec=Pi0Codec(spec, step))
     return with_state_bounds(policy)
 
 

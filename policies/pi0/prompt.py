@@ -55,7 +55,7 @@ class PromptEmbedder:
 
     def embed(self, token_ids: npt.ArrayLike) -> npt.NDArray[np.float32]:
         """ids of any shape -> float32 array of that shape + (width,)."""
-        ids = torch.as_tensor(np.asarray(token_ids, dtype=np.int64))
+        ids = torch.from_numpy(np.array(token_ids, dtype=np.int64))  # a copy: writable
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
             raise ValueError(
                 f"token ids must lie in [0, {self.vocab_size}), got {int(ids.min())} to "

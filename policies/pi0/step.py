@@ -18,15 +18,16 @@ unnormalized. The codec (policies.pi0.codec) makes the noise and the prompt's em
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F  # noqa: N812
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
+from policies.model_hooks import ServedModule
 from policies.pi0.config import Pi0Config
-from policies.pi05.config import Pi05Config
+from policies.pi0.pi05_config import Pi05Config
 
 NormMode = Literal["IDENTITY", "MEAN_STD", "MIN_MAX", "QUANTILES"]
 
@@ -79,17 +80,21 @@ def resize_with_pad(images: Tensor, height: int, width: int) -> Tensor:
     return F.pad(resized, (left, width - new_w - left, top, height - new_h - top), value=0.0)
 
 
-class Pi0Step(nn.Module):
+class Pi0Step(ServedModule):
     """The served pi0 / pi0.5 step (see the module doc)."""
+
+    # Its matmuls are nn.Linear and nn.Conv2d under the runner's autocast: the half tiers may
+    # hold their weights in the half type (cast once, not on every step).
+    precast_half_weights = True
 
     def __init__(self, config: Pi0StepConfig) -> None:
         super().__init__()
         self.config = config
         network_config = config.network
         if isinstance(network_config, Pi05Config):
-            from policies.pi05.network import Pi05Network
+            from policies.pi0.pi05_network import Pi05Network
 
-            self.network: nn.Module = Pi05Network(network_config)
+            self.network: Any = Pi05Network(network_config)  # sample_actions differs by family
         else:
             from policies.pi0.network import Pi0Network
 

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from policies.pi0.backbone import PrefixCache
 from policies.pi0.network import PaliGemmaFlowNetwork, sincos_time_embedding
-from policies.pi05.config import Pi05Config
+from policies.pi0.pi05_config import Pi05Config
 
 
 class Pi05Network(PaliGemmaFlowNetwork):
