@@ -15,7 +15,8 @@ skipped this one: refused or dropped unread), or nothing was read for UNREAD_GIV
 merely because the daemon reads late: rewriting the slot then would make the daemon drop the
 observation still queued for it (`observations_superseded`), and a daemon that stays behind
 would drop one observation per slot in every grace period. A slot taken back before the daemon
-read it is counted (`overwritten_unread`) and logged: the driver knows that observation is lost.
+read it is counted (`overwritten_unread`, the client's `frames_lost_unread`) and logged: the
+driver knows that observation is lost.
 """
 
 from __future__ import annotations
