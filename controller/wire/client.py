@@ -308,7 +308,7 @@ class TempoClient:
             and self._frames is not None
             and dropped != self.counters.dropped_observations
         ):
-            self._frames.ring.unsent(slot["index"], slot["generation"])  # never left: slot free
+            self._frames.unsent(slot["index"], slot["generation"])  # never left: slot free
         return seq
 
     def set_teleop(self, joints: Sequence[str]) -> None:
@@ -370,7 +370,7 @@ class TempoClient:
             offer = header.get("frame_ring")
             if offer is not None:
                 self._frames = FrameRingWriter.attach(
-                    offer, self._declared.camera_shapes, required=bool(self.frames_in_place)
+                    offer, self._declared.camera_shapes, bool(self.frames_in_place), self.counters
                 )
             elif self.frames_in_place:
                 raise HandshakeRefused(

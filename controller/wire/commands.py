@@ -36,6 +36,7 @@ class ClientCounters:
     duplicated: int = 0  # an action/hold sequence number seen twice (or going backwards)
     last_error: str = ""
     frames_on_socket: int = 0  # frames in place, but every slot was the daemon's: sent instead
+    frames_lost_unread: int = 0  # frames in place: a slot taken back before the daemon read it
     error_codes: dict[str, int] = field(default_factory=dict)
 
 

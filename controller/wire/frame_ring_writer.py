@@ -8,6 +8,15 @@ The slot rule: the driver writes a slot only while the daemon holds nothing ther
 round robin; a slot is the daemon's from the `obs` that names it (the driver marks it held in
 flight, negative, until the daemon's own hold replaces that) until the daemon has finished
 with that observation. When the daemon holds every slot, frames go on the socket.
+
+A slot still marked in flight is taken back only when its observation will never be read: the
+daemon has read an observation named after it (one connection keeps the order, so the daemon
+skipped this one: refused or dropped unread), or nothing was read for UNREAD_GIVE_UP_NS. Never
+merely because the daemon reads late: rewriting the slot then would make the daemon drop the
+observation still queued for it (`observations_superseded`), and a daemon that stays behind
+would drop one observation per slot in every grace period. A slot taken back before the daemon
+read it is counted (`overwritten_unread`, the client's `frames_lost_unread`) and logged: the
+driver knows that observation is lost.
 """
 
 from __future__ import annotations
@@ -25,23 +34,41 @@ from controller.wire.slot_ring import SlotRing
 log = logging.getLogger(__name__)
 
 # A slot named in an observation stays the daemon's until the daemon has read it; one the daemon
-# never read (the send failed, the message was dropped unread) is taken back after this long.
+# skipped (refused or dropped the message unread) is taken back once it has read a later one, and
+# no sooner than this long after it was named.
 IN_FLIGHT_GRACE_NS = 1_000_000_000
+# ... and taken back after this long in any case: a daemon that has read nothing of this session
+# for so long has stopped the robot (guards.stop_after_ms) or dropped the session.
+UNREAD_GIVE_UP_NS = 10_000_000_000
+OVERWRITE_LOG_EVERY_NS = 10_000_000_000  # lines about slots taken back unread: at most this often
 
 
 class FrameRingWriter:
     """Writes one driver's camera frames into the daemon's ring (see the module doc)."""
 
-    def __init__(self, ring: SlotRing, camera_names: list[str]) -> None:
+    def __init__(self, ring: SlotRing, camera_names: list[str], counters: Any = None) -> None:
+        """`counters`: the client's ClientCounters (frames_lost_unread), if any."""
         self.ring = ring
+        self.counters = counters
         self.next = 0  # the slot to try first
         self._camera_names = camera_names
         self._claimed: dict[str, np.ndarray] | None = None  # buffers() not yet sent
-        self._named_ns: dict[int, int] = {}  # slot -> when an observation last named it
+        # Slots named in an observation the daemon may not have read yet: slot -> (naming
+        # order, generation, when). Dropped once the daemon has taken it (or it never left).
+        self._named: dict[int, tuple[int, int, int]] = {}
+        self._names = 0  # observations named so far (their order)
+        self._read_past = 0  # the daemon has read the observation of this order (and before)
+        self.overwritten_unread = 0  # slots taken back before the daemon read their observation
+        self._logged_ns = -OVERWRITE_LOG_EVERY_NS
+        self._unlogged = 0
 
     @classmethod
     def attach(
-        cls, offer: Any, camera_shapes: Mapping[str, tuple[int, int, int]], required: bool
+        cls,
+        offer: Any,
+        camera_shapes: Mapping[str, tuple[int, int, int]],
+        required: bool,
+        counters: Any = None,
     ) -> FrameRingWriter | None:
         """Map the ring offered in welcome; its camera parts must be this driver's. None (frames
         on the socket, logged) when it cannot be mapped here, unless it is `required`:
@@ -71,7 +98,7 @@ class FrameRingWriter:
                 "the daemon's frame ring does not hold this driver's cameras; upgrade the "
                 "older of driver and daemon",
             )
-        return cls(ring, list(camera_shapes))
+        return cls(ring, list(camera_shapes), counters)
 
     def buffers(self) -> dict[str, np.ndarray] | None:
         """Writable views of the next free slot (the same dict until it is sent), or None
@@ -91,16 +118,63 @@ class FrameRingWriter:
         return self._claimed is not None and images is self._claimed
 
     def free_slot(self) -> int | None:
-        """The next slot round robin that the daemon does not hold, or None (all held)."""
+        """The next slot round robin that the daemon does not hold; else one whose observation
+        the daemon will never read (see the module doc); else None (frames go on the socket)."""
         ring = self.ring
+        self._note_reads()
+        for offset in range(ring.count):
+            index = (self.next + offset) % ring.count
+            if ring.free(index):
+                return index
         now = time.monotonic_ns()
         for offset in range(ring.count):
             index = (self.next + offset) % ring.count
-            if ring.free(index) or (
-                ring.held(index) < 0 and now - self._named_ns.get(index, 0) > IN_FLIGHT_GRACE_NS
-            ):
+            named = self._named.get(index)
+            if named is None:
+                continue
+            order, _, named_ns = named
+            age = now - named_ns
+            if age > UNREAD_GIVE_UP_NS or (age > IN_FLIGHT_GRACE_NS and order < self._read_past):
+                self._taken_back_unread(index, now)
                 return index
         return None
+
+    def _note_reads(self) -> None:
+        """Forget the slots the daemon has taken (its hold replaced our mark, and may be
+        released since), remembering the latest of them: the daemon has read every message
+        up to that one, so a slot named earlier that it did not take was skipped."""
+        ring = self.ring
+        for index, (order, generation, _) in list(self._named.items()):
+            if ring.held(index) != -generation:
+                del self._named[index]
+                self._read_past = max(self._read_past, order)
+
+    def unsent(self, index: int, generation: int) -> None:
+        """The message naming slot `index` never left (not a read by the daemon): free again."""
+        named = self._named.get(index)
+        if named is not None and named[1] == generation:
+            del self._named[index]
+        self.ring.unsent(index, generation)
+
+    def _taken_back_unread(self, index: int, now: int) -> None:
+        """Slot `index` is rewritten before the daemon read the observation naming it: that
+        observation is lost (dropped by the daemon as superseded if it ever arrives). Counted,
+        and logged at most every OVERWRITE_LOG_EVERY_NS."""
+        self.ring.unsent(index, self._named.pop(index)[1])
+        self.overwritten_unread += 1
+        if self.counters is not None:
+            self.counters.frames_lost_unread += 1
+        self._unlogged += 1
+        if now - self._logged_ns >= OVERWRITE_LOG_EVERY_NS:
+            log.warning(
+                "frames in place: %d observation(s) lost since the last line, their frame slot "
+                "taken back before the daemon read them (%d in all); the daemon refused or "
+                "dropped them unread, or has read nothing of this robot for %.0f s",
+                self._unlogged,
+                self.overwritten_unread,
+                UNREAD_GIVE_UP_NS / 1e9,
+            )
+            self._logged_ns, self._unlogged = now, 0
 
     def place(self, arrays: dict[str, np.ndarray], in_place: bool) -> dict[str, int] | None:
         """The observation's frames into a slot: the claimed one (`in_place`), or copied from
@@ -124,7 +198,8 @@ class FrameRingWriter:
         # Not free until the daemon has read this observation: rewriting the slot before then
         # supersedes it, and a daemon that reads late would then supersede every observation.
         ring.hold_in_flight(index, generation)
-        self._named_ns[index] = time.monotonic_ns()
+        self._names += 1
+        self._named[index] = (self._names, generation, time.monotonic_ns())
         self.next = (index + 1) % ring.count
         return {"index": index, "generation": generation}
 
