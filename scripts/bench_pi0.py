@@ -32,7 +32,13 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from check_pi0_parity import CAMERAS, STATE_SIZE, build_lerobot, save_processors  # noqa: E402
+from check_pi0_parity import (  # noqa: E402
+    CAMERAS,
+    STATE_SIZE,
+    SentencePieceStandIn,
+    build_lerobot,
+    save_processors,
+)
 
 from controller.observe.percentiles import summarize  # noqa: E402
 
@@ -81,6 +87,8 @@ def bench_family(family: str, args: argparse.Namespace, work: Path) -> dict[str,
     row["lerobot_eager"] = time_lerobot(policy, args.iters, args.warmup)
     directory = work / f"{family}_lerobot_real"
     policy.save_pretrained(directory)
+    # pi0.5 tokenizes its state on every step: the stand-in tokenizer needs the full vocabulary
+    SentencePieceStandIn.vocab_size = 257152
     save_processors(policy, family, directory, seed=2)
     if args.lerobot_compile:
         print(f"{family}: LeRobot compile_model (its torch.compile) ...", flush=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import struct
 import sys
 import tempfile
 import time
@@ -67,8 +68,19 @@ def lerobot_modules(family: str) -> tuple[Any, Any, Any]:
     return modeling, conf.PI05Config, modeling.PI05Policy
 
 
+_ORIGINALS: dict[Any, tuple[Any, Any]] = {}  # module -> its unpatched (get_gemma_config, mapping)
+
+
+def unshrink_lerobot(modeling: Any) -> None:
+    """Undo shrink_lerobot: the real size again, in the same process."""
+    if modeling in _ORIGINALS:
+        modeling.get_gemma_config, modeling.CONFIG_MAPPING = _ORIGINALS.pop(modeling)
+
+
 def shrink_lerobot(modeling: Any) -> None:
     """Patch LeRobot's module to build its tiny variant (see the module doc)."""
+    unshrink_lerobot(modeling)
+    _ORIGINALS[modeling] = (modeling.get_gemma_config, modeling.CONFIG_MAPPING)
     gemma_config = modeling.GemmaConfig
     modeling.get_gemma_config = lambda variant: gemma_config(*TINY_GEMMA[variant])
     mapping = modeling.CONFIG_MAPPING
@@ -104,6 +116,8 @@ def build_lerobot(family: str, size: str, dtype: str, device: str, seed: int) ->
     modeling, config_class, policy_class = lerobot_modules(family)
     if size == "tiny":
         shrink_lerobot(modeling)
+    else:
+        unshrink_lerobot(modeling)
     image = TINY_IMAGE if size == "tiny" else 224
     config = config_class(dtype=dtype, device=device, image_resolution=(image, image))
     config.input_features = {
@@ -158,6 +172,8 @@ class SentencePieceStandIn:
     is downloaded): saving it writes a SentencePiece model trained here, as `tokenizer.model`.
     The networks are compared on token ids, so its vocabulary plays no part in the check."""
 
+    vocab_size = 0  # 0: as trained (a few dozen pieces); else padded to this many
+
     @classmethod
     def from_pretrained(cls, name: str, **kwargs: Any) -> SentencePieceStandIn:
         return cls()
@@ -175,8 +191,36 @@ class SentencePieceStandIn:
             hard_vocab_limit=False, minloglevel=2,
             pad_id=0, eos_id=1, bos_id=2, unk_id=3,
         )  # fmt: skip
+        proto = model.getvalue()
+        if self.vocab_size:
+            proto = padded_vocabulary(proto, self.vocab_size, sentencepiece)
         Path(directory).mkdir(parents=True, exist_ok=True)
-        (Path(directory) / "tokenizer.model").write_bytes(model.getvalue())
+        (Path(directory) / "tokenizer.model").write_bytes(proto)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def padded_vocabulary(proto: bytes, size: int, sentencepiece: Any) -> bytes:
+    """A SentencePiece model with unused pieces appended up to `size`: the real model's
+    vocabulary size, which Tempo checks against the token table (the words are the trained
+    model's; the benchmark's prompts are random ids). Appended in protobuf's wire format
+    (ModelProto field 1: piece 1 string, score 2 float, type 3 = USER_DEFINED 4), so no
+    protobuf package is needed."""
+    count = sentencepiece.SentencePieceProcessor(model_proto=proto).vocab_size()
+    extra = bytearray()
+    for i in range(count, size):
+        name = f"<unused{i}>".encode()
+        piece = b"\x0a" + _varint(len(name)) + name + b"\x15" + struct.pack("<f", 0.0)
+        piece += b"\x18\x04"
+        extra += b"\x0a" + _varint(len(piece)) + piece
+    return proto + bytes(extra)
 
 
 def save_processors(policy: Any, family: str, directory: Path, seed: int) -> None:
@@ -246,7 +290,12 @@ def tempo_chunk(
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
+    """max|a - b| / max|b|; infinite where either is not finite or b is all zeros (a check
+    that compares two empty chunks proves nothing)."""
+    scale = b.abs().max()
+    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())) or scale == 0:
+        return float("inf")
+    return float((a - b).abs().max() / scale)
 
 
 def check(family: str, size: str, dtype: str, device: str, save: Path | None) -> dict:
