@@ -4,8 +4,8 @@ processor files with the arm's statistics, a tokenizer), plus `tempo_widths.json
 reduced widths, so the demo serves it through the same reader as a real checkpoint.
 
 It runs on a CPU: 2 layers per tower at widths 32-64, 56x56 images (16 tokens a camera), a
-16-token prompt (pi0.5: 40, with the state), a 3-step Euler integration. Its actions are the arm's home pose plus a bounded
-random motion (the action statistics), not a trained behaviour.
+16-token prompt (pi0.5: 40, with the state), a 3-step Euler integration. Its actions are the
+arm's home pose plus a bounded random motion (the action statistics), not a trained behaviour.
 """
 
 from __future__ import annotations
@@ -78,9 +78,11 @@ def arm_statistics() -> dict[str, torch.Tensor]:
     stats: dict[str, torch.Tensor] = {}
     for key, std in (("observation.state", ACTION_STD), ("action", DEMO_ACTION_STD)):
         spread = torch.full((joints,), std)
-        stats |= {f"{key}.mean": home.clone(), f"{key}.std": spread, f"{key}.min": home - 4 * spread,
-                  f"{key}.max": home + 4 * spread, f"{key}.q01": home - 3 * spread,
-                  f"{key}.q99": home + 3 * spread}  # fmt: skip
+        stats |= {
+            f"{key}.mean": home.clone(), f"{key}.std": spread,
+            f"{key}.min": home - 4 * spread, f"{key}.max": home + 4 * spread,
+            f"{key}.q01": home - 3 * spread, f"{key}.q99": home + 3 * spread,
+        }  # fmt: skip
     return stats
 
 

@@ -25,10 +25,23 @@ def _checkpoint() -> CheckpointFamily:
 
 
 def serve_prompt_settings(policy: TensorPolicy, settings: PolicySettings) -> TensorPolicy:
-    """The policy with policy.tokenizer and policy.default_task applied to its prompt."""
+    """A pi0 or pi0.5 policy with policy.tokenizer and policy.default_task applied to its
+    prompt (both families' policies are one module type: this one hook serves them); those
+    settings given for another family's policy are refused."""
     from policies.pi0.policy import with_prompt_settings
+    from policies.pi0.step import Pi0Step
 
-    return with_prompt_settings(policy, settings.tokenizer, settings.default_task)
+    if isinstance(policy.module, Pi0Step):
+        return with_prompt_settings(policy, settings.tokenizer, settings.default_task)
+    for name in ("tokenizer", "default_task"):
+        if getattr(settings, name) is not None:
+            from controller.errors import ConfigError
+
+            raise ConfigError(
+                f"policy.{name} is for pi0 and pi0.5 checkpoints, and this policy reads no "
+                "prompt: remove it"
+            )
+    return policy
 
 
 def demo_settings(cache: Path) -> list[str]:

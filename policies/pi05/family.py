@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from policies.pi0.family import serve_prompt_settings
 from policies.registry import CheckpointFamily, DemoPolicy, PolicyFamily
 
 
@@ -32,7 +31,7 @@ FAMILY = PolicyFamily(
     summary="Physical Intelligence's pi0.5 (adaRMS action expert, state in the prompt), from "
     "LeRobot checkpoints",
     checkpoint=_checkpoint,
-    serve_settings=serve_prompt_settings,
+    # policy.tokenizer / default_task: the pi0 family's hook serves both (one module type).
     demo=DemoPolicy(
         help="pi0.5 at a reduced width with random weights (CPU-sized), prompted per robot",
         settings=demo_settings,

@@ -83,7 +83,26 @@ def _checkpoint() -> CheckpointFamily:
 
 
 @pytest.fixture
-def toy_family() -> Iterator[PolicyFamily]:
+def without_pi0(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The routing as if the built-in pi0 family (the one that reads openpi) were absent."""
+    from policies.checkpoints import load
+    from policies.registry import checkpoint_families
+
+    def others() -> tuple:
+        return tuple((f, c) for f, c in checkpoint_families() if f.name not in ("pi0", "pi05"))
+
+    monkeypatch.setattr(load, "checkpoint_families", others)
+
+
+def test_the_built_in_pi0_family_reads_openpi_directories() -> None:
+    from policies.registry import checkpoint_families
+
+    readers = [f.name for f, c in checkpoint_families() if c.read_openpi is not None]
+    assert readers == ["pi0"]
+
+
+@pytest.fixture
+def toy_family(without_pi0: None) -> Iterator[PolicyFamily]:
     family = register(
         PolicyFamily(name=FAMILY, title="Toy-openpi", summary="a test", checkpoint=_checkpoint)
     )
@@ -125,7 +144,9 @@ def test_an_openpi_directory_reaches_the_family_that_reads_it(
     assert "note: read by the toy" in text and "toy: chunk 10" in text
 
 
-def test_an_openpi_directory_no_family_reads_is_refused_naming_it(tmp_path: Path) -> None:
+def test_an_openpi_directory_no_family_reads_is_refused_naming_it(
+    without_pi0: None, tmp_path: Path
+) -> None:
     write_openpi(tmp_path / "ckpt", "pi0")
     for call in (load_checkpoint, describe_checkpoint):
         with pytest.raises(CheckpointError) as caught:
