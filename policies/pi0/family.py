@@ -25,9 +25,21 @@ def _checkpoint() -> CheckpointFamily:
 
 
 def serve_prompt_settings(policy: TensorPolicy, settings: PolicySettings) -> TensorPolicy:
-    """The policy with policy.tokenizer and policy.default_task applied to its prompt."""
+    """The policy with policy.tokenizer and policy.default_task applied to its prompt; another
+    family's policy is returned as it is, and refused when either setting is set for it
+    (catalog.build_tensor_policy hands every checkpoint to every family)."""
     from policies.pi0.policy import with_prompt_settings
+    from policies.pi0.step import Pi0Step
 
+    if not isinstance(policy.module, Pi0Step):
+        if settings.tokenizer is None and settings.default_task is None:
+            return policy
+        from controller.errors import ConfigError
+
+        raise ConfigError(
+            f"policy.tokenizer and policy.default_task apply to pi0 / pi0.5 checkpoints; "
+            f"{settings.path} holds another policy"
+        )
     return with_prompt_settings(policy, settings.tokenizer, settings.default_task)
 
 
