@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from policies.pi0.config import Pi0Config
+from policies.pi0.pi05_config import Pi05Config, tiny_pi05_config
+from policies.pi0.pi05_network import Pi05Network
 from policies.pi0.weights import expected_keys, expected_shapes
-from policies.pi05.config import Pi05Config, tiny_pi05_config
-from policies.pi05.network import Pi05Network
 from tests.unit.test_pi0_network import (
     BATCH,
     noise_for,
