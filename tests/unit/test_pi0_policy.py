@@ -167,6 +167,17 @@ def test_the_demos_token_tables_are_seeded_and_every_task_fits(tmp_path: Path) -
     torch.testing.assert_close(load_file(str(stale))["model." + EMBED], tables[0])
 
 
+def test_a_network_built_without_a_checkpoint_has_zero_token_tables() -> None:
+    """HostTable was torch.empty: memory freed just before came back as the table (NaN here)."""
+    from policies.pi0.gemma import HostTable
+
+    for _ in range(3):
+        garbage = torch.full((66, 64), float("nan"))
+        del garbage
+        table = HostTable(66, 64)
+        assert bool((table.weight == 0).all())
+
+
 # --- 2. the step's images -------------------------------------------------------------------
 
 
@@ -459,6 +470,9 @@ def write_openpi_demo(directory: Path, vocab: int) -> Path:
     )  # fmt: skip
     torch.manual_seed(0)
     network = Pi0Network(config)
+    table = network.get_parameter(EMBED)
+    with torch.no_grad():
+        table.normal_(0.0, 0.1)  # as a trained table: every token its own row
     directory.mkdir(parents=True)
     weights = {k: v.detach().contiguous() for k, v in network.state_dict().items()}
     save_file(weights, str(directory / "model.safetensors"))
