@@ -4,7 +4,7 @@ processor files with the arm's statistics, a tokenizer), plus `tempo_widths.json
 reduced widths, so the demo serves it through the same reader as a real checkpoint.
 
 It runs on a CPU: 2 layers per tower at widths 32-64, 56x56 images (16 tokens a camera), a
-16-token prompt (pi0.5: 40, with the state), a 3-step Euler integration. Its actions are the
+24-token prompt (pi0.5: 64, with the state), a 3-step Euler integration. Its actions are the
 arm's home pose plus a bounded random motion (the action statistics), not a trained behaviour.
 """
 
@@ -33,10 +33,12 @@ WIDTHS: dict[str, Any] = {
                           head_dim=16).model_dump(),
 }  # fmt: skip
 VOCAB = 256  # asked of SentencePiece; the demo's words give fewer
-PROMPT = {"pi0": 16, "pi05": 40}  # pi0.5's prompt also holds the state's 6 values
+# Token ids per prompt: each of TASKS fits whole (pi0.5's with the state's 6 values, ~60).
+PROMPT = {"pi0": 24, "pi05": 64}
 # rad per unit of normalized action: random weights leave much of each chunk's starting noise
 # in it, so the demo's chunks stay within a few hundredths of a radian of the home pose.
 DEMO_ACTION_STD = 0.02
+PROMPT_WORDS = "Task: a, State: -1 0;\nAction:"  # pi0.5's frame: its punctuation has pieces
 TASKS = ("pick up the cube", "put the cube in the bin", "move the arm home", "wave")
 
 
@@ -93,7 +95,7 @@ def train_tokenizer(directory: Path) -> int:
 
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter([*TASKS, "Task: State: Action:", *map(str, range(256))] * 8),
+        sentence_iterator=iter([*TASKS, PROMPT_WORDS, *map(str, range(256))] * 8),
         model_writer=model, vocab_size=VOCAB, hard_vocab_limit=False, minloglevel=2,
         pad_id=0, eos_id=1, bos_id=2, unk_id=3, split_digits=False,
     )  # fmt: skip
@@ -158,6 +160,14 @@ def demo_network_weights(family: str, vocab: int, seed: int = 0) -> dict[str, to
         from policies.pi0.pi05_network import Pi05Network
 
         network = Pi05Network(Pi05Config(**common))
+    # The vocabulary tables (HostTable) are made uninitialised, for a checkpoint to fill: give
+    # them seeded values too, or the demo's prompts embed whatever memory held (NaN at times).
+    from policies.pi0.gemma import HostTable
+
+    with torch.no_grad():
+        for module in network.modules():
+            if isinstance(module, HostTable):
+                module.weight.normal_(0.0, module.weight.shape[1] ** -0.5)
     head = network.get_submodule("action_out_proj")
     if not isinstance(head, torch.nn.Linear):
         raise TypeError("the network's action_out_proj is a Linear layer")
@@ -168,8 +178,9 @@ def demo_network_weights(family: str, vocab: int, seed: int = 0) -> dict[str, to
 
 
 def write_demo_checkpoint(directory: Path, family: str) -> Path:
-    """The demo's directory (written once; an existing one is served as it is)."""
-    if (directory / "model.safetensors").is_file():
+    """The demo's directory (written once; an existing one is served as it is, unless an
+    earlier Tempo wrote it with another config or uninitialised token tables)."""
+    if _written_by_this_demo(directory, family):
         return directory
     partial = directory.with_name(directory.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)
@@ -183,3 +194,29 @@ def write_demo_checkpoint(directory: Path, family: str) -> Path:
         shutil.rmtree(directory)
     partial.replace(directory)
     return directory
+
+
+def _written_by_this_demo(directory: Path, family: str) -> bool:
+    """Whether `directory` holds this demo's checkpoint: its config, and vocabulary tables that
+    hold numbers (the first demos wrote them uninitialised)."""
+    from safetensors import safe_open
+
+    from policies.pi0.weights import HOST_TABLE_KEYS
+
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if (
+        config != json.loads(json.dumps(lerobot_config(family)))
+        or not (directory / "model.safetensors").is_file()
+    ):
+        return False
+    try:
+        with safe_open(str(directory / "model.safetensors"), "pt") as weights:
+            names = set(weights.keys())
+            tables = [weights.get_tensor(f"model.{key}") for key in HOST_TABLE_KEYS
+                      if f"model.{key}" in names]  # fmt: skip
+    except Exception:  # SafetensorError and the like: an unreadable file is written again
+        return False
+    return all(bool(t.isfinite().all()) and float(t.abs().max()) < 1e3 for t in tables)

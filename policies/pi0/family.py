@@ -25,23 +25,22 @@ def _checkpoint() -> CheckpointFamily:
 
 
 def serve_prompt_settings(policy: TensorPolicy, settings: PolicySettings) -> TensorPolicy:
-    """A pi0 or pi0.5 policy with policy.tokenizer and policy.default_task applied to its
-    prompt (both families' policies are one module type: this one hook serves them); those
-    settings given for another family's policy are refused."""
+    """The policy with policy.tokenizer and policy.default_task applied to its prompt; another
+    family's policy is returned as it is, and refused when either setting is set for it
+    (catalog.build_tensor_policy hands every checkpoint to every family)."""
     from policies.pi0.policy import with_prompt_settings
     from policies.pi0.step import Pi0Step
 
-    if isinstance(policy.module, Pi0Step):
-        return with_prompt_settings(policy, settings.tokenizer, settings.default_task)
-    for name in ("tokenizer", "default_task"):
-        if getattr(settings, name) is not None:
-            from controller.errors import ConfigError
+    if not isinstance(policy.module, Pi0Step):
+        if settings.tokenizer is None and settings.default_task is None:
+            return policy
+        from controller.errors import ConfigError
 
-            raise ConfigError(
-                f"policy.{name} is for pi0 and pi0.5 checkpoints, and this policy reads no "
-                "prompt: remove it"
-            )
-    return policy
+        raise ConfigError(
+            f"policy.tokenizer and policy.default_task apply to pi0 / pi0.5 checkpoints; "
+            f"{settings.path} holds another policy"
+        )
+    return with_prompt_settings(policy, settings.tokenizer, settings.default_task)
 
 
 def demo_settings(cache: Path) -> list[str]:

@@ -28,7 +28,10 @@ class HostTable(nn.Module):
 
     def __init__(self, rows: int, cols: int) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(rows, cols), requires_grad=False)
+        # Zeros, not torch.empty: a network built without a checkpoint (tests, benchmarks, the
+        # demo's writer) must not embed whatever memory held (NaN at times); a checkpoint's
+        # table replaces it (weights.load_weights), and on the meta device it costs nothing.
+        self.weight = nn.Parameter(torch.zeros(rows, cols), requires_grad=False)
 
     def _apply(self, fn: Any, recurse: bool = True) -> HostTable:
         return self

@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
-from policies.pi0.checkpoint_contents import EMBED_TOKENS, LM_HEAD, Pi0CheckpointFiles, Shape
+from policies.checkpoints.files import read_json
+from policies.pi0.checkpoint_contents import (
+    EMBED_TOKENS,
+    LM_HEAD,
+    WIDTHS_FILE,
+    Pi0CheckpointFiles,
+    Shape,
+)
 from policies.pi0.checkpoint_files import read_pi0_checkpoint
 
 FAMILY_TITLES = {"pi0": "pi0", "pi05": "pi0.5"}
@@ -35,8 +43,7 @@ def describe_pi0_checkpoint(path: str | Path, *, asset_id: str | None = None) ->
         f"prompt: up to {fields['tokenizer_max_length']} tokens (tokenizer_max_length)",
         f"chunk_size: {fields['chunk_size']}, n_action_steps: {fields['n_action_steps']}, "
         f"num_inference_steps: {fields['num_inference_steps']}",
-        f"model: PaliGemma {fields['paligemma_variant']} with a {fields['action_expert_variant']} "
-        f"action expert, run in {fields['dtype']}",
+        f"model: {_model(files)}, run in {fields['dtype']}",
         f"parameters: {parameters:,} (tied token embedding counted once); weights in memory: "
         f"{memory}",
         f"tokenizer: {_tokenizer(files)}",
@@ -62,6 +69,31 @@ def _cameras(files: Pi0CheckpointFiles) -> str:
     empty = files.config_fields["empty_cameras"]
     slots = f"; {empty} empty camera slot{'s' if empty != 1 else ''}" if empty else ""
     return f"{', '.join(cameras) or 'none'}{slots} (each resized to {side}x{side})"
+
+
+def _model(files: Pi0CheckpointFiles) -> str:
+    """The towers: the variants config.json names, or the reduced widths a widths file beside
+    it sets (the reader builds those; the variants' names then say nothing of the sizes)."""
+    fields = files.config_fields
+    language, expert = fields["paligemma_variant"], fields["action_expert_variant"]
+    widths_path = files.path / WIDTHS_FILE
+    if not widths_path.is_file():
+        return f"PaliGemma {language} with a {expert} action expert"
+    widths = read_json(widths_path)
+    towers = ", ".join(
+        f"{name} {_width(widths, name)}" for name in ("vision", "language", "expert")
+    )
+    return (
+        f"reduced widths from {WIDTHS_FILE}: {towers} (width x depth; config.json's {language} "
+        f"/ {expert} are not built)"
+    )
+
+
+def _width(widths: dict[str, Any], tower: str) -> str:
+    sizes = widths.get(tower)
+    if not isinstance(sizes, dict):
+        return "at its variant's size"
+    return f"{sizes.get('width', '?')}x{sizes.get('depth', '?')}"
 
 
 def _tokenizer(files: Pi0CheckpointFiles) -> str:

@@ -22,16 +22,13 @@ from pydantic import ValidationError
 from controller.errors import CheckpointError
 from policies.base import CameraSpec, Execution, PolicySpec, PromptSpec
 from policies.checkpoints.files import describe_validation_error, read_json
+from policies.pi0.checkpoint_contents import WIDTHS_FILE
 from policies.pi0.checkpoint_files import Pi0CheckpointFiles, read_pi0_checkpoint
 from policies.pi0.from_checkpoint import network_config
 from policies.pi0.norm_stats import FeatureStats, NormStats
 from policies.pi0.step import AffineNorm, Pi0Step, Pi0StepConfig
 from policies.pi0.weights import EMBED_TOKENS_KEY
 from policies.tensor_policy import TensorPolicy, with_state_bounds
-
-# Tower widths for a checkpoint of reduced width (LeRobot's files name only the variants):
-# written by scripts/check_pi0_parity.py and the demo beside the checkpoint's own files.
-WIDTHS_FILE = "tempo_widths.json"
 
 
 @dataclass
@@ -43,15 +40,21 @@ class ConvertedPi0:
     notes: list[str] = field(default_factory=list)
 
 
-def affine(stats: FeatureStats, eps: float, convention: str) -> tuple[torch.Tensor, torch.Tensor]:
+def affine(
+    stats: FeatureStats, eps: float, convention: str, inverse: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(center, scale) of one vector's normalization, as the checkpoint's program computes it:
-    LeRobot adds eps to std and puts eps for an empty range; openpi adds its eps to both."""
+    LeRobot adds eps to std and puts eps for an empty range; openpi adds its eps to both.
+    `inverse`: the unnormalization's, which differs in one case: LeRobot's MEAN_STD
+    unnormalizer multiplies by std itself, without eps."""
     size = stats.size
     if stats.mode == "IDENTITY":
         return torch.zeros(size), torch.ones(size)
     if stats.mode == "MEAN_STD":
         if stats.mean is None or stats.std is None:  # the reader refuses these; say so anyway
             raise CheckpointError("MEAN_STD normalization needs mean and std statistics")
+        if inverse and convention == "lerobot":
+            return stats.mean.float(), stats.std.float()
         return stats.mean.float(), stats.std.float() + eps
     low, high = (stats.min, stats.max) if stats.mode == "MIN_MAX" else (stats.q01, stats.q99)
     if low is None or high is None:
@@ -64,8 +67,10 @@ def affine(stats: FeatureStats, eps: float, convention: str) -> tuple[torch.Tens
     return low.float() + span / 2, span / 2
 
 
-def set_norm(norm: AffineNorm, stats: FeatureStats, eps: float, convention: str) -> None:
-    center, scale = affine(stats, eps, convention)
+def set_norm(
+    norm: AffineNorm, stats: FeatureStats, eps: float, convention: str, inverse: bool = False
+) -> None:
+    center, scale = affine(stats, eps, convention, inverse)
     with torch.no_grad():
         norm.center.copy_(center)
         norm.scale.copy_(scale)
@@ -100,7 +105,8 @@ def build_step(
 
 def load_norms(step: Pi0Step, norm: NormStats) -> None:
     set_norm(step.state_norm, norm.state, norm.eps, norm.convention)
-    set_norm(step.action_norm, norm.action, norm.eps, norm.convention)
+    # The step only unnormalizes actions: their scale is the unnormalizer's.
+    set_norm(step.action_norm, norm.action, norm.eps, norm.convention, inverse=True)
 
 
 def prompt_spec(
