@@ -87,8 +87,7 @@ def bench_family(family: str, args: argparse.Namespace, work: Path) -> dict[str,
     row["lerobot_eager"] = time_lerobot(policy, args.iters, args.warmup)
     directory = work / f"{family}_lerobot_real"
     policy.save_pretrained(directory)
-    # pi0.5 tokenizes its state on every step: the stand-in tokenizer needs the full vocabulary
-    SentencePieceStandIn.vocab_size = 257152
+    SentencePieceStandIn.vocab_size = 257152  # as large as the token table: Tempo checks it
     save_processors(policy, family, directory, seed=2)
     if args.lerobot_compile:
         print(f"{family}: LeRobot compile_model (its torch.compile) ...", flush=True)

@@ -308,6 +308,8 @@ def check(family: str, size: str, dtype: str, device: str, save: Path | None) ->
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / f"{family}_lerobot_{size}"
         policy.save_pretrained(directory)
+        # The stand-in tokenizer as large as the token table, so the directory can be served.
+        SentencePieceStandIn.vocab_size = TINY_VOCAB if size == "tiny" else 257152
         save_processors(policy, family, directory, seed=2)
         del policy
         if device == "cuda":

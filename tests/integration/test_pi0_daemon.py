@@ -129,7 +129,7 @@ def test_a_tokenizer_of_another_vocabulary_stops_the_daemon_at_start(tmp_path, d
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode != 0
-    assert "vocabulary of 32 tokens but the checkpoint's model has" in result.stderr
+    assert "vocabulary of 512 tokens but the checkpoint's model has" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -131,15 +131,13 @@ def test_lerobots_saved_tiny_directories_load_with_their_tokenizer(family: str) 
     assert spec.prompt.tokenizer == str((directory / "tokenizer" / "tokenizer.model").resolve())
     assert (spec.prompt.vocab_size, spec.prompt.template) == (512, family)
     assert spec.prompt.max_length == {"pi0": 48, "pi05": 200}[family]
-    # The parity script gave LeRobot's model a 512-row table and trained a 32-piece tokenizer:
-    # the daemon refuses the pair (test_a_tokenizer_of_another_vocabulary_...), the ids fit.
-    tokenizer = PromptTokenizer(Path(spec.prompt.tokenizer), spec.prompt.max_length, 32, family)
+    # The parity script's stand-in tokenizer, padded to the model's 512 rows: the pair serves.
+    tokenizer = PromptTokenizer(Path(spec.prompt.tokenizer), spec.prompt.max_length, 512, family)
     context = dataclasses.replace(
         first_context(spec, np.zeros(14)), prompt=tokenizer.encode("pick up the red cube")
     )
-    if family == "pi0":  # pi0.5's codec reads the tokenizer itself, and refuses it there
-        actions = EagerPolicy(policy).predict(black_frames(spec), context).actions
-        assert actions.shape == (50, 14) and np.isfinite(actions).all()
+    actions = EagerPolicy(policy).predict(black_frames(spec), context).actions
+    assert actions.shape == (50, 14) and np.isfinite(actions).all()
 
 
 def test_the_demos_token_tables_are_seeded_and_every_task_fits(tmp_path: Path) -> None:
@@ -521,16 +519,16 @@ def test_a_tokenizer_of_another_vocabulary_is_refused_naming_both_sizes(
 ) -> None:
     """policy.tokenizer pointing at another SentencePiece model: the control process's
     tokenizer (RobotPrompts, built when the daemon starts) refuses it."""
-    other = DATA / "pi0_lerobot_tiny" / "tokenizer" / "tokenizer.model"  # 32 pieces
+    other = DATA / "pi0_lerobot_tiny" / "tokenizer" / "tokenizer.model"  # 512 pieces
     config = load_config(None, [f"policy.path={demo_dirs['pi0']}", f"policy.tokenizer={other}"])
     policy = build_tensor_policy(config.policy, config.robot)
     prompt = policy.spec.prompt
-    assert prompt is not None and prompt.tokenizer == str(other) and prompt.vocab_size != 32
+    assert prompt is not None and prompt.tokenizer == str(other) and prompt.vocab_size != 512
     with pytest.raises(CheckpointError) as caught:
         RobotPrompts(policy.spec)
     message = one_sentence(str(caught.value))
     assert (
-        f"a vocabulary of 32 tokens but the checkpoint's model has {prompt.vocab_size};" in message
+        f"a vocabulary of 512 tokens but the checkpoint's model has {prompt.vocab_size};" in message
     )
 
 
