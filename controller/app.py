@@ -64,8 +64,9 @@ def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> ServedP
     if not config.supervision.inference_process:
         # In-process mode, by design the one import of torch into the control process (and the
         # one exception in pyproject.toml's import contract for it).
-        from controller.inference.build import build_policy
+        from controller.inference.build import apply_inference_threads, build_policy
 
+        apply_inference_threads(config.supervision.inference_threads)
         return build_policy(config.policy, config.robot, config.runner)
     remote = inference_process(config)
     cleanup.callback(remote.stop)  # registered first: a failed or interrupted start cleans up

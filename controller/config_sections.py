@@ -370,6 +370,14 @@ class SupervisionConfig(Section):
         "sleeping, 1.26-1.27 ms polling). Above the robots' observation period (say 50 for "
         "30 Hz cameras) it keeps one CPU core busy while they stream. 0: sleep at once.",
     )
+    inference_threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="CPU threads torch runs the policy's operators on. null: one fewer than "
+        "the host's cores (at least 1), so the control loop keeps a core of its own: with as "
+        "many as the cores, a policy on a 2-core host took the CPU the loop waited for.",
+    )
 
 
 class LoggingConfig(Section):

@@ -19,6 +19,7 @@ from controller.errors import ConfigError
 from controller.inference.prior_fallback import PriorFallback
 from controller.inference.progress import Progress
 from controller.inference.runner import Runner
+from controller.inference.threads import apply_inference_threads  # noqa: F401 - for app.py
 from controller.runner_config import RunnerConfig
 from policies.catalog import build_tensor_policy
 from policies.tensor_policy import TensorPolicy

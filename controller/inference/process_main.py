@@ -22,6 +22,7 @@ from controller.errors import ConfigError
 from controller.inference import build
 from controller.inference.local_policy import LocalPolicy
 from controller.inference.process_server import serve_control_process
+from controller.inference.threads import apply_inference_threads
 from controller.link.parent_death import control_pid
 from controller.runner_config import RunnerConfig
 
@@ -47,6 +48,7 @@ def run_inference_process(
     sections), serve the control process on the channel it passed as file descriptor
     `channel_fd`, polling as `supervision:` says; returns the exit code."""
     busy_poll_s = supervision.busy_poll_ms / 1000
+    apply_inference_threads(supervision.inference_threads)
 
     def build_then_serve_at_full_priority() -> LocalPolicy:
         # build.build_policy looked up when the build starts: tests swap it for a policy of theirs.
