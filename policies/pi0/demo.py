@@ -220,3 +220,10 @@ def _written_by_this_demo(directory: Path, family: str) -> bool:
     except Exception:  # SafetensorError and the like: an unreadable file is written again
         return False
     return all(bool(t.isfinite().all()) and float(t.abs().max()) < 1e3 for t in tables)
+
+
+def demo_settings(cache: Path, family: str) -> list[str]:
+    """`tempo demo --policy pi0|pi05`: the family's demo directory under `cache` (written on the
+    first run) and the task its simulated robot, which names none, is given."""
+    directory = write_demo_checkpoint(cache / f"demo-{family}", family)
+    return [f"policy.path={directory}", f"policy.default_task={TASKS[0]}"]

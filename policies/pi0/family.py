@@ -44,12 +44,10 @@ def serve_prompt_settings(policy: TensorPolicy, settings: PolicySettings) -> Ten
 
 
 def demo_settings(cache: Path) -> list[str]:
-    """`tempo demo --policy pi0`: a pi0 of reduced width (random weights, a tokenizer trained
-    here), written on the first run as LeRobot writes a pi0 directory."""
-    from policies.pi0.demo import write_demo_checkpoint
+    """`tempo demo --policy pi0`: pi0 at a reduced width (policies.pi0.demo)."""
+    from policies.pi0 import demo
 
-    directory = write_demo_checkpoint(cache / "demo-pi0", "pi0")
-    return [f"policy.path={directory}", "policy.default_task=pick up the cube"]
+    return demo.demo_settings(cache, "pi0")
 
 
 FAMILY = PolicyFamily(

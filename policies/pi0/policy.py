@@ -98,7 +98,13 @@ def build_step(
         step = Pi0Step(config)
     step.to_empty(device=device)
     step.network.reset_buffers()
-    step.network.load_weights(files.tensors)
+    try:
+        step.network.load_weights(files.tensors)
+    except ValueError as exc:  # the network's own sentence, said of this checkpoint
+        raise CheckpointError(
+            f"{files.path}: {exc}; the weights and the config (config.json, tempo_widths.json) "
+            "come from different models"
+        ) from None
     load_norms(step, files.norm)
     return step.eval()
 

@@ -18,11 +18,10 @@ def _checkpoint() -> CheckpointFamily:
 
 
 def demo_settings(cache: Path) -> list[str]:
-    """`tempo demo --policy pi05`: a pi0.5 of reduced width, as `--policy pi0`'s."""
-    from policies.pi0.demo import write_demo_checkpoint
+    """`tempo demo --policy pi05`: pi0.5 at a reduced width (policies.pi0.demo)."""
+    from policies.pi0 import demo
 
-    directory = write_demo_checkpoint(cache / "demo-pi05", "pi05")
-    return [f"policy.path={directory}", "policy.default_task=pick up the cube"]
+    return demo.demo_settings(cache, "pi05")
 
 
 FAMILY = PolicyFamily(

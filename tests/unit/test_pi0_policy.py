@@ -557,3 +557,27 @@ def test_inspect_names_the_reduced_widths_when_a_widths_file_is_present(demo_dir
         "model: reduced widths from tempo_widths.json: vision 32x2, language 64x2, expert 32x2 "
         "(width x depth; config.json's gemma_2b / gemma_300m are not built), run in float32"
     )
+
+
+def test_weights_that_do_not_fit_the_config_are_a_checkpoint_error_naming_the_folder(
+    tmp_path: Path,
+) -> None:
+    """tempo_widths.json (or config.json) describing another model than the weights: one
+    sentence naming the directory and the keys, as a CheckpointError (was a bare ValueError)."""
+    directory = tmp_path / "pi0"
+    directory.mkdir()
+    source = DATA / "pi0_lerobot_tiny"
+    for item in source.rglob("*"):
+        if item.is_file():
+            target = directory / item.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(item.read_bytes())
+    widths = json.loads((directory / "tempo_widths.json").read_text())
+    widths["expert"]["mlp_dim"] = 80
+    (directory / "tempo_widths.json").write_text(json.dumps(widths))
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(directory)
+    message = str(caught.value)
+    assert message.startswith(f"{directory}: the weights do not fit this Pi0Network")
+    assert "of the wrong shape" in message and "come from different models" in message
+    assert "\n" not in message
