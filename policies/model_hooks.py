@@ -11,6 +11,8 @@ The hooks, each with the runner's default for a module that does not override it
     use_channels_last()    the whole module channels-last (4-D weights); a policy that feeds its
                                     frames channels-last too overrides it
     compile_options()      {}       inductor settings for the compiled tiers (and the cache key)
+    compile_regions(fn)    False    compile the module's repeated blocks with `fn` instead of
+                                    the whole step (True: it did; the tiers run the rest eagerly)
     precision_scope()      no-op    entered around the reduced-precision tiers only
 
 A submodule whose bare parameters feed matmuls (not an nn.Linear or nn.Conv*) names them by
@@ -20,7 +22,8 @@ deriving from MatmulParameters, so the half-weight copy casts them too.
 from __future__ import annotations
 
 import contextlib
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -43,6 +46,13 @@ class ServedModule(nn.Module):
     def precision_scope(self) -> contextlib.AbstractContextManager[object]:
         """What the runner enters around the reduced-precision tiers (never eager FP32)."""
         return contextlib.nullcontext()
+
+    def compile_regions(self, compile_fn: Callable[[Callable[..., Any]], Any]) -> bool:
+        """Compile this module's repeated blocks in place with `compile_fn` (torch.compile with
+        the runner's settings) and return True, or return False to have the whole step compiled.
+        A deep model whose layers share one compiled block compiles once per kind of layer
+        instead of once per layer call, minutes faster; the CUDA graph still captures it all."""
+        return False
 
 
 class MatmulParameters(nn.Module):
@@ -74,10 +84,22 @@ class _Defaults:
     def precision_scope(self) -> contextlib.AbstractContextManager[object]:
         return contextlib.nullcontext()
 
+    def compile_regions(self, compile_fn: Callable[[Callable[..., Any]], Any]) -> bool:
+        return False
+
 
 def hooks_of(module: nn.Module) -> ServedModule | _Defaults:
     """The module's own hooks, or the defaults for a plain nn.Module (tests, small tools)."""
     return module if isinstance(module, ServedModule) else _Defaults(module)
+
+
+def compiles_regions(module: nn.Module) -> bool:
+    """Whether the module's class brings its own `compile_regions` (so the runner copies it and
+    lets it compile its blocks, instead of compiling the whole step)."""
+    return (
+        isinstance(module, ServedModule)
+        and type(module).compile_regions is not ServedModule.compile_regions
+    )
 
 
 def matmul_parameter_names(module: nn.Module) -> tuple[str, ...]:

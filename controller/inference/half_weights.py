@@ -45,6 +45,14 @@ def half_weight_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
             param = sub._parameters.get(name)
             if param is not None and param.is_floating_point() and id(param) not in memo:
                 memo[id(param)] = nn.Parameter(param.detach().to(dtype), requires_grad=False)
+    return copy_sharing_tensors(module, memo)
+
+
+def copy_sharing_tensors(module: nn.Module, memo: dict[int, object] | None = None) -> nn.Module:
+    """A copy of the module tree that shares every parameter and buffer with `module` (except
+    those `memo` already maps to a replacement): attributes set on the copy's submodules leave
+    the original's alone, and no weight is duplicated."""
+    memo = {} if memo is None else memo
     for tensor in (*module.parameters(), *module.buffers()):
         memo.setdefault(id(tensor), tensor)  # deepcopy takes what the memo has as the copy
     return copy.deepcopy(module, memo)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
 from policies.pi0.config import PaliGemmaFlowConfig
@@ -23,10 +24,13 @@ from policies.pi0.gemma import GemmaStack, HostTable, additive_mask
 from policies.pi0.joint_attention import block_causal_mask, joint_layer
 from policies.pi0.siglip import MultiModalProjector, SiglipVisionTower
 
+KEY_ALIGNMENT = 8
+
 
 class PrefixCache(NamedTuple):
     """The prefix's keys and values, (depth, B, kv heads, P, head_dim) each, after rotary, and
-    its padding mask (B, P) (False: a padded prompt token or an empty camera)."""
+    its padding mask (B, P) (False: a padded prompt token, an empty camera, or one of the spare
+    slots that make P + the suffix's length a multiple of KEY_ALIGNMENT)."""
 
     keys: Tensor
     values: Tensor
@@ -73,6 +77,10 @@ class PaliGemmaWithExpert(nn.Module):
         super().__init__()
         self.paligemma = PaliGemma(config)
         self.gemma_expert = GemmaExpert(config)
+        self.suffix_length = config.suffix_length
+        # What runs one layer; Pi0Step.compile_regions puts a compiled one here (one compile for
+        # every layer of both towers, instead of one per layer call).
+        self.layer_call = joint_layer
 
     def embed_images(self, images: Tensor) -> Tensor:
         """(N, 3, H, W) in [-1, 1] -> (N, patches, language width) in the images' dtype."""
@@ -92,14 +100,23 @@ class PaliGemmaWithExpert(nn.Module):
         keys, values = [], []
         depth = len(language.layers)
         for index, layer in enumerate(language.decoder_layers()):
-            outputs, k, v = joint_layer(
+            outputs, k, v = self.layer_call(
                 [layer], [hidden], [None], cos, sin, mask, outputs=index < depth - 1
             )
             keys.append(k)
             values.append(v)
             if outputs:
                 hidden = outputs[0]
-        return PrefixCache(torch.stack(keys), torch.stack(values), pad)
+        # Masked key slots after the prefix, so that an expert step's keys (cache + suffix) are a
+        # multiple of 8 long: cuBLAS then takes its tensor-core kernels for the attention
+        # matmuls, where 867 keys got 9 us unaligned (align1) ones, 360 calls a step.
+        spare = -(pad.shape[1] + self.suffix_length) % KEY_ALIGNMENT
+        stacked_keys, stacked_values = torch.stack(keys), torch.stack(values)
+        if spare:
+            stacked_keys = F.pad(stacked_keys, (0, 0, 0, spare))
+            stacked_values = F.pad(stacked_values, (0, 0, 0, spare))
+            pad = F.pad(pad, (0, spare), value=False)
+        return PrefixCache(stacked_keys, stacked_values, pad)
 
     def run_suffix(
         self, cache: PrefixCache, suffix: Tensor, blocks: Tensor, cond: Tensor | None
@@ -121,7 +138,7 @@ class PaliGemmaWithExpert(nn.Module):
         mask = additive_mask(allowed, hidden.dtype, expert.query_groups)
         for index, layer in enumerate(expert.decoder_layers()):
             past = (cache.keys[index], cache.values[index])
-            outputs, _, _ = joint_layer([layer], [hidden], [cond], cos, sin, mask, past=past)
+            outputs, _, _ = self.layer_call([layer], [hidden], [cond], cos, sin, mask, past=past)
             hidden = outputs[0]
         return expert.norm(hidden, cond)[0]
 
@@ -151,7 +168,7 @@ class PaliGemmaWithExpert(nn.Module):
         for lang_layer, expert_layer in zip(
             language.decoder_layers(), expert.decoder_layers(), strict=True
         ):
-            hiddens, _, _ = joint_layer(
+            hiddens, _, _ = self.layer_call(
                 [lang_layer, expert_layer], hiddens, [None, cond], cos, sin, mask
             )
         return expert.norm(hiddens[1], cond)[0]

@@ -87,11 +87,17 @@ class SiglipEncoder(nn.Module):
     def __init__(self, widths: SiglipWidths, eps: float) -> None:
         super().__init__()
         self.layers = nn.ModuleList(SiglipEncoderLayer(widths, eps) for _ in range(widths.depth))
+        self.layer_call = run_encoder_layer  # Pi0Step.compile_regions compiles it once for all
 
     def forward(self, x: Tensor) -> Tensor:
         for layer in self.layers:
-            x = layer(x)
+            x = self.layer_call(layer, x)
         return x
+
+
+def run_encoder_layer(layer: nn.Module, x: Tensor) -> Tensor:
+    """One encoder layer, as a function of the layer, so one compiled copy serves them all."""
+    return layer(x)  # type: ignore[no-any-return]
 
 
 class SiglipVisionTransformer(nn.Module):

@@ -18,6 +18,7 @@ unnormalized. The codec (policies.pi0.codec) makes the noise and the prompt's em
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -27,7 +28,9 @@ from torch import Tensor, nn
 
 from policies.model_hooks import ServedModule
 from policies.pi0.config import Pi0Config
+from policies.pi0.joint_attention import joint_layer
 from policies.pi0.pi05_config import Pi05Config
+from policies.pi0.siglip import run_encoder_layer
 
 NormMode = Literal["IDENTITY", "MEAN_STD", "MIN_MAX", "QUANTILES"]
 
@@ -111,6 +114,16 @@ class Pi0Step(ServedModule):
         grouped = [i for size in order for i, s in enumerate(config.camera_sizes) if s == size]
         self.camera_order = tuple(grouped.index(i) for i in range(len(config.camera_sizes)))
 
+    def compile_regions(self, compile_fn: Callable[[Callable[..., Any]], Any]) -> bool:
+        """One compiled joint layer (prefix, expert and joint passes) and one compiled vision
+        layer: about 25 s of compiling on an H100 where the whole step took 277 s, for the same
+        captured step time (25.9 against 25.1 ms)."""
+        tower = self.network.paligemma_with_expert
+        tower.layer_call = compile_fn(joint_layer)
+        encoder = tower.paligemma.model.vision_tower.vision_model.encoder
+        encoder.layer_call = compile_fn(run_encoder_layer)
+        return True
+
     def state_bounds(self, limit: float) -> tuple[Tensor, Tensor]:
         """Raw state values whose normalized value stays within +-limit (tensor_policy)."""
         norm = self.state_norm
@@ -126,7 +139,9 @@ class Pi0Step(ServedModule):
             pixels = resize_with_pad(pixels, size, size) * 2.0 - 1.0
             prepared.append(pixels.reshape(batch, count, 3, size, size))
         joined = torch.cat(prepared, dim=1)
-        images = joined[:, list(self.camera_order)]
+        # Slices, not an index list: a list index is a host-to-device copy on every eager step,
+        # which CUDA-graph capture of the eager step refuses.
+        images = torch.cat([joined[:, i : i + 1] for i in self.camera_order], dim=1)
         batch, cameras = images.shape[:2]
         masks = torch.ones(batch, cameras, dtype=torch.bool, device=images.device)
         empty = self.config.network.empty_cameras

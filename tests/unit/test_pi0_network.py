@@ -207,8 +207,13 @@ def test_prefix_cache_equals_full_recompute() -> None:
             cached = network.velocity(cache, state, x_t, time)
             full = network.velocity_without_cache(prefix, pad, state, x_t, time)
             torch.testing.assert_close(cached, full, rtol=1e-5, atol=1e-5)
-    assert cache.keys.shape == (2, BATCH, 1, CAMERAS * 4 + 5, 16)
+    # The cache ends in masked spare slots so that cache + suffix keys are a multiple of 8.
+    length, suffix = CAMERAS * 4 + 5, network.config.suffix_length
+    spare = -(length + suffix) % 8
+    assert cache.keys.shape == (2, BATCH, 1, length + spare, 16)
+    assert (length + spare + suffix) % 8 == 0
     assert cache.values.shape == cache.keys.shape
+    assert not cache.pad[:, length:].any()
 
 
 def test_one_euler_step_is_noise_minus_velocity_at_t1() -> None:
