@@ -16,6 +16,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
 from policies.pi0.config import GemmaWidths
+from policies.pi0.fused_projections import fuse_linears, split_sizes
 
 # LeRobot's (openpi's) additive mask value; finite so fully masked rows (padding queries) give
 # a uniform softmax instead of NaN.
@@ -145,13 +146,23 @@ class GemmaAttention(nn.Module):
         self.k_proj = nn.Linear(widths.width, kv_inner, bias=False)
         self.v_proj = nn.Linear(widths.width, kv_inner, bias=False)
         self.o_proj = nn.Linear(inner, widths.width, bias=False)
+        self.fused_qkv: nn.Linear | None = None  # set by fuse_projections, for compiled tiers
+
+    def fuse_projections(self) -> None:
+        """q, k and v as one matrix product from now on (policies.pi0.fused_projections)."""
+        self.fused_qkv = fuse_linears([self.q_proj, self.k_proj, self.v_proj])
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, S, W) -> q (B, H, S, D), k and v (B, G, S, D), before rotary."""
         batch, length = x.shape[:2]
-        q = self.q_proj(x).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if self.fused_qkv is None:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:
+            sizes = split_sizes([self.q_proj, self.k_proj, self.v_proj])
+            q, k, v = self.fused_qkv(x).split(sizes, dim=-1)
+        q = q.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+        k = k.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
         return q, k, v
 
 
@@ -163,10 +174,18 @@ class GemmaMLP(nn.Module):
         self.gate_proj = nn.Linear(widths.width, widths.mlp_dim, bias=False)
         self.up_proj = nn.Linear(widths.width, widths.mlp_dim, bias=False)
         self.down_proj = nn.Linear(widths.mlp_dim, widths.width, bias=False)
+        self.fused_gate_up: nn.Linear | None = None  # set by fuse_projections
+
+    def fuse_projections(self) -> None:
+        """gate and up as one matrix product from now on."""
+        self.fused_gate_up = fuse_linears([self.gate_proj, self.up_proj])
 
     def forward(self, x: Tensor) -> Tensor:
-        gated = F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x)
-        return self.down_proj(gated)
+        if self.fused_gate_up is None:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        else:
+            gate, up = self.fused_gate_up(x).chunk(2, dim=-1)
+        return self.down_proj(F.gelu(gate, approximate="tanh") * up)
 
 
 class GemmaDecoderLayer(nn.Module):

@@ -12,6 +12,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
 from policies.pi0.config import SiglipWidths
+from policies.pi0.fused_projections import fuse_linears
 
 
 class SiglipEmbeddings(nn.Module):
@@ -42,6 +43,11 @@ class SiglipAttention(nn.Module):
         self.v_proj = nn.Linear(widths.width, widths.width)
         self.q_proj = nn.Linear(widths.width, widths.width)
         self.out_proj = nn.Linear(widths.width, widths.width)
+        self.fused_qkv: nn.Linear | None = None  # set by fuse_projections, for compiled tiers
+
+    def fuse_projections(self) -> None:
+        """q, k and v as one matrix product from now on (policies.pi0.fused_projections)."""
+        self.fused_qkv = fuse_linears([self.q_proj, self.k_proj, self.v_proj])
 
     def forward(self, x: Tensor) -> Tensor:
         batch, length, width = x.shape
@@ -49,7 +55,11 @@ class SiglipAttention(nn.Module):
         def heads(t: Tensor) -> Tensor:
             return t.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
 
-        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
+        if self.fused_qkv is None:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:
+            q, k, v = self.fused_qkv(x).chunk(3, dim=-1)
+        q, k, v = heads(q), heads(k), heads(v)
         out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
         return self.out_proj(out.transpose(1, 2).reshape(batch, length, width))
 

@@ -28,9 +28,10 @@ from torch import Tensor, nn
 
 from policies.model_hooks import ServedModule
 from policies.pi0.config import Pi0Config
+from policies.pi0.gemma import GemmaAttention, GemmaMLP
 from policies.pi0.joint_attention import joint_layer
 from policies.pi0.pi05_config import Pi05Config
-from policies.pi0.siglip import run_encoder_layer
+from policies.pi0.siglip import SiglipAttention, run_encoder_layer
 
 NormMode = Literal["IDENTITY", "MEAN_STD", "MIN_MAX", "QUANTILES"]
 
@@ -116,8 +117,11 @@ class Pi0Step(ServedModule):
 
     def compile_regions(self, compile_fn: Callable[[Callable[..., Any]], Any]) -> bool:
         """One compiled joint layer (prefix, expert and joint passes) and one compiled vision
-        layer: about 25 s of compiling on an H100 where the whole step took 277 s, for the same
-        captured step time (25.9 against 25.1 ms)."""
+        layer, over side-by-side projections fused (q/k/v, gate/up): on an H100 the graph tier
+        built in 17.7 s where compiling the whole step took 277 s, and stepped faster."""
+        for module in self.modules():
+            if isinstance(module, GemmaAttention | GemmaMLP | SiglipAttention):
+                module.fuse_projections()
         tower = self.network.paligemma_with_expert
         tower.layer_call = compile_fn(joint_layer)
         encoder = tower.paligemma.model.vision_tower.vision_model.encoder

@@ -15,6 +15,8 @@ from controller.inference.tiers import CompiledStep
 from controller.runner_config import RunnerConfig
 from policies.model_hooks import ServedModule, compiles_regions
 from policies.pi0.config import tiny_pi0_config
+from policies.pi0.fused_projections import fuse_linears, split_sizes
+from policies.pi0.gemma import GemmaAttention
 from policies.pi0.joint_attention import joint_layer
 from policies.pi0.siglip import run_encoder_layer
 from policies.pi0.step import Pi0Step, Pi0StepConfig
@@ -106,3 +108,51 @@ def test_pi0_routes_every_layer_through_the_compiled_functions() -> None:
     assert calls[joint_layer.__name__] == (
         language_depth + expert_depth * network.num_inference_steps
     )
+
+
+def test_fused_linears_compute_the_same_and_hold_no_second_copy() -> None:
+    torch.manual_seed(1)
+    layers = [nn.Linear(6, 4), nn.Linear(6, 2), nn.Linear(6, 3)]
+    x = torch.randn(5, 6)
+    with torch.no_grad():
+        expected = [layer(x) for layer in layers]
+        fused = fuse_linears(layers)
+        assert fused is not None
+        out = fused(x).split(split_sizes(layers), dim=-1)
+    for got, want in zip(out, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    storage = fused.weight.untyped_storage().data_ptr()
+    assert all(layer.weight.untyped_storage().data_ptr() == storage for layer in layers)
+    assert fuse_linears([nn.Linear(6, 4), nn.Linear(5, 4)]) is None  # different inputs
+    assert fuse_linears([nn.Linear(6, 4), nn.Linear(6, 4, bias=False)]) is None
+
+    class NotPlain(nn.Linear):  # a quantized layer, say
+        pass
+
+    assert fuse_linears([nn.Linear(6, 4), NotPlain(6, 4)]) is None
+
+
+def test_the_served_pi0_copy_is_fused_and_the_eager_one_is_not() -> None:
+    config = Pi0StepConfig(
+        network=tiny_pi0_config(), state_size=3, action_size=3, camera_sizes=((20, 24),)
+    )
+    step = Pi0Step(config).eval()
+    network = config.network
+    inputs = (
+        torch.randint(0, 256, (1, 1, 20, 24, 3), dtype=torch.uint8),
+        torch.randn(1, 1, 3),
+        torch.randn(1, network.chunk_size, network.max_action_dim),
+        torch.randn(1, network.tokenizer_max_length, network.language.width),
+        torch.ones(1, network.tokenizer_max_length),
+    )
+    compiled = CompiledStep(step, None, _Staging(*inputs), RunnerConfig(compile_backend="eager"))  # type: ignore[arg-type]
+    with torch.no_grad():
+        expected = step(*inputs)
+        compiled.warm(1)
+        (out,) = compiled()
+    torch.testing.assert_close(out, expected)
+    served = compiled.compiled.module  # type: ignore[union-attr]
+    attentions = [m for m in step.modules() if isinstance(m, GemmaAttention)]
+    assert attentions and all(m.fused_qkv is None for m in attentions)
+    served_attention = next(m for m in served.modules() if isinstance(m, GemmaAttention))
+    assert served_attention.fused_qkv is not None
