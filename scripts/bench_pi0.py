@@ -94,10 +94,15 @@ def bench_family(family: str, args: argparse.Namespace, work: Path) -> dict[str,
         policy.model.sample_actions = torch.compile(
             policy.model.sample_actions, mode=args.lerobot_compile_mode
         )
+        began = time.perf_counter()
         row["lerobot_compiled"] = time_lerobot(policy, args.iters, args.warmup)
         row["lerobot_compiled"]["mode"] = args.lerobot_compile_mode
+        print(f"{family}: LeRobot compiled and timed in {time.perf_counter() - began:.0f} s",
+              flush=True)  # fmt: skip
     del policy
     torch.cuda.empty_cache()
+    if args.lerobot_only:
+        return row
     out = work / f"{family}_tempo_bench.json"
     command = [sys.executable, "-m", "controller.tools.bench_policy", str(directory),
                "--device", "cuda", "--iters", str(args.iters), "--warmup", str(args.warmup),
@@ -116,6 +121,8 @@ def print_rows(row: dict[str, Any]) -> None:
         if name in row:
             r = row[name]
             print(f"{name:34s} {r['p50_ms']:9.2f} {r['p99_ms']:9.2f} {eager / r['p50_ms']:16.1f}")
+    if "tempo" not in row:
+        return
     for tier, r in row["tempo"]["tiers"].items():
         step = r["step"]
         label = f"tempo {tier} ({r['precision']})"
@@ -135,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--lerobot-compile", action="store_true")
     parser.add_argument("--lerobot-compile-mode", default="max-autotune")
+    parser.add_argument("--lerobot-only", action="store_true", help="time LeRobot alone")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--work", type=Path, help="where the saved directories go (else a temp)")
     args = parser.parse_args(argv)
