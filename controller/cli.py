@@ -37,6 +37,7 @@ SERVE_EXTRA_MODULES = {
     "yaml": "PyYAML",
     "safetensors": "safetensors",
     "sentencepiece": "sentencepiece",
+    "mcap": "mcap",
 }
 DISTRIBUTION = "tempo-controller"  # pyproject's [project] name
 # server.bind's default (ServerConfig), for `tempo sim-robot --joints` without a config.
