@@ -147,10 +147,11 @@ def replay(recording: Recording, policy: Policy) -> ReplayResult:
                     f"policy reads {list(camera.shape)}: replay it through a policy of the "
                     "same cameras"
                 )
-        actions = np.asarray(policy.predict(request.images, request.context).actions)
-        if request.served is None:
-            result.skipped["no chunk recorded"] = result.skipped.get("no chunk recorded", 0) + 1
+        if request.served is None:  # a newer request replaced it, or it was still running
+            why = "no chunk served for it"
+            result.skipped[why] = result.skipped.get(why, 0) + 1
             continue
+        actions = np.asarray(policy.predict(request.images, request.context).actions)
         if request.served.shape != actions.shape:
             raise RecordingError(
                 f"{recording.path}: the served chunks are {list(request.served.shape)}, the "
