@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from controller.errors import ConfigError, TempoError
 from controller.tools.checkpoint_cli import add_checkpoint_parsers
+from controller.tools.replay_cli import add_replay_parser
 from policies.registry import families
 
 if TYPE_CHECKING:
@@ -263,13 +264,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
-    from controller.tools.flight_replay import run_replay
-
-    setup_logging(args.log_level or "WARNING")
-    return run_replay(args, _load(args))
-
-
 def cmd_keys_generate(args: argparse.Namespace) -> int:
     from controller.wire.keys import cmd_keys_generate as generate
 
@@ -288,22 +282,6 @@ def _add_profile_parser(sub: argparse._SubParsersAction) -> None:
         sub.add_parser("profile", help="where a policy step's time goes (serve extra)")
         return
     add_profile_parser(sub, add_config_args, setup_logging)
-
-
-def _add_replay_arguments(parser: argparse.ArgumentParser) -> None:
-    """`tempo replay`'s own options (here: the tool imports the serve extra)."""
-    parser.add_argument("file", type=Path, help="a flight recording (.mcap) of `record:`")
-    parser.add_argument(
-        "--tier",
-        choices=["eager_fp32", "eager_half", "compiled", "graph"],
-        default="eager_fp32",
-        help="the highest tier to replay on (default eager_fp32: the reference)",
-    )
-    parser.add_argument("--plot", type=Path, metavar="PNG", help="write a plot of the differences")
-    parser.add_argument("--top", type=int, default=5, help="how many worst steps to list")
-    parser.add_argument(
-        "--summary", action="store_true", help="only the summary, not a line per step"
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -391,14 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_checkpoint_parsers(sub, setup_logging)
 
-    replay = sub.add_parser(
-        "replay",
-        help="run a flight recording's inference requests through a policy and compare the "
-        "chunks with those served",
-    )
-    add_config_args(replay, policy_path=True)
-    _add_replay_arguments(replay)
-    replay.set_defaults(func=cmd_replay)
+    add_replay_parser(sub, add_config_args, setup_logging, _load)
 
     sub.add_parser(
         "bench",

@@ -238,7 +238,7 @@ def clamped(
     """The joints whose command the guards moved away from the proposed action."""
     if proposed is None or command is None or len(joints) != len(command):
         return []
-    return [joints[i] for i in np.flatnonzero(proposed != command)]
+    return [joints[int(i)] for i in np.flatnonzero(proposed != command)]
 
 
 def record_json(record: Record, joints: Sequence[str], tier: str | None) -> dict[str, Any]:
