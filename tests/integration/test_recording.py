@@ -62,6 +62,7 @@ def test_continuous_recording_has_the_documented_topics_and_reads_back(tmp_path)
     config = ipc_config(tmp_path, "control.rate_hz=100", "record.mode=continuous",
                         f"record.dir={rec}")  # fmt: skip
     with running_daemon(config) as daemon, client(config) as c:
+        assert c.frames_shared  # frames in place: recorded from the driver's ring
         send(c, 60, episode_start=True)
         c.mark("operator saw a wobble")
         wait_for(lambda: daemon.status()["recording"]["written"] > 200)
@@ -85,6 +86,12 @@ def test_continuous_recording_has_the_documented_topics_and_reads_back(tmp_path)
     for message in recording.messages:
         by_name[message.name].append(message.data)
     assert len(by_name["observation"]) == 60 == len(by_name["camera/front"])
+    # Each frame as it was sent (observation i: every pixel i), though the driver reused
+    # its ring's slots many times since.
+    from controller.record.schemas import frame_of
+
+    for i, image in enumerate(by_name["camera/front"]):
+        assert (frame_of(image) == i).all()
     assert (
         by_name["camera/front"][5]["width"] == 128
         and by_name["camera/front"][5]["encoding"] == "rgb8"
