@@ -205,6 +205,8 @@ class Daemon:
             open_transport(self.config, self.transport)
         try:
             self.transport.narrow(self.limits)  # the policy's frame size, now that it is known
+            if self.recorder is not None:
+                self.recorder.start()  # ConfigError when record.dir cannot be made
         except Exception:
             self.transport.close()
             if self.curve is not None:
@@ -213,8 +215,6 @@ class Daemon:
         self.endpoint = self.transport.endpoint
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.feed.start()
-        if self.recorder is not None:
-            self.recorder.start()
         gc.collect()
         gc.freeze()  # everything built so far is long-lived: keep it out of every collection
         self._gc_pauses.install()  # how long collections stop the process from here on

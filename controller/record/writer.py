@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.config_sections import RecordConfig
+from controller.errors import ConfigError
 from controller.record.mcap_file import CHUNK_BYTES, McapFile, metadata_of
 from controller.record.queue import Record, RecordQueue, RobotRecording
 from controller.record.schemas import TOPICS, camera_topic, encode, raw_image, record_json, topic
@@ -87,7 +88,14 @@ class Recorder:
     # -- the thread ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.config.dir.mkdir(parents=True, exist_ok=True)
+        """Make `dir` (ConfigError when it cannot be) and start the writer thread."""
+        try:
+            self.config.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"record.dir {self.config.dir} cannot be created ({exc.strerror}); set "
+                "record.dir to a directory the daemon may write"
+            ) from None
         self._thread = threading.Thread(target=self._run, name="tempo-recorder", daemon=True)
         self._thread.start()
 
