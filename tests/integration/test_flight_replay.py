@@ -38,7 +38,7 @@ def _record(
     rng = np.random.default_rng(1)
     with running_daemon(config, policy) as daemon:
         with TempoClient(config.server.bind, "arm", JOINTS, cameras, 6) as client:
-            sent = []
+            sent: list[Any] = []
 
             def served_enough() -> bool:
                 shape = lambda hw: (*hw, 3)  # noqa: E731

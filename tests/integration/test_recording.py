@@ -123,7 +123,7 @@ def _served(tmp_path: Path, name: str, *overrides: str) -> list[np.ndarray]:
         def chunk_played() -> bool:
             command = c.receive(timeout_s=0.01)
             if command.kind == "action" and (not actions or command.step != actions[-1][0]):
-                actions.append((command.step, command.action.copy()))
+                actions.append((command.step, np.array(command.action)))
             return bool(actions) and command.kind == "hold" and command.reason == "no_action"
 
         wait_for(chunk_played, timeout=30)

@@ -61,4 +61,4 @@ def test_a_directory_that_cannot_be_made_is_one_sentence(tmp_path) -> None:
 
 def test_jpeg_frames_are_refused_by_the_config() -> None:
     with pytest.raises(ValueError, match="frames"):
-        RecordConfig(frames="jpeg")
+        RecordConfig.model_validate({"frames": "jpeg"})
