@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from controller.errors import ConfigError, TempoError
 from controller.tools.checkpoint_cli import add_checkpoint_parsers
+from controller.tools.replay_cli import add_replay_parser
 from policies.registry import families
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ SERVE_EXTRA_MODULES = {
     "yaml": "PyYAML",
     "safetensors": "safetensors",
     "sentencepiece": "sentencepiece",
+    "mcap": "mcap",
 }
 DISTRIBUTION = "tempo-controller"  # pyproject's [project] name
 # server.bind's default (ServerConfig), for `tempo sim-robot --joints` without a config.
@@ -366,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     add_checkpoint_parsers(sub, setup_logging)
+
+    add_replay_parser(sub, add_config_args, setup_logging, _load)
 
     sub.add_parser(
         "bench",

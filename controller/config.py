@@ -26,6 +26,7 @@ from controller.config_sections import (
     InferenceConfig,
     LoggingConfig,
     PolicyConfig,
+    RecordConfig,
     RobotConfig,
     Section,
     SecurityConfig,
@@ -54,6 +55,7 @@ class TempoConfig(Section):
     metrics: MetricsConfig = MetricsConfig()
     supervision: SupervisionConfig = SupervisionConfig()
     logging: LoggingConfig = LoggingConfig()
+    record: RecordConfig = RecordConfig()
 
     @model_validator(mode="after")
     def _rtc_plays_the_newest_chunk(self) -> TempoConfig:

@@ -24,6 +24,7 @@ from controller.daemon.registry import PipelineFactory, SessionRegistry
 from controller.daemon.tick_sender import PreparedSender, TickSender
 from controller.link.inference_feed import InferenceFeed
 from controller.observe.telemetry import Telemetry
+from controller.record.writer import Recorder
 from controller.wire.protocol import DEFAULT_LIMITS, Limits
 from policies.base import PolicySpec
 
@@ -55,12 +56,16 @@ def build_control(
     send_prepared: PreparedSender | None = None,
     frames_in_place: bool = False,
     serving: Callable[[], bool] = lambda: True,
+    recorder: Recorder | None = None,
 ) -> Control:
     """`send`: any message through the transport; `send_prepared`: the tick's allocation-free
     send of packed headers (without it the tick's messages go through `send`, allocating);
     `frames_in_place`: a driver may ask for a shared-memory frame ring in hello (the endpoint
-    is ipc://); `serving`: whether the policy can answer now (see ControlLoop)."""
-    registry = SessionRegistry(spec, new_pipeline, server, frames_in_place=frames_in_place)
+    is ipc://); `serving`: whether the policy can answer now (see ControlLoop); `recorder`:
+    the flight recorder (None: off)."""
+    registry = SessionRegistry(
+        spec, new_pipeline, server, frames_in_place=frames_in_place, recorder=recorder
+    )
     requests = InferenceRequests(feed, inference.query_period)
     refusals = Refusals(send, registry.sessions)
     sender = TickSender(send, send_prepared)

@@ -2,6 +2,7 @@
 
     hello -> registry.open, `welcome`     obs -> session.take_observation, requests.submit_if_due
     teleop -> session.own_joints          bye -> registry.close
+    mark -> the session's flight recording (at most one a second per robot)
 
 A bad message is answered with an `error` (a code and one sentence) and counted; it never raises
 out of here, so one misbehaving driver cannot disturb the others.
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 # A teleop change is logged at most this often per robot (a driver may flip its mask every
 # message); the changes in between are counted into the next line.
 TELEOP_LOG_INTERVAL_NS = 1_000_000_000
+# A robot may mark at most one moment a second (each may write a ring's seconds to disk).
+MARK_INTERVAL_NS = 1_000_000_000
 
 
 class Dispatcher:
@@ -75,6 +78,7 @@ class Dispatcher:
         # Lines a driver can cause once per message, rate-limited (log_safety.LineLimiter).
         self._muted_lines = LineLimiter()
         self._teleop_lines = LineLimiter(TELEOP_LOG_INTERVAL_NS)
+        self._last_mark_ns: dict[str, int] = {}  # by session id
 
     # -- entry point -----------------------------------------------------------------------
 
@@ -122,6 +126,8 @@ class Dispatcher:
         in_place = bool(message.header.get("frames_in_place"))
         session = self.registry.open(identity, robot, now_ns, driver_limits, frame_ring=in_place)
         session.use_prompt(prompt)
+        if session.recording is not None:
+            session.recording.hello(prompt.task if prompt is not None else None)
         fields: dict[str, Any] = {
             "session": session.id,
             "control_hz": float(self.control_hz),
@@ -151,6 +157,7 @@ class Dispatcher:
         check_clock(session, time_ns)
         prompt = self.prompts.for_episode(message.header.get("task"))
         step = self.current_step()
+        episode_start = bool(message.header.get("episode_start"))
         session.take_observation(
             message.seq,
             time_ns,
@@ -159,10 +166,18 @@ class Dispatcher:
             images,
             state,
             teleop,
-            episode_start=bool(message.header.get("episode_start")),
+            episode_start=episode_start,
             resume=bool(message.header.get("resume")),
             prompt=prompt,
         )
+        recording = session.recording
+        if recording is not None:
+            if episode_start:
+                task = session.prompt.task if session.prompt is not None else None
+                recording.episode(session.episode, step, task)
+            recording.observation(
+                message.seq, step, now_ns, time_ns, images, state, teleop, session.episode
+            )
         self.requests.submit_if_due(session, step)
 
     def _teleop(self, identity: bytes, message: Message, now_ns: int) -> None:
@@ -183,6 +198,30 @@ class Dispatcher:
                 f" ({more} more teleop changes since the last line)" if more else "",
             )
 
+    def _mark(self, identity: bytes, message: Message, now_ns: int) -> None:
+        session = self.registry.find(message.session, identity)
+        if session.recording is None:
+            raise ProtocolError(
+                ErrorCode.NOT_ALLOWED,
+                "this daemon records nothing (record.mode is off), so the mark was not kept",
+            )
+        last = self._last_mark_ns.get(session.id)
+        if last is not None and now_ns - last < MARK_INTERVAL_NS:
+            session.count("marks_refused")
+            raise ProtocolError(
+                ErrorCode.NOT_ALLOWED,
+                "a robot may mark at most one moment a second; this mark was not kept",
+            )
+        if len(self._last_mark_ns) > 4 * self.registry.max_robots:  # forget ended sessions
+            self._last_mark_ns = {
+                k: v for k, v in self._last_mark_ns.items() if k in self.registry.sessions
+            }
+        self._last_mark_ns[session.id] = now_ns
+        reason = message.header["reason"]
+        session.count("marks")
+        session.recording.mark(reason, now_ns)
+        log.info("robot %s marked a moment: %s", shown(session.robot), shown(reason, TEXT_CHARS))
+
     def _bye(self, identity: bytes, message: Message, now_ns: int) -> None:
         session = self.registry.find(message.session, identity)
         self.registry.close(session.id, "the driver said bye")
@@ -191,5 +230,6 @@ class Dispatcher:
         "hello": _hello,
         "obs": _obs,
         "teleop": _teleop,
+        "mark": _mark,
         "bye": _bye,
     }

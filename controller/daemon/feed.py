@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from controller.link.inference_feed import InferenceFeed, InferenceQueues, InferenceRequest
+from controller.record.queue import RobotRecording
 
 
 @dataclass
@@ -59,6 +60,8 @@ class Requester(Protocol):
     @property
     def queues(self) -> InferenceQueues: ...
 
+    recording: RobotRecording | None  # the flight recorder's handle (None: off)
+
     def request_if_due(self, step: int, query_period: int) -> InferenceRequest | None: ...
 
 
@@ -74,3 +77,5 @@ class InferenceRequests:
         request = session.request_if_due(step, self.query_period)
         if request is not None:
             self.feed.submit(session.queues, request)
+            if session.recording is not None:
+                session.recording.request(request)

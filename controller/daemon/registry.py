@@ -20,6 +20,7 @@ from controller.daemon.session import Session
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
 from controller.link.frame_slots import FrameSlots
+from controller.record.writer import Recorder
 from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
@@ -40,15 +41,18 @@ class SessionRegistry:
         server: ServerConfig,
         *,
         frames_in_place: bool = False,
+        recorder: Recorder | None = None,
     ) -> None:
         """`frames_in_place`: a driver may ask for a shared-memory frame ring in hello (the
-        daemon's endpoint is ipc://, so drivers are on this host)."""
+        daemon's endpoint is ipc://, so drivers are on this host); `recorder`: the flight
+        recorder each session records into (None: off)."""
         self.spec = spec
         self.new_pipeline = new_pipeline
         self.max_robots = server.max_robots
         self.timeout_ns = int(server.session_timeout_s * 1e9)
         self.idle_when_full_ns = server.idle_when_full_s * 1e9
         self.frames_in_place = frames_in_place
+        self.recorder = recorder
         self.sessions: dict[str, Session] = {}
         self.live: tuple[Session, ...] = ()
         self._by_identity: dict[bytes, str] = {}
@@ -100,6 +104,7 @@ class SessionRegistry:
             pipeline,
             tick_headers=TickHeaders(session_id, self.spec.action_dim),
             frame_ring=ring,
+            recording=self.recorder.robot(robot, session_id) if self.recorder else None,
         )
         self.sessions[session_id] = session
         self.live = tuple(self.sessions.values())

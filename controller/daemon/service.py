@@ -34,6 +34,7 @@ from controller.observe.gc_pauses import GcPauses
 from controller.observe.late_ticks import LateTicks
 from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry
+from controller.record.writer import Recorder
 from controller.wire.protocol import DEFAULT_LIMITS, Limits
 from policies.base import PolicySpec
 
@@ -148,6 +149,15 @@ class Daemon:
         self.feed = policy.feed(self.telemetry)
         self._side = self.feed.side_channel
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
+        # The flight recorder (record.mode): its writer thread reads the tier as chunks come.
+        self.recorder: Recorder | None = None
+        if config.record.mode != "off":
+            self.recorder = Recorder(
+                config.record,
+                policy.spec.joint_names,
+                config.control.rate_hz,
+                tier=lambda: policy.status().get("tier"),
+            )
         control = build_control(
             policy.spec,
             self.feed,
@@ -166,6 +176,7 @@ class Daemon:
             frames_in_place=config.server.bind.startswith("ipc://"),
             # A policy in a supervised process says when it is restarting (RemotePolicy).
             serving=lambda: policy.serving,
+            recorder=self.recorder,
         )
         self.registry, self.sender = control.registry, control.sender
         self.dispatcher, self.loop = control.dispatcher, control.loop
@@ -194,6 +205,8 @@ class Daemon:
             open_transport(self.config, self.transport)
         try:
             self.transport.narrow(self.limits)  # the policy's frame size, now that it is known
+            if self.recorder is not None:
+                self.recorder.start()  # ConfigError when record.dir cannot be made
         except Exception:
             self.transport.close()
             if self.curve is not None:
@@ -276,6 +289,8 @@ class Daemon:
         self._stop.set()
         self._stopped.wait(timeout)
         self.feed.stop(timeout=0.2)
+        if self.recorder is not None:
+            self.recorder.stop()  # after the loop: what it queued last is written
         self._gc_pauses.remove()
         if self.curve is not None:
             self.curve.stop()
@@ -341,6 +356,8 @@ class Daemon:
                 (s.pipeline.guards.counters for s in sessions),
             ),
             "robots": robots,
+            # The flight recorder: records written and dropped (by kind), files, incidents.
+            "recording": self.recorder.status() if self.recorder is not None else None,
             "policy": self.policy.status(),
             "telemetry": telemetry,
         }

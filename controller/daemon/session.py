@@ -35,6 +35,7 @@ from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
 from controller.link.frame_slots import FrameSlots
 from controller.link.inference_feed import Chunk, InferenceQueues, InferenceRequest, Refusal
+from controller.record.queue import RobotRecording
 from policies.base import PolicySpec, RobotContext
 
 NEVER = -(10**18)  # the step of the last request before any was made
@@ -56,9 +57,11 @@ class Session:
         pipeline: ActionPipeline,
         tick_headers: TickHeaders | None = None,
         frame_ring: FrameSlots | None = None,
+        recording: RobotRecording | None = None,
     ) -> None:
         """`tick_headers`: the tick's packed action and hold headers; `frame_ring`: a same-host
-        driver's frames in place (its hello asked for them)."""
+        driver's frames in place (its hello asked for them); `recording`: where this robot's
+        records go (None: the flight recorder is off)."""
         self._id = session_id
         self._identity = identity
         self._robot = robot
@@ -67,6 +70,7 @@ class Session:
         self._history = StateHistory(spec.state_history, spec.state_size)
         self._tick_headers = tick_headers
         self._frame_ring = frame_ring
+        self.recording = recording
         self._counters: collections.Counter[str] = collections.Counter()
         self._queues = InferenceQueues(robot, spec, self._counters)  # shared with the feed
         self._clock = ClockOffset()
@@ -307,12 +311,17 @@ class Session:
         none this tick)."""
         self._fresh_chunk = None
         chunks = self._queues.chunks
+        recording = self.recording
         while chunks:
             chunk = chunks.popleft()
             if not self._on_chunk_landed(chunk, step):
                 self._counters["chunks_of_ended_episode"] += 1
+                if recording is not None:
+                    recording.chunk(chunk, step, None)
                 continue  # planned before the robot's episode started again
             late = self._pipeline.on_chunk(chunk.start_step, chunk.actions, step)
+            if recording is not None:
+                recording.chunk(chunk, step, late)
             self._counters["late_steps_dropped"] += late
             if late < len(chunk.actions):
                 self._fresh_chunk = chunk

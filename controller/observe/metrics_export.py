@@ -188,6 +188,9 @@ class TempoCollector:
             for code, count in sorted(counts.items()):
                 family.add_metric(self._values(code), count)
             yield family
+        recording = status.get("recording")
+        if isinstance(recording, dict):
+            yield from self._recording(recording)
         totals = status.get("guard_interventions")
         if isinstance(totals, dict):
             family = self._family(
@@ -199,6 +202,32 @@ class TempoCollector:
             )
             for guard, count in sorted(totals.items()):
                 family.add_metric(self._values(guard), count)
+            yield family
+
+    def _recording(self, recording: dict[str, Any]) -> Iterator[Any]:
+        """The flight recorder's counters (controller.record)."""
+        yield from self._scalar(
+            "counter",
+            "recording_records_written",
+            "Records the flight recorder wrote to files.",
+            recording.get("written"),
+        )
+        yield from self._scalar(
+            "counter",
+            "recording_incidents",
+            "Ring recordings written on a mark or a guard stop.",
+            recording.get("incidents"),
+        )
+        dropped = recording.get("dropped")
+        if isinstance(dropped, dict):
+            family = self._family(
+                "counter",
+                PREFIX + "recording_dropped",
+                "Records dropped because the recorder's queue was full, by kind.",
+                ["kind"],
+            )
+            for kind, count in sorted(dropped.items()):
+                family.add_metric(self._values(kind), count)
             yield family
 
     def _robots(self, robots: list[dict[str, Any]]) -> Iterator[Any]:

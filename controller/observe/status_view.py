@@ -196,6 +196,22 @@ def _robot_lines(robots: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def recording_line(recording: dict[str, Any]) -> str:
+    """The flight recorder: records written, dropped (by kind), files, incidents, error."""
+    dropped = {k: v for k, v in (recording.get("dropped") or {}).items() if v}
+    drops = ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
+    line = (
+        f"recording {recording.get('mode')} to {recording.get('dir')}: "
+        f"{_num(recording.get('written'))} records written, "
+        f"{sum(dropped.values())} dropped"
+        + (f" ({drops})" if drops else "")
+        + f", {_num(recording.get('files'))} files, {_num(recording.get('incidents'))} incidents"
+    )
+    if recording.get("error"):
+        line += f"; stopped writing: {recording['error']}"
+    return line
+
+
 def render_status(status: dict[str, Any]) -> str:
     """The `tempo status` table (text, no trailing newline) from `Daemon.status()`."""
     if "error" in status and len(status) == 1:
@@ -231,6 +247,9 @@ def render_status(status: dict[str, Any]) -> str:
         f"protocol errors {sum((status.get('protocol_errors') or {}).values())}"
     )
     lines.append(f"guard interventions {total}" + (f" ({detail})" if detail else ""))
+    recording = status.get("recording")
+    if isinstance(recording, dict):
+        lines.append(recording_line(recording))
     telemetry = status.get("telemetry") or {}
     if telemetry and not telemetry.get("enabled", True):
         lines.append("sections: telemetry is off (telemetry.enabled: false)")

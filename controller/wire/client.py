@@ -48,7 +48,7 @@ from controller.wire.curve import ClientKeys, load_client_keys
 from controller.wire.declared_robot import DeclaredRobot
 from controller.wire.frame_ring_writer import FrameRingWriter
 from controller.wire.handshake_watch import HandshakeWatch, no_answer
-from controller.wire.header_schema import check_task
+from controller.wire.header_schema import check_mark_reason, check_task
 from controller.wire.protocol import DEFAULT_LIMITS, Message, decode, encode
 from controller.wire.sockets import configure_common
 
@@ -326,6 +326,21 @@ class TempoClient:
         if self.welcome is None:
             raise DaemonUnavailable("not connected; call connect() first")
         self._send("teleop", {"session": self.welcome.session, "joints": list(joints)})
+
+    def mark(self, reason: str) -> None:
+        """Ask the daemon's flight recorder to keep this moment (in ring mode: the last seconds
+        of this robot's records are written to a file), with a short `reason`. Raises
+        ValueError, sending nothing, for a blank reason or one over 200 bytes of UTF-8; the
+        daemon refuses more than one mark a second per robot (an `error`)."""
+        if not isinstance(reason, str):
+            raise ValueError(f"the mark's reason must be a string, not {type(reason).__name__}")
+        try:
+            check_mark_reason(reason)
+        except ProtocolError as exc:
+            raise ValueError(str(exc)) from None
+        if self.welcome is None:
+            raise DaemonUnavailable("not connected; call connect() first")
+        self._send("mark", {"session": self.welcome.session, "reason": reason})
 
     # -- receiving -------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ PROTOCOL_VERSION = 2
 # version (the `error` message has not changed), so an old client can read why it was refused.
 OLDER_VERSIONS = {1: "version 2 added episode starts (obs.episode_start)"}
 
-KINDS = ("hello", "welcome", "obs", "action", "hold", "teleop", "bye", "error")
-DRIVER_KINDS = ("hello", "obs", "teleop", "bye")  # what a driver may send; the rest is ours
+KINDS = ("hello", "welcome", "obs", "action", "hold", "teleop", "mark", "bye", "error")
+DRIVER_KINDS = ("hello", "obs", "teleop", "mark", "bye")  # what a driver may send; the rest is ours
 _WITH_ARRAYS = ("obs", "action")  # every other kind carries no array frames
 
 _COMMON = {"version": int, "kind": str, "robot": str, "seq": int, "time_ns": int, "arrays": list}
@@ -30,6 +30,7 @@ _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "action": {"session": str, "step": int, "obs_seq": int, "deadline_ns": int},
     "hold": {"session": str, "step": int, "reason": str},
     "teleop": {"session": str, "joints": list},
+    "mark": {"session": str, "reason": str},  # keep this moment in the flight recorder
     "bye": {"session": str},
     "error": {"code": str, "message": str},
 }
@@ -45,6 +46,8 @@ _OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
 _PLAIN = (str, int, float, bool, type(None))
 # A robot's task, in UTF-8 bytes: a sentence or a few; it is tokenized, logged and shown.
 MAX_TASK_BYTES = 1000
+# Why a driver marked a moment (`mark`), in UTF-8 bytes: a short phrase, logged and recorded.
+MAX_MARK_REASON_BYTES = 200
 
 
 def refuse_foreign_types(header: dict[str, Any], max_values: int) -> None:
@@ -130,6 +133,8 @@ def check_fields(header: dict[str, Any], kinds: Sequence[str] = KINDS) -> str:
         )
     if "task" in header:
         check_task(header["task"], kind, bool(header.get("episode_start")))
+    if kind == "mark":
+        check_mark_reason(header["reason"])
     if not 0 <= header["seq"] < 2**63:
         raise ProtocolError(ErrorCode.MALFORMED, "header field 'seq' must be in [0, 2^63)")
     if not 0 <= header["time_ns"] < 2**63:
@@ -156,6 +161,19 @@ def check_task(task: str, kind: str, episode_start: bool) -> None:
         raise ProtocolError(
             ErrorCode.NOT_ALLOWED,
             f"the task is {size} bytes of UTF-8; at most {MAX_TASK_BYTES} are allowed",
+        )
+
+
+def check_mark_reason(reason: str) -> None:
+    """A mark's reason is some text of at most MAX_MARK_REASON_BYTES."""
+    if not reason.strip():
+        raise ProtocolError(ErrorCode.NOT_ALLOWED, "a mark's reason must hold some text")
+    size = len(reason.encode("utf-8", "surrogatepass"))
+    if size > MAX_MARK_REASON_BYTES:
+        raise ProtocolError(
+            ErrorCode.NOT_ALLOWED,
+            f"the mark's reason is {size} bytes of UTF-8; at most {MAX_MARK_REASON_BYTES} are "
+            "allowed",
         )
 
 

@@ -44,7 +44,7 @@ def test_a_missing_serve_extra_module_ends_with_one_sentence(monkeypatch, capsys
     err = capsys.readouterr().err
     assert err == (
         "tempo config needs the daemon's dependencies (torch, einops, pydantic, PyYAML, "
-        "safetensors, sentencepiece) and PyYAML is not installed: "
+        "safetensors, sentencepiece, mcap) and PyYAML is not installed: "
         "pip install 'tempo-controller[serve]'\n"
     )
 

@@ -63,6 +63,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, np.ndarray]]] = {
     ),
     "hold": ({"session": "3f2a", "step": 43, "reason": "no_action"}, {}),
     "teleop": ({"session": "3f2a", "joints": ["wrist"]}, {}),
+    "mark": ({"session": "3f2a", "reason": "gripper slipped"}, {}),
     "bye": ({"session": "3f2a"}, {}),
     "error": (
         {"code": "shape", "message": "state must be [3]", "session": "3f2a", "ref_seq": 9},

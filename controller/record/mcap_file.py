@@ -1,0 +1,60 @@
+"""One MCAP file being written: its schemas and channels registered as first used, its
+messages, its size so far (for rotation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+from mcap.writer import Writer
+
+from controller.record.schemas import METADATA, PROFILE, SCHEMAS
+
+# Chunks are compressed and written out at this size, so the file's size on disk follows its
+# content closely enough to rotate on (a chunk is at most this plus one message).
+CHUNK_BYTES = 256 * 1024
+
+
+class McapFile:
+    def __init__(self, path: Path, metadata: dict[str, str]) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._stream: IO[bytes] = open(path, "xb")  # noqa: SIM115 - closed by close()
+        self._writer = Writer(self._stream, chunk_size=CHUNK_BYTES)
+        self._writer.start(profile=PROFILE, library="tempo")
+        self._writer.add_metadata(METADATA, metadata)
+        self._schemas: dict[str, int] = {}
+        self._channels: dict[str, int] = {}
+        self._sequence = 0
+        self.messages = 0
+
+    def write(self, topic: str, schema: str, log_ns: int, publish_ns: int, data: bytes) -> None:
+        channel = self._channels.get(topic)
+        if channel is None:
+            schema_id = self._schemas.get(schema)
+            if schema_id is None:
+                body = json.dumps(SCHEMAS[schema]).encode()
+                schema_id = self._writer.register_schema(schema, "jsonschema", body)
+                self._schemas[schema] = schema_id
+            channel = self._writer.register_channel(topic, "json", schema_id)
+            self._channels[topic] = channel
+        self._sequence += 1
+        self._writer.add_message(channel, log_ns, data, publish_ns, self._sequence & 0xFFFFFFFF)
+        self.messages += 1
+
+    @property
+    def size(self) -> int:
+        """Bytes on disk so far (the chunk being built is not counted: at most CHUNK_BYTES)."""
+        return self._stream.tell()
+
+    def close(self) -> None:
+        try:
+            self._writer.finish()
+        finally:
+            self._stream.close()
+
+
+def metadata_of(values: dict[str, Any]) -> dict[str, str]:
+    """MCAP metadata holds strings: each value as JSON."""
+    return {name: json.dumps(value) for name, value in values.items()}

@@ -1,0 +1,174 @@
+"""The recorder's side of the tick path: a bounded queue of small records, and each robot's
+handle that puts them there (RobotRecording).
+
+Every put is from the control loop's thread (the dispatcher, the feed's requests and the tick
+all run there) and never waits: past `capacity` a record is dropped and counted by kind. A
+record holds references to what the daemon already has (the received frames, the request's
+context) wherever those are not reused afterwards; only buffers the tick reuses (the command,
+frames written in place that the driver rewrites) are copied. The writer thread
+(controller.record.writer) takes them from the other end.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# The kinds of record, in the order of an observation's path (also the drop counters' names).
+KINDS = ("session", "observation", "episode", "request", "chunk", "command", "mark")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One thing that happened to robot `robot` at `time_ns` (the daemon's monotonic clock)."""
+
+    kind: str
+    robot: str
+    time_ns: int
+    fields: Mapping[str, Any]
+
+
+class RecordQueue:
+    """Bounded and lock-free for its one producer (the loop thread) and one consumer (the
+    writer thread): deque append and popleft are atomic."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._records: collections.deque[Record] = collections.deque()
+        self.dropped: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self.queued = 0
+
+    def put(self, record: Record) -> bool:
+        """Queue `record`, or drop and count it when the queue is full; never waits."""
+        if len(self._records) >= self.capacity:
+            self.dropped[record.kind] += 1
+            return False
+        self._records.append(record)
+        self.queued += 1
+        return True
+
+    def take(self) -> Record | None:
+        """The oldest record, or None when there is none (the writer's end)."""
+        try:
+            return self._records.popleft()
+        except IndexError:
+            return None
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+class RobotRecording:
+    """What one robot's session, its requests and its ticks put on the queue."""
+
+    __slots__ = ("_queue", "robot", "session")
+
+    def __init__(self, queue: RecordQueue, robot: str, session: str) -> None:
+        self._queue = queue
+        self.robot = robot
+        self.session = session
+
+    def _put(self, kind: str, time_ns: int, fields: dict[str, Any]) -> None:
+        self._queue.put(Record(kind, self.robot, time_ns, fields))
+
+    def hello(self, task: str | None) -> None:
+        """The robot's session began (with its task, for a prompt-reading policy)."""
+        self._put("session", time.monotonic_ns(), {"session": self.session, "task": task})
+
+    def observation(
+        self,
+        obs_seq: int,
+        step: int,
+        received_ns: int,
+        driver_time_ns: int,
+        images: Mapping[str, np.ndarray],
+        state: np.ndarray,
+        teleop: np.ndarray | None,
+        episode: int,
+    ) -> None:
+        """An accepted observation. Frames written in place are copied (the driver writes its
+        slot again); frames received on the socket are the message's own, never written."""
+        if type(images) is not dict:  # SlotFrames: a view into the driver's ring
+            images = {name: np.array(frame) for name, frame in images.items()}
+        self._put(
+            "observation",
+            received_ns,
+            {
+                "obs_seq": obs_seq,
+                "step": step,
+                "driver_time_ns": driver_time_ns,
+                "images": images,
+                "state": state,
+                "teleop": teleop,
+                "episode": episode,
+            },
+        )
+
+    def episode(self, episode: int, step: int, task: str | None) -> None:
+        """An episode began at control step `step` (with the robot's task, if any)."""
+        self._put("episode", time.monotonic_ns(), {"episode": episode, "step": step, "task": task})
+
+    def request(self, request: Any) -> None:
+        """An inference request (controller.link.inference_feed.InferenceRequest): its
+        context as the policy gets it; the frames are its observation's, recorded with it."""
+        self._put(
+            "request",
+            time.monotonic_ns(),
+            {
+                "obs_seq": request.obs_seq,
+                "received_ns": request.received_ns,
+                "episode": request.episode,
+                "context": request.context,
+            },
+        )
+
+    def chunk(self, chunk: Any, step: int, late_steps: int | None) -> None:
+        """A chunk (controller.link.inference_feed.Chunk) that came back, at control step
+        `step`; `late_steps`: its rows already past, None when its episode had ended."""
+        self._put(
+            "chunk",
+            time.monotonic_ns(),
+            {
+                "obs_seq": chunk.obs_seq,
+                "start_step": chunk.start_step,
+                "episode": chunk.episode,
+                "landed_step": step,
+                "obs_received_ns": chunk.obs_received_ns,
+                "inference_ns": chunk.inference_ns,
+                "late_steps": late_steps,
+                "actions": chunk.actions,  # the feed's own array, never written again
+            },
+        )
+
+    def command(
+        self,
+        step: int,
+        now_ns: int,
+        reason: str | None,
+        proposed: np.ndarray | None,
+        command: np.ndarray | None,
+        teleop_joints: Sequence[str],
+    ) -> None:
+        """This tick's `action` (reason None: the guarded `command`, and the `proposed` action
+        the guards saw, teleop mixed in) or `hold` with its reason. The pipeline reuses both
+        buffers every tick: they are copied (a few floats)."""
+        self._put(
+            "command",
+            now_ns,
+            {
+                "step": step,
+                "reason": reason,
+                "proposed": None if proposed is None else proposed.copy(),
+                "command": None if command is None else command.copy(),
+                "teleop_joints": teleop_joints,  # a tuple, replaced (not changed) on teleop
+            },
+        )
+
+    def mark(self, reason: str, now_ns: int) -> None:
+        """The driver marked this moment (in ring mode: the ring is written out)."""
+        self._put("mark", now_ns, {"reason": reason})

@@ -1,0 +1,293 @@
+"""What a recording holds: its topics, their JSON schemas, and each record as JSON.
+
+Per robot R (docs/recording.md is the reference):
+
+    /R/camera/<name>        foxglove.RawImage  a frame as received (or downscaled), rgb8
+    /R/observation          tempo.Observation  obs_seq, step, state, teleop, driver time
+    /R/session              tempo.Session      a session began (hello), with its task
+    /R/episode              tempo.Episode      an episode began, with its task
+    /R/inference_request    tempo.InferenceRequest  the context the policy got
+    /R/chunk                tempo.Chunk        the chunk that came back, with its tier
+    /R/command              tempo.Command      the action or hold sent, guard clamps, teleop
+    /R/mark                 tempo.Mark         a driver's mark, or a guard stop
+
+Every message's publish time is the daemon's monotonic clock when it happened (an observation's
+and its frames': when it was received, the key that joins them); its log time is the same
+moment in wall-clock nanoseconds (what Foxglove shows). Arrays are JSON lists of numbers;
+float32 values survive the trip exactly.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from controller.record.queue import Record
+
+PROFILE = "tempo"
+METADATA = "tempo.recording"  # the metadata record: frames mode, joints, control rate
+
+BASE64_SLICE = 3 * 16 * 1024  # bytes of a frame encoded per call (a multiple of 3)
+
+_NUMBERS = {"type": "array", "items": {"type": "number"}}
+_MATRIX = {"type": "array", "items": _NUMBERS}
+_INT = {"type": "integer"}
+_TEXT_OR_NULL = {"type": ["string", "null"]}
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+
+
+def _object(title: str, properties: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": title,
+        "type": "object",
+        "properties": properties,
+    }
+
+
+# Foxglove's own schema for a raw image (https://docs.foxglove.dev/docs/sdk/schemas/raw-image).
+RAW_IMAGE = _object(
+    "foxglove.RawImage",
+    {
+        "timestamp": {
+            "type": "object",
+            "properties": {"sec": _INT, "nsec": _INT},
+        },
+        "frame_id": {"type": "string"},
+        "width": _INT,
+        "height": _INT,
+        "encoding": {"type": "string"},
+        "step": _INT,
+        "data": {"type": "string", "contentEncoding": "base64"},
+    },
+)
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "foxglove.RawImage": RAW_IMAGE,
+    "tempo.Session": _object(
+        "tempo.Session", {"session": {"type": "string"}, "task": _TEXT_OR_NULL}
+    ),
+    "tempo.Observation": _object(
+        "tempo.Observation",
+        {
+            "obs_seq": _INT,
+            "step": _INT,
+            "received_ns": _INT,
+            "driver_time_ns": _INT,
+            "episode": _INT,
+            "state": _NUMBERS,
+            "teleop": {"anyOf": [_NUMBERS, {"type": "null"}]},
+            "cameras": _STRINGS,
+        },
+    ),
+    "tempo.Episode": _object(
+        "tempo.Episode", {"episode": _INT, "step": _INT, "task": _TEXT_OR_NULL}
+    ),
+    "tempo.InferenceRequest": _object(
+        "tempo.InferenceRequest",
+        {
+            "obs_seq": _INT,
+            "received_ns": _INT,
+            "episode": _INT,
+            "step": _INT,
+            "episode_start": {"type": "boolean"},
+            "state_history": _MATRIX,
+            "inference_delay": _INT,
+            "previous_plan": {
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "properties": {"start_step": _INT, "actions": _MATRIX},
+                    },
+                    {"type": "null"},
+                ]
+            },
+            "memory": {"type": "object"},
+            "prompt": {
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "properties": {
+                            "ids": {"type": "array", "items": _INT},
+                            "mask": {"type": "array", "items": {"type": "boolean"}},
+                        },
+                    },
+                    {"type": "null"},
+                ]
+            },
+        },
+    ),
+    "tempo.Chunk": _object(
+        "tempo.Chunk",
+        {
+            "obs_seq": _INT,
+            "start_step": _INT,
+            "episode": _INT,
+            "landed_step": _INT,
+            "obs_received_ns": _INT,
+            "inference_ns": _INT,
+            "late_steps": {"type": ["integer", "null"]},
+            "tier": _TEXT_OR_NULL,
+            "actions": _MATRIX,
+        },
+    ),
+    "tempo.Command": _object(
+        "tempo.Command",
+        {
+            "step": _INT,
+            "kind": {"enum": ["action", "hold"]},
+            "reason": _TEXT_OR_NULL,
+            "action": {"anyOf": [_NUMBERS, {"type": "null"}]},
+            "proposed": {"anyOf": [_NUMBERS, {"type": "null"}]},
+            "clamped_joints": _STRINGS,
+            "teleop_joints": _STRINGS,
+        },
+    ),
+    "tempo.Mark": _object(
+        "tempo.Mark", {"reason": {"type": "string"}, "trigger": {"type": "string"}}
+    ),
+}
+
+# Record kind -> (topic under /<robot>/, schema).
+TOPICS = {
+    "session": ("session", "tempo.Session"),
+    "observation": ("observation", "tempo.Observation"),
+    "episode": ("episode", "tempo.Episode"),
+    "request": ("inference_request", "tempo.InferenceRequest"),
+    "chunk": ("chunk", "tempo.Chunk"),
+    "command": ("command", "tempo.Command"),
+    "mark": ("mark", "tempo.Mark"),
+}
+
+
+def topic(robot: str, name: str) -> str:
+    return f"/{robot}/{name}"
+
+
+def camera_topic(robot: str, camera: str) -> str:
+    return f"/{robot}/camera/{camera}"
+
+
+def _list(array: np.ndarray | None) -> Any:
+    return None if array is None else np.asarray(array).tolist()
+
+
+def _dumps(value: Mapping[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+
+
+def raw_image(frame: np.ndarray, camera: str, wall_ns: int, scale: int = 1) -> bytes:
+    """A uint8 (height, width, 3) frame as a foxglove.RawImage message (rgb8), every
+    `scale`-th pixel of every `scale`-th row. Its base64 is encoded in slices and joined as
+    bytes (never through json.dumps): each call holds the interpreter, which the control
+    loop's thread waits for, only a few tens of microseconds."""
+    if scale > 1:
+        frame = frame[::scale, ::scale]
+    frame = np.ascontiguousarray(frame)
+    height, width = frame.shape[:2]
+    head = _dumps(
+        {
+            "timestamp": {"sec": wall_ns // 1_000_000_000, "nsec": wall_ns % 1_000_000_000},
+            "frame_id": camera,
+            "width": width,
+            "height": height,
+            "encoding": "rgb8",
+            "step": width * 3,
+        }
+    )
+    raw = memoryview(frame).cast("B")
+    # Slices of a multiple of 3 bytes encode to base64 that concatenates (no padding inside).
+    data = b"".join(
+        base64.b64encode(raw[i : i + BASE64_SLICE]) for i in range(0, len(raw), BASE64_SLICE)
+    )
+    return b"".join((head[:-1], b',"data":"', data, b'"}'))
+
+
+def frame_of(message: Mapping[str, Any]) -> np.ndarray:
+    """A foxglove.RawImage message (rgb8) back to a uint8 (height, width, 3) array."""
+    if message.get("encoding") != "rgb8":
+        raise ValueError(f"a frame encoded as {message.get('encoding')!r}, not rgb8")
+    data = np.frombuffer(base64.b64decode(message["data"]), dtype=np.uint8)
+    return data.reshape(int(message["height"]), int(message["width"]), 3)
+
+
+def context_json(context: Any) -> dict[str, Any]:
+    """A policies.base.RobotContext as JSON (everything the policy's codec reads)."""
+    plan = context.previous_plan
+    prompt = context.prompt
+    return {
+        "step": context.step,
+        "episode_start": bool(context.episode_start),
+        "state_history": _list(context.state_history),
+        "inference_delay": int(context.inference_delay),
+        "previous_plan": None
+        if plan is None
+        else {"start_step": plan.start_step, "actions": _list(plan.actions)},
+        "memory": {
+            name: {
+                "dtype": str(value.dtype),
+                "shape": list(value.shape),
+                "data": _list(value.ravel()),
+            }
+            for name, value in context.memory.items()
+        },
+        "prompt": None
+        if prompt is None
+        else {"ids": _list(prompt.ids), "mask": _list(prompt.mask)},
+    }
+
+
+def clamped(
+    proposed: np.ndarray | None, command: np.ndarray | None, joints: Sequence[str]
+) -> list[str]:
+    """The joints whose command the guards moved away from the proposed action."""
+    if proposed is None or command is None or len(joints) != len(command):
+        return []
+    return [joints[int(i)] for i in np.flatnonzero(proposed != command)]
+
+
+def record_json(record: Record, joints: Sequence[str], tier: str | None) -> dict[str, Any]:
+    """A record (not its frames) as its schema's JSON; `tier`: the tier serving now (chunks)."""
+    f = record.fields
+    kind = record.kind
+    if kind == "observation":
+        return {
+            "obs_seq": f["obs_seq"],
+            "step": f["step"],
+            "received_ns": record.time_ns,
+            "driver_time_ns": f["driver_time_ns"],
+            "episode": f["episode"],
+            "state": _list(f["state"]),
+            "teleop": _list(f["teleop"]),
+            "cameras": list(f["images"]),
+        }
+    if kind == "request":
+        return {
+            "obs_seq": f["obs_seq"],
+            "received_ns": f["received_ns"],
+            "episode": f["episode"],
+            **context_json(f["context"]),
+        }
+    if kind == "chunk":
+        return {**{k: v for k, v in f.items() if k != "actions"}, "tier": tier,
+                "actions": _list(f["actions"])}  # fmt: skip
+    if kind == "command":
+        return {
+            "step": f["step"],
+            "kind": "hold" if f["reason"] is not None else "action",
+            "reason": f["reason"],
+            "action": _list(f["command"]),
+            "proposed": _list(f["proposed"]),
+            "clamped_joints": clamped(f["proposed"], f["command"], joints),
+            "teleop_joints": list(f["teleop_joints"]),
+        }
+    return dict(f)
+
+
+def encode(value: Mapping[str, Any]) -> bytes:
+    """JSON bytes of a message (no NaN: everything recorded was checked finite)."""
+    return _dumps(value)

@@ -1,0 +1,241 @@
+"""The recorder: the queue the tick path puts records on, and the thread that writes them.
+
+    recorder = Recorder(config.record, joints, control_hz, tier=lambda: ...)
+    recording = recorder.robot("arm0", session_id)     # a session's handle (queue.RobotRecording)
+    recorder.start(); ...; recorder.stop()             # stop writes what is queued, then closes
+
+continuous: every record goes to the current file, which ends once it reaches `max_file_mb`
+(files named by the time they began). ring: records of the last `ring_seconds` (and at most
+`ring_max_mb`) are kept in memory; a driver's `mark`, or a robot's guard stop (its first
+`stopped` hold), writes them all to a file of their own, so every incident is kept.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from controller.config_sections import RecordConfig
+from controller.errors import ConfigError
+from controller.record.mcap_file import CHUNK_BYTES, McapFile, metadata_of
+from controller.record.queue import Record, RecordQueue, RobotRecording
+from controller.record.schemas import TOPICS, camera_topic, encode, raw_image, record_json, topic
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.005  # the writer's nap when the queue is empty
+RECORD_OVERHEAD_BYTES = 1024  # what a record costs in the ring besides its arrays
+STOP_REASON = "stopped"  # the hold reason of a guard stop (controller.daemon.session)
+
+
+def _stamp(wall_ns: int) -> str:
+    moment = datetime.datetime.fromtimestamp(wall_ns / 1e9, tz=datetime.timezone.utc)
+    return moment.strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def _nbytes(record: Record) -> int:
+    images = record.fields.get("images") if record.kind == "observation" else None
+    frames = sum(frame.nbytes for frame in images.values()) if images else 0
+    return frames + RECORD_OVERHEAD_BYTES
+
+
+class Recorder:
+    def __init__(
+        self,
+        config: RecordConfig,
+        joints: Sequence[str],
+        control_hz: float,
+        tier: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        """`tier`: the policy's serving tier now (read by the writer thread as chunks come)."""
+        self.config = config
+        self.joints = list(joints)
+        self.queue = RecordQueue(config.queue)
+        self._tier = tier
+        self._scale = config.scale if config.frames == "downscale" else 1
+        self._metadata = metadata_of(
+            {
+                "frames": config.frames,
+                "scale": self._scale,
+                "joints": self.joints,
+                "control_hz": control_hz,
+                "mode": config.mode,
+            }
+        )
+        self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
+        self._file: McapFile | None = None
+        self._ring: collections.deque[tuple[Record, str | None]] = collections.deque()
+        self._ring_bytes = 0
+        self._ring_ns = int(config.ring_seconds * 1e9)
+        self._ring_max = config.ring_max_mb * 1024 * 1024
+        self._last_reason: dict[str, str | None] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.written = 0  # records written to a file
+        self.files: list[str] = []
+        self.incidents = 0
+        self.error: str | None = None
+
+    def robot(self, robot: str, session: str) -> RobotRecording:
+        return RobotRecording(self.queue, robot, session)
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Make `dir` (ConfigError when it cannot be) and start the writer thread."""
+        try:
+            self.config.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"record.dir {self.config.dir} cannot be created ({exc.strerror}); set "
+                "record.dir to a directory the daemon may write"
+            ) from None
+        self._thread = threading.Thread(target=self._run, name="tempo-recorder", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Write what is queued (continuous), close the file, end the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        queue = self.queue
+        try:
+            while True:
+                record = queue.take()
+                if record is None:
+                    if self._stop.is_set():
+                        break
+                    time.sleep(IDLE_WAIT_S)
+                    continue
+                self._take(record)
+        except Exception as exc:  # a full disk, a bug: say so once, in the log and in status
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.exception("the recorder stopped writing; records are dropped from now on")
+            while not self._stop.wait(IDLE_WAIT_S):
+                while (record := queue.take()) is not None:
+                    queue.dropped[record.kind] += 1
+        finally:
+            self._close_file()
+
+    def _take(self, record: Record) -> None:
+        tier = self._tier() if record.kind == "chunk" else None
+        if self.config.mode == "continuous":
+            self._write_continuous(record, tier)
+            return
+        self._keep(record, tier)
+        if record.kind == "mark":
+            self._write_ring("mark", record.robot)
+        elif record.kind == "command":
+            reason = record.fields["reason"]
+            stopped = reason == STOP_REASON and self._last_reason.get(record.robot) != STOP_REASON
+            self._last_reason[record.robot] = reason
+            if stopped:
+                mark = Record("mark", record.robot, record.time_ns, {"reason": "guard stop"})
+                self._keep(mark, None)
+                self._write_ring("guard_stop", record.robot)
+
+    # -- continuous ---------------------------------------------------------------------------
+
+    def _write_continuous(self, record: Record, tier: str | None) -> None:
+        file = self._file
+        if file is not None and file.size + 2 * _nbytes(record) >= self._max_file_bytes:
+            self._close_file()
+            file = None
+        if file is None:
+            file = self._file = self._open(f"tempo-{_stamp(self._wall(record.time_ns))}.mcap")
+        self._write(file, record, tier)
+
+    @property
+    def _max_file_bytes(self) -> int:
+        return self.config.max_file_mb * 1024 * 1024 - CHUNK_BYTES
+
+    def _open(self, name: str) -> McapFile:
+        path = self.config.dir / name
+        n = 1
+        while path.exists():  # two files within a microsecond: never overwrite one
+            path = self.config.dir / f"{Path(name).stem}-{n}.mcap"
+            n += 1
+        file = McapFile(path, self._metadata)
+        self.files.append(str(path))
+        return file
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            file, self._file = self._file, None
+            file.close()
+            log.info("recording %s written (%d messages)", file.path, file.messages)
+
+    # -- ring -----------------------------------------------------------------------------------
+
+    def _keep(self, record: Record, tier: str | None) -> None:
+        ring = self._ring
+        ring.append((record, tier))
+        self._ring_bytes += _nbytes(record)
+        oldest_kept = record.time_ns - self._ring_ns
+        while ring and (ring[0][0].time_ns < oldest_kept or self._ring_bytes > self._ring_max):
+            old, _ = ring.popleft()
+            self._ring_bytes -= _nbytes(old)
+
+    def _write_ring(self, trigger: str, robot: str) -> None:
+        """Every record in the ring to a file of its own (the ring keeps them too: the next
+        incident's file has its own last seconds)."""
+        now = self._wall(time.monotonic_ns())
+        file = self._open(f"incident-{_stamp(now)}-{trigger}-{_file_part(robot)}.mcap")
+        try:
+            for record, tier in list(self._ring):
+                self._write(file, record, tier)
+        finally:
+            file.close()
+        self.incidents += 1
+        # A robot's name is plain ASCII (checked at hello): safe in a log line as it is.
+        log.warning("recording: %s of robot %s, the last %.1f s written to %s", trigger,
+                    robot, self.config.ring_seconds, file.path)  # fmt: skip
+
+    # -- one record -----------------------------------------------------------------------------
+
+    def _wall(self, monotonic_ns: int) -> int:
+        return monotonic_ns + self._wall_offset_ns
+
+    def _write(self, file: McapFile, record: Record, tier: str | None) -> None:
+        robot, at = record.robot, record.time_ns
+        wall = self._wall(at)
+        if record.kind == "observation":
+            for camera, frame in record.fields["images"].items():
+                data = raw_image(frame, camera, wall, self._scale)
+                file.write(camera_topic(robot, camera), "foxglove.RawImage", wall, at, data)
+        name, schema = TOPICS[record.kind]
+        message = record_json(record, self.joints, tier)
+        file.write(topic(robot, name), schema, wall, at, encode(message))
+        self.written += 1
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """For `tempo status` and /metrics (read from another thread: plain reads)."""
+        current = self._file
+        return {
+            "mode": self.config.mode,
+            "dir": str(self.config.dir),
+            "queued": self.queue.queued,
+            "written": self.written,
+            "dropped": dict(self.queue.dropped),
+            "queue_length": len(self.queue),
+            "queue_capacity": self.queue.capacity,
+            "files": len(self.files),
+            "current_file": str(current.path) if current is not None else None,
+            "incidents": self.incidents,
+            "error": self.error,
+        }
+
+
+def _file_part(robot: str) -> str:
+    """A robot's name as part of a file name (its letters, digits, - and _)."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in robot)[:64]

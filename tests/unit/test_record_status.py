@@ -1,0 +1,43 @@
+"""The flight recorder in `tempo status` and /metrics: written, dropped by kind, incidents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.observe.metrics_export import TempoCollector
+from controller.observe.status_view import recording_line, render_status
+
+RECORDING = {
+    "mode": "ring",
+    "dir": "/data/rec",
+    "queued": 120,
+    "written": 100,
+    "dropped": {"observation": 3, "command": 2, "chunk": 0},
+    "queue_length": 0,
+    "queue_capacity": 4096,
+    "files": 1,
+    "current_file": None,
+    "incidents": 1,
+    "error": None,
+}
+
+
+def test_status_shows_what_the_recorder_wrote_and_dropped() -> None:
+    line = recording_line(RECORDING)
+    assert line == (
+        "recording ring to /data/rec: 100 records written, 5 dropped (command 2, "
+        "observation 3), 1 files, 1 incidents"
+    )
+    assert line in render_status({"recording": RECORDING, "robots": []})
+    assert "recording" not in render_status({"recording": None, "robots": []})
+    failed = recording_line({**RECORDING, "error": "OSError: disk full"})
+    assert failed.endswith("; stopped writing: OSError: disk full")
+
+
+def test_metrics_export_the_recorders_counters() -> None:
+    status: dict[str, Any] = {"recording": RECORDING}
+    families = {f.name: f for f in TempoCollector(lambda: {}, lambda: status).collect()}
+    dropped = {s.labels["kind"]: s.value for s in families["tempo_recording_dropped"].samples}
+    assert dropped == {"observation": 3, "command": 2, "chunk": 0}
+    assert families["tempo_recording_records_written"].samples[0].value == 100
+    assert families["tempo_recording_incidents"].samples[0].value == 1

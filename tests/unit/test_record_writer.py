@@ -1,0 +1,64 @@
+"""The recorder's queue and ring on their own (no daemon): bounded by count, by seconds and by
+memory; an unusable directory is one sentence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from controller.config_sections import RecordConfig
+from controller.errors import ConfigError
+from controller.record.queue import Record, RecordQueue
+from controller.record.writer import Recorder
+
+JOINTS = ["a", "b"]
+
+
+def observation(time_ns: int, frame_bytes: int = 0) -> Record:
+    images = {"front": np.zeros(frame_bytes, np.uint8)} if frame_bytes else {}
+    fields = {"obs_seq": 1, "step": 1, "driver_time_ns": 1, "images": images,
+              "state": np.zeros(2, np.float32), "teleop": None, "episode": 0}  # fmt: skip
+    return Record("observation", "arm", time_ns, fields)
+
+
+def test_a_full_queue_drops_the_new_record_and_counts_it_by_kind() -> None:
+    queue = RecordQueue(16)
+    for i in range(20):
+        queue.put(observation(i))
+    queue.put(Record("mark", "arm", 99, {"reason": "x"}))
+    assert len(queue) == 16 and queue.queued == 16
+    assert queue.dropped["observation"] == 4 and queue.dropped["mark"] == 1
+    first = queue.take()
+    assert first is not None and first.time_ns == 0  # the oldest kept, the newest dropped
+
+
+def test_the_ring_keeps_the_last_seconds(tmp_path) -> None:
+    config = RecordConfig(mode="ring", dir=tmp_path, ring_seconds=1.0)
+    recorder = Recorder(config, JOINTS, 50.0)
+    for i in range(50):
+        recorder._take(observation(i * 100_000_000))  # every 0.1 s for 5 s
+    kept = [record.time_ns for record, _ in recorder._ring]
+    assert kept[0] == 3_900_000_000 and kept[-1] == 4_900_000_000
+    assert list(tmp_path.iterdir()) == []  # nothing written without an incident
+
+
+def test_the_ring_keeps_at_most_its_memory(tmp_path) -> None:
+    config = RecordConfig(mode="ring", dir=tmp_path, ring_seconds=60.0, ring_max_mb=1)
+    recorder = Recorder(config, JOINTS, 50.0)
+    for i in range(20):
+        recorder._take(observation(i, frame_bytes=300_000))
+    assert len(recorder._ring) == 3  # 3 x 300 KB fit in 1 MiB, 4 do not
+    assert recorder._ring_bytes <= 1024 * 1024
+
+
+def test_a_directory_that_cannot_be_made_is_one_sentence(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    recorder = Recorder(RecordConfig(mode="continuous", dir=blocker / "rec"), JOINTS, 50.0)
+    with pytest.raises(ConfigError, match=r"^record.dir .* cannot be created \(.*\); set"):
+        recorder.start()
+
+
+def test_jpeg_frames_are_refused_by_the_config() -> None:
+    with pytest.raises(ValueError, match="frames"):
+        RecordConfig.model_validate({"frames": "jpeg"})
