@@ -5,6 +5,7 @@ LeRobot itself where it is installed."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +205,12 @@ def test_lerobot_loads_the_export(exported, tmp_path) -> None:
     item = dataset[7]
     np.testing.assert_array_equal(item["observation.state"].numpy(), expected[7]["state"])
     assert tuple(item["observation.images.front"].shape) == (3, HEIGHT, WIDTH)
+
+
+def test_a_missing_extra_is_one_sentence_naming_it(exported, tmp_path, capsys, monkeypatch) -> None:
+    _, _, path = exported
+    monkeypatch.setitem(sys.modules, "av", None)  # `import av` fails as if not installed
+    assert main(["export-lerobot", str(path), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("needs av, which is not installed: pip install 'tempo-controller[export]'")
+    assert "\n" not in err and not (tmp_path / "out").exists()
