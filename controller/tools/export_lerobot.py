@@ -193,6 +193,8 @@ def _read_all(paths: list[Path], notes: list[str]) -> list[Recording]:
 def run_export(args: argparse.Namespace) -> int:
     """`tempo export-lerobot FILE... OUT [--fps N] [--robot NAME]`."""
     check_installed()
+    if args.fps is not None and args.fps < 1:
+        raise ExportError(f"--fps {args.fps} is not a frame rate; give a whole number from 1")
     out: Path = args.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out} already exists and is not empty; name a new directory")

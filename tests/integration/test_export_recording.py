@@ -50,7 +50,7 @@ def test_a_served_episode_exports_row_for_observation(tmp_path) -> None:
             np.float32(row["observation.state"]), np.float32(observation["state"])
         )
         if not row["action.held"]:
-            assert tuple(np.float32(row["action"]).tolist()) in sent
+            assert tuple(np.asarray(row["action"], np.float32).tolist()) in sent
         assert row["teleop"] is False
     assert sent and not all(r["action.held"] for r in rows)  # the policy's actions are in it
     info = json.loads((out / "meta" / "info.json").read_text())

@@ -214,3 +214,9 @@ def test_a_missing_extra_is_one_sentence_naming_it(exported, tmp_path, capsys, m
     err = capsys.readouterr().err.strip()
     assert err.endswith("needs av, which is not installed: pip install 'tempo-controller[export]'")
     assert "\n" not in err and not (tmp_path / "out").exists()
+
+
+def test_a_frame_rate_below_one_is_refused(exported, tmp_path, capsys) -> None:
+    _, _, path = exported
+    assert main(["export-lerobot", str(path), str(tmp_path / "out"), "--fps", "0"]) == 2
+    assert "--fps 0 is not a frame rate" in capsys.readouterr().err
