@@ -14,7 +14,6 @@ started one is one episode. An episode cut by a file's rotation continues in the
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +24,8 @@ import numpy as np
 from controller.record.reading import Recording, RecordingError, read_recording
 from controller.tools.lerobot_v3 import Episode, ExportError, check_installed, write_dataset
 
-log = logging.getLogger(__name__)
-
-# A robot's episode goes on in the next file when its observations do within this (a rotation).
+# A robot's episode goes on in the next file when its observations do within this (a rotation);
+# a command answers an observation only within this of its receipt.
 ROTATION_GAP_NS = 1_000_000_000
 
 
@@ -43,18 +41,18 @@ class ExportNotes:
 
 
 class _RobotWalk:
-    """One robot's messages of one recording in file order: observations become frames,
-    commands fill in their action."""
+    """One robot's messages, file after file, in order: observations become frames, commands
+    fill in their action."""
 
-    def __init__(self, robot: str, previous: Episode | None) -> None:
+    def __init__(self, robot: str) -> None:
         self.robot = robot
-        self.episode = previous
+        self.episode: Episode | None = None
         self.pending: tuple[Episode, int, int] | None = None  # (episode, frame, its step)
         self.last_action: np.ndarray | None = None
         self.owned: frozenset[str] = frozenset()
         self.task = ""
         self.tasks: dict[int, str] = {}
-        self.first = True  # the next observation is this file's first of the robot
+        self.first = True  # the next observation is its file's first of the robot
 
     def session(self, data: dict[str, Any]) -> None:
         """A new session (a driver's hello) begins a new episode."""
@@ -101,9 +99,12 @@ class _RobotWalk:
             episode.frames.setdefault(camera, []).append(frames[camera])  # type: ignore[index]
         self.pending = (episode, len(episode) - 1, int(data["step"]))
 
-    def command(self, data: dict[str, Any]) -> None:
+    def command(self, data: dict[str, Any], publish_ns: int) -> None:
         self.owned = frozenset(data.get("teleop_joints") or ())
         pending = self.pending
+        if pending is not None and publish_ns - pending[0].last_ns > ROTATION_GAP_NS:
+            self.close_pending()  # the next file is another run's
+            pending = None
         if pending is not None and int(data["step"]) >= pending[2]:
             episode, index, _ = pending
             episode.teleop_joints[index] = self.owned
@@ -135,8 +136,10 @@ def recorded_episodes(
     """Every robot's (or only `robot`'s) episodes in the recordings, in order."""
     notes = ExportNotes()
     episodes: list[Episode] = []
-    last: dict[str, Episode] = {}  # a robot's last episode, continued by the next file
+    walks: dict[str, _RobotWalk] = {}  # a robot's, going on from file to file
     for recording in recordings:
+        for going_on in walks.values():
+            going_on.first = True
         if recording.problem:
             notes.problems.append(recording.problem)
         frames: dict[tuple[str, int], dict[str, Any]] = {}
@@ -144,27 +147,24 @@ def recorded_episodes(
             if message.name.startswith("camera/") and robot in (None, message.robot):
                 camera = message.name.removeprefix("camera/")
                 frames.setdefault((message.robot, message.publish_ns), {})[camera] = message.data
-        walks: dict[str, _RobotWalk] = {}
         for message in recording.messages:
             if robot is not None and message.robot != robot:
                 continue
             walk = walks.get(message.robot)
             if walk is None:
-                walk = walks[message.robot] = _RobotWalk(message.robot, last.get(message.robot))
+                walk = walks[message.robot] = _RobotWalk(message.robot)
             name, data = message.name, message.data
             if name == "observation":
                 key = (message.robot, message.publish_ns)
                 walk.observation(data, frames.get(key), notes, episodes)
             elif name == "command":
-                walk.command(data)
+                walk.command(data, message.publish_ns)
             elif name == "episode":
                 walk.tasks[int(data["episode"])] = data.get("task") or ""
             elif name == "session":
                 walk.session(data)
-        for name, walk in walks.items():
-            walk.close_pending()
-            if walk.episode is not None:
-                last[name] = walk.episode
+    for going_on in walks.values():
+        going_on.close_pending()
     return [e for e in episodes if len(e)], notes
 
 

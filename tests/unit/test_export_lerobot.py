@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ import pytest
 
 from controller.cli import main
 from controller.config_sections import RecordConfig
+from controller.record.reading import Recording, read_recording
 from controller.record.writer import Recorder
+from controller.tools.export_lerobot import recorded_episodes
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -220,3 +223,32 @@ def test_a_frame_rate_below_one_is_refused(exported, tmp_path, capsys) -> None:
     _, _, path = exported
     assert main(["export-lerobot", str(path), str(tmp_path / "out"), "--fps", "0"]) == 2
     assert "--fps 0 is not a frame rate" in capsys.readouterr().err
+
+
+def test_an_episode_cut_by_a_rotation_goes_on_in_the_next_file(exported) -> None:
+    _, _, path = exported
+    whole = read_recording(path)
+    messages = whole.messages
+    # Cut inside episode 1, between an observation and its command.
+    cut = [i for i, m in enumerate(messages) if m.name == "observation"][3] + 1
+    first = Recording(path, messages[:cut], whole.metadata)
+    second = Recording(path, messages[cut:], whole.metadata)
+    one, _ = recorded_episodes([whole], "arm0")
+    two, _ = recorded_episodes([first, second], "arm0")
+    assert [len(e) for e in two] == [len(e) for e in one] == [6, 4]
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_array_equal(np.stack(a.action), np.stack(b.action))  # type: ignore[arg-type]
+        assert a.held == b.held and a.task == b.task
+    # A later run's file (its observations long after): episodes of its own.
+    later = [
+        replace(
+            m,
+            publish_ns=m.publish_ns + 10**12,
+            data={**m.data, "received_ns": m.data["received_ns"] + 10**12},
+        )
+        if m.name == "observation"
+        else replace(m, publish_ns=m.publish_ns + 10**12)
+        for m in messages
+    ]
+    twice, _ = recorded_episodes([whole, Recording(path, later, whole.metadata)], "arm0")
+    assert [len(e) for e in twice] == [6, 4, 6, 4]
