@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from controller.errors import ConfigError, TempoError
 from controller.tools.checkpoint_cli import add_checkpoint_parsers
-from controller.tools.replay_cli import add_replay_parser
+from controller.tools.replay_cli import add_export_parser, add_replay_parser
 from policies.registry import families
 
 if TYPE_CHECKING:
@@ -370,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_checkpoint_parsers(sub, setup_logging)
 
     add_replay_parser(sub, add_config_args, setup_logging, _load)
+    add_export_parser(sub, setup_logging)
 
     sub.add_parser(
         "bench",

@@ -43,3 +43,26 @@ def add_replay_parser(
         return run_replay(args, load_config(args))
 
     parser.set_defaults(func=run)
+
+
+def add_export_parser(sub: Any, setup_logging: Callable[[str], None]) -> None:
+    """Add `export-lerobot` to the `tempo` subparsers (controller.tools.export_lerobot)."""
+    parser = sub.add_parser(
+        "export-lerobot",
+        help="write flight recordings' episodes as a LeRobotDataset (v3: Parquet, MP4, meta/)",
+    )
+    parser.add_argument("files", type=Path, nargs="+", metavar="FILE", help="flight recordings")
+    parser.add_argument("out", type=Path, metavar="OUT", help="the dataset's new directory")
+    parser.add_argument(
+        "--fps", type=int, help="the dataset's frame rate (default: the observations' rate)"
+    )
+    parser.add_argument("--robot", help="export only this robot (default: every robot)")
+    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+
+    def run(args: argparse.Namespace) -> int:
+        from controller.tools.export_lerobot import run_export
+
+        setup_logging(args.log_level)
+        return run_export(args)
+
+    parser.set_defaults(func=run)
