@@ -199,7 +199,7 @@ def raw_image(frame: np.ndarray, camera: str, wall_ns: int, scale: int = 1) -> b
             "step": width * 3,
         }
     )
-    raw = memoryview(frame).cast("B")
+    raw = np.ascontiguousarray(frame).data.cast("B")
     # Slices of a multiple of 3 bytes encode to base64 that concatenates (no padding inside).
     data = b"".join(
         base64.b64encode(raw[i : i + BASE64_SLICE]) for i in range(0, len(raw), BASE64_SLICE)
