@@ -86,6 +86,15 @@ class RunnerConfig(BaseModel):
         "has 2-D convolutions (faster with cuDNN in half precision; measure with `tempo "
         "bench`), off on a CPU.",
     )
+    reference_weights: Literal["device", "host"] = Field(
+        default="device",
+        description="Where the FP32 reference tier (eager_fp32) keeps its matmul weights. host: "
+        "in pinned host memory, each layer's uploaded while it runs, so the device holds only "
+        "the half copy the serving tiers run (pi0 on an H100: 16.7 -> about 6 GB); the "
+        "reference then reads every weight over PCIe once per step (seconds more at start-up "
+        "and for each fault check). Needs a model that keeps a half copy (precast_half_weights) "
+        "on a CUDA device; elsewhere it is refused at start.",
+    )
     cudnn_benchmark: bool = Field(
         default=False,
         description="Let cuDNN time its convolution algorithms once per shape and precision. "

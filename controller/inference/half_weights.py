@@ -34,17 +34,21 @@ def precasts_half_weights(module: nn.Module) -> bool:
     return hooks_of(module).precast_half_weights
 
 
-def half_weight_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+def half_weight_copy(
+    module: nn.Module, dtype: torch.dtype, device: torch.device | None = None
+) -> nn.Module:
     """A copy of `module` whose matmul and convolution parameters are stored in `dtype` (memory
     format kept, no gradients); every other tensor, buffers included, is shared with `module`,
     not copied (nothing writes them while serving), and a parameter tied to several layers
-    stays one tensor."""
+    stays one tensor. `device`: where the cast weights go (default: where each one is; the
+    FP32 weights may be on the host, controller.inference.host_weights)."""
     memo: dict[int, object] = {}
     for sub in module.modules():
         for name in matmul_parameter_names(sub):
             param = sub._parameters.get(name)
             if param is not None and param.is_floating_point() and id(param) not in memo:
-                memo[id(param)] = nn.Parameter(param.detach().to(dtype), requires_grad=False)
+                half = param.detach().to(device=device or param.device, dtype=dtype)
+                memo[id(param)] = nn.Parameter(half, requires_grad=False)
     return copy_sharing_tensors(module, memo)
 
 
@@ -58,9 +62,11 @@ def copy_sharing_tensors(module: nn.Module, memo: dict[int, object] | None = Non
     return copy.deepcopy(module, memo)
 
 
-def half_tier_module(module: nn.Module, half: torch.dtype | None) -> nn.Module:
+def half_tier_module(
+    module: nn.Module, half: torch.dtype | None, device: torch.device | None = None
+) -> nn.Module:
     """The module as the half-precision tiers run it: the half-weight copy when `half` is set
     and the module asks for it, else `module` itself (tools that time what is served)."""
     if half is None or not precasts_half_weights(module):
         return module
-    return half_weight_copy(module, half)
+    return half_weight_copy(module, half, device)

@@ -34,6 +34,7 @@ from controller.errors import InputFault, PolicyError
 from controller.inference.compile_cache import CompileCache, open_compile_cache
 from controller.inference.examples import Example, random_example
 from controller.inference.faults import FaultPlan, FaultyTier
+from controller.inference.host_weights import check_host_weights, stream_host_weights
 from controller.inference.ladder import ServingLadder
 from controller.inference.parity import NonFiniteOutput, all_finite, reference_outputs
 from controller.inference.progress import Progress, first_line
@@ -226,6 +227,9 @@ class Runner:
 
             if self._device.type == "cuda" and not torch.cuda.is_available():
                 raise PolicyError("the runner was asked for CUDA, but torch sees no CUDA device")
+            host_weights = self._config.reference_weights == "host"
+            if host_weights:
+                check_host_weights(self._policy.module, self._device)
             self._path = path = StepPath(
                 self.spec, self._policy.module, self._device, self._config, self._codec
             )
@@ -235,6 +239,8 @@ class Runner:
             if self._cache is not None:
                 say(f"compile cache: {self._cache.outcome} ({self._cache.file})")
             tiers = build_tiers(names, path.module, path.staging, self._config)
+            if host_weights:  # after the half copy is made, which must not take the hooks along
+                stream_host_weights(path.module, device)
             self._tiers = {
                 name: FaultyTier(tier, self._faults[name]) if name in self._faults else tier
                 for name, tier in tiers.items()

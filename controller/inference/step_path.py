@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from controller.inference.device_timer import DeviceTimer
+from controller.inference.host_weights import place_with_host_weights
 from controller.inference.staging import InputStaging, OutputDownload
 from controller.inference.tiers import Tier
 from controller.observe.telemetry import (
@@ -45,7 +46,10 @@ class StepPath:
         """Moves the module to `device` (in place, as nn.Module.to does) and allocates buffers."""
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("the runner was asked for CUDA, but torch sees no CUDA device")
-        module = module.to(device).eval()
+        if config.reference_weights == "host":
+            module = place_with_host_weights(module, device).eval()
+        else:
+            module = module.to(device).eval()
         has_conv = any(isinstance(m, torch.nn.Conv2d) for m in module.modules())
         self.channels_last = config.channels_last == "on" or (
             config.channels_last == "auto" and device.type == "cuda" and has_conv

@@ -310,7 +310,9 @@ def build_tiers(
     half_module = module
     if any(name != "eager_fp32" for name in names):
         try:
-            half_module = half_tier_module(module, half)
+            # FP32 weights kept on the host (runner.reference_weights): cast straight to the device.
+            target = inputs.device if config.reference_weights == "host" else None
+            half_module = half_tier_module(module, half, target)
         except Exception as exc:  # noqa: BLE001 - out of GPU memory, say: autocast still works
             log.warning(
                 "could not hold the weights in half precision (%s); the half-precision tiers "

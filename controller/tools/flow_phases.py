@@ -94,7 +94,8 @@ def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row
     """Rows (group "phases", shares of the eager RTC or flow forward) for a flow policy."""
     path = runner.step_path
     half = precision_dtype(precision) if path.device.type == "cuda" else None
-    module = half_tier_module(path.module, half)  # the weights as the half tiers hold them
+    # The weights as the half tiers hold them.
+    module = half_tier_module(path.module, half, path.device)
     parts = flow_parts(module)
     if parts is None:
         return []

@@ -173,7 +173,8 @@ def _breakdown(
     """Per-child seconds of the eager forward (hooks), FORWARD, and the children never called."""
     path = runner.step_path
     half = precision_dtype(precision) if path.device.type == "cuda" else None
-    module = half_tier_module(path.module, half)  # a copy, or hooks would be on the served module
+    # A copy, or hooks would be on the served module.
+    module = half_tier_module(path.module, half, path.device)
     times: dict[str, list[float]] = {}
     # On the runner's stream, so the hooks' CUDA events and the forward share one stream.
     with SubmoduleTimer(module, path.device) as timer, torch.no_grad(), path.on_stream():

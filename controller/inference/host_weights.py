@@ -1,0 +1,108 @@
+"""The FP32 reference's matmul weights kept in host memory, each layer's uploaded while it runs.
+
+A model of pi0's size holds 11 GB of FP32 matmul weights for its reference tier (eager_fp32)
+beside the 5.6 GB half copy the serving tiers run. With `runner.reference_weights: host` the
+FP32 weights of every nn.Linear, nn.Conv* and MatmulParameters module stay in pinned host memory:
+a forward pre-hook uploads one layer's weights (asynchronously, on the current stream) and a
+forward hook drops the device copy after the call, so the device holds the half copy and one
+layer. Everything else (norms, embeddings, buffers) lives on the device as usual.
+
+The price: the reference reads every weight over PCIe once per call (pi0: about 1 s a step), so
+start-up checks, fault attribution and re-promotion are slower, and eager_fp32 as a serving tier
+is a last resort in earnest. The half tiers' copy is made from the host weights straight to the
+device (`half_weight_copy(..., device=)`), so the FP32 model is never on the device whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from controller.errors import PolicyError
+from policies.model_hooks import hooks_of, matmul_parameter_names
+
+
+def check_host_weights(module: nn.Module, device: torch.device) -> None:
+    """PolicyError unless host weights can work: a CUDA device, and a model whose half tiers
+    run their own copy of the weights (else they would compute from the host)."""
+    if device.type != "cuda":
+        raise PolicyError(
+            f"runner.reference_weights: host keeps the reference's weights off a CUDA device; "
+            f"this runner is on {device.type}, so set it to device"
+        )
+    if not hooks_of(module).precast_half_weights:
+        raise PolicyError(
+            "runner.reference_weights: host needs a model whose half tiers hold their own copy "
+            f"of the weights (precast_half_weights), and {type(module).__name__} does not; set "
+            "it to device"
+        )
+
+
+def place_with_host_weights(module: nn.Module, device: torch.device) -> nn.Module:
+    """`module` on `device` except its matmul weights, which go to (pinned) host memory."""
+    host_ids = {id(p) for p in _matmul_parameters(module)}
+    for sub in module.modules():
+        for param in sub._parameters.values():
+            if param is None:
+                continue
+            target = torch.device("cpu") if id(param) in host_ids else device
+            if param.device != target:
+                param.data = param.data.to(target)
+            if target.type == "cpu" and device.type == "cuda" and not param.data.is_pinned():
+                param.data = param.data.pin_memory()
+        for name, buffer in sub._buffers.items():
+            if buffer is not None and buffer.device != device:
+                sub._buffers[name] = buffer.to(device)
+    return module
+
+
+def stream_host_weights(module: nn.Module, device: torch.device) -> list[RemovableHandle]:
+    """Hooks that upload each matmul layer's host weights for its call and drop them after.
+    Call after any copy of the module is made (a deep copy would take the hooks along)."""
+    handles: list[RemovableHandle] = []
+    for sub in module.modules():
+        names = [n for n in matmul_parameter_names(sub) if sub._parameters.get(n) is not None]
+        if not names:
+            continue
+        layer = _LayerUpload(sub, tuple(names), device)
+        handles.append(sub.register_forward_pre_hook(layer.upload))
+        handles.append(sub.register_forward_hook(layer.release))
+    return handles
+
+
+class _LayerUpload:
+    """One layer's host weights and their device copies while it runs."""
+
+    def __init__(self, layer: nn.Module, names: tuple[str, ...], device: torch.device) -> None:
+        self._layer, self._names, self._device = layer, names, device
+        self._host: dict[str, torch.Tensor] = {}
+
+    def upload(self, layer: nn.Module, args: Any) -> None:
+        for name in self._names:
+            param = layer._parameters[name]
+            if param is None or param.device == self._device:
+                continue
+            self._host[name] = param.data
+            param.data = param.data.to(self._device, non_blocking=True)
+
+    def release(self, layer: nn.Module, args: Any, output: Any) -> None:
+        # The device copy is freed into the caching allocator, which reuses it only for work
+        # queued after this layer's kernels on the same stream.
+        for name, host in self._host.items():
+            param = layer._parameters[name]
+            if param is not None:
+                param.data = host
+        self._host.clear()
+
+
+def _matmul_parameters(module: nn.Module) -> list[nn.Parameter]:
+    found = []
+    for sub in module.modules():
+        for name in matmul_parameter_names(sub):
+            param = sub._parameters.get(name)
+            if param is not None and param.is_floating_point():
+                found.append(param)
+    return found

@@ -1,0 +1,53 @@
+"""runner.reference_weights: host on a GPU: a tiny pi0 served with its FP32 reference's matmul
+weights in pinned host memory gives the same reference and serving outputs as with them on the
+device, and holds less device memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from controller.inference.examples import random_observation  # noqa: E402
+from controller.inference.runner import Runner  # noqa: E402
+from controller.runner_config import RunnerConfig  # noqa: E402
+from policies.checkpoints.load import load_checkpoint  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "pi0_lerobot_tiny"
+
+
+def started(cache_dir: Path, weights: str) -> tuple[Runner, int]:
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    config = RunnerConfig(
+        cache_dir=cache_dir, parity_observations=2, step_budget_ms=None,
+        reference_weights=weights, top_tier="eager_half",
+    )  # fmt: skip
+    runner = Runner(load_checkpoint(DATA), config, device="cuda")
+    runner.start()
+    return runner, torch.cuda.memory_allocated() - before
+
+
+def test_host_reference_weights_serve_the_same_with_less_device_memory(
+    gpu_cache_dir: Path,
+) -> None:
+    on_device, device_bytes = started(gpu_cache_dir, "device")
+    on_host, host_bytes = started(gpu_cache_dir, "host")
+    assert on_host.ready_tiers == ["eager_half", "eager_fp32"]
+    linear = next(m for m in on_host.module.modules() if isinstance(m, torch.nn.Linear))
+    assert linear.weight.device.type == "cpu" and linear.weight.is_pinned()
+    for seed in (1, 2):
+        images, state = random_observation(on_device.spec, seed)
+        for tier in ("eager_fp32", "eager_half"):
+            on_device.use_tier(tier)
+            on_host.use_tier(tier)
+            expected = on_device.predict_chunk(images, state)
+            got = on_host.predict_chunk(images, state)
+            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert linear.weight.device.type == "cpu"  # dropped from the device after each call
+    assert host_bytes < device_bytes

@@ -1,0 +1,38 @@
+"""runner.reference_weights: host is refused in one sentence where it cannot work (no CUDA
+device; a model whose half tiers would compute from the host weights). The GPU behaviour is
+tests/gpu/test_host_weights_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from controller.errors import PolicyError
+from controller.inference.host_weights import check_host_weights
+from controller.inference.runner import Runner
+from controller.runner_config import RunnerConfig
+from policies.model_hooks import ServedModule
+from policies.tiny import build_tiny_policy, tiny_spec
+
+
+def test_host_weights_on_a_cpu_runner_are_refused_in_one_sentence() -> None:
+    config = RunnerConfig(reference_weights="host", top_tier="eager_fp32")
+    runner = Runner(build_tiny_policy(tiny_spec()), config, device="cpu")
+    with pytest.raises(PolicyError, match="reference_weights: host") as raised:
+        runner.start()
+    assert "\n" not in str(raised.value)
+
+
+def test_host_weights_need_a_model_that_keeps_a_half_copy() -> None:
+    class NoCopy(ServedModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(2, 2)
+
+    class WithCopy(NoCopy):
+        precast_half_weights = True
+
+    with pytest.raises(PolicyError, match="precast_half_weights"):
+        check_host_weights(NoCopy(), torch.device("cuda"))
+    check_host_weights(WithCopy(), torch.device("cuda"))  # only inspects: no CUDA needed
