@@ -155,6 +155,13 @@ class QuantLinear(nn.Module):
             transformed = rotate_blocks(transformed.t(), out_rot.double().transpose(1, 2)).t()
         return transformed
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """Not the weight: a stand-in for models that read `linear.weight.dtype` or `.device`
+        to cast a layer's input (pi0's Gemma layers), the FP32 per-channel scale, since the
+        layer transforms and rounds its input in FP32 whatever the serving precision."""
+        return self.weight_scale
+
     def codes(self) -> torch.Tensor:
         """The int8 weight codes (out_padded, width), unpacked when held packed."""
         if self.packed:

@@ -1,0 +1,75 @@
+"""W4A8 pi0 and pi0.5: which layers are quantized, and their quantized checkpoints' reader.
+
+    PI0_TARGET          policies.quant.target.QuantTarget of the Pi0Step (both families)
+    VARIANT             quantized pi0 checkpoints (pi0.5's: policies.pi0.quantized_pi05)
+
+The layers, by `QuantSettings`, match the public pi0 DuQuant port's default (its
+`OPENPI_DUQUANT_INCLUDE` of q/k/v/o and gate/up/down, excluding the vision tower, the
+multi-modal projector, norms and embeddings):
+
+    layers="transformer"        the Gemma prefix (language model) and the action expert: every
+                                self_attn.{q,k,v,o}_proj and mlp.{gate,up,down}_proj
+    layers="transformer+head"   also the network's own projections (state, action in and out,
+                                the time MLP)
+    vision=True                 also SigLIP's encoder layers (self_attn q/k/v/out, mlp fc1/fc2)
+
+Layer names are the Pi0Step's (`network.` then PI0Pytorch's names, as LeRobot and openpi have
+them); the port's .npz packs are named after PI0Pytorch's, so `pack_root` is "network".
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from policies.pi0.step import Pi0Step, Pi0StepConfig
+from policies.quant.checkpoint import quantized_variant
+from policies.quant.config import QuantSettings
+from policies.quant.target import QuantTarget, identity
+
+_PREFIX = ("network.paligemma_with_expert.paligemma.model.language_model.layers.",)
+_EXPERT = ("network.paligemma_with_expert.gemma_expert.model.layers.",)
+_VISION = ("network.paligemma_with_expert.paligemma.model.vision_tower.vision_model.encoder.",)
+_TOWERS = "network.paligemma_with_expert."
+
+
+def pi0_layers(module: nn.Module, settings: QuantSettings) -> list[str]:
+    """Names of the Pi0Step's nn.Linear layers `settings` selects (see the module doc)."""
+    starts = _PREFIX + _EXPERT + (_VISION if settings.vision else ())
+    names = []
+    for name, child in module.named_modules():
+        if not isinstance(child, nn.Linear):
+            continue
+        head = settings.layers == "transformer+head" and not name.startswith(_TOWERS)
+        if name.startswith(starts) or head:
+            names.append(name)
+    if not names:
+        raise ValueError("the pi0 model has no prefix or expert linear layers to quantize")
+    return names
+
+
+def empty_step(config: Pi0StepConfig) -> nn.Module:
+    """The step of `config` on the meta device: nothing allocated until `materialize`."""
+    with torch.device("meta"):
+        return Pi0Step(config)
+
+
+def materialize(module: nn.Module) -> nn.Module:
+    """The step on the CPU, uninitialised, its computed buffers (rotary, blocks) set."""
+    if not isinstance(module, Pi0Step):
+        raise TypeError(f"a pi0 target materializes a Pi0Step, not {type(module).__name__}")
+    module.to_empty(device="cpu")
+    module.network.reset_buffers()
+    return module
+
+
+PI0_TARGET = QuantTarget(
+    title="pi0",
+    prepare=identity,
+    empty_module=empty_step,
+    layers=pi0_layers,
+    materialize=materialize,
+    pack_root="network",
+)
+
+VARIANT = quantized_variant("pi0", PI0_TARGET)
