@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from policies.pi0.gemma import HostTable
 from policies.pi0.step import Pi0Step, Pi0StepConfig
 from policies.quant.checkpoint import quantized_variant
 from policies.quant.config import QuantSettings
@@ -59,6 +60,15 @@ def materialize(module: nn.Module) -> nn.Module:
     if not isinstance(module, Pi0Step):
         raise TypeError(f"a pi0 target materializes a Pi0Step, not {type(module).__name__}")
     module.to_empty(device="cpu")
+    # The vocabulary tables ignore `.to()` (HostTable): given host memory here, one tensor for
+    # a table that several layers share.
+    made: dict[int, nn.Parameter] = {}
+    for table in module.modules():
+        if isinstance(table, HostTable) and table.weight.is_meta:
+            key = id(table.weight)
+            if key not in made:
+                made[key] = nn.Parameter(torch.empty(table.weight.shape), requires_grad=False)
+            table.weight = made[key]
     module.network.reset_buffers()
     return module
 

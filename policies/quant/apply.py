@@ -49,12 +49,23 @@ def quantize_module(
     collectors = {name: StatsCollector() for name in names}
     with _recording(linears, lambda name, x: collectors[name].update(x)):
         run_calibration()
+    unused = [name for name in names if collectors[name].stats is None]
+    if len(unused) == len(names):
+        raise ValueError("calibration ran none of the layers to quantize: check run_calibration")
+    if unused:
+        # Layers the forward never runs (pi0's prefix computes only the keys and values of
+        # its last layer): no statistics, so plain round-to-nearest with per-token scales.
+        log.info(
+            "%d layers never ran in calibration, quantized without a transform: %s",
+            len(unused),
+            ", ".join(unused),
+        )
     plans: dict[str, Plan] = {}
     for name, linear in linears.items():
         stats = collectors[name].stats
         if stats is None:
-            raise ValueError(f"calibration never ran layer {name}: check run_calibration")
-        if settings.method == "duquant":
+            plans[name] = identity_plan(linear.in_features, settings.block_size)
+        elif settings.method == "duquant":
             plans[name] = duquant_plan(
                 linear.weight, stats, settings.block_size, settings.alpha, settings.rotation_steps
             )
@@ -71,6 +82,7 @@ def quantize_module(
         with _recording(linears, record_peak):
             run_calibration()
         scales = {n: settings.act_clip * max(p, 1e-8) / ACT_QMAX for n, p in peaks.items()}
+        scales.update(dict.fromkeys(unused))
     layouts = {}
     for name, linear in linears.items():
         layer = QuantLinear.from_plan(
