@@ -181,8 +181,9 @@ def quant_target(policy: TensorPolicy, source: Path) -> QuantTarget:
         return ACT_TARGET
     if isinstance(policy.module, Pi0Step):
         from policies.pi0.quantized import PI0_TARGET
+        from policies.pi0.quantized_pi05 import PI05_TARGET
 
-        return PI0_TARGET
+        return PI0_TARGET if policy.module.uses_state else PI05_TARGET
     raise ConfigError(
         f"tempo quantize quantizes ACT, pi0 and pi0.5 checkpoints; {source} holds a "
         f"{type(policy.module).__name__}"
@@ -264,6 +265,7 @@ def quantize_checkpoint(
     return _finish(
         destination,
         policy,
+        target,
         settings,
         layouts,
         source_kind,
@@ -277,6 +279,7 @@ def quantize_checkpoint(
 def _finish(
     destination: Path,
     policy: TensorPolicy,
+    target: QuantTarget,
     settings: QuantSettings,
     layouts: dict[str, LayerLayout],
     source: Literal["calibrated", "pi0-duquant-packs"],
@@ -301,7 +304,7 @@ def _finish(
         fp32_reference_observations=int(fp32_chunks.shape[0]),
     )
     policy.reference = reference
-    written = save_quantized_checkpoint(destination, policy, record)
+    written = save_quantized_checkpoint(destination, policy, record, target.policy_type)
     memory = memory_bytes(policy.module)
     return QuantizeReport(
         directory=written,

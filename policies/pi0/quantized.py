@@ -1,6 +1,7 @@
 """W4A8 pi0 and pi0.5: which layers are quantized, and their quantized checkpoints' reader.
 
-    PI0_TARGET          policies.quant.target.QuantTarget of the Pi0Step (both families)
+    PI0_TARGET          policies.quant.target.QuantTarget of the Pi0Step (pi0.5's:
+                        policies.pi0.quantized_pi05.PI05_TARGET; the same layers)
     VARIANT             quantized pi0 checkpoints (pi0.5's: policies.pi0.quantized_pi05)
 
 The layers, by `QuantSettings`, match the public pi0 DuQuant port's default (its
@@ -19,9 +20,12 @@ them); the port's .npz packs are named after PI0Pytorch's, so `pack_root` is "ne
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
+from policies.pi0.config import PaliGemmaFlowConfig, Pi0Config
 from policies.pi0.gemma import HostTable
 from policies.pi0.step import Pi0Step, Pi0StepConfig
 from policies.quant.checkpoint import quantized_variant
@@ -32,6 +36,9 @@ _PREFIX = ("network.paligemma_with_expert.paligemma.model.language_model.layers.
 _EXPERT = ("network.paligemma_with_expert.gemma_expert.model.layers.",)
 _VISION = ("network.paligemma_with_expert.paligemma.model.vision_tower.vision_model.encoder.",)
 _TOWERS = "network.paligemma_with_expert."
+# The port's include pattern (pi0.5's adaRMS `dense` layers in the expert's norms stay FP32).
+_PROJECTIONS = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+_PROJECTIONS |= {"out_proj", "fc1", "fc2"}  # SigLIP's, with vision=True
 
 
 def pi0_layers(module: nn.Module, settings: QuantSettings) -> list[str]:
@@ -42,15 +49,19 @@ def pi0_layers(module: nn.Module, settings: QuantSettings) -> list[str]:
         if not isinstance(child, nn.Linear):
             continue
         head = settings.layers == "transformer+head" and not name.startswith(_TOWERS)
-        if name.startswith(starts) or head:
+        if (name.startswith(starts) and name.rsplit(".", 1)[-1] in _PROJECTIONS) or head:
             names.append(name)
     if not names:
         raise ValueError("the pi0 model has no prefix or expert linear layers to quantize")
     return names
 
 
-def empty_step(config: Pi0StepConfig) -> nn.Module:
-    """The step of `config` on the meta device: nothing allocated until `materialize`."""
+def empty_step(config: Pi0StepConfig, network: type[PaliGemmaFlowConfig] = Pi0Config) -> nn.Module:
+    """The step of `config` on the meta device: nothing allocated until `materialize`. The
+    network config is read as `network`'s: config.json does not say which of pi0's and pi0.5's
+    (their fields are the same), the checkpoint's policy_type does."""
+    if type(config.network) is not network:
+        config = config.model_copy(update={"network": network(**config.network.model_dump())})
     with torch.device("meta"):
         return Pi0Step(config)
 
@@ -73,13 +84,18 @@ def materialize(module: nn.Module) -> nn.Module:
     return module
 
 
-PI0_TARGET = QuantTarget(
-    title="pi0",
-    prepare=identity,
-    empty_module=empty_step,
-    layers=pi0_layers,
-    materialize=materialize,
-    pack_root="network",
-)
+def pi0_target(policy_type: str, network: type[PaliGemmaFlowConfig]) -> QuantTarget:
+    """The QuantTarget of the family whose network config is `network` (pi0's or pi0.5's)."""
+    return QuantTarget(
+        title="pi0",
+        policy_type=policy_type,
+        prepare=identity,
+        empty_module=partial(empty_step, network=network),
+        layers=pi0_layers,
+        materialize=materialize,
+        pack_root="network",
+    )
 
+
+PI0_TARGET = pi0_target("pi0", Pi0Config)
 VARIANT = quantized_variant("pi0", PI0_TARGET)

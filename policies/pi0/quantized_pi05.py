@@ -3,7 +3,9 @@ pi05 policy type (policies.registry.VARIANTS lists one variant per module)."""
 
 from __future__ import annotations
 
-from policies.pi0.quantized import PI0_TARGET
+from policies.pi0.pi05_config import Pi05Config
+from policies.pi0.quantized import pi0_target
 from policies.quant.checkpoint import quantized_variant
 
-VARIANT = quantized_variant("pi05", PI0_TARGET)
+PI05_TARGET = pi0_target("pi05", Pi05Config)
+VARIANT = quantized_variant("pi05", PI05_TARGET)

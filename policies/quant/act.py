@@ -118,5 +118,9 @@ def empty_act(config: ACTConfig) -> nn.Module:
 
 
 ACT_TARGET = QuantTarget(
-    title="ACT", prepare=split_attention, empty_module=empty_act, layers=target_layers
+    title="ACT",
+    policy_type="act",
+    prepare=split_attention,
+    empty_module=empty_act,
+    layers=target_layers,
 )

@@ -63,11 +63,15 @@ TOKENIZER_FILE = "tokenizer/tokenizer.model"  # a prompted policy's, relative to
 
 
 def save_quantized_checkpoint(
-    directory: str | Path, policy: TensorPolicy, quantization: Quantization
+    directory: str | Path,
+    policy: TensorPolicy,
+    quantization: Quantization,
+    policy_type: str | None = None,
 ) -> Path:
     """Write a quantized policy (its QuantLinear layers as `quantization` describes, its
     reference chunks if any, its tokenizer if it reads a prompt) as a Tempo checkpoint into
-    `directory`."""
+    `directory`. policy_type: the family's name, where families share a module type (a
+    Pi0Step is pi0's or pi0.5's: `QuantTarget.policy_type`)."""
     module = policy.module
     if family_of_module(module) is None:
         raise CheckpointError(
@@ -98,6 +102,7 @@ def save_quantized_checkpoint(
         tensors,
         config_extra={"quantization": quantization.model_dump(mode="json")},
         metadata_extra={"quantization": quantization.scheme},
+        policy_type=policy_type,
     )
 
 

@@ -23,6 +23,7 @@ class QuantTarget:
     """One family's hooks (see the module doc)."""
 
     title: str  # how messages name the family: "ACT", "pi0"
+    policy_type: str  # the family's name, its checkpoints' policy_type: "act", "pi0", "pi05"
     # The structural change made before calibration, with the same numbers (ACT splits its
     # packed attention projection into three nn.Linear); identity for most families.
     prepare: Callable[[nn.Module], nn.Module]
