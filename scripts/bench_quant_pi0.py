@@ -81,7 +81,8 @@ def parse_args() -> argparse.Namespace:
 def network_config(tiny: bool) -> Pi0Config:
     if tiny:
         return tiny_pi0_config(tokenizer_max_length=16, chunk_size=10, num_inference_steps=3)
-    return Pi0Config(tokenizer_max_length=48)  # LeRobot's pi0: gemma_2b + gemma_300m, 224x224
+    # LeRobot's pi0: gemma_2b + gemma_300m (the variants' widths), 224x224 images.
+    return Pi0Config.model_validate({"tokenizer_max_length": 48})
 
 
 def random_pi0(config: Pi0Config, device: torch.device, seed: int = 0) -> TensorPolicy:
@@ -224,7 +225,11 @@ def bench_shapes(
         row: dict[str, Any] = {"layer": name, "tokens": tokens, "in": fan_in, "out": fan_out}
         with torch.no_grad():
             compiled = torch.compile(baseline, fullgraph=True, dynamic=False, backend=backend)
-            row["bf16"] = timed(lambda c=compiled, x=x_half: c(x), iters, device)
+
+            def run_baseline(c: Any = compiled, x: torch.Tensor = x_half) -> torch.Tensor:
+                return c(x)  # type: ignore[no-any-return]
+
+            row["bf16"] = timed(run_baseline, iters, device)
             for path in ("int8", "dequant"):
                 quant.compiled_path = path
                 torch._dynamo.reset()

@@ -255,10 +255,12 @@ def quantize_checkpoint(
             images, state = stacked_observations(spec, observations, _CALIBRATION_SEED)
             say(f"calibrating on {observations} observations synthesized from the spec")
         calibration = (images, state, task_prompts(spec, task, int(images.shape[0])))
+
+        def run_calibration() -> None:
+            run_policy(policy, calibration, torch_device)
+
         try:
-            layouts = quantize_module(
-                module, settings, lambda: run_policy(policy, calibration, torch_device), target
-            )
+            layouts = quantize_module(module, settings, run_calibration, target)
         except ValueError as exc:
             raise ConfigError(f"tempo quantize: {exc}") from None
         source_kind, used = "calibrated", int(images.shape[0])

@@ -239,3 +239,24 @@ def test_the_pi0_ports_packs_import_onto_a_tiny_pi0_as_a_served_checkpoint(tmp_p
     assert isinstance(layer, QuantLinear) and layer.perm is not None
     (report,) = _eager_runner(policy).status()["tiers"]  # type: ignore[misc]
     assert report["reference_error"] == pytest.approx(_stated_error(printed), rel=5e-3)
+
+
+def test_a_replay_file_calibrates_a_pi0_and_a_missing_task_is_refused(tmp_path, capsys):
+    from controller.tools.replay import save_replay
+
+    source = DATA / "pi0_lerobot_tiny"
+    spec = load_checkpoint(source).spec
+    gen = np.random.default_rng(3)
+    frames = {
+        c.name: gen.integers(0, 256, (3, c.height, c.width, 3), dtype=np.uint8)
+        for c in spec.cameras
+    }
+    replay = save_replay(tmp_path / "episode.npz", frames, gen.standard_normal((3, 14)))
+    _quantize(source, tmp_path / "w4a8", "--recorded", str(replay))
+    assert "calibrating on 3 recorded observations" in capsys.readouterr().out
+    assert load_checkpoint(tmp_path / "w4a8").reference is not None
+
+    code = main(["quantize", str(source), str(tmp_path / "none"), "--observations", "2"])
+    assert code != 0
+    message = capsys.readouterr().err
+    assert "no default task" in message and "--task" in message and "Traceback" not in message
