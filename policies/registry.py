@@ -44,7 +44,7 @@ BUILT_IN = (
     "policies.pi05.family",
 )
 # Checkpoint variants (a module defining VARIANT each): sections some checkpoints carry.
-VARIANTS = ("policies.quant.checkpoint",)
+VARIANTS = ("policies.quant.checkpoint", "policies.pi0.quantized", "policies.pi0.quantized_pi05")
 
 
 class ConvertedPolicy(Protocol):

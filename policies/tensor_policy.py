@@ -26,7 +26,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.base import HALF_MAX, PolicySpec, Prediction, RobotContext, window_context
+from policies.base import (
+    HALF_MAX,
+    PolicySpec,
+    Prediction,
+    PromptTokens,
+    RobotContext,
+    window_context,
+)
 from policies.inputs import InputCodec, frame_groups, stack_frames
 
 
@@ -40,6 +47,7 @@ class ReferenceChunks:
     state: np.ndarray  # float32 (n, state_history, state_size)
     chunks: np.ndarray  # float32 (n, chunk_size, action_dim)
     source: str = "the FP32 unquantized model"
+    prompts: tuple[PromptTokens, ...] | None = None  # the task of each, for a prompted policy
 
 
 class ParityMeasure(Protocol):

@@ -3,6 +3,8 @@ or the ones its reference chunks were computed on."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from policies.base import PolicySpec, RobotContext, window_context
@@ -31,7 +33,10 @@ def reference_examples(spec: PolicySpec, reference: ReferenceChunks) -> list[Exa
     return [
         (
             {c.name: reference.images[i, k] for k, c in enumerate(spec.cameras)},
-            window_context(reference.state[i]),
+            replace(
+                window_context(reference.state[i]),
+                prompt=None if reference.prompts is None else reference.prompts[i],
+            ),
         )
         for i in range(reference.chunks.shape[0])
     ]

@@ -35,14 +35,33 @@ def add_checkpoint_parsers(sub: Any, setup_logging: Callable[[str], None]) -> No
     quantize = sub.add_parser(
         "quantize", help="calibrate a checkpoint and write it with W4A8 (DuQuant) layers"
     )
-    quantize.add_argument("checkpoint", type=Path, help="FP32 checkpoint (Tempo or LeRobot ACT)")
+    quantize.add_argument(
+        "checkpoint",
+        type=Path,
+        help="FP32 checkpoint: ACT (Tempo or LeRobot), pi0 / pi0.5 (LeRobot or openpi)",
+    )
     quantize.add_argument("out", type=Path, help="directory for the quantized checkpoint")
     quantize.add_argument("--observations", type=int, default=32, help="calibration observations")
     quantize.add_argument(
         "--recorded",
         type=Path,
-        help=".npz of recorded observations (images, state) to "
-        "calibrate on instead of ones synthesized from the spec",
+        help=".npz of recorded observations (a replay file as `tempo profile` reads, or "
+        "stacked images and state) to calibrate on instead of ones synthesized from the spec",
+    )
+    quantize.add_argument(
+        "--task",
+        help="the prompt of every observation, for pi0 / pi0.5 (default: the policy's "
+        "default task)",
+    )
+    quantize.add_argument(
+        "--tokenizer",
+        type=Path,
+        help="PaliGemma's SentencePiece model file, for a pi0 checkpoint that ships none",
+    )
+    quantize.add_argument(
+        "--vision",
+        action="store_true",
+        help="quantize the vision tower's linear layers too (pi0 / pi0.5)",
     )
     quantize.add_argument(
         "--pi0-packs",
@@ -60,7 +79,8 @@ def add_checkpoint_parsers(sub: Any, setup_logging: Callable[[str], None]) -> No
         "--layers",
         choices=["transformer", "transformer+head"],
         default="transformer",
-        help="which linear layers: the transformer's, or the action head's too",
+        help="which linear layers: the transformer's (pi0: the Gemma prefix and the action "
+        "expert), or the action head's too (pi0: the state, action and time projections)",
     )
     quantize.add_argument("--block-size", type=int, default=32, help="rotation block, 16-128")
     quantize.add_argument(
@@ -118,6 +138,7 @@ def _quantize(args: argparse.Namespace, setup_logging: Callable[[str], None]) ->
         settings = QuantSettings(
             method=args.method,
             layers=args.layers,
+            vision=args.vision,
             block_size=args.block_size,
             activations=args.activations,
             compiled_path=args.compiled_path,
@@ -133,6 +154,8 @@ def _quantize(args: argparse.Namespace, setup_logging: Callable[[str], None]) ->
         reference_observations=args.reference_observations,
         recorded=args.recorded,
         pi0_packs=args.pi0_packs,
+        task=args.task,
+        tokenizer=args.tokenizer,
         device=resolve_device(args.device, setting="--device"),
         progress=print,
     )

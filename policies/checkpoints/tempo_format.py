@@ -156,6 +156,7 @@ def write_checkpoint_files(
     tensors: dict[str, torch.Tensor],
     config_extra: dict[str, Any] | None = None,
     metadata_extra: dict[str, str] | None = None,
+    policy_type: str | None = None,  # when families share a module type (pi0's and pi0.5's)
 ) -> Path:
     """Write config.json (format, spec, the module's config, `config_extra`) and the weights
     with their header metadata, each replaced atomically; shared by every Tempo checkpoint
@@ -164,7 +165,7 @@ def write_checkpoint_files(
     found = family_of_module(module)
     if found is None:
         raise CheckpointError(f"cannot save a {type(module).__name__} module: no family holds it")
-    policy_type = found[0].name
+    policy_type = policy_type or found[0].name
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     document = {

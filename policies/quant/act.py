@@ -15,8 +15,11 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from policies.act.config import ACTConfig
+from policies.act.model import ACT
 from policies.act.transformer import Attention
-from policies.quant.config import LayerSelection
+from policies.quant.config import QuantSettings
+from policies.quant.target import QuantTarget
 
 
 class SplitAttention(nn.Module):
@@ -80,8 +83,14 @@ def _replace_attention(module: nn.Module, make: Callable[[Attention], SplitAtten
     return module
 
 
-def target_layers(module: nn.Module, selection: LayerSelection) -> list[str]:
-    """Names of the nn.Linear layers `selection` quantizes (after `split_attention`)."""
+def target_layers(module: nn.Module, settings: QuantSettings) -> list[str]:
+    """Names of the nn.Linear layers `settings.layers` selects (after `split_attention`); ACT
+    has no vision transformer (its backbone is convolutional), so `settings.vision` is refused."""
+    if settings.vision:
+        raise ValueError(
+            "ACT's vision backbone is convolutional: it has no linear layers to quantize"
+        )
+    selection = settings.layers
     names = [
         name
         for name, child in module.named_modules()
@@ -100,3 +109,18 @@ def set_submodule(root: nn.Module, name: str, value: nn.Module) -> None:
     parent_name, _, child = name.rpartition(".")
     parent = root.get_submodule(parent_name) if parent_name else root
     setattr(parent, child, value)
+
+
+def empty_act(config: ACTConfig) -> nn.Module:
+    """The ACT of `config` with its attention split, ready for a quantized checkpoint's tensors."""
+    with torch.no_grad():
+        return split_shell(ACT(config))
+
+
+ACT_TARGET = QuantTarget(
+    title="ACT",
+    policy_type="act",
+    prepare=split_attention,
+    empty_module=empty_act,
+    layers=target_layers,
+)

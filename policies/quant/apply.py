@@ -1,6 +1,8 @@
 """Quantizing a module's linear layers: calibrate on observations, then swap in QuantLinear.
 
-    quantize_module(module, settings, run_calibration)   # run_calibration() feeds observations
+    quantize_module(module, settings, run_calibration, target)   # run_calibration() feeds
+                                                                 # observations; target: the
+                                                                 # family's (ACT by default)
 
 1. Every target layer's input is recorded (forward pre-hooks) while `run_calibration` runs the
    FP32 model: per-channel max and the peak tokens (`duquant.StatsCollector`).
@@ -21,33 +23,49 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
-from policies.quant.act import set_submodule, split_attention, target_layers
+from policies.quant.act import ACT_TARGET, set_submodule
 from policies.quant.config import LayerLayout, QuantSettings
 from policies.quant.duquant import Plan, StatsCollector, duquant_plan, identity_plan
 from policies.quant.layer import QuantLinear
 from policies.quant.numerics import ACT_QMAX
+from policies.quant.target import QuantTarget
 
 log = logging.getLogger(__name__)
 
 
 def quantize_module(
-    module: nn.Module, settings: QuantSettings, run_calibration: Callable[[], None]
+    module: nn.Module,
+    settings: QuantSettings,
+    run_calibration: Callable[[], None],
+    target: QuantTarget = ACT_TARGET,
 ) -> dict[str, LayerLayout]:
-    """Quantize `module` in place (ACT: attention split first); returns each quantized layer's
-    layout, by name. `run_calibration()` must run the module's forward on the calibration
-    observations (under torch.no_grad, in FP32)."""
-    split_attention(module)
-    names = target_layers(module, settings.layers)
+    """Quantize `module`, a module of `target`'s family, in place (`target.prepare` first: ACT
+    splits its attention); returns each quantized layer's layout, by name. `run_calibration()`
+    must run the module's forward on the calibration observations (under torch.no_grad, in
+    FP32)."""
+    target.prepare(module)
+    names = target.layers(module, settings)
     linears = {name: _linear(module, name) for name in names}
     collectors = {name: StatsCollector() for name in names}
     with _recording(linears, lambda name, x: collectors[name].update(x)):
         run_calibration()
+    unused = [name for name in names if collectors[name].stats is None]
+    if len(unused) == len(names):
+        raise ValueError("calibration ran none of the layers to quantize: check run_calibration")
+    if unused:
+        # Layers the forward never runs (pi0's prefix computes only the keys and values of
+        # its last layer): no statistics, so plain round-to-nearest with per-token scales.
+        log.info(
+            "%d layers never ran in calibration, quantized without a transform: %s",
+            len(unused),
+            ", ".join(unused),
+        )
     plans: dict[str, Plan] = {}
     for name, linear in linears.items():
         stats = collectors[name].stats
         if stats is None:
-            raise ValueError(f"calibration never ran layer {name}: check run_calibration")
-        if settings.method == "duquant":
+            plans[name] = identity_plan(linear.in_features, settings.block_size)
+        elif settings.method == "duquant":
             plans[name] = duquant_plan(
                 linear.weight, stats, settings.block_size, settings.alpha, settings.rotation_steps
             )
@@ -64,6 +82,7 @@ def quantize_module(
         with _recording(linears, record_peak):
             run_calibration()
         scales = {n: settings.act_clip * max(p, 1e-8) / ACT_QMAX for n, p in peaks.items()}
+        scales.update(dict.fromkeys(unused))
     layouts = {}
     for name, linear in linears.items():
         layer = QuantLinear.from_plan(
@@ -110,15 +129,25 @@ class _recording:
 def quantized_shell(
     module: nn.Module, layouts: dict[str, LayerLayout], settings: QuantSettings
 ) -> nn.Module:
-    """Put empty QuantLinear layers of `layouts` into a freshly built module, for loading."""
-    from policies.quant.act import split_shell
-
-    split_shell(module)
+    """Put empty QuantLinear layers of `layouts` into `module` (a target's `empty_module`), for
+    loading; ValueError naming the layer when the module has no such nn.Linear or its shape is
+    not the layout's."""
     for name, layout in layouts.items():
         try:
-            module.get_submodule(name)
+            layer = module.get_submodule(name)
         except AttributeError:
             raise ValueError(f"the model has no layer {name!r} to hold a quantized layer") from None
+        if not isinstance(layer, nn.Linear):
+            raise ValueError(f"layer {name!r} of the model is not a linear layer")
+        if (layer.in_features, layer.out_features) != (layout.in_features, layout.out_features):
+            raise ValueError(
+                f"layer {name!r} maps {layer.in_features} to {layer.out_features} features in "
+                f"the model, but its quantized form {layout.in_features} to {layout.out_features}"
+            )
         shell = QuantLinear(layout, settings.compiled_path, settings.packed_weights)
-        set_submodule(module, name, shell)
+        set_submodule(module, name, shell.to(_device_of(layer)))
     return module
+
+
+def _device_of(layer: nn.Module) -> torch.device:
+    return next(layer.parameters()).device

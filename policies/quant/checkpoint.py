@@ -1,4 +1,6 @@
-"""Quantized Tempo checkpoints: the Tempo format with W4A8 layers (see `policies.quant`).
+"""Quantized Tempo checkpoints: the Tempo format with W4A8 layers (see `policies.quant`), for
+every family with a `QuantTarget` (ACT: this module's VARIANT; pi0 and pi0.5:
+policies.pi0.quantized).
 
 config.json is a Tempo config with one more section, `"quantization"` (`Quantization`: the
 settings, and each quantized layer's layout by name). model.safetensors holds
@@ -12,15 +14,24 @@ settings, and each quantized layer's layout by name). model.safetensors holds
     fp32_reference.images / .state / .chunks     the FP32 unquantized model's chunks on a few
                                                  observations: every tier is checked against
                                                  them at start-up (`ReferenceChunks`)
+    fp32_reference.prompt_ids / .prompt_mask     their prompts' token ids (a prompted policy)
 
-It is a variant of the act family's checkpoints (`VARIANT`, listed in policies.registry):
-loading builds the ACT of the config, splits its attention and puts empty QuantLinear shells
-where the layouts say, then loads every tensor with the usual checks (names, shapes, kinds,
-finite).
+A policy that reads a prompt (pi0, pi0.5) has its tokenizer copied along, as
+tokenizer/tokenizer.model, and the spec names it relative to the directory (made absolute when
+read). Normalization statistics are buffers and the widths are in the model config, as in
+every Tempo checkpoint.
+
+Each family's quantized checkpoints are a variant of its checkpoints (`quantized_variant`,
+listed in policies.registry): loading builds the target's empty module of the config, puts
+empty QuantLinear shells where the layouts say, then loads every tensor with the usual checks
+(names, shapes, kinds, finite). Nothing is calibrated or transformed at start-up.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,36 +39,45 @@ import numpy as np
 import torch
 
 from controller.errors import CheckpointError
-from policies.act.config import ACTConfig
-from policies.act.model import ACT
+from policies.base import PolicySpec, PromptTokens
 from policies.checkpoints.files import CONFIG_FILE, WEIGHTS_FILE, read_tensors
 from policies.checkpoints.tempo_format import (
     check_spec_matches,
+    checkpoint_family,
+    family_of_module,
     load_weights,
     parse_tempo_config,
     write_checkpoint_files,
 )
+from policies.quant.act import ACT_TARGET
 from policies.quant.apply import quantized_shell
 from policies.quant.config import Quantization
 from policies.quant.layer import QuantLinear
 from policies.quant.numerics import pack_int4, unpack_int4
+from policies.quant.target import QuantTarget
 from policies.registry import CheckpointVariant
 from policies.tensor_policy import ReferenceChunks, TensorPolicy
 
 REFERENCE_PREFIX = "fp32_reference."
+TOKENIZER_FILE = "tokenizer/tokenizer.model"  # a prompted policy's, relative to the directory
 
 
 def save_quantized_checkpoint(
-    directory: str | Path, policy: TensorPolicy, quantization: Quantization
+    directory: str | Path,
+    policy: TensorPolicy,
+    quantization: Quantization,
+    policy_type: str | None = None,
 ) -> Path:
-    """Write a quantized ACT policy (its QuantLinear layers as `quantization` describes, and
-    its reference chunks if any) as a Tempo checkpoint into `directory`."""
+    """Write a quantized policy (its QuantLinear layers as `quantization` describes, its
+    reference chunks if any, its tokenizer if it reads a prompt) as a Tempo checkpoint into
+    `directory`. policy_type: the family's name, where families share a module type (a
+    Pi0Step is pi0's or pi0.5's: `QuantTarget.policy_type`)."""
     module = policy.module
-    if not isinstance(module, ACT):
+    if family_of_module(module) is None:
         raise CheckpointError(
-            f"cannot save a {type(module).__name__} module: Tempo checkpoints hold ACT models only"
+            f"cannot save a {type(module).__name__} module: no policy family's checkpoints hold it"
         )
-    check_spec_matches(policy.spec, module.config, "the policy being saved")
+    check_spec_matches(policy.spec, module.config, "the policy being saved")  # type: ignore[arg-type]
     found = {n for n, m in module.named_modules() if isinstance(m, QuantLinear)}
     if found != set(quantization.layers):
         raise CheckpointError(
@@ -74,45 +94,79 @@ def save_quantized_checkpoint(
         else:
             tensors[name] = tensor.contiguous().clone()
     if policy.reference is not None:
-        reference = policy.reference
-        tensors[REFERENCE_PREFIX + "images"] = torch.from_numpy(
-            np.ascontiguousarray(reference.images)
-        )
-        tensors[REFERENCE_PREFIX + "state"] = torch.from_numpy(
-            np.ascontiguousarray(reference.state)
-        )
-        tensors[REFERENCE_PREFIX + "chunks"] = torch.from_numpy(
-            np.ascontiguousarray(reference.chunks)
-        )
+        tensors.update(_reference_tensors(policy.reference))
+    spec = _with_tokenizer_copied(policy.spec, Path(directory))
     return write_checkpoint_files(
         directory,
-        policy,
+        dataclasses.replace(policy, spec=spec),
         tensors,
         config_extra={"quantization": quantization.model_dump(mode="json")},
         metadata_extra={"quantization": quantization.scheme},
+        policy_type=policy_type,
     )
 
 
-def read_quantized_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
-    """The quantized policy in `directory` (config.json already read into `raw`): an ACT with
-    QuantLinear layers, eval mode, on the CPU, with its reference chunks."""
+def _reference_tensors(reference: ReferenceChunks) -> dict[str, torch.Tensor]:
+    arrays = {"images": reference.images, "state": reference.state, "chunks": reference.chunks}
+    if reference.prompts is not None:
+        arrays["prompt_ids"] = np.stack([p.ids for p in reference.prompts]).astype(np.int64)
+        arrays["prompt_mask"] = np.stack([p.mask for p in reference.prompts]).astype(np.uint8)
+    return {
+        REFERENCE_PREFIX + name: torch.from_numpy(np.ascontiguousarray(array))
+        for name, array in arrays.items()
+    }
+
+
+def _with_tokenizer_copied(spec: PolicySpec, directory: Path) -> PolicySpec:
+    """The spec as written: a prompted policy's tokenizer copied into `directory` and named
+    relative to it."""
+    if spec.prompt is None:
+        return spec
+    source, copy = Path(spec.prompt.tokenizer), directory / TOKENIZER_FILE
+    if not source.is_file():
+        raise CheckpointError(f"the policy's tokenizer {source} is not a file to copy along")
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    if not (copy.exists() and copy.samefile(source)):
+        shutil.copyfile(source, copy)
+    prompt = spec.prompt.model_copy(update={"tokenizer": TOKENIZER_FILE})
+    return spec.model_copy(update={"prompt": prompt})
+
+
+def _with_tokenizer_resolved(spec: PolicySpec, directory: Path) -> PolicySpec:
+    if spec.prompt is None or Path(spec.prompt.tokenizer).is_absolute():
+        return spec
+    path = (directory / spec.prompt.tokenizer).resolve()
+    if not path.is_file():
+        raise CheckpointError(
+            f"{directory} names its tokenizer {spec.prompt.tokenizer}, which is missing"
+        )
+    prompt = spec.prompt.model_copy(update={"tokenizer": str(path)})
+    return spec.model_copy(update={"prompt": prompt})
+
+
+def read_quantized_checkpoint(
+    directory: Path, raw: dict[str, Any], target: QuantTarget = ACT_TARGET
+) -> TensorPolicy:
+    """The quantized policy in `directory` (config.json already read into `raw`): the
+    target's module with QuantLinear layers, eval mode, on the CPU, with its reference chunks."""
     source = directory / WEIGHTS_FILE
     parsed = parse_tempo_config(raw, directory / CONFIG_FILE)
     quantization = getattr(parsed, "quantization", None)
-    if quantization is None or not isinstance(parsed.model, ACTConfig):
+    if quantization is None:
         raise CheckpointError(f"{directory / CONFIG_FILE} has no quantization section")
+    hooks = checkpoint_family(parsed.policy_type, str(directory / CONFIG_FILE))[1]
     tensors = read_tensors(source)
     reference_tensors = {
         name.removeprefix(REFERENCE_PREFIX): tensors.pop(name)
         for name in list(tensors)
         if name.startswith(REFERENCE_PREFIX)
     }
-    with torch.no_grad():
-        module = ACT(parsed.model)
+    module = target.empty_module(parsed.model)
     try:
         quantized_shell(module, quantization.layers, quantization.settings)
     except ValueError as exc:
         raise CheckpointError(f"{directory / CONFIG_FILE}: {exc}") from None
+    module = target.materialize(module)
     if not quantization.settings.packed_weights:
         for name, layer in module.named_modules():
             if isinstance(layer, QuantLinear):
@@ -121,8 +175,14 @@ def read_quantized_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPol
                     tensors[f"{name}.weight_q"] = _unpack(tensors.pop(key), layer, source, key)
     tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
     load_weights(module, tensors, source)
-    reference = _reference(reference_tensors, parsed.spec, source)
-    return TensorPolicy(spec=parsed.spec, module=module.eval(), reference=reference)
+    spec = _with_tokenizer_resolved(parsed.spec, directory)
+    module = module.eval()
+    if hooks.to_policy is not None:
+        policy = hooks.to_policy(module, spec)
+    else:
+        policy = TensorPolicy(spec=spec, module=module)
+    policy.reference = _reference(reference_tensors, spec, source)
+    return policy
 
 
 def _unpack(packed: torch.Tensor, layer: QuantLinear, source: Path, key: str) -> torch.Tensor:
@@ -132,7 +192,9 @@ def _unpack(packed: torch.Tensor, layer: QuantLinear, source: Path, key: str) ->
         raise CheckpointError(f"{source}: {key}: {exc}") from None
 
 
-def _reference(tensors: dict[str, torch.Tensor], spec: Any, source: Path) -> ReferenceChunks | None:
+def _reference(
+    tensors: dict[str, torch.Tensor], spec: PolicySpec, source: Path
+) -> ReferenceChunks | None:
     if not tensors:
         return None
     missing = {"images", "state", "chunks"} - set(tensors)
@@ -159,23 +221,51 @@ def _reference(tensors: dict[str, torch.Tensor], spec: Any, source: Path) -> Ref
     if images.dtype != np.uint8 or not np.isfinite(chunks).all():
         raise CheckpointError(f"{source}: the FP32 reference chunks are malformed")
     return ReferenceChunks(
-        images=images, state=state.astype(np.float32), chunks=chunks.astype(np.float32)
+        images=images,
+        state=state.astype(np.float32),
+        chunks=chunks.astype(np.float32),
+        prompts=_reference_prompts(tensors, spec, n, source),
+    )
+
+
+def _reference_prompts(
+    tensors: dict[str, torch.Tensor], spec: PolicySpec, n: int, source: Path
+) -> tuple[PromptTokens, ...] | None:
+    if spec.prompt is None:
+        return None
+    length = spec.prompt.max_length
+    ids, mask = tensors.get("prompt_ids"), tensors.get("prompt_mask")
+    if ids is None or mask is None or ids.shape != (n, length) or mask.shape != (n, length):
+        raise CheckpointError(
+            f"{source}: the policy reads a prompt, so {REFERENCE_PREFIX}prompt_ids and "
+            f"prompt_mask must be ({n}, {length}) each"
+        )
+    return tuple(
+        PromptTokens(ids[i].numpy().astype(np.int64), mask[i].numpy().astype(bool))
+        for i in range(n)
     )
 
 
 def describe_quantization(q: Quantization) -> list[str]:
     """`tempo checkpoint inspect`'s line about the quantization section."""
+    vision = ", vision tower included" if q.settings.vision else ""
     return [
-        f"quantization: {q.scheme} {q.settings.method}, {len(q.layers)} layers, "
+        f"quantization: {q.scheme} {q.settings.method}, {len(q.layers)} layers{vision}, "
         f"{q.settings.activations} activation scales, calibrated on {q.observations} "
         f"observations ({q.source})"
     ]
 
 
-VARIANT = CheckpointVariant(
-    family="act",
-    section="quantization",
-    section_model=Quantization,
-    read=read_quantized_checkpoint,
-    describe=describe_quantization,
-)
+def quantized_variant(family: str, target: QuantTarget) -> CheckpointVariant:
+    """The quantized checkpoints of `family` (policies.registry.VARIANTS lists the modules
+    defining one each)."""
+    return CheckpointVariant(
+        family=family,
+        section="quantization",
+        section_model=Quantization,
+        read=partial(read_quantized_checkpoint, target=target),
+        describe=describe_quantization,
+    )
+
+
+VARIANT = quantized_variant("act", ACT_TARGET)

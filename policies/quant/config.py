@@ -27,8 +27,14 @@ class QuantSettings(BaseModel):
     )
     layers: LayerSelection = Field(
         default="transformer",
-        description="Which linear layers: transformer (ACT's encoder and decoder: attention "
-        "projections and MLPs) or transformer+head (the action head too).",
+        description="Which linear layers: transformer (ACT's encoder and decoder; pi0's and "
+        "pi0.5's Gemma prefix and action expert: q, k, v, o, gate, up, down) or "
+        "transformer+head (ACT's action head too; pi0's state, action and time projections).",
+    )
+    vision: bool = Field(
+        default=False,
+        description="Quantize the vision tower's linear layers too (pi0 / pi0.5's SigLIP "
+        "attention and MLPs); off by default, as in the public pi0 DuQuant port.",
     )
     block_size: int = Field(
         default=32,

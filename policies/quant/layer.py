@@ -127,9 +127,9 @@ class QuantLinear(nn.Module):
         q, scale = quantize_weight(transformed, clip_search)
         with torch.no_grad():
             codes = torch.zeros(layer.out_padded, layer.width, dtype=torch.int8)
-            codes[:out_features] = q
+            codes[:out_features] = q.cpu()
             layer.set_codes(codes)
-            layer.weight_scale[:out_features] = scale
+            layer.weight_scale[:out_features] = scale.cpu()
             if layer.act_scale is not None:
                 layer.act_scale.fill_(float(act_scale))  # type: ignore[arg-type]
             for name, value in (
@@ -141,19 +141,30 @@ class QuantLinear(nn.Module):
             ):
                 buffer = getattr(layer, name)
                 if buffer is not None and value is not None:
-                    buffer.copy_(value.to(buffer.dtype))
+                    buffer.copy_(value.to("cpu", buffer.dtype))
         return layer.to(weight.device)
 
     @staticmethod
     def transformed_weight(
         weight: torch.Tensor, plan: Plan, out_rot: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """The weight the layer quantizes, in float64: W T^-T, rows through blockdiag(out_rot)
-        when given (forward multiplies the output by it again, which undoes it)."""
-        transformed = plan.transform_weight(weight.detach().to("cpu", torch.float64))
+        """The weight the layer quantizes, in float64 where the weight is (a GPU's float64 does
+        pi0's 16384-wide layers in milliseconds, the host in tens of seconds): W T^-T, rows
+        through blockdiag(out_rot) when given (forward multiplies the output by it again,
+        which undoes it)."""
+        transformed = plan.transform_weight(weight.detach().to(torch.float64))
         if out_rot is not None:
-            transformed = rotate_blocks(transformed.t(), out_rot.double().transpose(1, 2)).t()
+            transformed = rotate_blocks(
+                transformed.t(), out_rot.to(transformed.device, torch.float64).transpose(1, 2)
+            ).t()
         return transformed
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """Not the weight: a stand-in for models that read `linear.weight.dtype` or `.device`
+        to cast a layer's input (pi0's Gemma layers), the FP32 per-channel scale, since the
+        layer transforms and rounds its input in FP32 whatever the serving precision."""
+        return self.weight_scale
 
     def codes(self) -> torch.Tensor:
         """The int8 weight codes (out_padded, width), unpacked when held packed."""

@@ -41,16 +41,20 @@ def pack_file_name(layer_name: str) -> str:
 
 
 def import_pi0_packs(
-    module: nn.Module, pack_dir: str | Path, compiled_path: ComputePath = "int8"
+    module: nn.Module, pack_dir: str | Path, compiled_path: ComputePath = "int8", root: str = ""
 ) -> dict[str, LayerLayout]:
     """Replace every nn.Linear of `module` that has a pack in `pack_dir` by a QuantLinear built
-    from its weight and the pack; returns the layouts by layer name. Raises ValueError naming
-    the pack when one is malformed or does not fit its layer, and when no pack matches."""
+    from its weight and the pack; returns the layouts by layer name (in `module`). The packs
+    are named after the layers of `module.get_submodule(root)` (a Pi0Step's `network` is the
+    port's PI0Pytorch). Raises ValueError naming the pack when one is malformed or does not fit
+    its layer, and when no pack matches."""
     pack_dir = Path(pack_dir)
     if not pack_dir.is_dir():
         raise ValueError(f"pack directory {pack_dir} does not exist")
+    base = module.get_submodule(root) if root else module
+    prefix = f"{root}." if root else ""
     layouts: dict[str, LayerLayout] = {}
-    for name, linear in list(module.named_modules()):
+    for name, linear in list(base.named_modules()):
         if not isinstance(linear, nn.Linear):
             continue
         path = pack_dir / pack_file_name(name)
@@ -60,8 +64,8 @@ def import_pi0_packs(
         layer = QuantLinear.from_plan(
             linear.weight, linear.bias, plan, None, compiled_path, out_rot=out_rot
         )
-        set_submodule(module, name, layer)
-        layouts[name] = layer.layout
+        set_submodule(module, prefix + name, layer)
+        layouts[prefix + name] = layer.layout
     if not layouts:
         raise ValueError(f"no .npz pack in {pack_dir} matches a linear layer of the model")
     return layouts

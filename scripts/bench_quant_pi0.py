@@ -1,0 +1,429 @@
+"""W4A8 DuQuant pi0 against the BF16 pi0, per GEMM shape and for the whole step, in one run.
+
+    python scripts/bench_quant_pi0.py --device cuda            # real-size pi0, random weights
+    python scripts/bench_quant_pi0.py --tiny --device cpu      # tiny widths: checks it runs
+    python scripts/bench_quant_pi0.py --json out.json          # the numbers as JSON too
+
+1. Per layer shape (the Gemma prefix's GEMMs at its token count, 3 cameras x 256 + the prompt
+   = 816 tokens for pi0: 2048 -> 2048 / 256 / 16384, 16384 -> 2048; the expert's at the chunk's
+   tokens): one layer, compiled and captured in a CUDA graph on a GPU (compiled on a CPU),
+   BF16 nn.Linear (the baseline, timed in the same run) against QuantLinear with each compute
+   path: int8 (torch._int_mm) and dequant (weights dequantized to BF16 in forward). Weight bytes:
+   packed 4-bit codes and scales against BF16.
+2. The whole step through Tempo's tier ladder: the FP32 model served by its graph tier in BF16
+   (the baseline) against the W4A8 model (int8, then dequant) served the same way, each tier's
+   action error against the FP32 model (reference chunks) and the W4A8 model's memory.
+
+The model is built on the meta device and materialized with seeded random weights on the
+device (no minutes-long host initialisation); calibration runs there too (`--observations`
+random observations with random prompts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from controller.inference.build import build_runner, resolve_device  # noqa: E402
+from controller.inference.examples import random_example  # noqa: E402
+from controller.runner_config import RunnerConfig  # noqa: E402
+from controller.tools.bench_policy import percentiles_ms  # noqa: E402
+from controller.tools.quantize import run_policy  # noqa: E402
+from policies.base import CameraSpec, PolicySpec  # noqa: E402
+from policies.pi0.config import Pi0Config, tiny_pi0_config  # noqa: E402
+from policies.pi0.gemma import HostTable  # noqa: E402
+from policies.pi0.policy import pi0_policy  # noqa: E402
+from policies.pi0.quantized import PI0_TARGET  # noqa: E402
+from policies.pi0.step import Pi0Step, Pi0StepConfig  # noqa: E402
+from policies.quant.apply import quantize_module  # noqa: E402
+from policies.quant.config import QuantSettings  # noqa: E402
+from policies.quant.duquant import StatsCollector, duquant_plan  # noqa: E402
+from policies.quant.layer import QuantLinear, memory_bytes  # noqa: E402
+from policies.tensor_policy import ReferenceChunks, TensorPolicy  # noqa: E402
+
+log = logging.getLogger("bench_quant_pi0")
+CAMERAS, STATE, JOINTS = 3, 14, 7
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    parser.add_argument("--tiny", action="store_true", help="tiny widths (a CPU run in minutes)")
+    parser.add_argument("--iters", type=int, default=100, help="timed replays per measurement")
+    parser.add_argument("--observations", type=int, default=4, help="calibration observations")
+    parser.add_argument("--block-size", type=int, default=32)
+    parser.add_argument("--rotation-steps", type=int, default=8)
+    parser.add_argument(
+        "--skip-step", action="store_true", help="per-shape GEMMs only, not the whole step"
+    )
+    parser.add_argument("--json", dest="json_out", type=Path, help="write the results here")
+    return parser.parse_args()
+
+
+# ---- the model ----------------------------------------------------------------------------------
+
+
+def network_config(tiny: bool) -> Pi0Config:
+    if tiny:
+        return tiny_pi0_config(tokenizer_max_length=16, chunk_size=10, num_inference_steps=3)
+    # LeRobot's pi0: gemma_2b + gemma_300m (the variants' widths), 224x224 images.
+    return Pi0Config.model_validate({"tokenizer_max_length": 48})
+
+
+def random_pi0(config: Pi0Config, device: torch.device, seed: int = 0) -> TensorPolicy:
+    """pi0 of `config` on `device` with seeded random weights: built on the meta device,
+    materialized there uninitialised, then filled (matrices N(0, 1/fan_in), vectors zero, the
+    normalization identity)."""
+    size = config.vision.image_size
+    step_config = Pi0StepConfig(
+        network=config,
+        state_size=STATE,
+        action_size=JOINTS,
+        camera_sizes=((size, size),) * CAMERAS,
+    )
+    with torch.device("meta"):
+        step = Pi0Step(step_config)
+    step.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for table in step.modules():  # the vocabulary tables stay on the host (HostTable)
+            if isinstance(table, HostTable):
+                rows, cols = table.weight.shape
+                table.weight = nn.Parameter(torch.randn(rows, cols) * cols**-0.5, False)
+        for param in step.parameters():
+            if param.device.type == "meta" or param.device != device:
+                continue
+            if param.dim() >= 2:
+                fan_in = math.prod(param.shape[1:])
+                param.normal_(0.0, fan_in**-0.5, generator=gen)
+            else:
+                param.zero_()
+        step.state_norm.center.zero_()
+        step.state_norm.scale.fill_(1.0)
+        step.action_norm.center.zero_()
+        step.action_norm.scale.fill_(1.0)
+    step.network.reset_buffers()
+    cameras = tuple(CameraSpec(name=f"camera_{i}", height=size, width=size) for i in range(CAMERAS))
+    spec = PolicySpec(
+        cameras=cameras,
+        state_size=STATE,
+        joint_names=tuple(f"joint_{i}" for i in range(JOINTS)),
+        chunk_size=config.chunk_size,
+    )
+    return pi0_policy(step.eval(), spec)
+
+
+def random_examples(policy: TensorPolicy, count: int, seed: int) -> list[Any]:
+    return [random_example(policy.spec, policy.inputs, seed + i) for i in range(count)]
+
+
+def eager_chunks(policy: TensorPolicy, examples: list[Any], device: torch.device) -> np.ndarray:
+    from policies.tensor_policy import EagerPolicy
+
+    eager = EagerPolicy(policy, device)
+    with torch.no_grad():
+        return np.stack([eager.predict(images, context).actions for images, context in examples])
+
+
+# ---- per layer shape ---------------------------------------------------------------------------
+
+
+def gemm_shapes(config: Pi0Config) -> list[tuple[str, int, int, int]]:
+    """(name, tokens, in, out) of the prefix's and the expert's GEMMs."""
+    vision, language, expert = config.vision, config.language, config.expert
+    prefix = CAMERAS * (vision.image_size // vision.patch_size) ** 2 + config.tokenizer_max_length
+    suffix = config.chunk_size + 1  # the state token, then the actions
+    shapes = []
+    for tower, tokens, w in (("prefix", prefix, language), ("expert", suffix, expert)):
+        q, kv = w.num_heads * w.head_dim, w.num_kv_heads * w.head_dim
+        shapes += [
+            (f"{tower} q_proj", tokens, w.width, q),
+            (f"{tower} k/v_proj", tokens, w.width, kv),
+            (f"{tower} o_proj", tokens, q, w.width),
+            (f"{tower} gate/up_proj", tokens, w.width, w.mlp_dim),
+            (f"{tower} down_proj", tokens, w.mlp_dim, w.width),
+        ]
+    return shapes
+
+
+def quant_layer(linear: nn.Linear, x: torch.Tensor, settings: QuantSettings) -> QuantLinear:
+    collector = StatsCollector()
+    collector.update(x.float())
+    if collector.stats is None:
+        raise RuntimeError("no activation statistics were recorded")
+    plan = duquant_plan(
+        linear.weight, collector.stats, settings.block_size, steps=settings.rotation_steps
+    )
+    peak = float(plan.transform_input(x.double().cpu()).abs().max())
+    return QuantLinear.from_plan(linear.weight, linear.bias, plan, peak / 127, "int8")
+
+
+def timed(fn: Callable[[], torch.Tensor], iters: int, device: torch.device) -> dict[str, float]:
+    """Replays of `fn` (compiled): captured in a CUDA graph on a GPU, called on a CPU."""
+    for _ in range(3):
+        fn()
+    if device.type != "cuda":
+        samples = []
+        for _ in range(iters):
+            began = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - began)
+        return percentiles_ms(samples)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    samples = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3)
+    return percentiles_ms(samples)
+
+
+def bench_shapes(
+    config: Pi0Config, device: torch.device, settings: QuantSettings, iters: int
+) -> list[dict[str, Any]]:
+    half = torch.bfloat16 if device.type == "cuda" else torch.float32
+    backend = "inductor" if device.type == "cuda" else "eager"
+    rows = []
+    for name, tokens, fan_in, fan_out in gemm_shapes(config):
+        torch._dynamo.reset()
+        gen = torch.Generator().manual_seed(fan_in * 7 + fan_out)
+        linear = nn.Linear(fan_in, fan_out, bias=False)
+        with torch.no_grad():
+            linear.weight.normal_(0.0, fan_in**-0.5, generator=gen)
+        x = torch.randn(tokens, fan_in, generator=gen)
+        x[:, :4] *= 30.0  # a few outlier channels, as trained transformers grow
+        quant = quant_layer(linear, x, settings).to(device).eval()
+        x = x.to(device)
+        x_half = x.to(half)
+        baseline = linear.to(device, half).eval()
+        row: dict[str, Any] = {"layer": name, "tokens": tokens, "in": fan_in, "out": fan_out}
+        with torch.no_grad():
+            compiled = torch.compile(baseline, fullgraph=True, dynamic=False, backend=backend)
+
+            def run_baseline(c: Any = compiled, x: torch.Tensor = x_half) -> torch.Tensor:
+                return c(x)  # type: ignore[no-any-return]
+
+            row["bf16"] = timed(run_baseline, iters, device)
+            for path in ("int8", "dequant"):
+                quant.compiled_path = path
+                torch._dynamo.reset()
+                qc = torch.compile(quant, fullgraph=True, dynamic=False, backend=backend)
+
+                def run(qc: Any = qc, x: torch.Tensor = x_half) -> torch.Tensor:
+                    with torch.autocast(device.type, dtype=half, enabled=device.type == "cuda"):
+                        return qc(x)  # type: ignore[no-any-return]
+
+                row[path] = timed(run, iters, device)
+        packed = fan_out * quant.width // 2 + fan_out * 4  # two codes a byte, FP32 scales
+        row["bytes"] = {"bf16": fan_in * fan_out * 2, "w4_packed": packed}
+        rows.append(row)
+        print(_shape_line(row), flush=True)
+    return rows
+
+
+# ---- the whole step ----------------------------------------------------------------------------
+
+
+def serve(policy: TensorPolicy, device: str, cache: Path) -> tuple[Any, float]:
+    config = RunnerConfig(
+        top_tier="graph" if device == "cuda" else "compiled",
+        compile_backend="inductor" if device == "cuda" else "eager",
+        precision="bf16",
+        cache_dir=cache,
+        step_budget_ms=None,
+        parity_observations=2,
+        parity_rtol=1.0,  # measured and printed here, not enforced
+        reference_parity_rtol=10.0,
+    )
+    began = time.perf_counter()
+    runner = build_runner(policy, config, device)
+    return runner, time.perf_counter() - began
+
+
+def time_top_tier(runner: Any, policy: TensorPolicy, iters: int) -> dict[str, Any]:
+    top = runner.ready_tiers[0]
+    runner.use_tier(top)
+    for images, context in random_examples(policy, 5, 500):
+        runner.predict(images, context)
+    report = {t["name"]: t for t in runner.status()["tiers"]}[top]
+    return {
+        "tier": top,
+        "precision": report["precision"],
+        "model": percentiles_ms(runner.time_device(top, iters)),
+        "parity_error": report["parity_error"],
+        "reference_error": report["reference_error"],
+    }
+
+
+def bench_step(
+    config: Pi0Config, device: str, settings: QuantSettings, args: argparse.Namespace
+) -> dict[str, Any]:
+    torch_device = torch.device(device)
+    policy = random_pi0(config, torch_device)
+    # Context step 0: the noise the runner's start-up check draws for reference chunks.
+    examples = [(im, replace(ctx, step=0)) for im, ctx in random_examples(policy, 3, 22_000)]
+    chunks = eager_chunks(policy, examples, torch_device)
+    policy.reference = ReferenceChunks(
+        images=np.stack([[im[c.name] for c in policy.spec.cameras] for im, _ in examples]),
+        state=np.stack([ctx.state_history for _, ctx in examples]),
+        chunks=chunks,
+        prompts=tuple(ctx.prompt for _, ctx in examples),
+    )
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as cache:
+        runner, start_s = serve(policy, device, Path(cache) / "bf16")
+        out["bf16"] = time_top_tier(runner, policy, args.iters) | {"start_s": start_s}
+        del runner
+        calibration = random_examples(policy, args.observations, 11_000)
+        began = time.perf_counter()
+
+        def run_calibration() -> None:
+            for images, context in calibration:
+                observation = (
+                    np.stack([[images[c.name] for c in policy.spec.cameras]]),
+                    context.state_history[None],
+                    (context.prompt,),
+                )
+                run_policy(policy, observation, torch_device)
+
+        quantize_module(policy.module, settings, run_calibration, PI0_TARGET)
+        out["calibration_s"] = time.perf_counter() - began
+        memory = memory_bytes(policy.module)
+        out["memory_vs_fp16"] = {k: v / memory["fp16"] for k, v in memory.items()}
+        out["model_bytes"] = model_bytes(policy.module)
+        fake_quant = eager_chunks(policy, examples, torch_device)
+        out["fake_quant_error"] = max(
+            float(np.linalg.norm(q - r) / np.linalg.norm(r))
+            for q, r in zip(fake_quant, chunks, strict=True)
+        )
+        for path in ("int8", "dequant"):
+            for layer in policy.module.modules():
+                if isinstance(layer, QuantLinear):
+                    layer.compiled_path = path
+            torch._dynamo.reset()
+            runner, start_s = serve(policy, device, Path(cache) / path)
+            out[f"w4a8 {path}"] = time_top_tier(runner, policy, args.iters) | {"start_s": start_s}
+            del runner
+    return out
+
+
+def model_bytes(module: nn.Module) -> dict[str, int]:
+    """Bytes of the whole model's weights served: BF16 everywhere, against the quantized
+    layers packed (4-bit codes, FP32 scales and transforms) and the rest in BF16."""
+    quantized = {id(t) for m in module.modules() if isinstance(m, QuantLinear) for t in m.buffers()}
+    rest = sum(
+        t.numel() * 2
+        for t in (*module.parameters(), *module.buffers())
+        if id(t) not in quantized and t.is_floating_point()
+    )
+    layers = [m for m in module.modules() if isinstance(m, QuantLinear)]
+    bf16 = rest + sum(m.in_features * m.out_features * 2 for m in layers)
+    packed = rest
+    for m in layers:
+        packed += m.out_padded * m.width // 2 + m.out_padded * 4
+        for name in ("rot_in", "perm", "rot_mix", "out_rot", "act_scale", "bias"):
+            t = getattr(m, name)
+            packed += 0 if t is None else t.numel() * t.element_size()
+    return {"bf16": bf16, "w4a8_packed": packed}
+
+
+# ---- output ------------------------------------------------------------------------------------
+
+
+def _shape_line(row: dict[str, Any]) -> str:
+    base = row["bf16"]["median_ms"]
+    parts = [f"{row['layer']:<20} {row['tokens']:>5} x {row['in']:>5} -> {row['out']:>5}"]
+    parts.append(f"{base:>9.4f}")
+    for path in ("int8", "dequant"):
+        ms = row[path]["median_ms"]
+        parts.append(f"{ms:>9.4f} {base / ms:>5.2f}x")
+    parts.append(f"{row['bytes']['w4_packed'] / row['bytes']['bf16']:>6.3f}")
+    return " ".join(parts)
+
+
+def print_report(report: dict[str, Any]) -> None:
+    print(f"\n{report['model']} on {report.get('gpu', report['device'])}")
+    print(
+        f"\n{'GEMM':<20} {'tokens x in -> out':>21} {'bf16 ms':>9} {'int8 ms':>9} {'speed':>6} "
+        f"{'deq ms':>9} {'speed':>6} {'bytes':>6}"
+    )
+    for row in report["shapes"]:
+        print(_shape_line(row))
+    print("speed: BF16 time / W4A8 time (same run); bytes: packed 4-bit codes + scales / BF16")
+    step = report.get("step")
+    if not step:
+        return
+    print(f"\n{'whole step':<14} {'tier':<9} {'prec':<5} {'median ms':>9} {'p99 ms':>8} "
+          f"{'vs bf16':>8} {'vs FP32':>8} {'start s':>8}")  # fmt: skip
+    base = step["bf16"]["model"]["median_ms"]
+    for name in ("bf16", "w4a8 int8", "w4a8 dequant"):
+        row = step[name]
+        model = row["model"]
+        print(
+            f"{name:<14} {row['tier']:<9} {row['precision']:<5} {model['median_ms']:>9.3f} "
+            f"{model['p99_ms']:>8.3f} {model['median_ms'] / base:>7.2f}x "
+            f"{row['reference_error']:>8.1e} {row['start_s']:>8.1f}"
+        )
+    print("vs FP32: action error against the FP32 model (relative, largest over 3 observations)")
+    total = step["model_bytes"]
+    print(
+        f"\nW4A8 fake-quant (FP32) action error against FP32: {step['fake_quant_error']:.2e}; "
+        f"calibration {step['calibration_s']:.1f} s"
+    )
+    print(
+        f"weights: whole model {total['w4a8_packed'] / 1e6:.1f} MB packed vs "
+        f"{total['bf16'] / 1e6:.1f} MB BF16 ({total['w4a8_packed'] / total['bf16']:.3f}x); "
+        f"quantized layers as held {step['memory_vs_fp16']['weights']:.3f}x BF16"
+    )
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = parse_args()
+    device = resolve_device(args.device, setting="--device")
+    config = network_config(args.tiny)
+    settings = QuantSettings(block_size=args.block_size, rotation_steps=args.rotation_steps)
+    report: dict[str, Any] = {
+        "model": f"pi0 {'tiny widths' if args.tiny else 'gemma_2b + gemma_300m'}, random weights",
+        "device": device,
+    }
+    if device == "cuda":
+        report["gpu"] = torch.cuda.get_device_name()
+    print("per GEMM shape (layer, tokens x in -> out, ms, speed-up vs BF16, bytes vs BF16):")
+    report["shapes"] = bench_shapes(config, torch.device(device), settings, args.iters)
+    if not args.skip_step:
+        report["step"] = bench_step(config, device, settings, args)
+    print_report(report)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
