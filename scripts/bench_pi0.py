@@ -106,7 +106,7 @@ def bench_family(family: str, args: argparse.Namespace, work: Path) -> dict[str,
     out = work / f"{family}_tempo_bench.json"
     command = [sys.executable, "-m", "controller.tools.bench_policy", str(directory),
                "--device", "cuda", "--iters", str(args.iters), "--warmup", str(args.warmup),
-               "--json", str(out)]  # fmt: skip
+               "--json", str(out), "--reference-weights", args.reference_weights]  # fmt: skip
     print(f"{family}: tempo bench ...", flush=True)
     subprocess.run(command, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     row["tempo"] = json.loads(out.read_text())
@@ -142,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--lerobot-compile", action="store_true")
     parser.add_argument("--lerobot-compile-mode", default="max-autotune")
+    parser.add_argument(
+        "--reference-weights", choices=["device", "host"], default="device",
+        help="Tempo's runner.reference_weights (host: the FP32 reference's weights off the GPU)",
+    )  # fmt: skip
     parser.add_argument("--lerobot-only", action="store_true", help="time LeRobot alone")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--work", type=Path, help="where the saved directories go (else a temp)")

@@ -95,6 +95,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="channels_last convolution weights (runner.channels_last)",
     )
+    parser.add_argument(
+        "--reference-weights",
+        choices=["device", "host"],
+        default="device",
+        help="where the FP32 reference keeps its matmul weights (runner.reference_weights)",
+    )
     parser.add_argument("--freezing", action="store_true", help="inductor freezing")
     parser.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time algorithms")
     parser.add_argument(
@@ -151,6 +157,7 @@ def runner_config(args: argparse.Namespace, cache_dir: Path, **overrides: Any): 
         "compile_mode": args.compile_mode,
         "channels_last": args.channels_last,
         "freezing": args.freezing,
+        "reference_weights": args.reference_weights,
         "cudnn_benchmark": args.cudnn_benchmark,
         "cache_dir": cache_dir,
         "step_budget_ms": None,  # measure every tier; never demote for time here
@@ -248,6 +255,7 @@ def warm_start(args: argparse.Namespace, cache_dir: Path) -> dict[str, Any]:
 def forwarded(args: argparse.Namespace) -> list[str]:
     out = ["--device", device_of(args), "--top-tier", args.top_tier, "--precision", args.precision]
     out += ["--compile-mode", args.compile_mode, "--channels-last", args.channels_last]
+    out += ["--reference-weights", args.reference_weights]
     out += ["--freezing"] if args.freezing else []
     out += ["--cudnn-benchmark"] if args.cudnn_benchmark else []
     if args.checkpoint is not None:
