@@ -106,7 +106,7 @@ def random_pi0(config: Pi0Config, device: torch.device, seed: int = 0) -> Tensor
                 rows, cols = table.weight.shape
                 table.weight = nn.Parameter(torch.randn(rows, cols) * cols**-0.5, False)
         for param in step.parameters():
-            if param.device.type == "meta" or param.device != device:
+            if param.device.type != device.type:  # the host tables; "cuda" != "cuda:0"
                 continue
             if param.dim() >= 2:
                 fan_in = math.prod(param.shape[1:])
