@@ -58,9 +58,9 @@ def describe_execution(
         how = f"temporal ensembling k={inference.temporal_k:g}"
     elif rtc is not None and rtc.mode != "off":
         how = (
-            f"real-time chunking (policy.rtc: mode {rtc.mode}, beta {rtc.beta:g}, schedule "
-            f"{rtc.schedule}; the old chunk plays until the new one, guided to agree with it, "
-            "lands)"
+            f"real-time chunking (policy.rtc: mode {rtc.mode}, beta {rtc.beta or 'default'}, "
+            f"schedule {rtc.schedule}; the old chunk plays until the new one, guided to agree "
+            "with it, lands)"
         )
     else:
         how = "play the newest chunk"
