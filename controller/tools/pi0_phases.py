@@ -89,12 +89,16 @@ def _measure_once(
     seen = [total, timer(vision)]
     seen.append(timer(lambda: held.__setitem__("cache", network.encode_prefix(*held["prefix"]))))
     context = (held["cache"], held["state"])
-    x = noise
-    for k in range(n):
-        seen.append(
-            timer(lambda k=k, x=x: held.__setitem__("x", x + sampler.velocity(x, k, context) / n))
-        )
-        x = held["x"]
+    held["x"] = noise
+
+    def euler(k: int) -> Callable[[], None]:
+        def run() -> None:
+            x = held["x"]
+            held["x"] = x + sampler.velocity(x, k, context) / n
+
+        return run
+
+    seen += [timer(euler(k)) for k in range(n)]  # each step on the unguided trajectory
     if not rtc_on:
         return [*seen, 0.0, 0.0, 0.0]
     prefix, prefix_len, delay = inputs[-3:]
