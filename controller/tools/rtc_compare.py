@@ -111,8 +111,10 @@ def rtc_variant(config: TempoConfig, mode: str) -> TempoConfig:
 def default_modes(module: Any) -> tuple[str, ...]:
     """RTC_MODES, and trained where the served module (RTC off) is a pi0.5 step trained with
     training-time RTC."""
-    if int(getattr(getattr(getattr(module, "config", None), "network", None),
-                   "rtc_training_max_delay", 0)) > 0:  # fmt: skip
+    from policies.pi0.rtc import trained_max_delay
+    from policies.pi0.step import Pi0Step
+
+    if isinstance(module, Pi0Step) and trained_max_delay(module) > 0:
         return (*RTC_MODES, "trained")
     return RTC_MODES
 
