@@ -14,17 +14,20 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 # Real-time chunking's modes and mask schedules; controller.config_sections names the same ones.
-RTCMode = Literal["off", "exact", "stop_grad", "inpaint"]
+RTCMode = Literal["off", "exact", "stop_grad", "inpaint", "trained"]
 MaskSchedule = Literal["exp", "linear", "ones", "zeros"]
 
 
 class RTCSettings(Protocol):
-    """How real-time chunking serves a flow policy (`policy.rtc`; policies.flow.rtc)."""
+    """How real-time chunking serves a flow, pi0 or pi0.5 policy (`policy.rtc`;
+    policies.flow.guided_sampling). beta and overlap_rows None: the family's default."""
 
     @property
     def mode(self) -> RTCMode: ...
     @property
-    def beta(self) -> float: ...
+    def beta(self) -> float | None: ...
+    @property
+    def overlap_rows(self) -> int | None: ...
     @property
     def schedule(self) -> MaskSchedule: ...
     @property

@@ -57,8 +57,9 @@ def describe_execution(
     if inference.ensemble == "temporal":
         how = f"temporal ensembling k={inference.temporal_k:g}"
     elif rtc is not None and rtc.mode != "off":
+        beta = "default" if rtc.beta is None else f"{rtc.beta:g}"  # default: the family's
         how = (
-            f"real-time chunking (policy.rtc: mode {rtc.mode}, beta {rtc.beta:g}, schedule "
+            f"real-time chunking (policy.rtc: mode {rtc.mode}, beta {beta}, schedule "
             f"{rtc.schedule}; the old chunk plays until the new one, guided to agree with it, "
             "lands)"
         )

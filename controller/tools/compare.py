@@ -83,6 +83,8 @@ class _Variant:
         self.inference, _ = resolve_execution(config.inference, runner.spec)
         self.period = self.inference.query_period
         self.delay = 0  # the inference delay in the contexts (RTC's d)
+        # A policy that reads a prompt (pi0) gets its codec's example one: a tool has no task.
+        self.prompt = runner.codec.example(0).prompt if runner.spec.prompt is not None else None
         self.step = 0
         self.predict: list[float] = []
 
@@ -103,6 +105,7 @@ class _Variant:
                     state_history=state,
                     previous_plan=self.pipeline.plan(self.step),
                     inference_delay=self.delay,
+                    prompt=self.prompt,
                 )
                 began = clock()
                 chunk = runner.predict(images, context).actions

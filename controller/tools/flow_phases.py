@@ -1,4 +1,5 @@
-"""Where a flow policy's inference goes, phase by phase, and what real-time chunking adds:
+"""Where a flow policy's inference goes, phase by phase, and what real-time chunking adds
+(pi0 and pi0.5: controller.tools.pi0_phases; phase_rows serves either):
 
     encoding           images and state -> the context (backbone, context transformer, the
                        expert layers' keys and values): once per inference
@@ -32,6 +33,31 @@ from controller.tools.profile_result import Row
 from policies.flow.model import FlowMatchingPolicy
 from policies.flow.rtc import RealTimeChunking
 from policies.inputs import example_frames
+
+
+def phase_summary(module: torch.nn.Module) -> dict[str, Any] | None:
+    """What the profile's advice reads of a phased policy (flow, pi0, pi0.5): its RTC mode,
+    chunk size and Euler steps; None for a policy timed per submodule instead."""
+    parts = flow_parts(module)
+    if parts is not None:
+        flow, rtc = parts
+        return {
+            "rtc_mode": rtc.rtc.mode if rtc is not None else "off",
+            "chunk_size": flow.config.chunk_size,
+            "n_steps": flow.config.n_steps,
+        }
+    from controller.tools.pi0_phases import pi0_summary
+
+    return pi0_summary(module)
+
+
+def phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row]:
+    """The phase rows of a flow, pi0 or pi0.5 policy (flow_phase_rows, pi0_phase_rows)."""
+    if flow_parts(runner.step_path.module) is not None:
+        return flow_phase_rows(runner, precision, iterations)
+    from controller.tools.pi0_phases import pi0_phase_rows
+
+    return pi0_phase_rows(runner, precision, iterations)
 
 
 def flow_parts(

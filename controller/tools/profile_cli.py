@@ -90,10 +90,11 @@ def add_profile_parser(
     profile.add_argument(
         "--rtc",
         nargs="*",
-        choices=["exact", "stop_grad", "inpaint"],
+        choices=["exact", "stop_grad", "inpaint", "trained"],
         metavar="MODE",
-        help="compare: a flow policy's config with real-time chunking off against each RTC "
-        "mode (default all: exact stop_grad inpaint), with a verdict line per mode",
+        help="compare: a flow, pi0 or pi0.5 policy's config with real-time chunking off against "
+        "each RTC mode (default exact stop_grad inpaint, and trained for a pi0.5 trained for "
+        "it), with a verdict line per mode",
     )
     profile.set_defaults(func=cmd_profile, setup_logging=setup_logging)
     return profile
@@ -187,14 +188,16 @@ def _compare_rtc(
     args: argparse.Namespace, files: list[Path], overrides: list[str], progress: Any
 ) -> int:
     if len(files) > 1:
-        raise ConfigError("tempo profile compare --rtc takes one config file (a flow policy)")
-    from controller.tools.rtc_compare import RTC_MODES, render_rtc_compare, run_rtc_compare
+        raise ConfigError(
+            "tempo profile compare --rtc takes one config file (a flow, pi0 or pi0.5 policy)"
+        )
+    from controller.tools.rtc_compare import render_rtc_compare, run_rtc_compare
 
     config = load_config(files[0] if files else None, overrides)
     result = run_rtc_compare(
         config,
         args.iterations,
-        modes=tuple(args.rtc) or RTC_MODES,
+        modes=tuple(args.rtc) or None,
         replay=args.replay,
         warmup=args.warmup,
         confidence=args.confidence,

@@ -34,6 +34,7 @@ Perfetto (ui.perfetto.dev) and TensorBoard's profiler plugin open.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -54,7 +55,7 @@ from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.inference.step_path import StepPath
 from controller.inference.tiers import Tier, precision_dtype
-from controller.tools.flow_phases import flow_parts, flow_phase_rows
+from controller.tools.flow_phases import phase_rows, phase_summary
 from controller.tools.module_timing import FORWARD, SubmoduleTimer
 from controller.tools.profile_result import ProfileResult, Row
 from controller.tools.profile_view import recommend, render_profile
@@ -154,7 +155,10 @@ class _Phases:
     def run(self, images: dict[str, np.ndarray], state: np.ndarray) -> tuple[float, float, float]:
         path, clock = self.path, time.perf_counter
         started = clock()
-        path.upload(images, window_context(state))
+        context = window_context(state)
+        if self.runner.spec.prompt is not None:  # pi0: the codec's example prompt, as predict_chunk
+            context = dataclasses.replace(context, prompt=self.runner.codec.example(0).prompt)
+        path.upload(images, context)
         if self.cuda:
             torch.cuda.synchronize(path.device)
         uploaded = clock()
@@ -247,12 +251,12 @@ def run_profile(
         due = chunk if i % period == 0 else None
         ens, guards = timed_control_step(pipeline, i, due, state[-1])
         columns["ensembler"][i], columns["guards"][i] = ens / 1e9, guards / 1e9
-    flow = flow_parts(runner.step_path.module)
+    flow = phase_summary(runner.step_path.module)
     if flow is None:
         say("timing the eager forward per submodule (forward hooks)")
         children, uncalled = _breakdown(runner, precision, source, iterations)
-    else:  # a flow policy's time is in its phases (encode once, n expert steps, guidance)
-        say("timing the flow policy's phases (eager)")
+    else:  # a flow or pi0 policy's time is in its phases (encode once, n steps, guidance)
+        say("timing the policy's phases (eager)")
         children, uncalled = {}, []
 
     cuda = phases.cuda
@@ -324,7 +328,7 @@ def run_profile(
             )
         )
     if flow is not None:
-        rows += flow_phase_rows(runner, precision, iterations)
+        rows += phase_rows(runner, precision, iterations)
     rows += [
         Row(
             "ensembler",
@@ -364,13 +368,7 @@ def run_profile(
         tiers=list(runner.status()["tiers"]),  # type: ignore[call-overload]
         demotions=[d.as_dict() for d in runner.demotions[demotions_before:]],
         uncalled_children=uncalled,
-        flow=None
-        if flow is None
-        else {
-            "rtc_mode": flow[1].rtc.mode if flow[1] is not None else "off",
-            "chunk_size": flow[0].config.chunk_size,
-            "n_steps": flow[0].config.n_steps,
-        },
+        flow=flow,
     )
     if runner.tier != serving:
         result.tier = f"{serving} (demoted to {runner.tier} during the profile)"

@@ -1,17 +1,18 @@
-"""`tempo profile compare CONFIG --rtc`: does real-time chunking pay on this machine? A flow
-policy's configuration with RTC off against each RTC mode, in one process, interleaved, with a
-verdict line per mode.
+"""`tempo profile compare CONFIG --rtc`: does real-time chunking pay on this machine? A flow,
+pi0 or pi0.5 policy's configuration with RTC off against each RTC mode, in one process,
+interleaved, with a verdict line per mode (by default exact, stop_grad, inpaint, and trained
+for a pi0.5 checkpoint trained with training-time RTC).
 
     result = run_rtc_compare(config, iterations=200)
     print(render_rtc_compare(result))
 
 Every variant is the same configuration with `policy.rtc.mode` set (off, exact, stop_grad,
-inpaint) and `inference.ensemble: newest`, built and started as the daemon would. A round runs
-one window of control steps of each variant, the order rotating from round to round, so drift
-falls on all alike; each variant is compared with RTC off exactly as `tempo profile compare`
-compares B with A (ratio of medians, paired bootstrap over rounds, `min_effect`). Each inference
-gets the robot's context as its session would give it: the plan still ahead as RTC's prefix, and
-a delay of RTC_DELAY steps (the guided computation costs the same for every d).
+inpaint, trained) and `inference.ensemble: newest`, built and started as the daemon would. A
+round runs one window of control steps of each variant, the order rotating from round to round,
+so drift falls on all alike; each variant is compared with RTC off exactly as `tempo profile
+compare` compares B with A (ratio of medians, paired bootstrap over rounds, `min_effect`). Each
+inference gets the robot's context as its session would give it: the plan still ahead as RTC's
+prefix, and a delay of RTC_DELAY steps (the guided computation costs the same for every d).
 
 The verdict line per mode: the overhead per control step with its interval, the policy step's
 p50 and p99 against RTC off, and whether the p99 step still fits the execution horizon
@@ -107,11 +108,22 @@ def rtc_variant(config: TempoConfig, mode: str) -> TempoConfig:
     return config.model_copy(update={"policy": policy, "inference": inference})
 
 
+def default_modes(module: Any) -> tuple[str, ...]:
+    """RTC_MODES, and trained where the served module (RTC off) is a pi0.5 step trained with
+    training-time RTC."""
+    from policies.pi0.rtc import trained_max_delay
+    from policies.pi0.step import Pi0Step
+
+    if isinstance(module, Pi0Step) and trained_max_delay(module) > 0:
+        return (*RTC_MODES, "trained")
+    return RTC_MODES
+
+
 def run_rtc_compare(
     config: TempoConfig,
     iterations: int = 200,
     *,
-    modes: tuple[str, ...] = RTC_MODES,
+    modes: tuple[str, ...] | None = None,
     replay: Path | None = None,
     warmup: int = 10,
     confidence: float = 0.95,
@@ -119,14 +131,17 @@ def run_rtc_compare(
     progress: Progress | None = None,
     seed: int = 0,
 ) -> RTCCompareResult:
-    """Start RTC off and every mode in `modes`, then `iterations` rotating rounds."""
+    """Start RTC off and every mode in `modes` (None: default_modes), then `iterations`
+    rotating rounds."""
     if iterations < 2:
         raise ValueError("compare at least 2 rounds")
     say = progress or (lambda message: log.info("%s", message))
     variants: list[_Variant] = []
     startup: list[float] = []
     description = ""
-    for mode in ("off", *modes):
+    pending = ["off"]
+    while pending:
+        mode = pending.pop(0)
         variant_config = rtc_variant(config, mode)
         say(f"rtc {mode}: building and starting the runner")
         began = time.perf_counter()
@@ -142,6 +157,8 @@ def run_rtc_compare(
         )
         variant.delay = RTC_DELAY
         variants.append(variant)
+        if mode == "off":
+            pending += list(modes or default_modes(runner.step_path.module))
     period = config.inference.query_period
     window = window_steps(period, period)
     count = len(variants)

@@ -4,8 +4,9 @@
                 pydantic only, so the daemon's config can name them without torch
     layers.py   attention blocks and the time embedding
     model.py    FlowMatchingPolicy: encode once, integrate the action expert's velocity field
-    rtc.py      the RTC soft mask, guidance weights and the guided sampler (exact, stop_grad,
-                inpaint) as a module wrapping any flow policy
+    guided_sampling.py  RTC's soft mask, guidance weights and guided sampler (exact,
+                stop_grad, inpaint, trained) over any denoiser (flow here, pi0 in policies.pi0.rtc)
+    rtc.py      RealTimeChunking: the guided sampler wrapping any flow policy
     codec.py    what the runner feeds the module: frames, state, noise, and for RTC the prefix
                 and the inference delay
 

@@ -25,8 +25,9 @@ def _checkpoint() -> CheckpointFamily:
 
 def serve_rtc_settings(policy: TensorPolicy, settings: PolicySettings) -> TensorPolicy:
     """`policy` served with real-time chunking as policy.rtc says (unchanged when it is off);
-    RTC set for a policy that is not a flow is refused."""
-    if settings.rtc.mode == "off":
+    RTC set for a policy that is not a flow is refused, unless its own family serves it (pi0
+    and pi0.5: policies.pi0.family)."""
+    if settings.rtc.mode == "off" or getattr(policy.module, "serves_rtc_itself", False):
         return policy
     from controller.errors import ConfigError
     from policies.flow.rtc import serve_with_rtc

@@ -8,6 +8,8 @@ openpi checkpoints and served as one module. The observation's way through:
     codec.py             a robot's context -> noise and the embedded prompt (prompt.py)
     step.py              Pi0Step: frames resized and padded, state normalized, the network,
                          actions unnormalized: the whole step as one module
+    rtc.py               served with real-time chunking (the flow family's guided sampler over
+                         the expert); rtc_codec.py: the previous plan and delay as inputs
     network.py           Pi0Network (pi05_network.py: Pi05Network): prefix once, Euler steps
     backbone.py          PaliGemmaWithExpert: prefix encoding (KV cache), the cached suffix pass
     joint_attention.py   one layer over the prefix and suffix streams, block-causal masks

@@ -25,9 +25,11 @@ def _checkpoint() -> CheckpointFamily:
 
 
 def serve_prompt_settings(policy: TensorPolicy, settings: PolicySettings) -> TensorPolicy:
-    """The policy with policy.tokenizer and policy.default_task applied to its prompt; another
-    family's policy is returned as it is, and refused when either setting is set for it
-    (catalog.build_tensor_policy hands every checkpoint to every family)."""
+    """The policy with policy.tokenizer and policy.default_task applied to its prompt, then
+    served with real-time chunking as policy.rtc says (mode trained refused in one sentence on
+    a checkpoint not trained for it); another family's policy is returned as it is, and
+    refused when either prompt setting is set for it (catalog.build_tensor_policy hands every
+    checkpoint to every family)."""
     from policies.pi0.policy import with_prompt_settings
     from policies.pi0.step import Pi0Step
 
@@ -40,7 +42,16 @@ def serve_prompt_settings(policy: TensorPolicy, settings: PolicySettings) -> Ten
             f"policy.tokenizer and policy.default_task apply to pi0 / pi0.5 checkpoints; "
             f"{settings.path} holds another policy"
         )
-    return with_prompt_settings(policy, settings.tokenizer, settings.default_task)
+    prompted = with_prompt_settings(policy, settings.tokenizer, settings.default_task)
+    if settings.rtc.mode == "off":
+        return prompted
+    from controller.errors import ConfigError
+    from policies.pi0.rtc import serve_pi0_with_rtc
+
+    try:
+        return serve_pi0_with_rtc(prompted, settings.rtc)
+    except ValueError as exc:
+        raise ConfigError(f"policy.rtc: {exc}") from None
 
 
 def demo_settings(cache: Path) -> list[str]:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 _NETWORK_FIELDS = (
     "paligemma_variant", "action_expert_variant", "chunk_size", "n_action_steps",
     "max_state_dim", "max_action_dim", "num_inference_steps", "min_period", "max_period",
-    "tokenizer_max_length", "image_resolution", "empty_cameras",
+    "tokenizer_max_length", "image_resolution", "empty_cameras", "rtc_training_max_delay",
 )  # fmt: skip
 
 

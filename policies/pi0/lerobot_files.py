@@ -131,6 +131,8 @@ def read_lerobot_pi0(src: Path, raw: dict[str, Any], *, tensors: bool) -> Pi0Che
         raise CheckpointError(f"{config_path}: {describe_validation_error(exc)}") from None
     family = options.type
     fields = {name: getattr(options, name) for name in _FIELDS}
+    if family == "pi05":  # training-time RTC: allows policy.rtc.mode trained
+        fields["rtc_training_max_delay"] = int(raw.get("rtc_training_max_delay") or 0)
     check_sizes(fields, config_path)
     notes: list[str] = []
 

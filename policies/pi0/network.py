@@ -25,10 +25,11 @@ from policies.pi0.weights import apply_precision, load_weights
 
 def sincos_time_embedding(time: Tensor, dim: int, min_period: float, max_period: float) -> Tensor:
     """time (B,) -> (B, dim) [sin | cos], periods geometric from min to max, computed in
-    float64 and returned in time's dtype (as LeRobot's create_sinusoidal_pos_embedding)."""
+    float64 and returned in time's dtype (as LeRobot's create_sinusoidal_pos_embedding). A time
+    per token, (B, S), gives (B, S, dim) (pi0.5's trained RTC)."""
     fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=time.device)
     period = min_period * (max_period / min_period) ** fraction
-    angles = time[:, None] * (1.0 / period * 2 * math.pi)[None]
+    angles = time[..., None] * (1.0 / period * 2 * math.pi)
     return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1).to(time.dtype)
 
 
@@ -107,6 +108,14 @@ class PaliGemmaFlowNetwork(nn.Module):
     def _actions_out(self, hidden: Tensor) -> Tensor:
         out = hidden[:, -self.config.chunk_size :].to(torch.float32)
         return self.action_out_proj(out.to(self.action_out_proj.weight.dtype)).float()
+
+    def expert_velocity(
+        self, cache: PrefixCache, x_t: Tensor, time: Tensor, state: Tensor | None
+    ) -> Tensor:
+        """The action expert's velocity at x_t against the cached prefix, in pi0's time (1:
+        noise, 0: actions; (B,), or (B, chunk_size) per token for pi0.5); `state` pi0's padded
+        normalized state, None for pi0.5. What both networks' `velocity` call."""
+        return self._velocity(cache, x_t, time, state)
 
     def _velocity(
         self, cache: PrefixCache, x_t: Tensor, time: Tensor, state: Tensor | None

@@ -19,7 +19,7 @@ unnormalized. The codec (policies.pi0.codec) makes the noise and the prompt's em
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -90,6 +90,8 @@ class Pi0Step(ServedModule):
     # Its matmuls are nn.Linear and nn.Conv2d under the runner's autocast: the half tiers may
     # hold their weights in the half type (cast once, not on every step).
     precast_half_weights = True
+    # policy.rtc is served by the pi0 family (policies.pi0.rtc), not the flow family's hook.
+    serves_rtc_itself: ClassVar[bool] = True
 
     def __init__(self, config: Pi0StepConfig) -> None:
         super().__init__()
@@ -158,15 +160,29 @@ class Pi0Step(ServedModule):
     def forward(self, *inputs: Tensor) -> Tensor:
         groups = len(self.group_sizes)
         frames, (state, noise, prompt, prompt_mask) = inputs[:groups], inputs[groups:]
-        images, image_masks = self.images(tuple(frames))
-        token_mask = prompt_mask > 0.5
+        network = self.network
+        images, image_masks, token_mask, network_state = self.prepare(frames, state, prompt_mask)
         if self.uses_state:
-            normalized = self.state_norm.normalize(state[:, -1])
-            missing = self.config.network.max_state_dim - normalized.shape[-1]
-            padded = F.pad(normalized, (0, missing))
-            actions = self.network.sample_actions(
-                images, image_masks, prompt, token_mask, padded, noise
+            actions = network.sample_actions(
+                images, image_masks, prompt, token_mask, network_state, noise
             )
         else:
-            actions = self.network.sample_actions(images, image_masks, prompt, token_mask, noise)
+            actions = network.sample_actions(images, image_masks, prompt, token_mask, noise)
+        return self.finish(actions)
+
+    def prepare(
+        self, frames: tuple[Tensor, ...], state: Tensor, prompt_mask: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """The step's inputs as the network reads them: (images, image masks, the prompt's
+        token mask, pi0's normalized state padded to max_state_dim or None for pi0.5)."""
+        images, image_masks = self.images(tuple(frames))
+        token_mask = prompt_mask > 0.5
+        if not self.uses_state:
+            return images, image_masks, token_mask, None
+        normalized = self.state_norm.normalize(state[:, -1])
+        missing = self.config.network.max_state_dim - normalized.shape[-1]
+        return images, image_masks, token_mask, F.pad(normalized, (0, missing))
+
+    def finish(self, actions: Tensor) -> Tensor:
+        """The network's chunk (B, chunk_size, max_action_dim), normalized -> robot units."""
         return self.action_norm.unnormalize(actions[..., : self.config.action_size].float())

@@ -33,5 +33,5 @@ def test_tempo_status_says_real_time_chunking_is_on(tmp_path) -> None:
     with running_daemon(config, served_here(EagerPolicy(serve_with_rtc(flow, rtc)))) as daemon:
         text = render_status(daemon.status())
     line = next(x for x in text.splitlines() if x.startswith("execution:"))
-    assert "real-time chunking (policy.rtc: mode inpaint, beta 5" in line
+    assert "real-time chunking (policy.rtc: mode inpaint, beta default" in line
     assert "play the newest chunk" not in line

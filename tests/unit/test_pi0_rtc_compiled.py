@@ -1,0 +1,47 @@
+"""pi0 with real-time chunking in the compiled tier on the CPU (the tiny demo directory): the
+guided step with d and prefix_len as tensors compiles whole (the denoising step as one region)
+and gives the eager FP32 reference's chunks on the plans a robot's session hands over."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from controller.config_sections import RTCConfig
+from controller.inference.parity import relative_error
+from controller.inference.runner import Runner
+from controller.runner_config import RunnerConfig
+from policies.base import Plan
+from policies.inputs import example_frames
+from policies.pi0.demo import write_demo_checkpoint
+from policies.pi0.policy import read_pi0_policy
+from policies.pi0.rtc import serve_pi0_with_rtc
+from policies.tensor_policy import EagerPolicy
+
+
+def test_pi0_stop_grad_compiled_is_the_eager_reference(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    pi0 = read_pi0_policy(write_demo_checkpoint(tmp_path / "pi0", "pi0"), None).policy
+    served = serve_pi0_with_rtc(pi0, RTCConfig(mode="stop_grad"))
+    config = RunnerConfig(top_tier="compiled", step_budget_ms=None, cache_dir=None)
+    runner = Runner(served, config, "cpu")
+    runner.start()
+    assert runner.tier == "compiled", runner.status()["tiers"]
+    reference = EagerPolicy(served)
+    unguided = EagerPolicy(pi0)
+    images = example_frames(served.spec, 1)
+    first = served.codec.example(1)
+    chunk = reference.predict(images, first).actions
+    step, moved = first.step, []
+    for d in [1, 3, 0, 2]:
+        step += 2  # two steps executed: the prefix is chunk_size - 2 rows long
+        plan = Plan(start_step=step - 2, actions=chunk)
+        context = dataclasses.replace(first, step=step, previous_plan=plan, inference_delay=d)
+        chunk = runner.predict(images, context).actions
+        expected = reference.predict(images, context).actions
+        assert relative_error(chunk, expected) < 1e-4, d
+        moved.append(relative_error(expected, unguided.predict(images, context).actions))
+    assert runner.demotions == []
+    assert max(moved) > 1e-2  # the guidance acted, so the comparison above is not vacuous
