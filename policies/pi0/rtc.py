@@ -27,7 +27,8 @@ into the previous plan (its execution_horizon).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -146,6 +147,15 @@ class Pi0RealTimeChunking(GuidedChunkSampler):
 
     def state_bounds(self, limit: float) -> tuple[Tensor, Tensor]:
         return self.step.state_bounds(limit)
+
+    def compile_regions(self, compile_fn: Callable[[Callable[..., Any]], Any]) -> bool:
+        """The step's layers compiled one of each kind, as without RTC (the sampler's loop and
+        guidance run around them, captured in the same graph). Exact's VJP through compiled
+        layers has not been tried on a GPU, so exact compiles the whole step, as the flow
+        family does."""
+        if self.rtc.mode == "exact":
+            return False
+        return self.step.compile_regions(compile_fn)
 
 
 def serve_pi0_with_rtc(policy: TensorPolicy, config: RTCSettings) -> TensorPolicy:

@@ -19,6 +19,7 @@ import torch.nn.functional as F  # noqa: N812
 from controller.config import load_config
 from controller.config_sections import RTCConfig
 from controller.errors import ConfigError
+from controller.inference.half_weights import copy_sharing_tensors
 from policies.base import Plan
 from policies.catalog import build_tensor_policy
 from policies.inputs import example_frames, stack_frames
@@ -295,3 +296,31 @@ def test_the_codec_aligns_the_previous_plan_as_the_flow_codec_does(
     assert int(prefix_len) == rows and int(delay) == 2
     np.testing.assert_allclose(prefix[:rows].numpy(), raw[step - plan_start :].astype(np.float32))
     assert not prefix[rows:].any()
+
+
+@pytest.mark.parametrize("mode", ["stop_grad", "inpaint"])
+def test_rtc_compiles_the_steps_layers_as_without_rtc(
+    policies: dict[str, TensorPolicy], mode: str
+) -> None:
+    """The compiled tiers' regional compile reaches through the RTC wrapper to pi0's layers
+    (exact keeps the whole-step compile), and the chunk is the same."""
+    policy = policies["pi0"]
+    rtc = Pi0RealTimeChunking(copy_sharing_tensors(policy.module), RTCConfig(mode=mode))
+    inputs = rtc_inputs(policy, delay=2)
+    calls: list[str] = []
+
+    def counting(function: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            calls.append(function.__name__)
+            return function(*args, **kwargs)
+
+        return wrapped
+
+    with torch.no_grad():
+        expected = rtc(*inputs)
+        assert rtc.compile_regions(counting)
+        got = rtc(*inputs)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    assert "joint_layer" in calls and "run_encoder_layer" in calls
+    exact = Pi0RealTimeChunking(copy_sharing_tensors(policy.module), RTCConfig(mode="exact"))
+    assert not exact.compile_regions(counting)
