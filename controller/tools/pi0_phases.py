@@ -45,7 +45,10 @@ def pi0_parts(module: torch.nn.Module) -> tuple[Pi0RealTimeChunking, bool] | Non
     if isinstance(module, Pi0RealTimeChunking):
         return module, module.rtc.mode != "off"
     if isinstance(module, Pi0Step):
-        return Pi0RealTimeChunking(module, _PLAIN), False
+        sampler = Pi0RealTimeChunking(module, _PLAIN)
+        # Its own buffers (pi0's times) where the step is; .to() would move the step too.
+        sampler.pi0_times = sampler.pi0_times.to(module.action_norm.center.device)
+        return sampler, False
     return None
 
 

@@ -159,7 +159,9 @@ def run_rtc_compare(
         variants.append(variant)
         if mode == "off":
             pending += list(modes or default_modes(runner.step_path.module))
-    period = config.inference.query_period
+    # The period the robot runs at: the checkpoint's (LeRobot's n_action_steps) unless the
+    # config sets one, as resolved for the variants; the raw config's default is 1.
+    period = variants[0].period
     window = window_steps(period, period)
     count = len(variants)
     for i in range(warmup):

@@ -68,3 +68,16 @@ def test_compare_adds_trained_for_a_pi05_trained_for_it() -> None:
 
     assert default_modes(step(3)) == (*RTC_MODES, "trained")
     assert default_modes(step(0)) == RTC_MODES
+
+
+def test_compare_runs_at_the_checkpoints_own_query_period(tmp_path: Path) -> None:
+    """No inference.query_period in the config: the checkpoint's n_action_steps sets it, and
+    each round covers a whole period, so every mode's policy step is measured (it had windows
+    of the raw default, 1 step, and measured none: an IndexError on an H100)."""
+    from controller.tools.rtc_compare import run_rtc_compare
+
+    base = [s for s in settings(tmp_path) if not s.startswith("inference.query_period")]
+    config = load_config(None, base)
+    compared = run_rtc_compare(config, iterations=2, warmup=0, modes=("stop_grad",))
+    assert compared.query_period > 1
+    assert all(m.predict.size >= 2 for m in compared.modes)
