@@ -105,10 +105,10 @@ def policy_sets(args: argparse.Namespace, workdir: Path) -> list[str]:
         return ["policy.kind=checkpoint", f"policy.path={args.policy}"]
     checkpoint = workdir / "demo-act"
     maker = Path(__file__).resolve().parent / "make_demo_checkpoint.py"
-    cameras = [f"--camera={n}:{args.height}x{args.width}" for n in camera_names(args.cameras)]
+    sizes = [f"--camera={n}:{args.height}x{args.width}" for n in camera_names(args.cameras)]
     # A process of its own: this one stays free of torch (its busy processes are forked).
     subprocess.run(
-        [sys.executable, str(maker), str(checkpoint), *cameras], check=True, capture_output=True
+        [sys.executable, str(maker), str(checkpoint), *sizes], check=True, capture_output=True
     )
     sets = ["policy.kind=checkpoint", f"policy.path={checkpoint}"]
     return sets + cpu_fit_sets(args.overrides)
@@ -176,7 +176,8 @@ def one_run(
     record_sets = [] if mode == "off" else [
         f"record.mode={mode}", f"record.dir={record_dir}", f"record.frames={args.frames}"
     ]  # fmt: skip
-    robot_args = ("--camera-hz", str(args.camera_hz))  # after soak's own 30: the last one counts
+    # After soak's own --camera-hz 30: the last one counts.
+    robot_args: tuple[str, ...] = ("--camera-hz", str(args.camera_hz))
     if args.frames_on_socket:
         robot_args += ("--frames-on-socket",)
     watch = StatusWatch(scratch)
@@ -238,7 +239,7 @@ def content_bytes(files: Sequence[Path]) -> float | None:
 
 
 def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
-    runs = []
+    runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tempo-bench-rec-") as tmp:
         workdir = Path(tmp)
         sets = policy_sets(args, workdir)
@@ -255,8 +256,14 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
                 run = one_run(mode, args, sets, record_dir, scratch, args.seconds)
                 run["repeat"] = repeat
                 runs.append(run)
-                if not args.json:
-                    print(f"  {mode} (repeat {repeat + 1}/{args.repeats}) done", file=sys.stderr)
+                print(  # progress, on stderr: a run cut short still shows what it measured
+                    f"  {mode} (repeat {repeat + 1}/{args.repeats}): p99 "
+                    f"{_cell(run, 'tick_lateness_us_p99', '{:.0f}')} us, missed "
+                    f"{_cell(run, 'missed_ticks', '{:.0f}')}, dropped "
+                    f"{_cell(run, 'records_dropped', '')}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return runs
 
 
