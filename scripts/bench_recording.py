@@ -202,6 +202,9 @@ def one_run(
     mb = sum(f.stat().st_size for f in files) / 1e6
     content_mb = content_bytes(files)
     shutil.rmtree(record_dir, ignore_errors=True)
+    # The robot's run as the daemon ticked it: it can outlast `seconds` (a slow policy's
+    # robot runs on until its seconds of served actions are done).
+    ran_s = result["ticks"] / args.rate if result.get("ticks") else seconds
     return {
         "mode": mode,
         **result,
@@ -212,9 +215,10 @@ def one_run(
         "recording_error": recording.get("error"),
         "files": len(files),
         "mb_written": mb,
-        "mb_per_s": mb / seconds,
+        "ran_s": ran_s,
+        "mb_per_s": mb / ran_s,
         "content_mb": None if content_mb is None else content_mb / 1e6,
-        "content_mb_per_s": None if content_mb is None else content_mb / 1e6 / seconds,
+        "content_mb_per_s": None if content_mb is None else content_mb / 1e6 / ran_s,
     }
 
 
@@ -275,14 +279,15 @@ COLUMNS = (
     ("missed_ticks", "{:.0f}", 7),
     ("records_queued", "{:.0f}", 9),
     ("records_written", "{:.0f}", 9),
+    ("ran_s", "{:.1f}", 7),
     ("mb_written", "{:.1f}", 9),
     ("mb_per_s", "{:.2f}", 7),
-    ("content_mb", "{:.1f}", 9),
-    ("content_mb_per_s", "{:.2f}", 8),
+    ("content_mb", "{:.1f}", 10),
+    ("content_mb_per_s", "{:.2f}", 10),
     ("records_dropped", "", 0),
 )
 HEADERS = (
-    "mode", "p50 us", "p99 us", "max us", "missed", "queued", "written", "MB",
+    "mode", "p50 us", "p99 us", "max us", "missed", "queued", "written", "ran s", "MB",
     "MB/s", "raw MB", "raw MB/s",
 )  # fmt: skip
 
@@ -311,7 +316,7 @@ def table(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
         f"at {args.camera_hz:g} Hz ({args.frames} frames), "
         f"policy {args.policy}, {args.load} busy background processes",
         "tick lateness in us (whole run); records and drops from the daemon's status; MB: on "
-        "disk (compressed), raw MB: before compression",
+        "disk (compressed), raw MB: before compression; ran s: ticks / rate, what MB/s divide by",
         header + "  dropped",
     ]
     for run in runs:
