@@ -202,9 +202,10 @@ def one_run(
     mb = sum(f.stat().st_size for f in files) / 1e6
     content_mb = content_bytes(files)
     shutil.rmtree(record_dir, ignore_errors=True)
-    # The robot's run as the daemon ticked it: it can outlast `seconds` (a slow policy's
-    # robot runs on until its seconds of served actions are done).
-    ran_s = result["ticks"] / args.rate if result.get("ticks") else seconds
+    # The robot's session as the daemon served it (commands sent / rate): it can outlast
+    # `seconds` (a slow policy's robot runs on until its seconds of served actions are done).
+    sent = result.get("daemon_sent_last_seen")
+    ran_s = sent / args.rate if isinstance(sent, int | float) and sent > 0 else seconds
     return {
         "mode": mode,
         **result,
@@ -316,7 +317,9 @@ def table(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
         f"at {args.camera_hz:g} Hz ({args.frames} frames), "
         f"policy {args.policy}, {args.load} busy background processes",
         "tick lateness in us (whole run); records and drops from the daemon's status; MB: on "
-        "disk (compressed), raw MB: before compression; ran s: ticks / rate, what MB/s divide by",
+        "disk (compressed), raw MB: before compression;",
+        "ran s: the robot's session (commands sent / rate, as of the last status), what MB/s "
+        "divide by",
         header + "  dropped",
     ]
     for run in runs:

@@ -84,8 +84,8 @@ def test_table_shows_each_run_its_drops_by_kind_and_the_spread():
     ]
     text = bench.table(args, runs)
     rows = text.splitlines()
-    assert rows[3].split()[:5] == ["off", "12", "80", "900", "0"]
-    assert rows[4].endswith("observation:7")
-    assert rows[6].endswith("  0")
+    assert rows[4].split()[:5] == ["off", "12", "80", "900", "0"]
+    assert rows[5].endswith("observation:7")
+    assert rows[7].endswith("  0")
     assert "off  p99 us 80..95, missed 0..0" in text
     assert "continuous  p99 us 80..80, missed 0..2" in text
