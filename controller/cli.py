@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from controller.errors import ConfigError, TempoError
+from controller.errors import ConfigError, TempoError, internal_error
 from controller.tools.checkpoint_cli import add_checkpoint_parsers
 from controller.tools.replay_cli import add_export_parser, add_replay_parser
 from policies.registry import families
@@ -411,9 +411,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         distribution = _missing_serve_extra(exc)
         if distribution is None:
-            raise
+            print(f"tempo: {internal_error(exc)}", file=sys.stderr)
+            return 70
         print(_needs_serve_extra(argv[0] if argv else "", distribution), file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: one sentence, never a traceback
+        print(f"tempo: {internal_error(exc)}", file=sys.stderr)
+        return 70  # EX_SOFTWARE
 
 
 def _run(argv: list[str]) -> int:

@@ -105,3 +105,24 @@ class ObservationError(TempoError, ValueError):
 
 class BindError(TempoError):
     """A daemon socket cannot bind its endpoint; the sentence names it and what to do."""
+
+
+def internal_error(exc: BaseException) -> str:
+    """The sentence a command prints for an exception that is a bug of ours (not a TempoError):
+    what it was, and a file holding the traceback (never printed at the user)."""
+    import os
+    import tempfile
+    import time
+    import traceback
+    from pathlib import Path
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = Path(tempfile.gettempdir()) / f"tempo-error-{stamp}-{os.getpid()}.txt"
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    try:
+        path.write_text("".join(traceback.format_exception(exc)))
+        where = f"; the traceback is in {path}"
+    except OSError:
+        where = ""
+    name = type(exc).__name__
+    return f"internal error, a bug in Tempo ({name}: {first}){where}; please report it"

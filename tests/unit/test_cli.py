@@ -50,14 +50,28 @@ def test_a_missing_serve_extra_module_ends_with_one_sentence(monkeypatch, capsys
 
 
 @pytest.mark.parametrize("name", ["prometheus_client", "torch._C", "torchvision", None])
-def test_other_missing_modules_are_not_swallowed(monkeypatch, name):
+def test_other_missing_modules_are_not_swallowed(monkeypatch, capsys, name):
     """Only the absence of one of the extra's own packages is the user's to fix by installing
-    the extra; a missing submodule of an installed one is a broken install, anything else a bug."""
+    the extra; a missing submodule of an installed one is a broken install, anything else a bug:
+    said as one, in one sentence, with the traceback in a file."""
     missing = ModuleNotFoundError(f"No module named {name!r}", name=name)
     monkeypatch.setattr(cli, "cmd_config_show", _raise(missing))
-    with pytest.raises(ModuleNotFoundError) as raised:
-        cli.main(["config", "show"])
-    assert raised.value is missing
+    assert cli.main(["config", "show"]) == 70
+    err = capsys.readouterr().err
+    assert err.startswith("tempo: internal error, a bug in Tempo (ModuleNotFoundError: ")
+    assert "pip install" not in err
+
+
+def test_a_bug_is_one_sentence_and_the_traceback_goes_to_a_file(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.setattr(cli, "cmd_config_show", _raise(IndexError("index -1 is out of bounds")))
+    assert cli.main(["config", "show"]) == 70
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "IndexError: index -1 is out of bounds" in err
+    (report,) = tmp_path.glob("tempo-error-*.txt")
+    assert str(report) in err
+    assert "Traceback" in report.read_text() and "IndexError" in report.read_text()
 
 
 def test_sim_robot_description_from_options():
