@@ -26,7 +26,6 @@ from controller.config_sections import (
     InferenceConfig,
     LoggingConfig,
     PolicyConfig,
-    RecordConfig,
     RobotConfig,
     Section,
     SecurityConfig,
@@ -36,6 +35,7 @@ from controller.config_sections import (
 from controller.errors import ConfigError
 from controller.observe.metrics_http import MetricsConfig
 from controller.observe.telemetry import TelemetryConfig
+from controller.record_config import RecordConfig
 from controller.runner_config import RunnerConfig
 
 

@@ -396,47 +396,5 @@ class SupervisionConfig(Section):
     )
 
 
-class RecordConfig(Section):
-    """The flight recorder (`record:`, controller.record): every robot's observations, the
-    policy's requests and chunks and the commands sent, written to MCAP off the tick path."""
-
-    mode: Literal["off", "continuous", "ring"] = Field(
-        default="off",
-        description="off; continuous: every record to rotating files in `dir`; ring: the last "
-        "`ring_seconds` kept in memory and written to a file on a driver's mark or a guard stop.",
-    )
-    dir: Path = Field(
-        default=Path("recordings"), description="Where recordings are written (created if needed)."
-    )
-    max_file_mb: int = Field(
-        default=1024,
-        ge=1,
-        le=1_000_000,
-        description="continuous: a file ends and the next begins once it reaches about this size.",
-    )
-    ring_seconds: float = Field(
-        default=30.0, gt=0, le=3600, description="ring: how many seconds of records are kept."
-    )
-    ring_max_mb: int = Field(
-        default=2048,
-        ge=1,
-        le=1_000_000,
-        description="ring: at most this much memory of records; the oldest go first past it.",
-    )
-    queue: int = Field(
-        default=4096,
-        ge=16,
-        le=1_000_000,
-        description="Records waiting for the writer thread; past this a record is dropped and "
-        "counted (by kind, in status and /metrics), so the tick never waits for the disk.",
-    )
-    frames: Literal["raw", "downscale"] = Field(
-        default="raw",
-        description="Camera frames as received (raw), or every `scale`-th pixel of every "
-        "`scale`-th row (downscale). JPEG is not offered: no image library is a dependency.",
-    )
-    scale: int = Field(default=2, ge=2, le=16, description="downscale: the factor.")
-
-
 class LoggingConfig(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from controller.config_sections import RecordConfig
 from controller.errors import ConfigError
 from controller.record.mcap_file import CHUNK_BYTES, McapFile, metadata_of
 from controller.record.queue import Record, RecordQueue, RobotRecording
 from controller.record.schemas import TOPICS, camera_topic, encode, raw_image, record_json, topic
+from controller.record_config import RecordConfig
 
 log = logging.getLogger(__name__)
 

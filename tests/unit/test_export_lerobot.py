@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from controller.cli import main
-from controller.config_sections import RecordConfig
 from controller.record.reading import Recording, read_recording
 from controller.record.writer import Recorder
+from controller.record_config import RecordConfig
 from controller.tools.export_lerobot import recorded_episodes
 
 pa = pytest.importorskip("pyarrow")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controller.config_sections import RecordConfig
 from controller.errors import ConfigError
 from controller.record.queue import Record, RecordQueue
 from controller.record.writer import Recorder
+from controller.record_config import RecordConfig
 
 JOINTS = ["a", "b"]
 
