@@ -77,6 +77,9 @@ class CheckpointFamily:
     # `tempo checkpoint inspect` of a LeRobot or openpi directory, from its files alone (no
     # model built): for families whose real size takes gigabytes to read.
     describe_directory: Callable[[Path], list[str]] | None = None
+    # Which modules of module_type are this family's, where families share one (pi0's and
+    # pi0.5's Pi0Step); None: all of them.
+    holds: Callable[[nn.Module], bool] | None = None
 
 
 @dataclass(frozen=True, eq=False)

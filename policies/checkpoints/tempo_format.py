@@ -44,6 +44,7 @@ from policies.checkpoints.files import (
     describe_validation_error,
     read_tensors,
 )
+from policies.checkpoints.tokenizer_file import with_tokenizer_copied, with_tokenizer_resolved
 from policies.registry import (
     CheckpointFamily,
     PolicyFamily,
@@ -109,7 +110,12 @@ def checkpoint_family(policy_type: object, where: str) -> tuple[PolicyFamily, Ch
 def family_of_module(module: nn.Module) -> tuple[PolicyFamily, CheckpointFamily] | None:
     """The family whose checkpoints hold modules like `module`, or None."""
     return next(
-        ((f, c) for f, c in checkpoint_families() if isinstance(module, c.module_type)), None
+        (
+            (f, c)
+            for f, c in checkpoint_families()
+            if isinstance(module, c.module_type) and (c.holds is None or c.holds(module))
+        ),
+        None,
     )
 
 
@@ -168,11 +174,12 @@ def write_checkpoint_files(
     policy_type = policy_type or found[0].name
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    spec = with_tokenizer_copied(policy.spec, directory)
     document = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "policy_type": policy_type,
-        "spec": policy.spec.model_dump(mode="json"),
+        "spec": spec.model_dump(mode="json"),
         "model": module_config(module).model_dump(mode="json"),
         **(config_extra or {}),
     }
@@ -241,6 +248,9 @@ def parse_tempo_config(raw: dict[str, Any], path: Path) -> TempoCheckpointConfig
     except ValidationError as exc:
         raise CheckpointError(f"{path}: {describe_validation_error(exc)}") from None
     check_spec_matches(parsed.spec, parsed.model, str(path))
+    resolved = with_tokenizer_resolved(parsed.spec, path.parent)
+    if resolved is not parsed.spec:
+        parsed = parsed.model_copy(update={"spec": resolved})
     if hooks.upgrade_spec is not None:
         spec = hooks.upgrade_spec(parsed.spec, parsed.model, str(path))
         if spec is not parsed.spec:

@@ -12,6 +12,7 @@ from torch import nn
 
 from policies.base import PolicySpec
 from policies.pi0.inspect import describe_pi0_checkpoint
+from policies.pi0.pi05_config import Pi05Config
 from policies.pi0.policy import pi0_policy, read_pi0_policy
 from policies.pi0.step import Pi0Step, Pi0StepConfig
 from policies.registry import CheckpointFamily
@@ -63,6 +64,10 @@ def step_policy(module: nn.Module, spec: PolicySpec) -> TensorPolicy:
     return pi0_policy(module, spec)
 
 
+def _is_pi05(module: nn.Module) -> bool:
+    return isinstance(module, Pi0Step) and isinstance(module.config.network, Pi05Config)
+
+
 def describe_directory(path: Path) -> list[str]:
     return describe_pi0_checkpoint(path)
 
@@ -71,6 +76,7 @@ def checkpoint_family(lerobot_type: str, reads_openpi: bool) -> CheckpointFamily
     return CheckpointFamily(
         config_model=Pi0StepConfig,
         module_type=Pi0Step,
+        holds=lambda module: _is_pi05(module) == (lerobot_type == "pi05"),
         spec_problems=step_spec_problems,
         describe=describe_step,
         to_policy=step_policy,

@@ -29,8 +29,6 @@ empty QuantLinear shells where the layouts say, then loads every tensor with the
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -59,7 +57,6 @@ from policies.registry import CheckpointVariant
 from policies.tensor_policy import ReferenceChunks, TensorPolicy
 
 REFERENCE_PREFIX = "fp32_reference."
-TOKENIZER_FILE = "tokenizer/tokenizer.model"  # a prompted policy's, relative to the directory
 
 
 def save_quantized_checkpoint(
@@ -95,10 +92,9 @@ def save_quantized_checkpoint(
             tensors[name] = tensor.contiguous().clone()
     if policy.reference is not None:
         tensors.update(_reference_tensors(policy.reference))
-    spec = _with_tokenizer_copied(policy.spec, Path(directory))
     return write_checkpoint_files(
         directory,
-        dataclasses.replace(policy, spec=spec),
+        policy,
         tensors,
         config_extra={"quantization": quantization.model_dump(mode="json")},
         metadata_extra={"quantization": quantization.scheme},
@@ -115,33 +111,6 @@ def _reference_tensors(reference: ReferenceChunks) -> dict[str, torch.Tensor]:
         REFERENCE_PREFIX + name: torch.from_numpy(np.ascontiguousarray(array))
         for name, array in arrays.items()
     }
-
-
-def _with_tokenizer_copied(spec: PolicySpec, directory: Path) -> PolicySpec:
-    """The spec as written: a prompted policy's tokenizer copied into `directory` and named
-    relative to it."""
-    if spec.prompt is None:
-        return spec
-    source, copy = Path(spec.prompt.tokenizer), directory / TOKENIZER_FILE
-    if not source.is_file():
-        raise CheckpointError(f"the policy's tokenizer {source} is not a file to copy along")
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    if not (copy.exists() and copy.samefile(source)):
-        shutil.copyfile(source, copy)
-    prompt = spec.prompt.model_copy(update={"tokenizer": TOKENIZER_FILE})
-    return spec.model_copy(update={"prompt": prompt})
-
-
-def _with_tokenizer_resolved(spec: PolicySpec, directory: Path) -> PolicySpec:
-    if spec.prompt is None or Path(spec.prompt.tokenizer).is_absolute():
-        return spec
-    path = (directory / spec.prompt.tokenizer).resolve()
-    if not path.is_file():
-        raise CheckpointError(
-            f"{directory} names its tokenizer {spec.prompt.tokenizer}, which is missing"
-        )
-    prompt = spec.prompt.model_copy(update={"tokenizer": str(path)})
-    return spec.model_copy(update={"prompt": prompt})
 
 
 def read_quantized_checkpoint(
@@ -175,7 +144,7 @@ def read_quantized_checkpoint(
                     tensors[f"{name}.weight_q"] = _unpack(tensors.pop(key), layer, source, key)
     tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
     load_weights(module, tensors, source)
-    spec = _with_tokenizer_resolved(parsed.spec, directory)
+    spec = parsed.spec  # its tokenizer resolved against the directory (parse_tempo_config)
     module = module.eval()
     if hooks.to_policy is not None:
         policy = hooks.to_policy(module, spec)
