@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from controller.inference.device_timer import DeviceTimer
-from controller.inference.staging import InputStaging, OutputDownload
+from controller.inference.output_download import OutputDownload
+from controller.inference.staging import InputStaging
 from controller.inference.tiers import Tier
 from controller.observe.telemetry import (
     MODEL,

@@ -41,7 +41,8 @@ import torch
 from torch import nn
 
 from controller.inference.half_weights import copy_sharing_tensors, half_tier_module
-from controller.inference.staging import InputStaging, packed_outputs
+from controller.inference.output_download import packed_outputs
+from controller.inference.staging import InputStaging
 from controller.runner_config import RunnerConfig, TierName
 from policies.model_hooks import compiles_regions, hooks_of
 
