@@ -67,7 +67,10 @@ def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> ServedP
         from controller.inference.build import apply_inference_threads, build_policy
 
         apply_inference_threads(config.supervision.inference_threads)
-        return build_policy(config.policy, config.robot, config.runner)
+        sizes, window_us = config.inference.batch_sizes, config.inference.batch_window_us
+        return build_policy(
+            config.policy, config.robot, config.runner, None, None, sizes, window_us
+        )
     remote = inference_process(config)
     cleanup.callback(remote.stop)  # registered first: a failed or interrupted start cleans up
     remote.start()

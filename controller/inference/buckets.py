@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -96,9 +97,10 @@ def start_buckets(
         if size == 1:
             continue
         path = base.for_batch(size)
-        names: list[TierName] = [name for name in ready]  # type: ignore[misc]
-        tiers = build_tiers(names, module, path.staging, config, half_module=half_module)
-        bucket = Bucket(size, path, dict(tiers))
+        names = cast(list[TierName], list(ready))
+        built = build_tiers(names, module, path.staging, config, half_module=half_module)
+        tiers: dict[str, Tier] = {name: tier for name, tier in built.items()}
+        bucket = Bucket(size, path, tiers)
         for name, tier in tiers.items():
             try:
                 path.build(tier)

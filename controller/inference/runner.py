@@ -53,6 +53,7 @@ from controller.inference.tier_checks import (
 )
 from controller.inference.tier_report import TierChange, TierReport
 from controller.inference.tiers import EagerTier, Tier, build_tiers, half_tier_weights
+from controller.link.batch_window import BatchWindow
 from controller.link.inference_feed import InferenceFeed
 from controller.link.thread_feed import ThreadFeed
 from controller.observe.telemetry import Telemetry
@@ -75,10 +76,12 @@ class Runner(BatchServing):
         faults: Mapping[str, FaultPlan] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         batch_sizes: Sequence[int] = (1,),
+        batch_window_us: int = 0,
     ) -> None:
         """device: default cuda when available, else cpu. faults: tier name -> FaultPlan, and
         clock: what step times are measured with (seconds); both for tests. batch_sizes: the
-        buckets of robots served in one step (inference.batch_sizes; 1 is always one)."""
+        buckets of robots served in one step (inference.batch_sizes; 1 is always one), and
+        batch_window_us how long its feed waits for more (inference.batch_window_us)."""
         self._telemetry: Telemetry | None = None
         self._policy = policy
         self._codec = policy.inputs
@@ -105,6 +108,7 @@ class Runner(BatchServing):
         self._path: StepPath | None = None
         self._batch_sizes = batch_sizes_for(policy, batch_sizes)
         self._buckets: dict[int, Bucket] = {}
+        self._window_us = batch_window_us
         self.steps_by_bucket: Counter[int] = Counter()
 
     # ---- Policy protocol -------------------------------------------------------------------
@@ -400,8 +404,10 @@ class Runner(BatchServing):
     serving = True  # the served-policy contract (link.served_policy): here, always answering
 
     def feed(self, telemetry: Telemetry) -> InferenceFeed:
-        """A thread of this process runs it (controller.link.thread_feed)."""
-        return ThreadFeed(self, telemetry)
+        """A thread of this process runs it (controller.link.thread_feed), batching robots
+        as the window says (controller.link.batch_window)."""
+        window = BatchWindow(self._window_us, self._batch_sizes, self.step_times_s)
+        return ThreadFeed(self, telemetry, window)
 
     def use_tier(self, name: str) -> None:
         """Serve from `name` (a tier that passed start-up) without recording a demotion: for

@@ -111,7 +111,9 @@ def test_company_row_and_padding_do_not_change_a_chunk(served) -> None:  # type:
     orders += [(a, b), (a, d), (b, a), (d, a), (b, d), (d, b)]
     for order in orders:
         bucket = 2 if len(order) <= 2 else 4
-        for row, (item, result) in enumerate(zip(order, runner.predict_batch(list(order)))):
+        for row, (item, result) in enumerate(
+            zip(order, runner.predict_batch(list(order)), strict=True)
+        ):
             got = outputs(result)
             key = (next(k for k, x in enumerate(items) if x is item), bucket, row)
             for exact, was in zip(got, seen.setdefault(key, got), strict=True):
@@ -137,7 +139,8 @@ def test_a_malformed_observation_is_refused_alone() -> None:
     results = runner.predict_batch([items[0], (broken, items[1][1]), items[2]])
     assert isinstance(results[1], ValueError) and "cam0" in str(results[1])
     for item, result in zip([items[0], items[2]], [results[0], results[2]], strict=True):
-        np.testing.assert_allclose(outputs(result)[0], runner.predict(*item).actions, rtol=1e-5, atol=1e-6)
+        alone = runner.predict(*item).actions
+        np.testing.assert_allclose(outputs(result)[0], alone, rtol=1e-5, atol=1e-6)
 
 
 class _Unbatchable(InputCodec):
@@ -166,7 +169,7 @@ def test_a_bucket_whose_tier_fails_is_dropped_and_batch_one_serves() -> None:
 
     policy.module.__class__ = RowsOfOne
     runner = started(policy)
-    buckets = {b["size"]: b for b in runner.status()["buckets"]}  # type: ignore[index,union-attr]
+    buckets = {b["size"]: b for b in runner.status()["buckets"]}  # type: ignore[index,union-attr,attr-defined]
     assert "no batches over 2" in buckets[4]["skipped"]["eager_fp32"]
     assert buckets[2]["step_ms"]
     results = runner.predict_batch(robots(policy, 3))  # 2 in a batch of 2, then 1 alone
