@@ -9,8 +9,9 @@ same start as in one process; a failure is sent as `failed_start` with its sente
 hands over (their memory's descriptor comes with the message, as a driver ring's does), pins
 them for DMA on a GPU, says `ready`, then answers `infer` requests one by one, or the
 requests of one batch in one step (process_requests). The loop beats the heartbeat in the
-slots' header while it waits and after every request: a request that hangs stops the beat, and the control process restarts this process. For `busy_poll_s`
-after each request it waits for the next one without sleeping (supervision.busy_poll_ms).
+slots' header while it waits and after every request: a request that hangs stops the beat,
+and the control process restarts this process. For `busy_poll_s` after each request it waits
+for the next one without sleeping (supervision.busy_poll_ms).
 
 What is whose fault: a malformed observation or a slot that was overwritten while it was read
 is that robot's (`refused`); a slot whose data no longer matches the checksum the control
