@@ -55,6 +55,7 @@ def inference_process(config: TempoConfig) -> RemotePolicy:
         standby=supervision.standby_process,
         config_json=json.dumps(config.model_dump(mode="json")),
         nice=INFERENCE_NICE,
+        batching=(config.inference.batch_sizes, config.inference.batch_window_us),
     )
 
 

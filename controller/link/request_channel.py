@@ -73,22 +73,32 @@ class RequestChannel:
 
     def send(self, images: Mapping[str, np.ndarray], context: RobotContext) -> int:
         """Send one observation (nothing waits); returns its request id."""
-        return self.send_batch([(images, context)])[0]
+        sent = self.send_batch([(images, context)])[0]
+        if isinstance(sent, Exception):
+            raise sent
+        return sent
 
     def send_batch(
         self, items: Sequence[tuple[Mapping[str, np.ndarray], RobotContext]]
-    ) -> list[int]:
+    ) -> list[int | ValueError]:
         """Send observations the process runs as one batch, their `infer` messages back to
-        back (any ring message first), each with how many follow; returns their request ids.
-        Each takes its own observation slot: one batch at a time, of at most the slots."""
+        back (any ring message first), each with how many follow; returns each one's request
+        id, or the ValueError that kept it out (frames that do not fit the slots). Each takes
+        its own observation slot: one batch in flight at a time, of at most the slots."""
         self._detach_closed_rings()
         if len(items) > self.slots.count:
             raise ValueError(f"{len(items)} requests in one batch, but {self.slots.count} slots")
-        messages = [self._infer(images, context) for images, context in items]
+        prepared: list[Infer | ValueError] = []
+        for images, context in items:
+            try:
+                prepared.append(self._infer(images, context))
+            except ValueError as exc:
+                prepared.append(exc)
+        messages = [m for m in prepared if isinstance(m, Infer)]
         for k, message in enumerate(messages):
             left = len(messages) - 1 - k
             self._send(dataclasses.replace(message, batch_left=left) if left else message)
-        return [message.id for message in messages]
+        return [m.id if isinstance(m, Infer) else m for m in prepared]
 
     def _infer(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Infer:
         """The observation's frames into a slot (unless they lie in a driver's ring the
