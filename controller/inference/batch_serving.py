@@ -24,8 +24,14 @@ from controller.inference.ladder import ServingLadder
 from controller.inference.parity import all_finite
 from controller.inference.progress import first_line
 from controller.inference.staging import Item
+from controller.inference.step_path import StepPath
 from controller.inference.tier_report import TierReport
+from controller.link.batch_window import BatchWindow
+from controller.link.inference_feed import InferenceFeed
+from controller.link.thread_feed import ThreadFeed
+from controller.observe.telemetry import Telemetry
 from policies.base import Prediction, RobotContext
+from policies.inputs import InputCodec
 
 Result = Prediction | Exception
 
@@ -49,8 +55,35 @@ class BatchServing:
     def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
         raise NotImplementedError
 
-    def _prediction(self, outputs: list[np.ndarray]) -> Prediction:
+    _codec: InputCodec
+    _batch_sizes: tuple[int, ...]
+    _window_us: int
+
+    def _checked_path(self) -> StepPath:
         raise NotImplementedError
+
+    def _prediction(self, outputs: list[np.ndarray]) -> Prediction:
+        names = self._codec.outputs
+        if not names:
+            return Prediction(outputs[0])
+        return Prediction(outputs[0], dict(zip(names, outputs[1:], strict=True)))
+
+    def _step_paths(self) -> list[StepPath]:
+        """Batch 1's step path, then each larger bucket's."""
+        return [self._checked_path(), *(b.path for b in self._buckets.values())]
+
+    def feed(self, telemetry: Telemetry) -> InferenceFeed:
+        """A thread of this process runs it (controller.link.thread_feed), batching robots
+        as the window says (controller.link.batch_window)."""
+        window = BatchWindow(self._window_us, self._batch_sizes, self.step_times_s)
+        return ThreadFeed(self, telemetry, window)  # type: ignore[arg-type]
+
+    def _batch_status(self) -> dict[str, object]:
+        return {
+            "batch_sizes": list(self._batch_sizes),
+            "steps_by_bucket": {str(k): v for k, v in sorted(self.steps_by_bucket.items())},
+            "buckets": [b.as_dict() for b in list(self._buckets.values())],
+        }
 
     def predict_batch(self, items: Sequence[Item]) -> list[Result]:
         """Each robot's observation and context -> its Prediction, or the exception `predict`

@@ -5,9 +5,8 @@
     prediction = runner.predict(images, context)  # the Policy contract (context: RobotContext)
     chunk = runner.predict_chunk(images, state)   # the raw step on a state window, for tools
     results = runner.predict_batch([(images, context), ...])  # several robots in one step
-
-Several robots waiting at once are served in one step of a batch-size bucket (`batch_sizes`:
-controller.inference.buckets, batch_serving); batch 1 is the bucket of size 1.
+Several robots waiting at once are served in one step of a batch-size bucket (`batch_sizes`;
+controller.inference.batch_serving); batch 1 is the bucket of size 1.
 
 Tiers, highest first: graph (compiled + CUDA graph), compiled, eager_half, eager_fp32 (the
 reference; see `controller.runner_config`). At start every tier from `top_tier` down is built,
@@ -53,9 +52,6 @@ from controller.inference.tier_checks import (
 )
 from controller.inference.tier_report import TierChange, TierReport
 from controller.inference.tiers import EagerTier, Tier, build_tiers, half_tier_weights
-from controller.link.batch_window import BatchWindow
-from controller.link.inference_feed import InferenceFeed
-from controller.link.thread_feed import ThreadFeed
 from controller.observe.telemetry import Telemetry
 from controller.runner_config import TIER_ORDER, RunnerConfig
 from policies.base import PolicySpec, Prediction, RobotContext, window_context
@@ -130,12 +126,6 @@ class Runner(BatchServing):
         malformed observation (camera missing, wrong shape or dtype) raises ValueError.
         """
         return self._prediction(self._step(images, context))
-
-    def _prediction(self, outputs: list[np.ndarray]) -> Prediction:
-        names = self._codec.outputs
-        if not names:
-            return Prediction(outputs[0])
-        return Prediction(outputs[0], dict(zip(names, outputs[1:], strict=True)))
 
     def predict_chunk(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> np.ndarray:
         """The raw step on a (state_history, state_size) window, outside any robot's session
@@ -285,10 +275,6 @@ class Runner(BatchServing):
                 f"(fallbacks: {', '.join(ready[1:]) or 'none'})"
             )
 
-    def _step_paths(self) -> list[StepPath]:
-        """Batch 1's step path, then each larger bucket's."""
-        return [self._checked_path(), *(b.path for b in self._buckets.values())]
-
     def _examples(self) -> list[Example]:
         count = self._config.parity_observations
         return [random_example(self.spec, self._codec, self._next_seed()) for _ in range(count)]
@@ -386,9 +372,7 @@ class Runner(BatchServing):
             "demotions": [d.as_dict() for d in list(self._ladder.demotions)],
             "promotions": [p.as_dict() for p in list(self._ladder.promotions)],
             "compile_cache": self._cache.as_dict() if self._cache else None,
-            "batch_sizes": list(self._batch_sizes),
-            "steps_by_bucket": {str(k): v for k, v in sorted(self.steps_by_bucket.items())},
-            "buckets": [b.as_dict() for b in list(self._buckets.values())],
+            **self._batch_status(),
         }
 
     def attach_telemetry(self, telemetry: Telemetry) -> None:
@@ -402,12 +386,6 @@ class Runner(BatchServing):
                     each.enable_telemetry(telemetry)
 
     serving = True  # the served-policy contract (link.served_policy): here, always answering
-
-    def feed(self, telemetry: Telemetry) -> InferenceFeed:
-        """A thread of this process runs it (controller.link.thread_feed), batching robots
-        as the window says (controller.link.batch_window)."""
-        window = BatchWindow(self._window_us, self._batch_sizes, self.step_times_s)
-        return ThreadFeed(self, telemetry, window)
 
     def use_tier(self, name: str) -> None:
         """Serve from `name` (a tier that passed start-up) without recording a demotion: for

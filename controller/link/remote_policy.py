@@ -102,8 +102,7 @@ class RemotePolicy:
     ) -> None:
         # `config_json`: every process's stdin (held here, so that restarts need no file);
         # `nice`: how far below the control loop's CPU priority they run (process_spawner);
-        # `batching`: inference.batch_sizes and batch_window_us (the process reads the sizes
-        # from the config too).
+        # `batching`: inference.batch_sizes (the process's too) and batch_window_us.
         stdin = config_json.encode() if config_json is not None else None
         self._spawner = Spawner(command, env, stdin, nice)
         self._use_standby = standby
