@@ -11,7 +11,6 @@ whose error is of order one).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import numpy as np
 import pytest
@@ -57,7 +56,10 @@ FAMILIES = {"tiny": tiny, "act": act, "flow": flow, "flow_rtc": flow_rtc, "tdmpc
 
 
 def started(policy: TensorPolicy, sizes: tuple[int, ...] = (1, 2, 4)) -> Runner:
-    config = RunnerConfig(top_tier="eager_fp32", cache_dir=None, step_budget_ms=None)
+    config = RunnerConfig(
+        top_tier="eager_fp32", cache_dir=None, step_budget_ms=None, parity_observations=2,
+        warmup_steps=1,
+    )  # fmt: skip
     runner = Runner(policy, config, device="cpu", batch_sizes=sizes)
     runner.start()
     return runner
@@ -99,7 +101,7 @@ def test_each_robots_chunk_in_a_batch_is_its_chunk_alone(served) -> None:  # typ
 
 
 def test_company_row_and_padding_do_not_change_a_chunk(served) -> None:  # type: ignore[no-untyped-def]
-    """Three robots in a bucket of four (one padding row) in every order, with the fourth robot,
+    """Three robots in a bucket of four (one padding row) in every row, with the fourth robot,
     all four, and pairs in the bucket of two. In the same bucket and row a robot's outputs are
     exactly equal whoever else is in the batch; moved to another row they are equal within the
     kernels' rounding (see the module doc: a CPU GEMM may sum row 0 and row 1 of two rows in
@@ -107,8 +109,8 @@ def test_company_row_and_padding_do_not_change_a_chunk(served) -> None:  # type:
     runner, items = served
     a, b, c, d = items
     seen: dict[tuple[int, int, int], list[np.ndarray]] = {}  # (robot, bucket, row) -> outputs
-    orders = [*itertools.permutations([a, b, c]), (d, c, a), (d, b, c, a), (a, b, c, d)]
-    orders += [(a, b), (a, d), (b, a), (d, a), (b, d), (d, b)]
+    orders = [(a, b, c), (c, a, b), (b, c, a), (d, c, a), (d, b, c, a), (a, b, c, d)]
+    orders += [(a, b), (b, a), (a, d), (d, b)]
     for order in orders:
         bucket = 2 if len(order) <= 2 else 4
         for row, (item, result) in enumerate(
