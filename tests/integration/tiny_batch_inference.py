@@ -11,7 +11,6 @@ import sys
 BATCH_SIZES = (1, 2, 4)
 
 if __name__ == "__main__":
-    from controller.inference.build import build_runner
     from controller.inference.process_server import serve_control_process
     from controller.runner_config import RunnerConfig
     from policies.tiny.policy import build_tiny_policy
@@ -24,6 +23,5 @@ if __name__ == "__main__":
         runner.start()
         return runner
 
-    del build_runner
     channel_fd = int(sys.argv[sys.argv.index("--channel-fd") + 1])
     sys.exit(serve_control_process(build, channel_fd))
