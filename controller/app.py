@@ -55,6 +55,7 @@ def inference_process(config: TempoConfig) -> RemotePolicy:
         standby=supervision.standby_process,
         config_json=json.dumps(config.model_dump(mode="json")),
         nice=INFERENCE_NICE,
+        batching=(config.inference.batch_sizes, config.inference.batch_window_us),
     )
 
 
@@ -67,7 +68,10 @@ def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> ServedP
         from controller.inference.build import apply_inference_threads, build_policy
 
         apply_inference_threads(config.supervision.inference_threads)
-        return build_policy(config.policy, config.robot, config.runner)
+        sizes, window_us = config.inference.batch_sizes, config.inference.batch_window_us
+        return build_policy(
+            config.policy, config.robot, config.runner, None, None, sizes, window_us
+        )
     remote = inference_process(config)
     cleanup.callback(remote.stop)  # registered first: a failed or interrupted start cleans up
     remote.start()

@@ -152,8 +152,9 @@ def cmd_inference_process(args: argparse.Namespace) -> int:
     config = TempoConfig.model_validate_json(config_json(args.config_json))
     setup_logging(config.logging.level)
     code = run_inference_process(
-        config.policy, config.robot, config.runner, config.supervision, args.channel_fd
-    )
+        config.policy, config.robot, config.runner, config.supervision, args.channel_fd,
+        config.inference.batch_sizes,
+    )  # fmt: skip
     _exit_now(code)
     return code  # not reached
 

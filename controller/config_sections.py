@@ -308,6 +308,32 @@ class InferenceConfig(Section):
         description="Ensembling weight exp(-k*i), i=0 the oldest prediction. 0 is uniform; "
         "negative favours new chunks.",
     )
+    batch_sizes: tuple[int, ...] = Field(
+        default=(1,),
+        min_length=1,
+        max_length=8,
+        description="Robots served in one step: the batch-size buckets (say [1, 2, 4, 8]). "
+        "Requests waiting together run as one step of the smallest bucket that holds them, "
+        "padded; each bucket is compiled, captured and checked at start. [1]: one robot a step.",
+    )
+    batch_window_us: int = Field(
+        default=0,
+        ge=0,
+        le=1_000_000,
+        description="How long a request may wait for others to batch with, in microseconds; "
+        "never past the point where the earliest waiting robot's chunk would be late (its "
+        "period x query_period minus the batch's measured step time). 0: take what is waiting.",
+    )
+
+    @model_validator(mode="after")
+    def _batch_sizes_valid(self) -> InferenceConfig:
+        sizes = self.batch_sizes
+        if sizes[0] != 1 or list(sizes) != sorted(set(sizes)) or sizes[-1] > 64:
+            raise ValueError(
+                f"inference.batch_sizes {list(sizes)} must start at 1 and grow, each at most 64 "
+                "(say [1, 2, 4, 8])"
+            )
+        return self
 
 
 class SecurityConfig(BaseModel):

@@ -15,6 +15,8 @@ extras: optional further outputs, float32, named by `codec.outputs`; they come b
 The runner allocates one static tensor per input from these declarations (shapes never change,
 so a CUDA graph can be captured over them) and fills them from each robot's observation, so a
 policy's per-robot state travels through these inputs and outputs, never inside the module.
+Several robots are served in one step as rows of a batch: the codec writes each robot's row on
+its own (`encode` sees one row), and row b of every output belongs to the robot of row b.
 This module imports numpy only.
 """
 
@@ -73,6 +75,10 @@ class InputCodec:
     default: the state history. Subclass it for a policy that reads more of the context."""
 
     outputs: tuple[str, ...] = ()  # names of the module's extra outputs (-> Prediction.memory)
+    # Why this policy cannot serve several robots in one step, in one sentence (a module that
+    # keeps a robot's memory inside itself, say); None: it batches. `encode` writes one robot's
+    # row, and the module must treat its batch rows independently.
+    batch_refusal: str | None = None
 
     def __init__(self, spec: PolicySpec) -> None:
         self.spec = spec

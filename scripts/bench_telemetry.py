@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controller.config import TempoConfig  # noqa: E402
 from controller.daemon.service import pipeline_factory  # noqa: E402
 from controller.inference.examples import random_observation  # noqa: E402
-from controller.inference.staging import OutputDownload  # noqa: E402
+from controller.inference.output_download import OutputDownload  # noqa: E402
 from controller.inference.step_path import StepPath  # noqa: E402
 from controller.inference.tiers import EagerTier  # noqa: E402
 from controller.observe.telemetry import (  # noqa: E402

@@ -66,7 +66,7 @@ def build_control(
     registry = SessionRegistry(
         spec, new_pipeline, server, frames_in_place=frames_in_place, recorder=recorder
     )
-    requests = InferenceRequests(feed, inference.query_period)
+    requests = InferenceRequests(feed, inference.query_period, period_ns)
     refusals = Refusals(send, registry.sessions)
     sender = TickSender(send, send_prepared)
     dispatcher = Dispatcher(

@@ -68,14 +68,20 @@ class Requester(Protocol):
 class InferenceRequests:
     """Asks the feed about a robot's newest observation, at most every `query_period` steps."""
 
-    def __init__(self, feed: InferenceFeed, query_period: int) -> None:
+    def __init__(
+        self, feed: InferenceFeed, query_period: int, period_ns: int | None = None
+    ) -> None:
+        """period_ns: the control period; a request is then due within period_ns x
+        query_period of its observation (what batching may wait for, see link.batch_window)."""
         self.feed = feed
         self.query_period = query_period
+        self.budget_ns = period_ns * query_period if period_ns is not None else None
 
     def submit_if_due(self, session: Requester, step: int) -> None:
         """With the robot's context as it is now (its plan from the observation's step on)."""
         request = session.request_if_due(step, self.query_period)
         if request is not None:
+            request.budget_ns = self.budget_ns
             self.feed.submit(session.queues, request)
             if session.recording is not None:
                 session.recording.request(request)

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from controller.config_sections import PolicyConfig, RobotConfig
 from controller.errors import ConfigError
@@ -25,6 +25,8 @@ from policies.catalog import build_tensor_policy
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
+
+BatchSettings = Sequence[int]  # inference.batch_sizes
 
 
 def resolve_device(requested: str, setting: str = "policy.device") -> str:
@@ -46,9 +48,14 @@ def resolve_device(requested: str, setting: str = "policy.device") -> str:
 
 
 def _start_runner(
-    policy: TensorPolicy, config: RunnerConfig, device: str, progress: Progress | None
+    policy: TensorPolicy,
+    config: RunnerConfig,
+    device: str,
+    progress: Progress | None,
+    batching: BatchSettings = (1,),
+    window_us: int = 0,
 ) -> Runner:
-    runner = Runner(policy, config, device=device)
+    runner = Runner(policy, config, device=device, batch_sizes=batching, batch_window_us=window_us)
     runner.start(progress=progress)
     return runner
 
@@ -59,23 +66,27 @@ def build_policy(
     runner: RunnerConfig,
     progress: Callable[[str], None] | None = None,
     model: TensorPolicy | None = None,
+    batch_sizes: BatchSettings = (1,),
+    batch_window_us: int = 0,
 ) -> Runner | PriorFallback:
     """Load the policy the `policy:` section describes (`robot:` for a built-in one), or take
     `model` (made in code: tests, benchmarks), and make it ready to serve as `runner:` says:
     every tier built, warmed up and checked against the FP32 reference (see
     controller.inference.runner); progress is logged, and passed to `progress` too. A TD-MPC2
     planner with a fallback budget also gets its policy prior ready
-    (controller.inference.prior_fallback). The inference process's build; the control
-    process's own only when `supervision.inference_process` is off (controller.app)."""
+    (controller.inference.prior_fallback). `batch_sizes` and `batch_window_us`: the
+    `inference:` section's, robots served in one step (a prior fallback serves one a step).
+    The inference process's build; the control process's own only when
+    `supervision.inference_process` is off (controller.app)."""
     device = resolve_device(policy.device)
     if model is None:
         tensor_policy = build_tensor_policy(policy, robot, device=device)
     else:
         tensor_policy = model
-    served = _start_runner(tensor_policy, runner, device, progress)
     planner = policy.planner
     if planner.fallback_budget_ms is None:
-        return served
+        return _start_runner(tensor_policy, runner, device, progress, batch_sizes, batch_window_us)
+    served = _start_runner(tensor_policy, runner, device, progress)
     from policies.tdmpc2.serving import with_mode
 
     prior = _start_runner(with_mode(tensor_policy, "prior"), runner, device, progress)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch._dynamo  # noqa: F401 - torch imports its compiler on the first compile otherwise
@@ -43,16 +44,22 @@ def run_inference_process(
     runner: RunnerConfig,
     supervision: SupervisionConfig,
     channel_fd: int,
+    batch_sizes: Sequence[int] = (1,),
 ) -> int:
     """Build the policy (`build.build_policy` of the `policy:`, `robot:` and `runner:`
     sections), serve the control process on the channel it passed as file descriptor
-    `channel_fd`, polling as `supervision:` says; returns the exit code."""
+    `channel_fd`, polling as `supervision:` says, several robots a step in `batch_sizes`
+    (inference.batch_sizes); returns the exit code."""
     busy_poll_s = supervision.busy_poll_ms / 1000
     apply_inference_threads(supervision.inference_threads)
 
     def build_then_serve_at_full_priority() -> LocalPolicy:
         # build.build_policy looked up when the build starts: tests swap it for a policy of theirs.
-        built = build.build_policy(policy, robot, runner)
+        # Batch sizes only when set: a test's stand-in for build_policy may not take them.
+        if tuple(batch_sizes) == (1,):
+            built = build.build_policy(policy, robot, runner)
+        else:
+            built = build.build_policy(policy, robot, runner, batch_sizes=batch_sizes)
         match_control_priority()
         return built
 

@@ -7,10 +7,11 @@ waiting so that a restart skips the imports), then builds the runner (load, warm
 same start as in one process; a failure is sent as `failed_start` with its sentence), says
 `hello` (the spec, the runner's status), attaches the observation slots the control process
 hands over (their memory's descriptor comes with the message, as a driver ring's does), pins
-them for DMA on a GPU, says `ready`, then answers `infer` requests one by one. The
-loop beats the heartbeat in the slots' header while it waits and after every request: a request
-that hangs stops the beat, and the control process restarts this process. For `busy_poll_s`
-after each request it waits for the next one without sleeping (supervision.busy_poll_ms).
+them for DMA on a GPU, says `ready`, then answers `infer` requests one by one, or the
+requests of one batch in one step (process_requests). The loop beats the heartbeat in the
+slots' header while it waits and after every request: a request that hangs stops the beat,
+and the control process restarts this process. For `busy_poll_s` after each request it waits
+for the next one without sleeping (supervision.busy_poll_ms).
 
 What is whose fault: a malformed observation or a slot that was overwritten while it was read
 is that robot's (`refused`); a slot whose data no longer matches the checksum the control
@@ -29,14 +30,14 @@ import signal
 import time
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from controller.errors import InputFault, TempoError
 from controller.inference.local_policy import LocalPolicy
+from controller.inference.process_requests import rest_of_batch, serve_requests
 from controller.inference.progress import first_line
 from controller.link.frame_slots import FrameSlots
-from controller.link.message_codec import as_float32, float32_arrays, unpack_map
+from controller.link.message_codec import unpack_map
 from controller.link.parent_death import control_pid, die_with_parent, parent_alive
 from controller.link.process_channel import ChannelError, ProcessChannel
 from controller.link.process_messages import (
@@ -60,7 +61,6 @@ from controller.link.process_messages import (
     decode_map,
     encode,
 )
-from policies.base import RobotContext
 
 log = logging.getLogger(__name__)
 
@@ -280,27 +280,36 @@ def _serve(
             if message is not None:
                 log.warning("unexpected message %r from the control process; ignored", message.kind)
             continue
-        try:
-            actions, memory = _infer(runner, slots, rings, message)
-        except Exception as exc:  # noqa: BLE001 - every cause has its reply; the control side acts
-            cause = reply_kind(exc)
-            if cause == "failed" and device_poisoned(runner):
-                cause = "fatal"
-            text = str(exc) if cause in ("refused", "input_fault") else first_line(exc)
-            _send(link, RequestFailed(message.id, cause, text))
-            if cause == "fatal":
-                return EXIT_FATAL
-            continue
-        # The step as this process saw it (request taken -> chunk in host memory): the control
-        # side tells it apart from the trips between the processes.
-        step_ns = time.monotonic_ns() - received_ns
-        status = None
-        now = time.monotonic()
-        if now - last_status >= STATUS_EVERY_S:
-            status = runner.status()
-            last_status = now
-        # received_ns: CLOCK_MONOTONIC, the control side's clock too.
-        _send(link, ChunkReply(message.id, actions, memory, step_ns, received_ns, status))
+        batch, others = rest_of_batch(message, lambda s: _next_now(link, s))
+        for request, outcome in serve_requests(runner, slots, rings, batch):
+            if isinstance(outcome, Exception):
+                cause = reply_kind(outcome)
+                if cause == "failed" and device_poisoned(runner):
+                    cause = "fatal"
+                text = str(outcome) if cause in ("refused", "input_fault") else first_line(outcome)
+                _send(link, RequestFailed(request.id, cause, text))
+                if cause == "fatal":
+                    return EXIT_FATAL
+                continue
+            # The step as this process saw it (request taken -> chunk in host memory): the
+            # control side tells it apart from the trips between the processes.
+            step_ns = time.monotonic_ns() - received_ns
+            status = None
+            now = time.monotonic()
+            if now - last_status >= STATUS_EVERY_S:
+                status = runner.status()
+                last_status = now
+            # received_ns: CLOCK_MONOTONIC, the control side's clock too.
+            actions, memory = outcome
+            _send(link, ChunkReply(request.id, actions, memory, step_ns, received_ns, status))
+        for other in others:
+            log.warning("message %r came inside a batch of requests; ignored", other.kind)
+
+
+def _next_now(link: ProcessChannel, timeout_s: float) -> Message | None:
+    """The next message within `timeout_s` (the rest of a batch, written right after)."""
+    data = link.receive(timeout_ms=int(timeout_s * 1000) + 1, spin_s=min(timeout_s, 0.001))
+    return _received(link, data) if data is not None else None
 
 
 def _received(link: ProcessChannel, data: bytes) -> Message | None:
@@ -332,37 +341,3 @@ def reply_kind(exc: BaseException) -> FailureCause:
     if isinstance(exc, ValueError) and not isinstance(exc, MessageError):
         return "refused"
     return "failed"
-
-
-def _infer(
-    runner: LocalPolicy, slots: FrameSlots, rings: DriverRings, message: Infer
-) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
-    """The chunk and the new memory (float32, as they travel) for one request."""
-    index, generation = message.slot, message.generation
-    if message.ring is not None:
-        # A driver's frames in place: its slot, the state from the message. Whether the driver
-        # kept its hands off the slot meanwhile, the control process checks after the reply.
-        slots = rings.get(message.ring)
-    if not 0 <= index < slots.count:
-        raise MessageError(f"observation slot {index} does not exist")
-    if message.ring is None:
-        slots.check(index, generation)
-    images, state = slots.views(index)
-    if message.state is not None:
-        state = message.state
-    context = RobotContext(
-        step=message.step,
-        episode_start=message.episode_start,
-        state_history=state,
-        previous_plan=message.plan,
-        inference_delay=message.delay,
-        memory=message.memory or {},
-        prompt=message.prompt,
-    )
-    prediction = runner.predict(images, context)
-    # The runner has copied the inputs to the device and the chunk back: the slot must still
-    # hold the same observation, or what was served is a torn mix, and its data must be what
-    # the control process wrote (another process of its user can write the memory).
-    if message.ring is None:
-        slots.check(index, generation, intact=True)
-    return as_float32(prediction.actions), float32_arrays(prediction.memory)

@@ -4,6 +4,9 @@
     runner.start(progress=print)            # build, warm up, capture, parity; minutes when cold
     prediction = runner.predict(images, context)  # the Policy contract (context: RobotContext)
     chunk = runner.predict_chunk(images, state)   # the raw step on a state window, for tools
+    results = runner.predict_batch([(images, context), ...])  # several robots in one step
+Several robots waiting at once are served in one step of a batch-size bucket (`batch_sizes`;
+controller.inference.batch_serving); batch 1 is the bucket of size 1.
 
 Tiers, highest first: graph (compiled + CUDA graph), compiled, eager_half, eager_fp32 (the
 reference; see `controller.runner_config`). At start every tier from `top_tier` down is built,
@@ -25,30 +28,31 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from controller.errors import InputFault, PolicyError
+from controller.inference.batch_serving import BatchServing
+from controller.inference.buckets import Bucket, batch_sizes_for, start_buckets
 from controller.inference.compile_cache import CompileCache, open_compile_cache
 from controller.inference.examples import Example, random_example
 from controller.inference.faults import FaultPlan, FaultyTier
 from controller.inference.host_weights import check_host_weights, stream_host_weights
 from controller.inference.ladder import ServingLadder
-from controller.inference.parity import NonFiniteOutput, all_finite, reference_outputs
+from controller.inference.parity import NonFiniteOutput, all_finite
 from controller.inference.progress import Progress, first_line
 from controller.inference.step_path import StepPath
 from controller.inference.tier_checks import (
     reference_at_start,
+    repromote,
     start_tiers,
     tier_names,
-    tier_parity,
 )
 from controller.inference.tier_report import TierChange, TierReport
-from controller.inference.tiers import EagerTier, Tier, build_tiers
-from controller.link.inference_feed import InferenceFeed
-from controller.link.thread_feed import ThreadFeed
+from controller.inference.tiers import EagerTier, Tier, build_tiers, half_tier_weights
 from controller.observe.telemetry import Telemetry
 from controller.runner_config import TIER_ORDER, RunnerConfig
 from policies.base import PolicySpec, Prediction, RobotContext, window_context
@@ -58,7 +62,7 @@ from policies.tensor_policy import TensorPolicy
 log = logging.getLogger(__name__)
 
 
-class Runner:
+class Runner(BatchServing):
     """A Policy served through the tier ladder. The constructor does no work; `start` does."""
 
     def __init__(
@@ -68,9 +72,13 @@ class Runner:
         device: str | torch.device | None = None,
         faults: Mapping[str, FaultPlan] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        batch_sizes: Sequence[int] = (1,),
+        batch_window_us: int = 0,
     ) -> None:
         """device: default cuda when available, else cpu. faults: tier name -> FaultPlan, and
-        clock: what step times are measured with (seconds); both for tests."""
+        clock: what step times are measured with (seconds); both for tests. batch_sizes: the
+        buckets of robots served in one step (inference.batch_sizes; 1 is always one), and
+        batch_window_us how long its feed waits for more (inference.batch_window_us)."""
         self._telemetry: Telemetry | None = None
         self._policy = policy
         self._codec = policy.inputs
@@ -95,6 +103,10 @@ class Runner:
         self._start_s: float | None = None
         self._cache: CompileCache | None = None
         self._path: StepPath | None = None
+        self._batch_sizes = batch_sizes_for(policy, batch_sizes)
+        self._buckets: dict[int, Bucket] = {}
+        self._window_us = batch_window_us
+        self.steps_by_bucket: Counter[int] = Counter()
 
     # ---- Policy protocol -------------------------------------------------------------------
 
@@ -114,11 +126,7 @@ class Runner:
         playing the chunks it already has. PolicyError also when no lower tier is left. A
         malformed observation (camera missing, wrong shape or dtype) raises ValueError.
         """
-        outputs = self._step(images, context)
-        names = self._codec.outputs
-        if not names:
-            return Prediction(outputs[0])
-        return Prediction(outputs[0], dict(zip(names, outputs[1:], strict=True)))
+        return self._prediction(self._step(images, context))
 
     def predict_chunk(self, images: Mapping[str, np.ndarray], state: np.ndarray) -> np.ndarray:
         """The raw step on a (state_history, state_size) window, outside any robot's session
@@ -144,6 +152,7 @@ class Runner:
                 outputs, name = self._serve(path, images, context, started)
             self._reports[name].served_steps += 1
             self._counts["steps"] += 1
+            self.steps_by_bucket[1] += 1
             ladder.record_step(self._clock() - started)
             return outputs
 
@@ -238,7 +247,8 @@ class Runner:
             self._cache = open_compile_cache(names, self.spec, path.module, config, device)
             if self._cache is not None:
                 say(f"compile cache: {self._cache.outcome} ({self._cache.file})")
-            tiers = build_tiers(names, path.module, path.staging, self._config)
+            half_module = half_tier_weights(names, path.module, config, device)
+            tiers = build_tiers(names, path.module, path.staging, config, half_module)
             if host_weights:  # after the half copy is made, which must not take the hooks along
                 stream_host_weights(path.module, device)
             self._tiers = {
@@ -252,12 +262,18 @@ class Runner:
                 path, self._tiers, self._reports, self._policy, self._config,
                 observations, references, say,
             )  # fmt: skip
+            self._buckets = start_buckets(
+                path, self._batch_sizes, ready, path.module, half_module, config,
+                self._policy, observations, references, say,
+            )  # fmt: skip
             if self._cache is not None and {"graph", "compiled"} & set(ready):
                 self._cache.save()
-            for tier in self._tiers.values():
-                tier.begin_serving()
+            for bucket in [*self._buckets.values(), None]:
+                for tier in (bucket.tiers if bucket else self._tiers).values():
+                    tier.begin_serving()
             if self._telemetry is not None:
-                path.enable_telemetry(self._telemetry)
+                for each in self._step_paths():
+                    each.enable_telemetry(self._telemetry)
             self._ladder.begin(ready)
             self._start_s = time.perf_counter() - started
             say(
@@ -285,28 +301,13 @@ class Runner:
             return self._try_repromote_locked()
 
     def _try_repromote_locked(self) -> bool:
-        ladder = self._ladder
-        if not ladder.current:
+        if not self._ladder.current:
             return False
-        candidates, path = ladder.candidates(), self._checked_path()
         observations = self._examples()
-        try:
-            references = reference_outputs(path, self._reference, observations)
-        except Exception as exc:
-            log.warning("re-promotion skipped: the reference failed (%s)", first_line(exc))
-            return False
-        for name in candidates:
-            tier = self._tiers[name]
-            try:
-                error, _ = tier_parity(
-                    path, tier, self._policy, self._config, observations, references
-                )
-            except Exception as exc:
-                log.info("re-promotion to %s refused: %s", name, first_line(exc))
-                continue
-            ladder.promote(name, f"parity error {error:.1e}")
-            return True
-        return False
+        return repromote(
+            self._ladder, self._checked_path(), self._reference, self._tiers, self._policy,
+            self._config, observations,
+        )  # fmt: skip
 
     # ---- inspection, benchmarking ------------------------------------------------------------
 
@@ -377,6 +378,7 @@ class Runner:
             "demotions": [d.as_dict() for d in list(self._ladder.demotions)],
             "promotions": [p.as_dict() for p in list(self._ladder.promotions)],
             "compile_cache": self._cache.as_dict() if self._cache else None,
+            **self._batch_status(),
         }
 
     def attach_telemetry(self, telemetry: Telemetry) -> None:
@@ -386,13 +388,10 @@ class Runner:
         with self._lock:
             self._telemetry = telemetry
             if self._path is not None and self._ladder.current is not None:
-                self._path.enable_telemetry(telemetry)
+                for each in self._step_paths():
+                    each.enable_telemetry(telemetry)
 
     serving = True  # the served-policy contract (link.served_policy): here, always answering
-
-    def feed(self, telemetry: Telemetry) -> InferenceFeed:
-        """A thread of this process runs it (controller.link.thread_feed)."""
-        return ThreadFeed(self, telemetry)
 
     def use_tier(self, name: str) -> None:
         """Serve from `name` (a tier that passed start-up) without recording a demotion: for

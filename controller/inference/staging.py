@@ -22,14 +22,14 @@ How it is excluded here:
   per step, host calls on the serving path, and buys no overlap: each step waits for its
   download before the next upload starts.)
 
-The chunk goes the other way through a pinned buffer owned by the runner, then into a fresh numpy
-array for the caller: graph-owned output memory is overwritten by the next replay, and a chunk
-already returned must never change.
+The chunk goes the other way (`output_download`) through a pinned buffer owned by the runner,
+then into a fresh numpy array for the caller: graph-owned output memory is overwritten by the
+next replay, and a chunk already returned must never change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -63,29 +63,34 @@ def packed(
 
 
 class _Slot:
-    """One pinned host copy of an observation's inputs and the event of its last upload: the
-    frame tensors, then the codec's inputs packed in one buffer (`packed`)."""
+    """One pinned host copy of a batch's inputs and the event of its last upload: the frame
+    tensors, then the codec's inputs packed in one buffer (`packed`)."""
 
-    def __init__(self, frame_shapes: Shapes, codec_shapes: Shapes) -> None:
+    def __init__(self, frame_shapes: Shapes, codec_shapes: Shapes, batch: int) -> None:
         frames = [torch.empty(s, dtype=d, pin_memory=True) for s, d in frame_shapes]
         self.packed, codec = packed(codec_shapes, torch.device("cpu"), pin_memory=True)
         self.tensors = frames + codec
         # numpy views of the pinned memory: np.copyto also takes read-only arrays (zmq frames).
         self.arrays = [t.numpy() for t in self.tensors]
-        # What the codec writes: its inputs without the batch dimension (0-d for shape (1,)),
-        # made once: the views never change.
-        self.codec_arrays = [a[0, ...] for a in self.arrays[len(frames) :]]
+        # What the codec writes, per batch row: its inputs without the batch dimension (0-d
+        # for shape (1,)), made once: the views never change.
+        self.codec_arrays = self.arrays[len(frames) :]
+        self.codec_rows = [[a[r, ...] for a in self.codec_arrays] for r in range(batch)]
         self.uploaded = torch.cuda.Event()
         self.uploaded.record()  # "already done": the first use does not wait
+
+
+Item = tuple[Mapping[str, np.ndarray], RobotContext]  # one robot's frames and context
 
 
 class InputStaging:
     """Static input tensors (allocated once) and the host -> device path into them.
 
     `tensors` are what every tier passes to the module, in `forward`'s order: the frame groups
-    (uint8, (1, n, H, W, 3) each, `policies.inputs.frame_groups`), then the codec's inputs
-    (the state history by default). Their addresses never change, so a CUDA graph can be
-    captured over them. On a CPU device the upload is a plain copy into them.
+    (uint8, (batch, n, H, W, 3) each, `policies.inputs.frame_groups`), then the codec's inputs
+    (the state history by default), each with `batch` rows: one robot per row. Their addresses
+    never change, so a CUDA graph can be captured over them. On a CPU device the upload is a
+    plain copy into them.
 
     `wait_for_slot=False` with `slots=1` is the naive design, kept only so a test can show the
     race above; never serve with it.
@@ -99,11 +104,15 @@ class InputStaging:
         slots: int = 2,
         wait_for_slot: bool = True,
         codec: InputCodec | None = None,
+        batch: int = 1,
     ) -> None:
         if slots < 1:
             raise ValueError("staging needs at least one slot")
+        if batch < 1:
+            raise ValueError("staging needs at least one batch row")
         self._spec = spec
         self._codec = codec or InputCodec(spec)
+        self.batch = batch
         groups = frame_groups(spec)
         # camera name -> (frame tensor index, row): where each frame goes.
         self._placement = [
@@ -112,35 +121,46 @@ class InputStaging:
             for row, name in enumerate(group.cameras)
         ]
         self._n_frames = len(groups)
-        frame_shapes: Shapes = [((1, *g.shape), torch.uint8) for g in groups]
-        codec_shapes: Shapes = [((1, *i.shape), _DTYPES[i.dtype]) for i in self._codec.inputs]
+        frame_shapes: Shapes = [((batch, *g.shape), torch.uint8) for g in groups]
+        codec_shapes: Shapes = [((batch, *i.shape), _DTYPES[i.dtype]) for i in self._codec.inputs]
         self.device = device
         frames = [torch.zeros(s, dtype=d, device=device) for s, d in frame_shapes]
         # The codec's inputs are views of one device buffer, uploaded by one copy.
         self._packed, codec_views = packed(codec_shapes, device)
         self.tensors = tuple(frames + codec_views)
-        # Device views made once (indexing a tensor costs microseconds a step): each group's
-        # frames as one (n, H, W, 3) tensor, with its cameras' names, and each camera's row.
-        self._groups = [(g.cameras, self.tensors[i][0]) for i, g in enumerate(groups)]
-        self._rows = {name: self.tensors[i][0, row] for name, i, row in self._placement}
+        # Device views made once (indexing a tensor costs microseconds a step), per batch row:
+        # each group's frames as one (n, H, W, 3) tensor, with its cameras' names, and each
+        # camera's frame.
+        self._groups = [
+            [(g.cameras, self.tensors[i][b]) for i, g in enumerate(groups)] for b in range(batch)
+        ]
+        self._rows = [
+            {name: self.tensors[i][b, row] for name, i, row in self._placement}
+            for b in range(batch)
+        ]
         self._cuda = device.type == "cuda"
         self._wait_for_slot = wait_for_slot
         self._next = 0
         self._has_codec_inputs = self._packed.numel() > 0
         if self._cuda:
             self._compute = compute_stream or torch.cuda.current_stream(device)
-            self._slots = [_Slot(frame_shapes, codec_shapes) for _ in range(slots)]
-            # Per slot, each camera's row: (numpy view to write, tensor view to copy from).
+            self._slots = [_Slot(frame_shapes, codec_shapes, batch) for _ in range(slots)]
+            # Per slot and batch row, each camera's frame: (numpy view to write, tensor view
+            # to copy from).
             self._slot_rows = [
-                {
-                    name: (s.arrays[i][0, row], s.tensors[i][0, row])
-                    for name, i, row in self._placement
-                }
+                [
+                    {
+                        name: (s.arrays[i][b, row], s.tensors[i][b, row])
+                        for name, i, row in self._placement
+                    }
+                    for b in range(batch)
+                ]
                 for s in self._slots
             ]
         else:
             self._host = [t.numpy() for t in self.tensors]
-            self._host_codec = [a[0, ...] for a in self._host[self._n_frames :]]  # no batch dim
+            codec_host = self._host[self._n_frames :]
+            self._host_codec = [[a[b, ...] for a in codec_host] for b in range(batch)]
         self._pinned_regions: list[tuple[int, int]] = []
 
     def add_pinned_region(self, address: int, size: int) -> None:
@@ -189,9 +209,9 @@ class InputStaging:
         return self.tensors[: self._n_frames]
 
     def upload(self, images: Mapping[str, np.ndarray], context: RobotContext) -> None:
-        """Copy one observation into the static tensors, on the compute stream. Raises
-        ValueError, before anything is written, when a frame does not fit the spec; the codec
-        checks its own inputs.
+        """Copy one observation into the static tensors (row 0; the other rows, if any, get a
+        copy of it), on the compute stream. Raises ValueError, before anything is written,
+        when a frame does not fit the spec; the codec checks its own inputs.
 
         Returns once the host-side copy into pinned memory is done: the caller may reuse or free
         its arrays at once.
@@ -205,20 +225,74 @@ class InputStaging:
     def stage(self, images: Mapping[str, np.ndarray], context: RobotContext) -> None:
         """`upload` for a caller whose current stream is already the compute stream (the
         runner's step, which switches streams once for upload, run and download)."""
-        check_frames(self._spec, images)
+        refused = self.stage_rows(((images, context),))[0]
+        if refused is not None:
+            raise refused
+
+    def stage_rows(self, items: Sequence[Item]) -> list[ValueError | None]:
+        """Up to `batch` robots' observations into consecutive rows, in order, on the current
+        stream (the compute stream); rows past them are padded with a copy of row 0, whose
+        outputs the caller discards. An item whose frames or context do not fit is left out
+        (its ValueError in the returned list, at its position; None for each staged one) and
+        the next item takes its row: item k's row is the number of staged items before it."""
+        if len(items) > self.batch:
+            raise ValueError(f"{len(items)} observations for a batch of {self.batch}")
+        refused: list[ValueError | None] = []
         if not self._cuda:
-            self._codec.encode(context, self._host_codec)
-            for name, index, row in self._placement:
-                np.copyto(self._host[index][0, row], images[name])
-            return
+            row = 0
+            for images, context in items:
+                try:
+                    check_frames(self._spec, images)
+                    self._codec.encode(context, self._host_codec[row])
+                except ValueError as exc:
+                    refused.append(exc)
+                    continue
+                for name, index, camera in self._placement:
+                    np.copyto(self._host[index][row, camera], images[name])
+                refused.append(None)
+                row += 1
+            if 0 < row < self.batch:
+                for array in self._host:
+                    array[row:] = array[0]
+            return refused
         index = self._next
         slot, slot_rows = self._slots[index], self._slot_rows[index]
         if self._wait_for_slot:
             slot.uploaded.synchronize()  # the slot's previous copy has been read by the GPU
-        # The codec first: it may refuse the context, and then nothing has been enqueued.
-        self._codec.encode(context, slot.codec_arrays)
+        row = 0
+        for images, context in items:
+            try:
+                check_frames(self._spec, images)
+                # The codec first: it may refuse the context, and then nothing is enqueued.
+                self._codec.encode(context, slot.codec_rows[row])
+            except ValueError as exc:
+                refused.append(exc)
+                continue
+            self._upload_frames(images, row, slot_rows[row])
+            refused.append(None)
+            row += 1
+        if row == 0:
+            return refused  # nothing staged: the slot was not used
         self._next = (index + 1) % len(self._slots)
-        for names, device_group in self._groups:
+        if row < self.batch:  # padding: copies of row 0, outputs discarded
+            for array in slot.codec_arrays:
+                array[row:] = array[0]
+            for frames in self.frames:
+                frames[row:].copy_(frames[:1].expand_as(frames[row:]))
+        if self._has_codec_inputs:
+            self._packed.copy_(slot.packed, non_blocking=True)  # every codec input at once
+        slot.uploaded.record(self._compute)
+        return refused
+
+    def _upload_frames(
+        self,
+        images: Mapping[str, np.ndarray],
+        row: int,
+        slot_rows: dict[str, tuple[np.ndarray, torch.Tensor]],
+    ) -> None:
+        """One robot's frames into batch row `row` of the device's frame tensors."""
+        device_rows = self._rows[row]
+        for names, device_group in self._groups[row]:
             frames = [images[name] for name in names]
             span = self._pinned_span(frames)
             if span is not None:
@@ -236,95 +310,9 @@ class InputStaging:
                     # each other).
                     host_row, source = slot_rows[name]
                     np.copyto(host_row, frame)
-                self._rows[name].copy_(source, non_blocking=True)
-        if self._has_codec_inputs:
-            self._packed.copy_(slot.packed, non_blocking=True)  # every codec input at once
-        slot.uploaded.record(self._compute)
+                device_rows[name].copy_(source, non_blocking=True)
 
     @property
     def stream(self) -> torch.cuda.Stream | None:
         """The stream the copies are enqueued on: the compute stream (None on a CPU)."""
         return self._compute if self._cuda else None
-
-
-class PackedOutputs(tuple):  # type: ignore[type-arg]
-    """A step's outputs that are views of one contiguous float32 device buffer, `packed` (the
-    graph tier packs them inside its graph): the download moves them in one copy. A tier that
-    replaces an output (fault injection) returns a plain tuple, downloaded output by output."""
-
-    packed: torch.Tensor
-
-
-def packed_outputs(packed: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> PackedOutputs:
-    """`outputs`' shapes as consecutive views of `packed` (their values concatenated)."""
-    views, offset = [], 0
-    for out in outputs:
-        views.append(packed[offset : offset + out.numel()].view(out.shape))
-        offset += out.numel()
-    result = PackedOutputs(views)
-    result.packed = packed
-    return result
-
-
-class OutputDownload:
-    """The device -> host path of a step's outputs (the chunk, then any extras), through pinned
-    buffers owned by the runner, allocated on the first fetch (at start-up). On CUDA the copies
-    are enqueued on the current stream, which must be `stream` (the compute stream)."""
-
-    def __init__(
-        self,
-        shape: tuple[int, int],
-        device: torch.device,
-        stream: torch.cuda.Stream | None = None,
-    ) -> None:
-        self._shape = shape
-        self._expected = torch.Size((1, *shape))
-        self._cuda = device.type == "cuda"
-        self._host: list[torch.Tensor] = []
-        self._host_arrays: list[np.ndarray] = []  # numpy views of `_host`, made once
-        self._host_shapes: tuple[torch.Size, ...] = ()
-        self._packed_source: PackedOutputs | None = None  # what `_packed_host` was made for
-        self._packed_host = torch.empty(0)
-        self._packed_arrays: list[np.ndarray] = []
-        if self._cuda:
-            self._stream = stream or torch.cuda.current_stream(device)
-
-    def fetch(self, outputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
-        """Copy each output (batch 1, on the device) into a new float32 numpy array, without
-        the batch dimension; the chunk, (chunk_size, action_dim), comes first.
-
-        Blocks until the copy is done, so graph-owned outputs may be overwritten right after.
-        """
-        if outputs[0].shape != self._expected:
-            raise ValueError(
-                f"the model returned shape {tuple(outputs[0].shape)}, expected {(1, *self._shape)}"
-            )
-        if not self._cuda:
-            return [o.detach().numpy()[0].astype(np.float32) for o in outputs]  # a new array
-        if isinstance(outputs, PackedOutputs):
-            return self._fetch_packed(outputs)
-        shapes = tuple(o.shape[1:] for o in outputs)
-        if shapes != self._host_shapes:  # the first fetch (a copy_ would broadcast a mismatch)
-            self._host = [torch.empty(s, dtype=torch.float32, pin_memory=True) for s in shapes]
-            self._host_arrays = [h.numpy() for h in self._host]
-            self._host_shapes = shapes
-        for host, out in zip(self._host, outputs, strict=True):
-            host.copy_(out[0], non_blocking=True)
-        self._stream.synchronize()  # the copies, queued behind the step on this stream
-        return [array.copy() for array in self._host_arrays]
-
-    def _fetch_packed(self, outputs: PackedOutputs) -> list[np.ndarray]:
-        """One copy of the packed buffer, then each output's slice into a new array."""
-        if outputs is not self._packed_source:  # the graph returns one object: made once
-            self._packed_host = torch.empty(
-                outputs.packed.shape, dtype=torch.float32, pin_memory=True
-            )
-            flat, self._packed_arrays, offset = self._packed_host.numpy(), [], 0
-            for out in outputs:
-                size = out.numel()
-                self._packed_arrays.append(flat[offset : offset + size].reshape(out.shape[1:]))
-                offset += size
-            self._packed_source = outputs
-        self._packed_host.copy_(outputs.packed, non_blocking=True)
-        self._stream.synchronize()  # the copies, queued behind the step on this stream
-        return [array.copy() for array in self._packed_arrays]

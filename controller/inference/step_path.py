@@ -12,14 +12,16 @@ step was a visible share of the host's time.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
 from controller.inference.device_timer import DeviceTimer
 from controller.inference.host_weights import place_with_host_weights
-from controller.inference.staging import InputStaging, OutputDownload
+from controller.inference.output_download import OutputDownload
+from controller.inference.staging import InputStaging, Item
 from controller.inference.tiers import Tier
 from controller.observe.telemetry import (
     MODEL,
@@ -42,8 +44,10 @@ class StepPath:
         device: torch.device,
         config: RunnerConfig,
         codec: InputCodec | None = None,
+        batch: int = 1,
     ) -> None:
-        """Moves the module to `device` (in place, as nn.Module.to does) and allocates buffers."""
+        """Moves the module to `device` (in place, as nn.Module.to does) and allocates buffers
+        for `batch` robots a step (see `for_batch` for a path of another size)."""
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("the runner was asked for CUDA, but torch sees no CUDA device")
         if config.reference_weights == "host":
@@ -64,11 +68,27 @@ class StepPath:
             torch.cuda.set_device(device)
             torch.backends.cudnn.benchmark = config.cudnn_benchmark
             self.stream = torch.cuda.Stream(device)
-        self.staging = InputStaging(spec, device, compute_stream=self.stream, codec=codec)
-        self._download = OutputDownload((spec.chunk_size, spec.action_dim), device, self.stream)
-        self.scope = StepScope(self.stream)
+        self._spec, self._codec = spec, codec
+        self._make_buffers(batch)
         self.timer = DeviceTimer(device)
         self._timed = False  # start-up steps (warm-up, parity) are not recorded
+
+    def _make_buffers(self, batch: int) -> None:
+        self.batch = batch
+        spec = self._spec
+        self.staging = InputStaging(
+            spec, self.device, compute_stream=self.stream, codec=self._codec, batch=batch
+        )
+        shape = (spec.chunk_size, spec.action_dim)
+        self._download = OutputDownload(shape, self.device, self.stream, batch=batch)
+        self.scope = StepScope(self.stream)
+
+    def for_batch(self, batch: int) -> StepPath:
+        """A path for `batch` robots a step sharing this one's module, device, stream and
+        timer (its own static inputs and output buffers): one per batch-size bucket."""
+        other = copy.copy(self)
+        other._make_buffers(batch)
+        return other
 
     def enable_telemetry(self, telemetry: Telemetry) -> None:
         """Time every step from now on: upload, model (per tier; on CUDA also with CUDA events,
@@ -123,15 +143,29 @@ class StepPath:
 
     def run(self, tier: Tier) -> list[np.ndarray]:
         """`execute` without the upload, inside `scope` (the serving step)."""
+        return self.run_rows(tier, 1)[0]
+
+    def stage_rows(self, items: Sequence[Item]) -> list[ValueError | None]:
+        """Several robots' observations into the batch rows (`InputStaging.stage_rows`),
+        inside `scope`."""
         if not self._timed:
-            return self._download.fetch(tier.run())
+            return self.staging.stage_rows(items)
+        started = self._clock()
+        refused = self.staging.stage_rows(items)
+        self._t_upload.stop(started)
+        return refused
+
+    def run_rows(self, tier: Tier, rows: int) -> list[list[np.ndarray]]:
+        """`run` for the first `rows` batch rows: per row, its chunk then its extra outputs."""
+        if not self._timed:
+            return self._download.fetch_rows(tier.run(), rows)
         t = self._clock()
         gpu = self._gpu_model[tier.name]
         gpu.begin(self.stream)
         out = tier.run()
         gpu.end(self.stream)
         t = self._t_model[tier.name].lap(t)
-        outputs = self._download.fetch(out)
+        outputs = self._download.fetch_rows(out, rows)
         self._t_post.lap(t)
         return outputs
 

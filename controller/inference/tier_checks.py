@@ -14,6 +14,7 @@ import torch
 
 from controller.errors import PolicyError
 from controller.inference.examples import Example, reference_examples
+from controller.inference.ladder import ServingLadder
 from controller.inference.parity import NonFiniteOutput, check_parity, reference_outputs
 from controller.inference.progress import Progress, first_line, heartbeat
 from controller.inference.step_path import StepPath
@@ -156,3 +157,30 @@ def reference_parity(
     except ValueError as exc:
         raise ValueError(f"against {reference.source}: {exc}") from None
     return error
+
+
+def repromote(
+    ladder: ServingLadder,
+    path: StepPath,
+    reference: Tier,
+    tiers: dict[str, Tier],
+    policy: TensorPolicy,
+    config: RunnerConfig,
+    observations: list[Example],
+) -> bool:
+    """Give the ladder's tiers above the serving one a fresh parity check on `observations`;
+    promote to the highest that passes. Returns whether the tier changed."""
+    try:
+        references = reference_outputs(path, reference, observations)
+    except Exception as exc:
+        log.warning("re-promotion skipped: the reference failed (%s)", first_line(exc))
+        return False
+    for name in ladder.candidates():
+        try:
+            error, _ = tier_parity(path, tiers[name], policy, config, observations, references)
+        except Exception as exc:
+            log.info("re-promotion to %s refused: %s", name, first_line(exc))
+            continue
+        ladder.promote(name, f"parity error {error:.1e}")
+        return True
+    return False

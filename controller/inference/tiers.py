@@ -41,7 +41,8 @@ import torch
 from torch import nn
 
 from controller.inference.half_weights import copy_sharing_tensors, half_tier_module
-from controller.inference.staging import InputStaging, packed_outputs
+from controller.inference.output_download import packed_outputs
+from controller.inference.staging import InputStaging
 from controller.runner_config import RunnerConfig, TierName
 from policies.model_hooks import compiles_regions, hooks_of
 
@@ -298,27 +299,42 @@ def half_dtype(config: RunnerConfig) -> torch.dtype:
     return _HALF_DTYPES[config.precision]
 
 
+def half_tier_weights(
+    names: list[TierName], module: nn.Module, config: RunnerConfig, device: torch.device
+) -> nn.Module:
+    """The module the reduced-precision tiers among `names` run on `device`: a copy whose
+    weights are already in the half type where that works (controller.inference.half_weights),
+    else `module` itself. Made once and shared by every batch-size bucket's tiers."""
+    half = half_dtype(config) if device.type == "cuda" else None
+    if all(name == "eager_fp32" for name in names):
+        return module
+    try:
+        # FP32 weights kept on the host (runner.reference_weights): cast straight to the device.
+        target = device if config.reference_weights == "host" else None
+        return half_tier_module(module, half, target)
+    except Exception as exc:  # noqa: BLE001 - out of GPU memory, say: autocast still works
+        log.warning(
+            "could not hold the weights in half precision (%s); the half-precision tiers "
+            "cast them on every step instead",
+            exc,
+        )
+        return module
+
+
 def build_tiers(
-    names: list[TierName], module: nn.Module, inputs: InputStaging, config: RunnerConfig
+    names: list[TierName],
+    module: nn.Module,
+    inputs: InputStaging,
+    config: RunnerConfig,
+    half_module: nn.Module | None = None,
 ) -> dict[TierName, Tier]:
-    """Tier objects for `names` (nothing is compiled until `build`; the half tiers' copy of the
-    weights is made here)."""
+    """Tier objects for `names` over `inputs` (nothing is compiled until `build`). The FP32
+    reference (eager_fp32) runs `module`; the half tiers run `half_module` (default: made here
+    by `half_tier_weights`)."""
     cuda = inputs.device.type == "cuda"
     half = half_dtype(config) if cuda else None
-    # The FP32 reference (eager_fp32) keeps `module`; the half tiers may run a copy whose
-    # weights are already in the half type (controller.inference.half_weights).
-    half_module = module
-    if any(name != "eager_fp32" for name in names):
-        try:
-            # FP32 weights kept on the host (runner.reference_weights): cast straight to the device.
-            target = inputs.device if config.reference_weights == "host" else None
-            half_module = half_tier_module(module, half, target)
-        except Exception as exc:  # noqa: BLE001 - out of GPU memory, say: autocast still works
-            log.warning(
-                "could not hold the weights in half precision (%s); the half-precision tiers "
-                "cast them on every step instead",
-                exc,
-            )
+    if half_module is None:
+        half_module = half_tier_weights(names, module, config, inputs.device)
     step = CompiledStep(half_module, half, inputs, config)
     tiers: dict[TierName, Tier] = {}
     for name in names:

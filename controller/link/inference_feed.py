@@ -42,6 +42,9 @@ class InferenceRequest:
     episode: int  # the session's episode number when the observation came
     images: dict[str, np.ndarray]
     context: RobotContext
+    # How long after received_ns the robot needs the chunk (its control period x its query
+    # period): a request waiting to be batched never waits past it. None: not known.
+    budget_ns: int | None = None
 
     @property
     def step(self) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import msgpack
 import numpy as np
@@ -242,3 +242,29 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     return type(a) is type(b) and bool(a == b)
+
+
+class Message:
+    """One message between the processes: `fields()` encodes it, `read()` decodes it."""
+
+    KIND: ClassVar[str]
+
+    @property
+    def kind(self) -> str:
+        return self.KIND
+
+    def fields(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def read(cls, fields: MessageFields) -> Message:
+        return cls()
+
+    def __eq__(self, other: object) -> bool:
+        # Field by field, arrays by dtype, shape and bytes (a dataclass's == fails on arrays).
+        return type(self) is type(other) and all(
+            same_value(getattr(self, f.name), getattr(other, f.name))
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+        )
+
+    __hash__ = None  # type: ignore[assignment]

@@ -4,7 +4,8 @@ encoding and decoding side by side (the form on the channel: `message_codec`).
     control -> inference   Build                  a standing-by process: load the policy now
                            AttachSlots            the observation slots, after Hello
                            Infer                  one observation (frames in a slot, or in a
-                                                  driver's ring slot: `ring`, with the state)
+                                                  driver's ring slot: `ring`, with the state;
+                                                  `infer_message`), one batch's consecutive
                            AttachRing             a same-host driver's frame ring
                            DetachRing             its session ended
                            Stop
@@ -31,24 +32,24 @@ torch).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 from pydantic import ValidationError
 
+from controller.link.infer_message import Infer
 from controller.link.message_codec import (
     MAX_MESSAGE_BYTES,
+    Message,
     MessageError,
     MessageFields,
     pack_array,
     pack_arrays,
     pack_map,
-    same_value,
     unpack_map,
 )
-from policies.base import Plan, PolicySpec, PromptTokens
+from policies.base import PolicySpec
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -72,32 +73,6 @@ __all__ = [
     "decode_map",
     "encode",
 ]
-
-
-class Message:
-    """One message between the processes: `fields()` encodes it, `read()` decodes it."""
-
-    KIND: ClassVar[str]
-
-    @property
-    def kind(self) -> str:
-        return self.KIND
-
-    def fields(self) -> dict[str, Any]:
-        return {}
-
-    @classmethod
-    def read(cls, fields: MessageFields) -> Message:
-        return cls()
-
-    def __eq__(self, other: object) -> bool:
-        # Field by field, arrays by dtype, shape and bytes (a dataclass's == fails on arrays).
-        return type(self) is type(other) and all(
-            same_value(getattr(self, f.name), getattr(other, f.name))
-            for f in dataclasses.fields(self)  # type: ignore[arg-type]
-        )
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 # ---- control -> inference --------------------------------------------------------------------
@@ -127,79 +102,6 @@ class AttachSlots(Message):
     @classmethod
     def read(cls, fields: MessageFields) -> AttachSlots:
         return cls(fields.text("path"), fields.integer("count"))
-
-
-@dataclass(frozen=True, eq=False)
-class Infer(Message):
-    """One observation and its robot's context. The frames (and the state history) lie in slot
-    `slot` of the observation slots at `generation`; with `ring`, the frames lie in that slot of
-    the driver's frame ring `ring` instead and the state history travels here (`state`).
-    `prompt`: the robot's task as token ids and mask (a policy that reads a prompt)."""
-
-    KIND = "infer"
-    id: int
-    slot: int
-    generation: int
-    step: int
-    episode_start: bool
-    delay: int
-    plan: Plan | None = None
-    memory: dict[str, np.ndarray] | None = None
-    ring: int | None = None
-    state: np.ndarray | None = None
-    prompt: PromptTokens | None = None
-
-    def __post_init__(self) -> None:
-        if (self.ring is None) != (self.state is None):
-            raise MessageError("an 'infer' message names a driver's ring and its state, or neither")
-        prompt = self.prompt
-        if prompt is not None and not (
-            prompt.ids.dtype == np.int64
-            and prompt.mask.dtype == np.bool_
-            and prompt.ids.ndim == 1
-            and prompt.ids.shape == prompt.mask.shape
-        ):
-            raise MessageError(
-                "an 'infer' message's prompt must be int64 ids and a bool mask of one length"
-            )
-
-    def fields(self) -> dict[str, Any]:
-        plan = self.plan
-        return {
-            "id": self.id,
-            "slot": self.slot,
-            "generation": self.generation,
-            "step": self.step,
-            "episode_start": self.episode_start,
-            "delay": self.delay,
-            "plan_start": plan.start_step if plan is not None else None,
-            "plan": pack_array(plan.actions) if plan is not None else None,
-            "memory": pack_arrays(self.memory),
-            "ring": self.ring,
-            "state": pack_array(self.state) if self.state is not None else None,
-            "prompt": pack_array(self.prompt.ids) if self.prompt is not None else None,
-            "prompt_mask": pack_array(self.prompt.mask) if self.prompt is not None else None,
-        }
-
-    @classmethod
-    def read(cls, fields: MessageFields) -> Infer:
-        request_id, slot, generation = (fields.integer(n) for n in ("id", "slot", "generation"))
-        step, episode_start = fields.integer("step"), fields.boolean("episode_start")
-        delay = fields.integer("delay")
-        plan_start, actions = fields.optional_integer("plan_start"), fields.optional_array("plan")
-        plan = None
-        if plan_start is not None and actions is not None:
-            plan = Plan(plan_start, actions)
-        elif plan_start is not None or actions is not None:
-            raise MessageError("an 'infer' message has a plan and its start step, or neither")
-        memory = fields.arrays("memory")
-        ring, state = fields.optional_integer("ring"), fields.optional_array("state")
-        ids, mask = fields.optional_array("prompt"), fields.optional_array("prompt_mask")
-        if (ids is None) != (mask is None):
-            raise MessageError("an 'infer' message has a prompt and its mask, or neither")
-        prompt = PromptTokens(ids, mask) if ids is not None and mask is not None else None
-        context = (step, episode_start, delay, plan, memory)
-        return cls(request_id, slot, generation, *context, ring, state, prompt)
 
 
 @dataclass(frozen=True, eq=False)

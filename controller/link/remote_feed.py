@@ -11,8 +11,12 @@ GIL, and a tick that comes while that thread runs Python waits for it. The reply
 slot are Python work on every observation; here they run in the loop's idle time between
 ticks, so nothing else in the process wants the GIL when a tick is due.
 
-One request is in flight at a time (the inference process serves one at a time anyway); robots
-wait their turn in order of arrival, each with only its newest observation. What becomes of a
+One request is in flight at a time, or one batch of them when the policy serves several robots
+in one step (inference.batch_sizes): every robot waiting, up to the largest batch, sent back to
+back, once its `BatchWindow` says go (controller.link.batch_window; the window is looked at
+whenever the loop services the channel: a batch leaves at the last wake-up before a tick that
+would come too late for it). Robots wait their turn in order of arrival, each with only its
+newest observation. What becomes of a
 reply is `InferenceOutcomes`, as for the thread feed. While the process is down or restarting,
 requests fail at once (the loop holds every robot meanwhile), and a request in flight when the
 process went down is given up on.
@@ -27,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from controller.link.batch_window import BatchWindow, Waiting
 from controller.link.inference_feed import InferenceOutcomes, InferenceRequest, RobotQueues
 from controller.link.process_channel import ProcessChannel
 from controller.link.process_messages import ChunkReply
@@ -66,12 +71,19 @@ class SupervisedProcess(Protocol):
 
 
 class RemoteFeed(InferenceOutcomes):
-    def __init__(self, policy: SupervisedProcess, telemetry: Telemetry | None = None) -> None:
+    def __init__(
+        self,
+        policy: SupervisedProcess,
+        telemetry: Telemetry | None = None,
+        window: BatchWindow | None = None,
+    ) -> None:
+        """window: how robots are batched (None: one request at a time)."""
         super().__init__(telemetry)
         self._t_process_step = (telemetry or Telemetry(enabled=False)).section(PROCESS_STEP)
         self.policy = policy
+        self._window = window or BatchWindow(0, (1,))
         self._ready: collections.deque[RobotQueues] = collections.deque()
-        self._in_flight: InFlight | None = None
+        self._in_flight: dict[int, InFlight] = {}  # by request id: one request, or one batch
         self._running = False
 
     @property
@@ -93,14 +105,14 @@ class RemoteFeed(InferenceOutcomes):
 
     def stop(self, timeout: float = 0.5) -> None:
         self._running = False
-        self._in_flight = None  # frames written in place hold their driver slot until dropped
+        self._in_flight = {}  # frames written in place hold their driver slot until dropped
         self._ready.clear()
 
     @contextlib.contextmanager
     def polled(self) -> Iterator[ProcessChannel | None]:
         """The channel a reply comes on, held (no restart closes it meanwhile), or None when no
         reply is awaited (or the process has gone: its closed end would wake every poll)."""
-        if self._in_flight is None:
+        if not self._in_flight:
             yield None
             return
         with self.policy.requests() as channel:
@@ -109,15 +121,15 @@ class RemoteFeed(InferenceOutcomes):
     def service(self, until_ns: int) -> None:
         """Take the reply if it has come, then send the next request unless `until_ns` has
         passed (a remote driver's frames are copied here: a few hundred microseconds)."""
-        if not self._running or (self._in_flight is None and not self._ready):
+        if not self._running or (not self._in_flight and not self._ready):
             return
         try:
             self._service(until_ns)
         except Exception as exc:  # noqa: BLE001 - a bug of ours, or a malformed message: the
             # control loop runs this and must outlive it; the request in flight is given up.
             self.failures += 1
-            flight, self._in_flight = self._in_flight, None
-            if flight is not None:
+            flights, self._in_flight = self._in_flight, {}
+            for flight in flights.values():
                 flight.session.counters["inference_failures"] += 1
             self._warn(f"the inference channel failed ({type(exc).__name__}: {exc}); the "
                        "request in flight is dropped")  # fmt: skip
@@ -128,52 +140,86 @@ class RemoteFeed(InferenceOutcomes):
             if channel is None or not self.policy.serving:  # down, or a reply just said fatal
                 self._fail_waiting()
                 return
-            while self._in_flight is None and self._ready and time.monotonic_ns() < until_ns:
-                self._send_next(channel)
+            while not self._in_flight and self._ready and time.monotonic_ns() < until_ns:
+                if not self._send_next(channel, until_ns):
+                    return  # the window says wait: the next wake-up looks again
 
     def _take_reply(self, channel: RequestChannel | None) -> None:
-        flight = self._in_flight
-        if flight is None:
+        flights = self._in_flight
+        if not flights:
             return
-        if channel is not flight.channel:  # the process went down (and maybe a new one serves)
-            self._in_flight = None
+        if any(channel is not f.channel for f in flights.values()):
+            # The process went down (and maybe a new one serves).
+            self._in_flight = {}
             stopped = InferenceUnavailable("the inference process stopped during this step")
-            self.failed(flight.session, flight.request, stopped)
+            for flight in flights.values():
+                self.failed(flight.session, flight.request, stopped)
             return
-        while (reply := channel.receive()) is not None:
-            if reply.id != flight.request_id:
+        while flights and (reply := channel.receive()) is not None:  # type: ignore[union-attr]
+            if reply.id not in flights:
                 continue  # an answer to a request that was given up on
-            self._in_flight = None
+            flight = flights.pop(reply.id)
             if isinstance(reply, ChunkReply):
                 self._t_process_step.record_ns(reply.step_ns)
             try:
                 prediction = self.policy.prediction(reply)
             except Exception as exc:  # noqa: BLE001 - every failure is counted and told
                 self.failed(flight.session, flight.request, exc)
-                return
+                continue
             if not flight.session.closed:
                 self.finished(flight.session, flight.request, prediction, flight.started_ns)
-            return
-        if time.monotonic_ns() > flight.give_up_ns:
+        if flights and time.monotonic_ns() > min(f.give_up_ns for f in flights.values()):
             # The supervisor's heartbeat check should have ended it first; never wait forever.
-            waited_s = (time.monotonic_ns() - flight.started_ns) / 1e9
+            started = min(f.started_ns for f in flights.values())
+            waited_s = (time.monotonic_ns() - started) / 1e9
             self.policy.report_hang(f"no answer to a step within {waited_s:.0f} s")
 
-    def _send_next(self, channel: RequestChannel) -> None:
-        session = self._ready.popleft()
-        request = session.requests.take()
-        if request is None or session.closed:
-            return  # already sent on an earlier turn, or the robot left
-        started = self.began(request)
+    def _send_next(self, channel: RequestChannel, until_ns: int) -> bool:
+        """Send the next request, or batch; False when the window says wait for more."""
+        sessions = self._waiting_sessions()
+        now = time.monotonic_ns()
+        if sessions and self._window.largest > 1:
+            waiting = [Waiting(r.received_ns, r.budget_ns) for r in _peek(sessions)]
+            wait_ns = self._window.wait_ns(waiting, now)
+            if wait_ns > 0 and now + wait_ns >= until_ns:
+                return False  # the next tick's service comes before the batch must leave
+        chosen = {id(s) for s in sessions}
+        self._ready = collections.deque(s for s in self._ready if id(s) not in chosen)
+        batch = [(s, r) for s in sessions if (r := s.requests.take()) is not None]
+        if not batch:
+            return True
+        started = [self.began(request) for _, request in batch]
         try:
-            request_id = channel.send(request.images, request.context)
-        except Exception as exc:  # noqa: BLE001 - e.g. a frame of the wrong shape for the slot
-            self.failed(session, request, exc)
+            sent = channel.send_batch([(r.images, r.context) for _, r in batch])
+        except Exception as exc:  # noqa: BLE001 - e.g. the process stopped taking messages
+            for session, request in batch:
+                self.failed(session, request, exc)
             if isinstance(exc, ProcessStuck):
                 self.policy.report_hang(str(exc))
-            return
-        give_up = started + int((self.policy.hang_timeout() + 1.0) * 1e9)
-        self._in_flight = InFlight(session, request, request_id, started, give_up, channel)
+            return True
+        give_up = int((self.policy.hang_timeout() + 1.0) * 1e9)
+        for (session, request), request_id, began in zip(batch, sent, started, strict=True):
+            if isinstance(request_id, Exception):  # e.g. a frame of the wrong shape for the slot
+                self.failed(session, request, request_id)
+                continue
+            flight = InFlight(session, request, request_id, began, began + give_up, channel)
+            self._in_flight[request_id] = flight
+        return True
+
+    def _waiting_sessions(self) -> list[RobotQueues]:
+        """Distinct robots with a request waiting, in order of arrival, up to the largest
+        batch (robots that left, or whose request was sent already, are skipped)."""
+        sessions: list[RobotQueues] = []
+        for session in self._ready:
+            if len(sessions) >= self._window.largest:
+                break
+            if session.closed or any(s is session for s in sessions):
+                continue
+            if session.requests.peek() is not None:
+                sessions.append(session)
+        if not sessions:
+            self._ready.clear()  # only entries of robots already served or gone
+        return sessions
 
     def _fail_waiting(self) -> None:
         """The process is down: every waiting request fails now, as a policy that is down does."""
@@ -183,3 +229,7 @@ class RemoteFeed(InferenceOutcomes):
             request = session.requests.take()
             if request is not None and not session.closed:
                 self.failed(session, request, down)
+
+
+def _peek(sessions: list[RobotQueues]) -> list[InferenceRequest]:
+    return [r for s in sessions if (r := s.requests.peek()) is not None]

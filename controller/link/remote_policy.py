@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from controller.errors import PolicyError
+from controller.link.batch_window import BatchWindow, step_times_of
 from controller.link.frame_slots import FrameSlots
 from controller.link.process_channel import ProcessChannel
 from controller.link.process_messages import (
@@ -77,7 +78,7 @@ from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
 
-SLOT_COUNT = 2  # the feed sends one request at a time; two slots keep a torn read detectable
+SLOT_COUNT = 2  # per robot of the largest batch: one batch in flight, a torn read detectable
 POLL_MS = 20
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # then the ladder starts over
 STANDBY_GRACE_S = 0.2  # a spare has nothing to finish: what it is given to exit at shutdown
@@ -97,12 +98,15 @@ class RemotePolicy:
         standby: bool = True,
         config_json: str | None = None,
         nice: int = 0,
+        batching: tuple[Sequence[int], int] = ((1,), 0),
     ) -> None:
         # `config_json`: every process's stdin (held here, so that restarts need no file);
-        # `nice`: how far below the control loop's CPU priority they run (process_spawner).
+        # `nice`: how far below the control loop's CPU priority they run (process_spawner);
+        # `batching`: inference.batch_sizes (the process's too) and batch_window_us.
         stdin = config_json.encode() if config_json is not None else None
         self._spawner = Spawner(command, env, stdin, nice)
         self._use_standby = standby
+        self._batching = batching
         self._standby: Child | None = None
         self._standby_ready = False  # it said `standby` (seen by the supervisor thread)
         self.hang_timeout_s = hang_timeout_s
@@ -175,7 +179,9 @@ class RemotePolicy:
 
     def feed(self, telemetry: Telemetry) -> RemoteFeed:
         """Fed by the control loop's own thread between ticks (remote_feed says why)."""
-        return RemoteFeed(self, telemetry)
+        sizes, window_us = self._batching
+        window = BatchWindow(window_us, sizes, lambda: step_times_of(self._status))
+        return RemoteFeed(self, telemetry, window)
 
     def attach_telemetry(self, telemetry: Telemetry) -> None:
         """Nothing to attach here: the process times its own step, and each chunk brings that
@@ -381,7 +387,7 @@ class RemotePolicy:
         self._spec = spec
         self._status = hello.status
         if self._slots is None:
-            self._slots = FrameSlots.create(spec, SLOT_COUNT)
+            self._slots = FrameSlots.create(spec, SLOT_COUNT * max(self._batching[0]))
         self._slots.reset()  # a fresh header per process: nothing scribbled there outlives it
         slots = AttachSlots(str(self._slots.path), self._slots.count)
         send_at_start(link, slots, fds=[self._slots.fileno()])  # the memory itself, no file

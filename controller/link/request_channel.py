@@ -21,6 +21,7 @@ one to a process that has long stopped reading ProcessStuck. Not thread-safe: it
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -72,7 +73,36 @@ class RequestChannel:
 
     def send(self, images: Mapping[str, np.ndarray], context: RobotContext) -> int:
         """Send one observation (nothing waits); returns its request id."""
+        sent = self.send_batch([(images, context)])[0]
+        if isinstance(sent, Exception):
+            raise sent
+        return sent
+
+    def send_batch(
+        self, items: Sequence[tuple[Mapping[str, np.ndarray], RobotContext]]
+    ) -> list[int | ValueError]:
+        """Send observations the process runs as one batch, their `infer` messages back to
+        back (any ring message first), each with how many follow; returns each one's request
+        id, or the ValueError that kept it out (frames that do not fit the slots). Each takes
+        its own observation slot: one batch in flight at a time, of at most the slots."""
         self._detach_closed_rings()
+        if len(items) > self.slots.count:
+            raise ValueError(f"{len(items)} requests in one batch, but {self.slots.count} slots")
+        prepared: list[Infer | ValueError] = []
+        for images, context in items:
+            try:
+                prepared.append(self._infer(images, context))
+            except ValueError as exc:
+                prepared.append(exc)
+        messages = [m for m in prepared if isinstance(m, Infer)]
+        for k, message in enumerate(messages):
+            left = len(messages) - 1 - k
+            self._send(dataclasses.replace(message, batch_left=left) if left else message)
+        return [m.id if isinstance(m, Infer) else m for m in prepared]
+
+    def _infer(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Infer:
+        """The observation's frames into a slot (unless they lie in a driver's ring the
+        process reads) and its `infer` message, not sent yet."""
         ring = self._driver_ring(images)
         state = None
         if ring is not None and isinstance(images, SlotFrames):
@@ -86,22 +116,19 @@ class RequestChannel:
             generation = self.slots.write(index, images, context.state_history)
         self._request_id += 1
         plan = context.previous_plan
-        self._send(
-            Infer(
-                id=self._request_id,
-                slot=index,
-                generation=generation,
-                step=context.step,
-                episode_start=context.episode_start,
-                delay=context.inference_delay,
-                plan=Plan(plan.start_step, as_float32(plan.actions)) if plan is not None else None,
-                memory=float32_arrays(context.memory) if context.memory else None,
-                ring=ring,
-                state=state,
-                prompt=context.prompt,
-            )
+        return Infer(
+            id=self._request_id,
+            slot=index,
+            generation=generation,
+            step=context.step,
+            episode_start=context.episode_start,
+            delay=context.inference_delay,
+            plan=Plan(plan.start_step, as_float32(plan.actions)) if plan is not None else None,
+            memory=float32_arrays(context.memory) if context.memory else None,
+            ring=ring,
+            state=state,
+            prompt=context.prompt,
         )
-        return self._request_id
 
     def receive(self) -> StepReply | None:
         """The next step reply waiting on the channel (answers to ring requests are taken in

@@ -33,9 +33,15 @@ def fuse_linears(layers: Sequence[nn.Module]) -> nn.Linear | None:
     if len(biased) != 1:
         return None
     with torch.no_grad():
-        weight = torch.cat([w.detach() for w in weights])
-        biases = [layer.bias.detach() for layer in linears if layer.bias is not None]
-        bias = torch.cat(biases) if biases else None
+        # Fused before (another compiled copy, one per batch size): the weights are already
+        # consecutive slices of one tensor; fuse onto that instead of holding a second copy.
+        weight = _joined(weights)
+        if weight is None:
+            weight = torch.cat([w.detach() for w in weights])
+        biases = [layer.bias for layer in linears if layer.bias is not None]
+        bias = _joined(biases) if biases else None
+        if biases and bias is None:
+            bias = torch.cat([b.detach() for b in biases])
     fused = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
     fused.weight = nn.Parameter(weight, requires_grad=False)
     if bias is not None:
@@ -48,6 +54,25 @@ def fuse_linears(layers: Sequence[nn.Module]) -> nn.Linear | None:
             layer.bias.data = bias[start : start + rows]
         start += rows
     return fused
+
+
+def _joined(parts: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """One tensor over the storage `parts` lie in, when they are contiguous row slices of it
+    one after another; else None."""
+    first = parts[0].detach()
+    storage = first.untyped_storage()
+    offset = first.storage_offset()
+    for part in parts:
+        tensor = part.detach()
+        same = tensor.untyped_storage().data_ptr() == storage.data_ptr()
+        if not same or not tensor.is_contiguous() or tensor.storage_offset() != offset:
+            return None
+        if tensor.dtype != first.dtype or tensor.shape[1:] != first.shape[1:]:
+            return None
+        offset += tensor.numel()
+    size = (sum(part.shape[0] for part in parts), *first.shape[1:])
+    stride = torch.empty(size, device="meta").stride()
+    return first.new_empty(0).set_(storage, first.storage_offset(), size, stride)
 
 
 def split_sizes(layers: Sequence[nn.Module]) -> list[int]:

@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from controller.inference.faults import FaultPlan  # noqa: E402
+from controller.inference.output_download import PackedOutputs  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
-from controller.inference.staging import PackedOutputs  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import RobotContext  # noqa: E402
 from policies.tdmpc2.config import TDMPC2Config  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from controller.inference.staging import PackedOutputs, packed_outputs
+from controller.inference.output_download import PackedOutputs, packed_outputs
 
 
 def test_packed_outputs_are_views_of_one_buffer_with_each_outputs_values() -> None:

@@ -156,3 +156,16 @@ def test_the_served_pi0_copy_is_fused_and_the_eager_one_is_not() -> None:
     assert attentions and all(m.fused_qkv is None for m in attentions)
     served_attention = next(m for m in served.modules() if isinstance(m, GemmaAttention))
     assert served_attention.fused_qkv is not None
+
+
+def test_fusing_again_reuses_the_fused_weight() -> None:
+    """One compiled copy per batch size fuses the same layers again: no second copy."""
+    layers = [nn.Linear(6, 4), nn.Linear(6, 2)]
+    first = fuse_linears(layers)
+    second = fuse_linears(layers)
+    assert first is not None and second is not None
+    assert second.weight.data_ptr() == first.weight.data_ptr()
+    assert second.bias is not None and first.bias is not None
+    assert second.bias.data_ptr() == first.bias.data_ptr()
+    x = torch.randn(3, 6)
+    torch.testing.assert_close(second(x), first(x))
