@@ -67,7 +67,7 @@ def stream_host_weights(module: nn.Module, device: torch.device) -> list[Removab
         names = [n for n in matmul_parameter_names(sub) if sub._parameters.get(n) is not None]
         if not names:
             continue
-        layer = _LayerUpload(sub, tuple(names), device)
+        layer = _LayerUpload(tuple(names), device)
         handles.append(sub.register_forward_pre_hook(layer.upload))
         handles.append(sub.register_forward_hook(layer.release))
     return handles
@@ -76,8 +76,8 @@ def stream_host_weights(module: nn.Module, device: torch.device) -> list[Removab
 class _LayerUpload:
     """One layer's host weights and their device copies while it runs."""
 
-    def __init__(self, layer: nn.Module, names: tuple[str, ...], device: torch.device) -> None:
-        self._layer, self._names, self._device = layer, names, device
+    def __init__(self, names: tuple[str, ...], device: torch.device) -> None:
+        self._names, self._device = names, device
         self._host: dict[str, torch.Tensor] = {}
 
     def upload(self, layer: nn.Module, args: Any) -> None:

@@ -163,7 +163,9 @@ class CompiledStep:
             dynamic=False,
             options=options,
         )
-        if compiles_regions(self._module):
+        # Not with freezing: frozen weights become constants of the one compiled block that
+        # every layer shares.
+        if compiles_regions(self._module) and not config.freezing:
             regional = copy_sharing_tensors(self._module)
             if hooks_of(regional).compile_regions(compile_fn):
                 log.info("compiling the model's repeated blocks, not the whole step")

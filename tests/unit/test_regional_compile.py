@@ -169,3 +169,15 @@ def test_fusing_again_reuses_the_fused_weight() -> None:
     assert second.bias.data_ptr() == first.bias.data_ptr()
     x = torch.randn(3, 6)
     torch.testing.assert_close(second(x), first(x))
+
+
+def test_freezing_compiles_the_whole_step_not_regions() -> None:
+    """Frozen weights would be constants of the one block every layer shares."""
+    module = _Blocks().eval()
+    staging = _Staging(torch.randn(3, 4))
+    config = RunnerConfig(compile_backend="eager", freezing=True)
+    step = CompiledStep(module, None, staging, config)  # type: ignore[arg-type]
+    with torch.no_grad():
+        step.warm(1)
+    assert step.compiled.module is module  # type: ignore[union-attr]  # the whole step, no copy
+    assert module.block_call is _run
