@@ -45,6 +45,14 @@ def _nbytes(record: Record) -> int:
     return frames + RECORD_OVERHEAD_BYTES
 
 
+# A record as the ring keeps it: (time_ns, robot, kind, its JSON message, its frames, its size
+# in bytes). Only
+# strings, ints, bytes and arrays, none of which the garbage collector tracks: 30 s of records
+# held as Record objects and their dicts made the collector's pauses, in every thread, the
+# largest part of the loop's tick lateness (ring p99 8.0-8.4 ms against 2.3-2.9 ms off).
+RingEntry = tuple[int, str, str, bytes, tuple[tuple[str, Any], ...], int]
+
+
 class Recorder:
     def __init__(
         self,
@@ -70,7 +78,7 @@ class Recorder:
         )
         self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
         self._file: McapFile | None = None
-        self._ring: collections.deque[tuple[Record, str | None]] = collections.deque()
+        self._ring: collections.deque[RingEntry] = collections.deque()
         self._ring_bytes = 0
         self._ring_ns = int(config.ring_seconds * 1e9)
         self._ring_max = config.ring_max_mb * 1024 * 1024
@@ -177,12 +185,15 @@ class Recorder:
 
     def _keep(self, record: Record, tier: str | None) -> None:
         ring = self._ring
-        ring.append((record, tier))
-        self._ring_bytes += _nbytes(record)
+        images = record.fields.get("images") if record.kind == "observation" else None
+        frames = tuple(images.items()) if images else ()
+        message = encode(record_json(record, self.joints, tier))
+        size = _nbytes(record) + len(message)
+        ring.append((record.time_ns, record.robot, record.kind, message, frames, size))
+        self._ring_bytes += size
         oldest_kept = record.time_ns - self._ring_ns
-        while ring and (ring[0][0].time_ns < oldest_kept or self._ring_bytes > self._ring_max):
-            old, _ = ring.popleft()
-            self._ring_bytes -= _nbytes(old)
+        while ring and (ring[0][0] < oldest_kept or self._ring_bytes > self._ring_max):
+            self._ring_bytes -= ring.popleft()[5]
 
     def _write_ring(self, trigger: str, robot: str) -> None:
         """Every record in the ring to a file of its own (the ring keeps them too: the next
@@ -190,8 +201,8 @@ class Recorder:
         now = self._wall(time.monotonic_ns())
         file = self._open(f"incident-{_stamp(now)}-{trigger}-{_file_part(robot)}.mcap")
         try:
-            for record, tier in list(self._ring):
-                self._write(file, record, tier)
+            for at, robot_of, kind, message, frames, _ in list(self._ring):
+                self._write_entry(file, at, robot_of, kind, message, frames)
         finally:
             file.close()
         self.incidents += 1
@@ -205,15 +216,26 @@ class Recorder:
         return monotonic_ns + self._wall_offset_ns
 
     def _write(self, file: McapFile, record: Record, tier: str | None) -> None:
-        robot, at = record.robot, record.time_ns
+        images = record.fields.get("images") if record.kind == "observation" else None
+        message = encode(record_json(record, self.joints, tier))
+        frames = tuple(images.items()) if images else ()
+        self._write_entry(file, record.time_ns, record.robot, record.kind, message, frames)
+
+    def _write_entry(
+        self,
+        file: McapFile,
+        at: int,
+        robot: str,
+        kind: str,
+        message: bytes,
+        frames: tuple[tuple[str, Any], ...],
+    ) -> None:
         wall = self._wall(at)
-        if record.kind == "observation":
-            for camera, frame in record.fields["images"].items():
-                data = raw_image(frame, camera, wall, self._scale)
-                file.write(camera_topic(robot, camera), "foxglove.RawImage", wall, at, data)
-        name, schema = TOPICS[record.kind]
-        message = record_json(record, self.joints, tier)
-        file.write(topic(robot, name), schema, wall, at, encode(message))
+        for camera, frame in frames:
+            data = raw_image(frame, camera, wall, self._scale)
+            file.write(camera_topic(robot, camera), "foxglove.RawImage", wall, at, data)
+        name, schema = TOPICS[kind]
+        file.write(topic(robot, name), schema, wall, at, message)
         self.written += 1
 
     # -- status ---------------------------------------------------------------------------------
