@@ -122,7 +122,7 @@ def internal_error(exc: BaseException) -> str:
     try:
         path.write_text("".join(traceback.format_exception(exc)))
         where = f"; the traceback is in {path}"
-    except OSError:
+    except Exception:  # noqa: BLE001 - the sentence must come out whatever the file does
         where = ""
     name = type(exc).__name__
     return f"internal error, a bug in Tempo ({name}: {first}){where}; please report it"

@@ -45,6 +45,8 @@ def place_with_host_weights(module: nn.Module, device: torch.device) -> nn.Modul
     """`module` on `device` except its matmul weights, which go to (pinned) host memory."""
     host_ids = {id(p) for p in _matmul_parameters(module)}
     for sub in module.modules():
+        if type(sub)._apply is not nn.Module._apply:
+            continue  # it decides where it lives (pi0's HostTable stays on the host)
         for param in sub._parameters.values():
             if param is None:
                 continue
@@ -96,6 +98,11 @@ class _LayerUpload:
             if param is not None:
                 param.data = host
         self._host.clear()
+
+
+def matmul_weights_on(module: nn.Module, device: torch.device) -> bool:
+    """Whether every matmul weight of `module` is on `device` (not kept on the host)."""
+    return all(param.device == device for param in _matmul_parameters(module))
 
 
 def _matmul_parameters(module: nn.Module) -> list[nn.Parameter]:

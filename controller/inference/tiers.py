@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from controller.inference.half_weights import copy_sharing_tensors, half_tier_module
+from controller.inference.host_weights import matmul_weights_on
 from controller.inference.output_download import packed_outputs
 from controller.inference.staging import InputStaging
 from controller.runner_config import RunnerConfig, TierName
@@ -165,7 +166,10 @@ class CompiledStep:
         )
         # Not with freezing: frozen weights become constants of the one compiled block that
         # every layer shares.
-        if compiles_regions(self._module) and not config.freezing:
+        # Nor with weights off the device (the FP32 reference's, host_weights): fusing them would
+        # make host copies the compiled blocks cannot use.
+        on_device = matmul_weights_on(self._module, self._inputs.device)
+        if compiles_regions(self._module) and not config.freezing and on_device:
             regional = copy_sharing_tensors(self._module)
             if hooks_of(regional).compile_regions(compile_fn):
                 log.info("compiling the model's repeated blocks, not the whole step")

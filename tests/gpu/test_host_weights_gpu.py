@@ -51,3 +51,17 @@ def test_host_reference_weights_serve_the_same_with_less_device_memory(
             np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
     assert linear.weight.device.type == "cpu"  # dropped from the device after each call
     assert host_bytes < device_bytes
+
+
+def test_placing_keeps_matmul_weights_and_self_placed_tables_on_the_host() -> None:
+    """A module that decides where it lives (pi0's HostTable: the 257,152-row token table)
+    stays on the host, with the matmul weights; the rest goes to the device."""
+    from controller.inference.host_weights import place_with_host_weights
+    from policies.pi0.gemma import HostTable
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    model.table = HostTable(8, 4)
+    place_with_host_weights(model, torch.device("cuda", torch.cuda.current_device()))
+    assert model[0].weight.device.type == "cpu" and model[0].weight.is_pinned()
+    assert model[1].weight.device.type == "cuda"
+    assert model.table.weight.device.type == "cpu"

@@ -36,3 +36,33 @@ def test_host_weights_need_a_model_that_keeps_a_half_copy() -> None:
     with pytest.raises(PolicyError, match="precast_half_weights"):
         check_host_weights(NoCopy(), torch.device("cuda"))
     check_host_weights(WithCopy(), torch.device("cuda"))  # only inspects: no CUDA needed
+
+
+def test_weights_off_the_device_are_compiled_whole_not_by_region() -> None:
+    """Fusing host-kept weights for a regional compile would make host copies the compiled
+    blocks cannot use: such a module (the FP32 reference, when no half copy could be made)
+    compiles whole."""
+    from controller.inference.tiers import CompiledStep
+
+    class Blocks(ServedModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(4, 4)
+            self.regions = 0
+
+        def compile_regions(self, compile_fn):  # type: ignore[no-untyped-def]
+            self.regions += 1
+            return True
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(x)
+
+    class Staging:
+        tensors = [torch.randn(2, 4)]
+        device = torch.device("meta")  # the weights stay on the CPU, "off the device"
+
+    module = Blocks()
+    step = CompiledStep(module, None, Staging(), RunnerConfig(compile_backend="eager"))  # type: ignore[arg-type]
+    with torch.no_grad():
+        step.warm(1)
+    assert step.compiled.module is module  # type: ignore[union-attr]
