@@ -16,7 +16,7 @@ rules can be checked with a made-up clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,21 @@ class BatchWindow:
             if w.budget_ns is not None:
                 go_ns = min(go_ns, w.received_ns + w.budget_ns - step_ns)
         return max(0, go_ns - now_ns)
+
+
+def waiting_sessions(ready: Iterable[Any], largest: int) -> list[Any]:
+    """Distinct robots (their RobotQueues) with a request waiting, in order of arrival, up to
+    `largest`: robots that left, or already taken, are skipped (the feeds' ready deques hold a
+    robot once per submit; its mailbox only the newest request)."""
+    sessions: list[Any] = []
+    for session in ready:
+        if len(sessions) >= largest:
+            break
+        if session.closed or any(s is session for s in sessions):
+            continue
+        if session.requests.peek() is not None:
+            sessions.append(session)
+    return sessions
 
 
 def step_times_of(status: Mapping[str, Any]) -> dict[int, float]:

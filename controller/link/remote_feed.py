@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from controller.link.batch_window import BatchWindow, Waiting
+from controller.link.batch_window import BatchWindow, Waiting, waiting_sessions
 from controller.link.inference_feed import InferenceOutcomes, InferenceRequest, RobotQueues
 from controller.link.process_channel import ProcessChannel
 from controller.link.process_messages import ChunkReply
@@ -209,14 +209,7 @@ class RemoteFeed(InferenceOutcomes):
     def _waiting_sessions(self) -> list[RobotQueues]:
         """Distinct robots with a request waiting, in order of arrival, up to the largest
         batch (robots that left, or whose request was sent already, are skipped)."""
-        sessions: list[RobotQueues] = []
-        for session in self._ready:
-            if len(sessions) >= self._window.largest:
-                break
-            if session.closed or any(s is session for s in sessions):
-                continue
-            if session.requests.peek() is not None:
-                sessions.append(session)
+        sessions: list[RobotQueues] = waiting_sessions(self._ready, self._window.largest)
         if not sessions:
             self._ready.clear()  # only entries of robots already served or gone
         return sessions

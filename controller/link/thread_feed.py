@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from controller.link.batch_window import BatchWindow, Waiting
+from controller.link.batch_window import BatchWindow, Waiting, waiting_sessions
 from controller.link.inference_feed import InferenceOutcomes, InferenceRequest, RobotQueues
 from controller.observe.telemetry import Telemetry
 from policies.base import Policy, Prediction, RobotContext
@@ -116,15 +116,7 @@ class ThreadFeed(InferenceOutcomes):
     def _waiting_sessions(self) -> list[RobotQueues]:
         """Distinct robots with a request waiting, in order of arrival, up to the largest
         batch (the deque holds a robot once per submit; its mailbox only the newest)."""
-        sessions: list[RobotQueues] = []
-        for session in self._ready:
-            if len(sessions) >= self._window.largest:
-                break
-            if session.closed or any(s is session for s in sessions):
-                continue
-            if session.requests.peek() is not None:
-                sessions.append(session)
-        return sessions
+        return waiting_sessions(self._ready, self._window.largest)
 
     def _run(self) -> None:
         while True:
