@@ -78,7 +78,7 @@ def time_lerobot(policy: Any, iters: int, warmup: int) -> dict[str, Any]:
 
 
 def bench_family(family: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    row: dict[str, Any] = {"family": family}
+    row: dict[str, Any] = {"family": family, "device": torch.cuda.get_device_name()}
     torch.cuda.reset_peak_memory_stats()
     began = time.perf_counter()
     policy = build_lerobot(family, "real", "bfloat16", "cuda", seed=0)
@@ -115,7 +115,8 @@ def bench_family(family: str, args: argparse.Namespace, work: Path) -> dict[str,
 
 def print_rows(row: dict[str, Any]) -> None:
     eager = row["lerobot_eager"]["p50_ms"]
-    print(f"\n{row['family']}: one chunk (3 cameras 224x224, chunk 50, 10 steps), H100")
+    where = row.get("device", "GPU")
+    print(f"\n{row['family']}: one chunk (3 cameras 224x224, chunk 50, 10 steps), {where}")
     print(f"{'what':34s} {'p50 ms':>9s} {'p99 ms':>9s} {'x LeRobot eager':>16s}")
     for name in ("lerobot_eager", "lerobot_compiled"):
         if name in row:

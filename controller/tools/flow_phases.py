@@ -29,7 +29,7 @@ from controller.inference.device_timer import DeviceTimer
 from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.inference.tiers import precision_dtype
-from controller.tools.profile_result import Row
+from controller.tools.profile_result import Row, rtc_phase_rows
 from policies.flow.model import FlowMatchingPolicy
 from policies.flow.rtc import RealTimeChunking
 from policies.inputs import example_frames
@@ -170,28 +170,5 @@ def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row
         ),
     ]
     if rtc is not None:
-        autograd = np.clip(c["vjp"] - c["fwd"], 0.0, None)
-        guidance = c["loop"] - c["base"] - autograd
-        rows.append(
-            Row(
-                "phase:guidance",
-                f"guidance ({rtc.rtc.mode})",
-                "phases",
-                guidance,
-                "derived: RTC loop - base - autograd",
-                "phase:total",
-                derived=True,
-            )
-        )
-        rows.append(
-            Row(
-                "phase:autograd",
-                "autograd correction (VJP beyond a forward)",
-                "phases",
-                autograd,
-                "derived: n VJPs - n expert calls",
-                "phase:total",
-                derived=True,
-            )
-        )
+        rows += rtc_phase_rows(rtc.rtc.mode, c["loop"], c["base"], c["vjp"], c["fwd"], "base")
     return rows

@@ -31,7 +31,7 @@ from controller.inference.device_timer import DeviceTimer
 from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.inference.tiers import precision_dtype
-from controller.tools.profile_result import Row
+from controller.tools.profile_result import Row, rtc_phase_rows
 from policies.inputs import example_frames
 from policies.pi0.rtc import Pi0RealTimeChunking
 from policies.pi0.step import Pi0Step
@@ -165,26 +165,6 @@ def pi0_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row]
     ]
     if rtc_on:
         loop, vjp, fwd = c[3 + n], c[4 + n], c[5 + n]
-        autograd = np.clip(vjp - fwd, 0.0, None)
-        guidance = loop - c[3 : 3 + n].sum(axis=0) - autograd
-        rows += [
-            Row(
-                "phase:guidance",
-                f"guidance ({mode})",
-                "phases",
-                guidance,
-                "derived: RTC loop - denoising steps - autograd",
-                "phase:total",
-                derived=True,
-            ),
-            Row(
-                "phase:autograd",
-                "autograd correction (VJP beyond a forward)",
-                "phases",
-                autograd,
-                "derived: n VJPs - n expert calls",
-                "phase:total",
-                derived=True,
-            ),
-        ]
+        steps = c[3 : 3 + n].sum(axis=0)
+        rows += rtc_phase_rows(mode, loop, steps, vjp, fwd, "denoising steps")
     return rows

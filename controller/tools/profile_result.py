@@ -112,3 +112,38 @@ class ProfileResult:
             "recommendations": self.recommendations,
             "torch_trace": self.torch_trace,
         }
+
+
+def rtc_phase_rows(
+    mode: str,
+    loop: np.ndarray,
+    steps: np.ndarray,
+    vjp: np.ndarray,
+    fwd: np.ndarray,
+    steps_name: str,
+) -> list[Row]:
+    """The two derived RTC rows, per sample: autograd is what n VJPs cost beyond n forward
+    calls of the denoiser; guidance is the rest of the RTC loop beyond the plain denoising
+    (`steps`, called `steps_name` in the row's note) and autograd."""
+    autograd = np.clip(vjp - fwd, 0.0, None)
+    guidance = loop - steps - autograd
+    return [
+        Row(
+            "phase:guidance",
+            f"guidance ({mode})",
+            "phases",
+            guidance,
+            f"derived: RTC loop - {steps_name} - autograd",
+            "phase:total",
+            derived=True,
+        ),
+        Row(
+            "phase:autograd",
+            "autograd correction (VJP beyond a forward)",
+            "phases",
+            autograd,
+            "derived: n VJPs - n expert calls",
+            "phase:total",
+            derived=True,
+        ),
+    ]

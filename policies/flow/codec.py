@@ -50,14 +50,11 @@ class RTCCodec(FlowCodec):
 
     @property
     def inputs(self) -> tuple[TensorInput, ...]:
-        prefix = TensorInput("prefix", (self.spec.chunk_size, self.spec.action_dim))
-        scalars = (TensorInput("prefix_len", (), "int64"), TensorInput("delay", (), "int64"))
-        return (*super().inputs, prefix, *scalars)
+        return (*super().inputs, *rtc_inputs(self.spec))
 
     def encode(self, context: RobotContext, out: Sequence[np.ndarray]) -> None:
         super().encode(context, out[:2])
-        out[3][...] = fill_prefix(context, out[2])
-        out[4][...] = max(int(context.inference_delay), 0)
+        encode_rtc(context, out[2:])
 
     def example(self, seed: int) -> RobotContext:
         """A random context with a previous plan and a delay, so that start-up parity checks
@@ -74,6 +71,19 @@ class RTCCodec(FlowCodec):
             previous_plan=Plan(start_step=100 + executed, actions=actions[executed:]),
             inference_delay=int(rng.integers(0, executed + 1)),
         )
+
+
+def rtc_inputs(spec: PolicySpec) -> tuple[TensorInput, ...]:
+    """What real-time chunking adds to a step's inputs: the previous plan as the prefix, its
+    valid rows and the robot's inference delay (flow's and pi0's codecs both end with these)."""
+    prefix = TensorInput("prefix", (spec.chunk_size, spec.action_dim))
+    return (prefix, TensorInput("prefix_len", (), "int64"), TensorInput("delay", (), "int64"))
+
+
+def encode_rtc(context: RobotContext, out: Sequence[np.ndarray]) -> None:
+    """Fill `rtc_inputs`' three arrays (prefix, prefix_len, delay) for `context`."""
+    out[1][...] = fill_prefix(context, out[0])
+    out[2][...] = max(int(context.inference_delay), 0)
 
 
 def fill_noise(seed: int, step: int, out: np.ndarray) -> None:

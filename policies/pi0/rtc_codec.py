@@ -1,6 +1,6 @@
 """What pi0's and pi0.5's step reads when served with real-time chunking: Pi0Codec's inputs,
 then the previous plan aligned to the observation's step and the inference delay, exactly as
-the flow family's RTCCodec makes them (policies.flow.codec.fill_prefix).
+the flow family's RTCCodec makes them (policies.flow.codec.rtc_inputs and encode_rtc).
 
     prefix       float32 (chunk_size, action_size), robot units, zero-padded
     prefix_len   int64 (): its valid rows (0 without a previous plan)
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from policies.base import RobotContext
-from policies.flow.codec import RTCCodec, fill_prefix
+from policies.flow.codec import RTCCodec, encode_rtc, rtc_inputs
 from policies.inputs import TensorInput
 from policies.pi0.codec import Pi0Codec
 
@@ -25,14 +25,11 @@ class Pi0RTCCodec(Pi0Codec):
 
     @property
     def inputs(self) -> tuple[TensorInput, ...]:
-        prefix = TensorInput("prefix", (self.spec.chunk_size, self.spec.action_dim))
-        scalars = (TensorInput("prefix_len", (), "int64"), TensorInput("delay", (), "int64"))
-        return (*super().inputs, prefix, *scalars)
+        return (*super().inputs, *rtc_inputs(self.spec))
 
     def encode(self, context: RobotContext, out: Sequence[np.ndarray]) -> None:
         super().encode(context, out[:4])
-        out[5][...] = fill_prefix(context, out[4])
-        out[6][...] = max(int(context.inference_delay), 0)
+        encode_rtc(context, out[4:])
 
     def example(self, seed: int) -> RobotContext:
         """Pi0Codec's random state and prompt with RTCCodec's random previous plan and delay,
