@@ -324,6 +324,13 @@ class InferenceConfig(Section):
         "never past the point where the earliest waiting robot's chunk would be late (its "
         "period x query_period minus the batch's measured step time). 0: take what is waiting.",
     )
+    max_load: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="Admission: a hello is refused when its robot would push the policy's load "
+        "(query rate x batches x measured step time, see controller.daemon.admission) past this.",
+    )
 
     @model_validator(mode="after")
     def _batch_sizes_valid(self) -> InferenceConfig:
