@@ -38,7 +38,6 @@ from controller.observe.telemetry import TelemetryConfig
 from controller.record_config import RecordConfig
 from controller.runner_config import RunnerConfig
 
-
 # The one policy of a config without `policies:` (what a hello that names none gets).
 DEFAULT_POLICY_NAME = "default"
 # The sections a named policy may set for itself; the top-level ones apply where it does not.
@@ -86,8 +85,7 @@ class TempoConfig(Section):
     def _policies_named_once(self) -> TempoConfig:
         if self.policies and "policy" in self.model_fields_set:
             raise ValueError(
-                "set either policy: (one policy) or policies: (a list of named policies), "
-                "not both"
+                "set either policy: (one policy) or policies: (a list of named policies), not both"
             )
         names = [entry.name for entry in self.policies]
         twice = sorted({name for name in names if names.count(name) > 1})
