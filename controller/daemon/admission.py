@@ -71,5 +71,6 @@ class Capacity:
             "query_hz": self.query_hz,
             "load": self.load(robots),
             "max_load": self.max_load,
-            "step_ms": {size: s * 1e3 for size, s in sorted(self._step_times().items())},
+            # Keyed by text: the status snapshot goes out as msgpack and JSON.
+            "step_ms": {str(size): s * 1e3 for size, s in sorted(self._step_times().items())},
         }

@@ -43,6 +43,6 @@ def policy_families(collector: TempoCollector, policies: dict[str, Any]) -> Iter
         ["policy", "batch"],
     )
     for policy, entry in sorted(policies.items()):
-        for size, step_ms in sorted((entry.get("step_ms") or {}).items()):
+        for size, step_ms in sorted((entry.get("step_ms") or {}).items(), key=lambda i: int(i[0])):
             steps.add_metric(collector._values(policy, size), float(step_ms) / 1e3)
     yield steps
