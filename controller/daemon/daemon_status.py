@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from controller.daemon.lanes import Lane
+from controller.config import TempoConfig
+from controller.daemon.lanes import Lane, Lanes
 from controller.daemon.log_safety import shown
+from controller.daemon.pacer import Pacer
 from controller.daemon.session import Session
+from controller.daemon.transport import RouterTransport
+from controller.link.served_policy import ServedPolicy
+from controller.observe.late_ticks import LateTicks
 from controller.observe.status import guard_totals, recorded_figures
-
-if TYPE_CHECKING:
-    from controller.daemon.service import Daemon
+from controller.observe.telemetry import Telemetry
+from controller.record.writer import Recorder
 
 # Each policy's counters, kept per policy and added up at the top level.
 LANE_COUNTERS = (
@@ -84,6 +88,21 @@ def policy_status(lane: Lane, counters: dict[str, int]) -> dict[str, Any]:
     }
 
 
+class Daemon(Protocol):
+    """What the snapshot reads of the daemon (controller.daemon.service.Daemon)."""
+
+    config: TempoConfig
+    telemetry: Telemetry
+    pacer: Pacer
+    lanes: Lanes
+    transport: RouterTransport
+    recorder: Recorder | None
+    late_ticks: LateTicks
+    policy: ServedPolicy
+    execution: str
+    started_ns: int
+
+
 def daemon_status(daemon: Daemon) -> dict[str, Any]:
     """Durations come from the telemetry histograms (controller.observe.status)."""
     now = time.monotonic_ns()
@@ -107,7 +126,9 @@ def daemon_status(daemon: Daemon) -> dict[str, Any]:
         "ticks": ticks,
         "achieved_hz": ticks / uptime if uptime > 0 else 0.0,
         "missed_ticks": pacer.missed_ticks,
-        "late_ticks": daemon.late_ticks.as_dict() if daemon._timed else None,  # telemetry's
+        "late_ticks": daemon.late_ticks.as_dict()
+        if daemon.telemetry.enabled
+        else None,  # telemetry's
         **recorded_figures(telemetry),
         **totals,
         "protocol_errors": dict(errors),

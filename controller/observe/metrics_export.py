@@ -81,7 +81,7 @@ class TempoCollector:
                 yield from self._daemon(status)
                 yield from self._robots(status.get("robots") or [])
                 yield from self._policy(status.get("policy") or {})
-                yield from policy_families(self, status.get("policies") or {})
+                yield from policy_families(self._family, self._values, status.get("policies") or {})
 
     # families with the constant labels first ------------------------------------------------------
 

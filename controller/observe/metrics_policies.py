@@ -3,11 +3,13 @@ labelled `policy` with the policy's name, from the status snapshot's `policies` 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
-if TYPE_CHECKING:
-    from controller.observe.metrics_export import TempoCollector
+# The collector's (metrics_export.TempoCollector): a metric family with its constant labels,
+# and a sample's label values after the constant ones.
+Family = Callable[[str, str, str, list[str]], Any]
+Values = Callable[..., list[str]]
 
 PREFIX = "tempo_"
 # (status key, metric name, help): each policy's gauges, then its counters.
@@ -25,18 +27,18 @@ COUNTERS = (
 )
 
 
-def policy_families(collector: TempoCollector, policies: dict[str, Any]) -> Iterator[Any]:
+def policy_families(family_of: Family, values: Values, policies: dict[str, Any]) -> Iterator[Any]:
     if not policies:
         return
     for kind, table in (("gauge", GAUGES), ("counter", COUNTERS)):
         for key, name, help_text in table:
-            family = collector._family(kind, PREFIX + name, help_text, ["policy"])
+            family = family_of(kind, PREFIX + name, help_text, ["policy"])
             for policy, entry in sorted(policies.items()):
                 value = entry.get(key)
                 if isinstance(value, (bool, int, float)):
-                    family.add_metric(collector._values(policy), float(value))
+                    family.add_metric(values(policy), float(value))
             yield family
-    steps = collector._family(
+    steps = family_of(
         "gauge",
         PREFIX + "policy_batch_step_seconds",
         "Measured step time of the policy's serving tier, by batch size.",
@@ -44,5 +46,5 @@ def policy_families(collector: TempoCollector, policies: dict[str, Any]) -> Iter
     )
     for policy, entry in sorted(policies.items()):
         for size, step_ms in sorted((entry.get("step_ms") or {}).items(), key=lambda i: int(i[0])):
-            steps.add_metric(collector._values(policy, size), float(step_ms) / 1e3)
+            steps.add_metric(values(policy, size), float(step_ms) / 1e3)
     yield steps
