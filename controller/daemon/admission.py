@@ -10,7 +10,10 @@ size that holds them), or several steps of the largest bucket when they are more
 A hello is refused (`full`) when load(robots + 1) would exceed `inference.max_load`, with the
 numbers: the load now, with one more, and the ceiling. Step times are the ones the runner
 measured (controller.link.batch_window.step_times_of); before any is known, every robot is
-admitted. Robots already served are never touched by a refusal.
+admitted. The first robot is always taken (a policy slower than its query rate still serves
+one robot from its chunks; refusing it would serve nobody), and without `max_load` (the
+default) every robot is, up to server.max_robots. Robots already served are never touched by
+a refusal.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ class Capacity:
         name: str,
         query_hz: float,
         batch_sizes: Sequence[int],
-        max_load: float,
+        max_load: float | None,
         step_times: StepTimes,
     ) -> None:
         """`query_hz`: how often one robot asks for a chunk; `step_times`: batch size ->
@@ -53,6 +56,8 @@ class Capacity:
 
     def admit(self, robots: int) -> None:
         """Raise ProtocolError (`full`) unless the policy, serving `robots`, can take one more."""
+        if self.max_load is None or robots == 0:
+            return
         needed = self.load(robots + 1)
         if needed is None or needed <= self.max_load:
             return

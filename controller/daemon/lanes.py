@@ -88,7 +88,8 @@ def build_lane(
     capacity = Capacity(
         name,
         rate_hz / inference.query_period,
-        inference.batch_sizes,
+        # The buckets the policy serves (a policy handed in may have its own), else the config's.
+        tuple(policy.status().get("batch_sizes") or inference.batch_sizes),
         inference.max_load,
         lambda: step_times_of(policy.status()),
     )

@@ -20,7 +20,8 @@ def policy_load_lines(policies: dict[str, Any] | None) -> list[str]:
         lines.append(
             f"policy {name}: {robots} robot{'' if robots == 1 else 's'} at "
             f"{entry.get('rate_hz', 0):g} Hz (queried at {entry.get('query_hz', 0):g} Hz), "
-            f"load {load_text} of {entry.get('max_load', 0):.2f}"
+            f"load {load_text}"
+            + (f" of {ceiling:.2f}" if (ceiling := entry.get("max_load")) is not None else "")
             + (f" ({tier})" if tier else "")
             + (", serving" if entry.get("serving") else ", not serving (restarting)")
         )

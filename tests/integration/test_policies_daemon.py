@@ -160,7 +160,7 @@ class MeasuredAt4ms:
 def test_the_robot_past_capacity_is_refused_with_numbers_and_the_others_keep_going(
     tmp_path: Path,
 ) -> None:
-    config = ipc_config(tmp_path, "control.rate_hz=50", *PATIENT)
+    config = ipc_config(tmp_path, "control.rate_hz=50", "inference.max_load=0.9", *PATIENT)
     with serving(config, MeasuredAt4ms) as daemon, ExitStack() as stack:
         robots = [stack.enter_context(client(daemon, f"r{k}", SIX)) for k in range(4)]
         served(robots)

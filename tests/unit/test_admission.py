@@ -44,6 +44,14 @@ def test_a_robot_past_the_ceiling_is_refused_with_the_numbers():
     )
 
 
+def test_the_first_robot_is_always_taken_and_without_a_ceiling_every_robot():
+    slow = Capacity("pi0", 10.0, (1,), 0.9, lambda: {1: 0.5})  # one robot needs 5.0
+    slow.admit(0)  # serving nobody would help no one
+    with pytest.raises(ProtocolError, match="serving 1 robot needing 5.00"):
+        slow.admit(1)
+    Capacity("pi0", 10.0, (1,), None, lambda: {1: 0.5}).admit(7)  # inference.max_load unset
+
+
 class FakeChannel:
     def __init__(self, fd: int) -> None:
         self.fd = fd

@@ -75,8 +75,9 @@ def test_a_dumped_config_with_policies_reads_back_the_same(tmp_path: Path):
     assert reloaded.policies[0].inference.model_fields_set == {"query_period"}
 
 
-def test_max_load_is_a_fraction():
-    assert load_config(None, []).inference.max_load == 0.9
+def test_max_load_is_off_by_default_and_a_fraction():
+    assert load_config(None, []).inference.max_load is None
+    assert load_config(None, ["inference.max_load=0.9"]).inference.max_load == 0.9
     with pytest.raises(ConfigError, match="inference.max_load"):
         load_config(None, ["inference.max_load=1.5"])
 
