@@ -20,12 +20,19 @@ def test_a_hello_may_name_a_policy():
     assert "policy" not in decode(hello()).header
 
 
-@pytest.mark.parametrize("policy", ["", "p" * 65, 3])
-def test_a_policy_that_is_no_name_is_malformed(policy: object):
+@pytest.mark.parametrize(
+    ("policy", "why"),
+    [
+        ("", "must name one in 1 to 64"),
+        ("p" * 65, "must name one in 1 to 64"),
+        (3, "must be a string"),
+    ],
+)
+def test_a_policy_that_is_no_name_is_malformed(policy: object, why: str):
     with pytest.raises(ProtocolError) as refused:
         decode(hello(policy=policy))
     assert refused.value.code is ErrorCode.MALFORMED
-    assert "policy" in str(refused.value)
+    assert "policy" in str(refused.value) and why in str(refused.value)
 
 
 def test_the_client_names_the_policy_in_its_hello(monkeypatch: pytest.MonkeyPatch):
