@@ -12,12 +12,12 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
 
-from controller.config import TempoConfig
+from controller.config import TempoConfig, policy_views
 from controller.daemon.security import check_bind_allowed, check_local_only
 from controller.daemon.service import (
     Daemon,
@@ -84,10 +84,10 @@ def serve(
     stop: threading.Event | None = None,
     on_ready: Callable[[Daemon], Any] | None = None,
     install_signals: bool = True,
-    policy: ServedPolicy | None = None,
+    policy: ServedPolicy | Sequence[ServedPolicy] | None = None,
 ) -> int:
     """Run the daemon until SIGTERM/SIGINT (or `stop`); returns the exit code. `policy`, when
-    given, is served instead of the configured one (tests and embedding)."""
+    given, is served instead of the configured one, or ones (tests and embedding)."""
     stop = stop or threading.Event()
     # Refuse an exposed bind before the (possibly slow) policy load, not after.
     check_bind_allowed(config.server.bind, config.security)
@@ -103,8 +103,11 @@ def serve(
             status_endpoint = status.start()
             if policy is None:
                 with transport.discarding():  # nobody else reads the bound socket meanwhile
-                    policy = _start_policy(config, cleanup)
-            check_action_config(policy.spec, config)  # unknown joints refused; guards logged
+                    # One inference process per policy (each its own device and tiers).
+                    policy = [_start_policy(view, cleanup) for _, view in policy_views(config)]
+            served = list(policy) if isinstance(policy, Sequence) else [policy]
+            for (_, view), one in zip(policy_views(config), served, strict=False):
+                check_action_config(one.spec, view)  # unknown joints refused; guards logged
         except BaseException:
             status.stop()
             transport.close()
@@ -117,7 +120,7 @@ def serve(
 
 def _serve_policy(
     config: TempoConfig,
-    policy: ServedPolicy,
+    policy: ServedPolicy | Sequence[ServedPolicy],
     sockets: tuple[zmq.Context, RouterTransport, StatusServer, str],
     stop: threading.Event,
     on_ready: Callable[[Daemon], Any] | None,
@@ -126,9 +129,12 @@ def _serve_policy(
     """Serve a ready policy until `stop`; the sockets are bound already."""
     context, transport, status, status_endpoint = sockets
     telemetry = Telemetry.from_config(config.telemetry)
-    policy.attach_telemetry(telemetry)  # a runner here: upload, model, postprocess
+    for one in policy if isinstance(policy, Sequence) else [policy]:
+        one.attach_telemetry(telemetry)  # a runner here: upload, model, postprocess
     daemon = Daemon(config, policy, context, telemetry=telemetry, transport=transport)
-    log.info("execution: %s", daemon.execution)
+    for lane in daemon.lanes.all:
+        named = f" of policy {lane.name}" if config.policies else ""
+        log.info("execution%s: %s", named, lane.execution)
     metrics = MetricsServer(lambda: telemetry.snapshot(buckets=True), daemon.status, config.metrics)
     if install_signals:
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -147,7 +153,9 @@ def _serve_policy(
         raise
     log.info(
         "ready: serving %s on %s (status on %s%s)",
-        config.policy.kind,
+        ", ".join(f"{name} ({view.policy.kind})" for name, view in policy_views(config))
+        if config.policies
+        else config.policy.kind,
         endpoint,
         status_endpoint,
         f", metrics on {metrics_url}" if metrics_url else "",

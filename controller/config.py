@@ -38,6 +38,28 @@ from controller.observe.telemetry import TelemetryConfig
 from controller.record_config import RecordConfig
 from controller.runner_config import RunnerConfig
 
+# The one policy of a config without `policies:` (what a hello that names none gets).
+DEFAULT_POLICY_NAME = "default"
+# The sections a named policy may set for itself; the top-level ones apply where it does not.
+OWN_SECTIONS = ("runner", "inference", "supervision", "robot", "guards", "teleop")
+
+
+class NamedPolicyConfig(Section):
+    """One entry of `policies:`: a policy served by name, with its own inference process (so
+    its own device and tiers); a section it leaves out is the top-level one."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="What a driver's hello names (`policy`); ASCII letters, digits, '_-.'.",
+    )
+    policy: PolicyConfig = PolicyConfig()
+    runner: RunnerConfig | None = None
+    inference: InferenceConfig | None = None
+    supervision: SupervisionConfig | None = None
+    robot: RobotConfig | None = None
+    guards: GuardsConfig | None = None
+    teleop: TeleopConfig | None = None
+
 
 class TempoConfig(Section):
     """Everything the daemon needs."""
@@ -56,15 +78,48 @@ class TempoConfig(Section):
     supervision: SupervisionConfig = SupervisionConfig()
     logging: LoggingConfig = LoggingConfig()
     record: RecordConfig = RecordConfig()
+    # Several policies in one daemon, by name; the first is the default (a hello naming none).
+    policies: tuple[NamedPolicyConfig, ...] = Field(default=(), max_length=16)
+
+    @model_validator(mode="after")
+    def _policies_named_once(self) -> TempoConfig:
+        if self.policies and "policy" in self.model_fields_set:
+            raise ValueError(
+                "set either policy: (one policy) or policies: (a list of named policies), not both"
+            )
+        names = [entry.name for entry in self.policies]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"policies: each policy needs its own name; {twice} come twice")
+        return self
 
     @model_validator(mode="after")
     def _rtc_plays_the_newest_chunk(self) -> TempoConfig:
-        if self.policy.rtc.mode != "off" and self.inference.ensemble == "temporal":
-            raise ValueError(
-                "policy.rtc needs inference.ensemble: newest (real-time chunking plays the old "
-                "chunk's first d actions, then the new chunk, without averaging)"
-            )
+        for name, view in policy_views(self):
+            if view.policy.rtc.mode != "off" and view.inference.ensemble == "temporal":
+                where = "" if name == DEFAULT_POLICY_NAME else f" (policy {name!r})"
+                raise ValueError(
+                    f"policy.rtc needs inference.ensemble: newest{where} (real-time chunking "
+                    "plays the old chunk's first d actions, then the new chunk, without averaging)"
+                )
         return self
+
+
+def policy_views(config: TempoConfig) -> list[tuple[str, TempoConfig]]:
+    """Each served policy's name and its config as a one-policy daemon's: the top level with
+    the policy's own sections in place (what its inference process and its robots' pipelines
+    are built from). A config without `policies:` is one policy named "default"."""
+    if not config.policies:
+        return [(DEFAULT_POLICY_NAME, config)]
+    views = []
+    for entry in config.policies:
+        update: dict[str, Any] = {"policy": entry.policy, "policies": ()}
+        for section in OWN_SECTIONS:
+            value = getattr(entry, section)
+            if value is not None:
+                update[section] = value
+        views.append((entry.name, config.model_copy(update=update)))
+    return views
 
 
 def _describe(error: ValidationError, source: str) -> str:
@@ -145,4 +200,9 @@ def dump_config(config: TempoConfig) -> str:
     decide them (see controller.daemon.execution)."""
     tree = config.model_dump(mode="json")
     tree["inference"] = config.inference.model_dump(mode="json", exclude_unset=True)
+    for entry, dumped in zip(config.policies, tree["policies"], strict=True):
+        if entry.inference is not None:
+            dumped["inference"] = entry.inference.model_dump(mode="json", exclude_unset=True)
+    if config.policies:
+        del tree["policy"]  # the policies' own sections say it; both would be refused
     return yaml.safe_dump(tree, sort_keys=False)

@@ -324,6 +324,14 @@ class InferenceConfig(Section):
         "never past the point where the earliest waiting robot's chunk would be late (its "
         "period x query_period minus the batch's measured step time). 0: take what is waiting.",
     )
+    max_load: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Admission (say 0.9): a hello is refused when its robot would push the "
+        "policy's load (query rate x batches x measured step time, controller.daemon.admission) "
+        "past this; the first robot is always taken. null: every robot up to server.max_robots.",
+    )
 
     @model_validator(mode="after")
     def _batch_sizes_valid(self) -> InferenceConfig:

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from controller.config import DEFAULT_POLICY_NAME
 from controller.config_sections import InferenceConfig, ServerConfig
-from controller.daemon.dispatch import Dispatcher
+from controller.daemon.dispatch import Dispatcher, OtherPolicy
 from controller.daemon.feed import InferenceRequests
 from controller.daemon.loop import ControlLoop
 from controller.daemon.refusals import Refusals, Sender
@@ -57,14 +58,25 @@ def build_control(
     frames_in_place: bool = False,
     serving: Callable[[], bool] = lambda: True,
     recorder: Recorder | None = None,
+    policy_name: str = DEFAULT_POLICY_NAME,
+    other_policy: OtherPolicy | None = None,
+    admit: Callable[[int], None] | None = None,
+    occupied: Callable[[], int] | None = None,
 ) -> Control:
     """`send`: any message through the transport; `send_prepared`: the tick's allocation-free
     send of packed headers (without it the tick's messages go through `send`, allocating);
     `frames_in_place`: a driver may ask for a shared-memory frame ring in hello (the endpoint
     is ipc://); `serving`: whether the policy can answer now (see ControlLoop); `recorder`:
-    the flight recorder (None: off)."""
+    the flight recorder (None: off). A daemon of several policies builds one per policy
+    (controller.daemon.lanes): `policy_name`, `other_policy`, `admit` go to the dispatcher
+    (see Dispatcher), `occupied` to the registry (the robots of every policy)."""
     registry = SessionRegistry(
-        spec, new_pipeline, server, frames_in_place=frames_in_place, recorder=recorder
+        spec,
+        new_pipeline,
+        server,
+        frames_in_place=frames_in_place,
+        recorder=recorder,
+        occupied=occupied,
     )
     requests = InferenceRequests(feed, inference.query_period, period_ns)
     refusals = Refusals(send, registry.sessions)
@@ -79,6 +91,9 @@ def build_control(
         control_hz=control_hz,
         limits=limits,
         telemetry=telemetry,
+        policy_name=policy_name,
+        other_policy=other_policy,
+        admit=admit,
     )
     loop = ControlLoop(
         registry,

@@ -11,9 +11,10 @@ out of here, so one misbehaving driver cannot disturb the others.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from controller.config import DEFAULT_POLICY_NAME
 from controller.daemon.connection_budget import ConnectionBudget
 from controller.daemon.feed import InferenceRequests
 from controller.daemon.handshake import (
@@ -40,6 +41,14 @@ log = logging.getLogger(__name__)
 TELEOP_LOG_INTERVAL_NS = 1_000_000_000
 # A robot may mark at most one moment a second (each may write a ring's seconds to disk).
 MARK_INTERVAL_NS = 1_000_000_000
+# (policy name, identity, hello, now_ns): a hello naming another policy than the dispatcher's.
+OtherPolicy = Callable[[str, bytes, Message, int], None]
+
+
+def unknown_policy(wanted: str, served: Iterable[str]) -> str:
+    """The sentence refusing a hello that names a policy the daemon does not serve."""
+    names = ", ".join(repr(name) for name in served)
+    return f"this daemon serves no policy named {shown(wanted, 64)!r}; it serves {names}"
 
 
 class Dispatcher:
@@ -55,10 +64,19 @@ class Dispatcher:
         control_hz: float,
         limits: Limits = DEFAULT_LIMITS,
         telemetry: Telemetry | None = None,
+        policy_name: str = DEFAULT_POLICY_NAME,
+        other_policy: OtherPolicy | None = None,
+        admit: Callable[[int], None] | None = None,
     ) -> None:
         """`send`: the `welcome`; `refusals`: every `error` reply; `requests`: an observation
-        is asked about at once when due, not at the next tick."""
+        is asked about at once when due, not at the next tick. `policy_name`: the policy this
+        dispatcher's robots are served by; `other_policy`: a hello naming another one goes
+        there (None: refused, this daemon serves one); `admit(robots)`: raises ProtocolError
+        when the policy, serving `robots` others, cannot take one more (admission)."""
         self.control_hz = control_hz
+        self.policy_name = policy_name
+        self._other_policy = other_policy or self._no_other_policy
+        self._admit = admit
         self.spec = spec
         self.registry = registry
         self.requests = requests
@@ -117,9 +135,22 @@ class Dispatcher:
     # -- handlers --------------------------------------------------------------------------
 
     def _hello(self, identity: bytes, message: Message, now_ns: int) -> None:
+        wanted = message.header.get("policy", self.policy_name)
+        if wanted != self.policy_name:
+            self._other_policy(wanted, identity, message, now_ns)
+        else:
+            self.hello(identity, message, now_ns)
+
+    def _no_other_policy(self, wanted: str, identity: bytes, message: Message, now: int) -> None:
+        raise ProtocolError(ErrorCode.NOT_ALLOWED, unknown_policy(wanted, [self.policy_name]))
+
+    def hello(self, identity: bytes, message: Message, now_ns: int) -> None:
+        """Open a session with this dispatcher's policy for a hello (its name checked)."""
         check_robot_name(message.header["robot"])
         check_driver_spec(message.header["spec"], self.spec)
         prompt = self.prompts.for_hello(message.header.get("task"))
+        if self._admit is not None:  # a second hello of a robot replaces its session
+            self._admit(len(self.registry.sessions) - self.registry.serves(identity))
         self.registry.make_room(identity, now_ns)
         robot = message.header["robot"]
         driver_limits = parse_driver_limits(message.header["spec"])

@@ -15,6 +15,8 @@ from policies.base import Execution, PolicySpec
 # Where each inference setting in effect came from (resolve_execution).
 FROM_CONFIG = "config"
 FROM_DEFAULT = "default"
+# The inference fields a checkpoint may record (policies.base.Execution).
+EXECUTION_FIELDS = ("query_period", "ensemble", "temporal_k")
 
 
 def resolve_execution(
@@ -26,9 +28,12 @@ def resolve_execution(
     that real-time chunking is on, with its settings, when `rtc` turns it on)."""
     hint = spec.execution
     explicit = inference.model_fields_set
-    values: dict[str, Any] = {}
+    # The fields a checkpoint cannot record (batching, admission) pass through as set.
+    values: dict[str, Any] = {
+        name: getattr(inference, name) for name in explicit - set(EXECUTION_FIELDS)
+    }
     origins: dict[str, str] = {}
-    for name in ("query_period", "ensemble", "temporal_k"):
+    for name in EXECUTION_FIELDS:
         hinted = getattr(hint, name) if hint is not None else None
         if name in explicit:
             values[name], origins[name] = getattr(inference, name), FROM_CONFIG

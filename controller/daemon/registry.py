@@ -42,10 +42,12 @@ class SessionRegistry:
         *,
         frames_in_place: bool = False,
         recorder: Recorder | None = None,
+        occupied: Callable[[], int] | None = None,
     ) -> None:
         """`frames_in_place`: a driver may ask for a shared-memory frame ring in hello (the
         daemon's endpoint is ipc://, so drivers are on this host); `recorder`: the flight
-        recorder each session records into (None: off)."""
+        recorder each session records into (None: off); `occupied`: the sessions that count
+        against `server.max_robots` (a daemon of several policies: all of theirs; None: these)."""
         self.spec = spec
         self.new_pipeline = new_pipeline
         self.max_robots = server.max_robots
@@ -53,6 +55,7 @@ class SessionRegistry:
         self.idle_when_full_ns = server.idle_when_full_s * 1e9
         self.frames_in_place = frames_in_place
         self.recorder = recorder
+        self.occupied = occupied or (lambda: len(self.sessions))
         self.sessions: dict[str, Session] = {}
         self.live: tuple[Session, ...] = ()
         self._by_identity: dict[bytes, str] = {}
@@ -65,12 +68,12 @@ class SessionRegistry:
         old = self._by_identity.get(identity)
         if old is not None:
             self.close(old, "the driver said hello again")
-        if len(self.sessions) >= self.max_robots:
-            self._free_an_idle_slot(now_ns)
-        if len(self.sessions) >= self.max_robots:
+        if self.occupied() >= self.max_robots and self.sessions:
+            self._free_an_idle_slot(now_ns)  # (only among this policy's robots)
+        if self.occupied() >= self.max_robots:
             raise ProtocolError(
                 ErrorCode.FULL,
-                f"this daemon already serves {len(self.sessions)} robots "
+                f"this daemon already serves {self.occupied()} robots "
                 f"(server.max_robots); disconnect one or raise the limit",
             )
 
@@ -124,6 +127,16 @@ class SessionRegistry:
         idlest = min(self.sessions.values(), key=lambda s: s.idle_since_ns)
         if now_ns - idlest.idle_since_ns >= self.idle_when_full_ns:
             self.close(idlest.id, "no observation while every slot was taken")
+
+    def serves(self, identity: bytes) -> bool:
+        """Whether that connection has a session here."""
+        return identity in self._by_identity
+
+    def leave(self, identity: bytes, reason: str) -> None:
+        """That connection's session here, if any, ends (it said hello to another policy)."""
+        session_id = self._by_identity.get(identity)
+        if session_id is not None:
+            self.close(session_id, reason)
 
     def find(self, session_id: str | None, identity: bytes) -> Session:
         """The live session of that id opened by that connection; else ProtocolError."""

@@ -15,15 +15,16 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import zmq
 
 from controller.action.pipeline import ActionPipeline
-from controller.config import TempoConfig
-from controller.daemon.control import build_control
+from controller.config import TempoConfig, policy_views
+from controller.daemon.daemon_status import daemon_status
 from controller.daemon.execution import resolve_execution
-from controller.daemon.log_safety import shown
+from controller.daemon.lanes import Lanes, Shared, build_lane, one_policy_recorded, widest
 from controller.daemon.pacer import Pacer
 from controller.daemon.registry import PipelineFactory
 from controller.daemon.security import CurveServer, check_bind_allowed
@@ -32,7 +33,6 @@ from controller.errors import ConfigError, SecurityError
 from controller.link.served_policy import ServedPolicy
 from controller.observe.gc_pauses import GcPauses
 from controller.observe.late_ticks import LateTicks
-from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry
 from controller.record.writer import Recorder
 from controller.wire.protocol import DEFAULT_LIMITS, Limits
@@ -121,68 +121,88 @@ class Daemon:
     def __init__(
         self,
         config: TempoConfig,
-        policy: ServedPolicy,
+        policy: ServedPolicy | Sequence[ServedPolicy],
         context: zmq.Context | None = None,
         telemetry: Telemetry | None = None,
         transport: RouterTransport | None = None,
     ):
-        """`transport`: the daemon's socket, already bound by `open_transport` before the
-        policy was loaded (the composition root does that); None: built here, bound by start."""
+        """`policy`: the served policy, or one for each of the config's (`policy_views`, in
+        that order: several policies in one daemon, controller.daemon.lanes); `transport`: the
+        daemon's socket, already bound by `open_transport` before the policies were loaded
+        (the composition root does that); None: built here, bound by start."""
         self.config = config
         # One registry for the whole path; app.serve passes the one the runner records into.
         self.telemetry = telemetry or Telemetry.from_config(config.telemetry)
-        self.policy = policy
+        policies = list(policy) if isinstance(policy, Sequence) else [policy]
+        views = policy_views(config)
+        if len(policies) != len(views):
+            raise ConfigError(
+                f"the config names {len(views)} policies but {len(policies)} were given to serve"
+            )
         self.context = context or zmq.Context.instance()
         self.period_ns = int(round(1e9 / config.control.rate_hz))
-        # The config's inference fields, else the checkpoint's execution settings, else defaults.
-        self.inference, self.execution = resolve_execution(
-            config.inference, policy.spec, config.policy.rtc
-        )
-        self.limits = limits_for(policy.spec)
+        specs = [served.spec for served in policies]
+        limits = [limits_for(spec) for spec in specs]
+        self.limits = widest(limits)
         if transport is None:
             transport = unopened_transport(config, self.context, self.limits)
         self.transport = transport
         self.curve = transport.curve
-        # A policy in its own process is fed by the loop's thread itself, between ticks
-        # (its feed's side channel, serviced while the pacer waits); one in this process by a
-        # thread of its own. The policy says which (controller.link.served_policy).
-        self.feed = policy.feed(self.telemetry)
-        self._side = self.feed.side_channel
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
         # The flight recorder (record.mode): its writer thread reads the tier as chunks come.
         self.recorder: Recorder | None = None
+        recorded = one_policy_recorded(specs)
         if config.record.mode != "off":
             self.recorder = Recorder(
                 config.record,
-                policy.spec.joint_names,
+                specs[0].joint_names,
                 config.control.rate_hz,
-                tier=lambda: policy.status().get("tier"),
+                tier=lambda: policies[0].status().get("tier"),
             )
-        control = build_control(
-            policy.spec,
-            self.feed,
+            if not all(recorded):
+                log.warning("the flight recorder records only the robots of policies with the "
+                            "default policy's joints")  # fmt: skip
+        shared = Shared(
+            self.telemetry,
             self.transport.send,
+            self.transport.send_prepared,
             lambda: self.pacer.step,
-            pipeline_factory(policy.spec, config),
-            control_hz=config.control.rate_hz,
-            period_ns=self.period_ns,
-            valid_ticks=config.control.action_valid_ticks,
-            server=config.server,
-            inference=self.inference,
-            limits=self.limits,
-            telemetry=self.telemetry,
-            send_prepared=self.transport.send_prepared,
+            self.period_ns,
             # Drivers of an ipc:// endpoint are on this host: they may write frames in place.
-            frames_in_place=config.server.bind.startswith("ipc://"),
-            # A policy in a supervised process says when it is restarting (RemotePolicy).
-            serving=lambda: policy.serving,
-            recorder=self.recorder,
+            config.server.bind.startswith("ipc://"),
         )
-        self.registry, self.sender = control.registry, control.sender
-        self.dispatcher, self.loop = control.dispatcher, control.loop
-        self.transport.on_peer_gone = self.registry.peer_gone
+        # A lane per policy: its feed (a policy in its own process is fed by the loop's thread
+        # itself, between ticks, through its side channel; one in this process by a thread of
+        # its own), its sessions, dispatcher and loop. The first is the default.
+        self.lanes = Lanes()
+        for (name, view), served, lane_limits, records in zip(
+            views, policies, limits, recorded, strict=True
+        ):
+            lane = build_lane(
+                name,
+                view,
+                served,
+                self.lanes,
+                shared,
+                limits=lane_limits,
+                new_pipeline=pipeline_factory(served.spec, view),
+                recorder=self.recorder if records else None,
+            )
+            self.lanes.add(lane)
+        # The default policy's, as a one-policy daemon has them (status and tests read them).
+        default = self.lanes.default
+        self.policy, self.feed = default.policy, default.feed
+        self.inference, self.execution = default.inference, default.execution
+        self.registry, self.sender = default.control.registry, default.control.sender
+        self.dispatcher, self.loop = default.control.dispatcher, default.control.loop
+        self._side = self.lanes.side_channel()
+        # One policy: its own objects straight (no routing on the loop's path).
+        one = len(self.lanes.all) == 1
+        self.transport.on_peer_gone = self.registry.peer_gone if one else self.lanes.peer_gone
+        handle = self.dispatcher.handle if one else self.lanes.handle
+        self._tick = self.loop.tick if one else self.lanes.tick
         # Receive/decode: the handler wrapped once (the bound method itself when telemetry is off).
-        self._handle = self.telemetry.section(RECEIVE)(self.dispatcher.handle)
+        self._handle = self.telemetry.section(RECEIVE)(handle)
         self._timed = self.telemetry.enabled
         self._t_lateness = self.telemetry.section(TICK_LATENESS)
         self.late_ticks = LateTicks()  # with telemetry on: late ticks, and which were preempted
@@ -214,7 +234,8 @@ class Daemon:
             raise
         self.endpoint = self.transport.endpoint
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-        self.feed.start()
+        for lane in self.lanes.all:
+            lane.feed.start()
         gc.collect()
         gc.freeze()  # everything built so far is long-lived: keep it out of every collection
         self._gc_pauses.install()  # how long collections stop the process from here on
@@ -265,7 +286,7 @@ class Daemon:
                     )
                     started = self._t_tick.start()
                 tick_began = time.monotonic_ns()
-                self.loop.tick(step, self.pacer.deadline_of(step), tick_began)
+                self._tick(step, self.pacer.deadline_of(step), tick_began)
                 last_tick_ns = time.monotonic_ns() - tick_began
                 if self._timed:
                     self._t_tick.stop(started)
@@ -279,8 +300,8 @@ class Daemon:
 
     def _shutdown_socket(self) -> None:
         step = self.pacer.step
-        for session in list(self.registry.sessions.values()):
-            self.sender.hold(session, step, "daemon_stopping")
+        for lane, session in list(self.lanes.sessions()):
+            lane.control.sender.hold(session, step, "daemon_stopping")
             session.close()  # its frame ring's memory goes too
         # Linger just long enough to deliver those holds, bounded so exit stays well under 1 s.
         self.transport.close(linger_ms=FINAL_HOLD_LINGER_MS)
@@ -288,7 +309,8 @@ class Daemon:
     def stop(self, timeout: float = 1.0) -> None:
         self._stop.set()
         self._stopped.wait(timeout)
-        self.feed.stop(timeout=0.2)
+        for lane in self.lanes.all:
+            lane.feed.stop(timeout=0.2)
         if self.recorder is not None:
             self.recorder.stop()  # after the loop: what it queued last is written
         self._gc_pauses.remove()
@@ -300,64 +322,6 @@ class Daemon:
         return self._thread is not None and self._thread.is_alive()
 
     def status(self) -> dict[str, Any]:
-        """A snapshot for `tempo status` and the demo (read from another thread: plain reads).
-        Durations come from the telemetry histograms (controller.observe.status)."""
-        now = time.monotonic_ns()
-        uptime = (now - self.started_ns) / 1e9 if self.started_ns else 0.0
-        ticks = self.pacer.step - self.pacer.missed_ticks  # ticks run, not skipped ones
-        sessions = list(self.registry.sessions.values())
-        robots = []
-        for session in sessions:
-            pipeline = session.pipeline
-            seen = pipeline.last_observation_ns
-            robots.append(
-                {
-                    "robot": session.robot,
-                    "session": session.id,
-                    "last_observation_age_ms": (now - seen) / 1e6 if seen else None,
-                    "guard_state": pipeline.guards.state,
-                    "guards": dict(pipeline.guards.counters),
-                    "teleop_joints": list(pipeline.teleop.owned),
-                    "episode": session.episode,
-                    "task": shown(session.prompt.task, 80) if session.prompt is not None else None,
-                    "inference_delay_steps": session.inference_delay,
-                    "counters": dict(session.counters),
-                    "sent": session.send_seq,
-                }
-            )
-        telemetry = self.telemetry.snapshot()
-        return {
-            "uptime_s": uptime,
-            "control_hz": self.config.control.rate_hz,
-            "execution": self.execution,
-            "ticks": ticks,
-            "achieved_hz": ticks / uptime if uptime > 0 else 0.0,
-            "missed_ticks": self.pacer.missed_ticks,
-            "late_ticks": self.late_ticks.as_dict() if self._timed else None,  # telemetry's
-            **recorded_figures(telemetry),
-            "inferences": self.feed.inferences,
-            "inference_failures": self.feed.failures,
-            "chunks_rejected": self.feed.non_finite,
-            "input_faults": self.feed.input_faults,  # refused: the reference fails on them too
-            # Frames in place that the driver rewrote while the policy read them: refused.
-            "frames_overwritten": self.feed.frames_overwritten,
-            "actions_sent": self.sender.actions_sent,
-            "holds_sent": self.sender.holds_sent,
-            "messages": self.dispatcher.messages,
-            "protocol_errors": dict(self.dispatcher.errors),
-            "send_dropped": self.transport.send_dropped,
-            "late_actions_dropped": self.loop.late_actions_dropped,
-            "tick_failures": self.loop.internal_errors,
-            "oversize_message_parts_dropped": self.transport.parts_discarded,
-            # From connections over their budget (controller/daemon/connection_budget.py).
-            "muted_messages_dropped": self.dispatcher.budget.dropped,
-            "guard_interventions": guard_totals(
-                self.registry.closed_guard_counts,
-                (s.pipeline.guards.counters for s in sessions),
-            ),
-            "robots": robots,
-            # The flight recorder: records written and dropped (by kind), files, incidents.
-            "recording": self.recorder.status() if self.recorder is not None else None,
-            "policy": self.policy.status(),
-            "telemetry": telemetry,
-        }
+        """A snapshot for `tempo status` and the demo (read from another thread: plain reads;
+        see controller.daemon.daemon_status)."""
+        return daemon_status(self)

@@ -18,6 +18,7 @@ from typing import Any
 import zmq
 
 from controller.daemon.security import CurveServer
+from controller.daemon.side_channels import PollGroup
 from controller.link.inference_feed import Pollable, SideChannel
 from controller.wire.binding import bind as bind_endpoint
 from controller.wire.header_schema import PROTOCOL_VERSION
@@ -77,6 +78,7 @@ class RouterTransport:
         # The robots' socket and the side channel's (see receive_until), for the current one.
         self._side_poller = zmq.Poller()
         self._side: Pollable | None = None  # the side channel registered in _side_poller
+        self._side_filenos: list[int] = []  # its descriptors
         self._longest: tuple[str, int] = ("", 0)  # see take_longest
         self.sent = 0
         self.send_dropped = 0
@@ -180,12 +182,18 @@ class RouterTransport:
             if other is None:
                 return bool(self._poller.poll(timeout_ms)), False
             if other is not self._side:  # a restarted process has a new channel
+                # Several policies' processes come as one group (daemon.side_channels).
+                if isinstance(other, PollGroup):
+                    filenos = other.filenos()
+                else:
+                    filenos = [other.fileno()]
                 self._side_poller = zmq.Poller()
                 self._side_poller.register(self.socket, zmq.POLLIN)
-                self._side_poller.register(other.fileno(), zmq.POLLIN)
-                self._side = other
+                for fileno in filenos:
+                    self._side_poller.register(fileno, zmq.POLLIN)
+                self._side, self._side_filenos = other, filenos
             ready = dict(self._side_poller.poll(timeout_ms))
-            return self.socket in ready, other.fileno() in ready
+            return self.socket in ready, any(f in ready for f in self._side_filenos)
 
     def _receive_message(self) -> tuple[bytes, list[Any]]:
         """One message, part by part: ZeroMQ bounds the size of a part but not their number,

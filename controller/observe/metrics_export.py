@@ -16,6 +16,7 @@ from typing import Any
 
 from controller.errors import ErrorCode
 from controller.observe.histogram import coarse_cumulative
+from controller.observe.metrics_policies import policy_families
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class TempoCollector:
                 yield from self._daemon(status)
                 yield from self._robots(status.get("robots") or [])
                 yield from self._policy(status.get("policy") or {})
+                yield from policy_families(self._family, self._values, status.get("policies") or {})
 
     # families with the constant labels first ------------------------------------------------------
 

@@ -30,6 +30,9 @@ Exported (base units, Prometheus naming conventions):
     tempo_policy_tier_info{tier,precision,device}, tempo_policy_tier_level (0 = graph ..
     3 = eager_fp32), tempo_policy_ready, tempo_policy_steps_total{outcome},
     tempo_policy_demotions_total{from_tier,to_tier,cause}
+    per policy (controller.observe.metrics_policies): tempo_policy_robots, _load, _max_load,
+    _serving, _inferences_total, _inference_failures_total, _actions_sent_total,
+    _holds_sent_total, all {policy}; tempo_policy_batch_step_seconds{policy,batch}
 
 Hostile or broken clients cannot hold it: each connection has its own (daemon) thread, has
 REQUEST_READ_TIMEOUT_S to send its whole request, at most MAX_CONNECTIONS are served at once (more

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from controller.observe.section_names import BUILTIN_SECTIONS
+from controller.observe.status_policies import policy_load_lines
 
 GUARD_COUNTERS_NOT_INTERVENTIONS = ("held_ticks",)  # holds for lack of a chunk are not vetoes
 
@@ -229,6 +230,7 @@ def render_status(status: dict[str, Any]) -> str:
     lines += _policy_lines(status.get("policy") or {}, status)
     if status.get("execution"):  # which chunk execution is in effect, and where it came from
         lines.append(f"execution: {status['execution']}")
+    lines += policy_load_lines(status.get("policies"))  # robots, rate, load of each policy
     robots = status.get("robots") or []
     totals = status.get("guard_interventions")  # kept across disconnects (newer daemons)
     if isinstance(totals, dict):

@@ -81,6 +81,7 @@ class TempoClient:
         server_public_key: str | Path | None = None,
         frames_in_place: bool | None = None,
         task: str | None = None,
+        policy: str | None = None,  # the daemon's policy to be served by (None: its default)
     ) -> None:
         """`frames_in_place`: camera frames through a shared-memory ring instead of the
         socket. None (default): when the endpoint is ipc:// and the daemon offers one; True:
@@ -88,6 +89,7 @@ class TempoClient:
         `task`: what the robot is asked to do, for a policy that reads a text prompt (see
         `connect`)."""
         self.task = _checked_task(task, "hello")
+        self.policy = policy
         self.endpoint = endpoint
         self.frames_in_place = frames_in_place
         self._ask_in_place = frames_in_place is True or (
@@ -166,6 +168,7 @@ class TempoClient:
             fields["frames_in_place"] = True
         if self.task is not None:
             fields["task"] = self.task
+        fields.update({"policy": self.policy} if self.policy is not None else {})
         self._send("hello", fields)
 
     def _close_socket(self) -> None:

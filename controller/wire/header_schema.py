@@ -37,7 +37,8 @@ _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
 _OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
     # Frames in place (same host): hello asks, welcome hands over the ring, obs names the slot.
     # A task (a prompt-reading policy's text) comes in hello, and changes at an episode start.
-    "hello": {"frames_in_place": bool, "task": str},
+    # A daemon serving several policies serves the one hello names (none: its default).
+    "hello": {"frames_in_place": bool, "task": str, "policy": str},
     "obs": {"resume": bool, "episode_start": bool, "frame_slot": dict, "task": str},
     "welcome": {"limits": dict, "frame_ring": dict},
     "error": {"session": str, "ref_seq": int},
@@ -48,6 +49,8 @@ _PLAIN = (str, int, float, bool, type(None))
 MAX_TASK_BYTES = 1000
 # Why a driver marked a moment (`mark`), in UTF-8 bytes: a short phrase, logged and recorded.
 MAX_MARK_REASON_BYTES = 200
+# A policy's name in hello (the daemon's config allows 1 to 64 of [A-Za-z0-9_.-]).
+MAX_POLICY_NAME_CHARS = 64
 
 
 def refuse_foreign_types(header: dict[str, Any], max_values: int) -> None:
@@ -135,6 +138,11 @@ def check_fields(header: dict[str, Any], kinds: Sequence[str] = KINDS) -> str:
         check_task(header["task"], kind, bool(header.get("episode_start")))
     if kind == "mark":
         check_mark_reason(header["reason"])
+    if "policy" in header and not 1 <= len(header["policy"]) <= MAX_POLICY_NAME_CHARS:
+        raise ProtocolError(
+            ErrorCode.MALFORMED,
+            f"hello's policy must name one in 1 to {MAX_POLICY_NAME_CHARS} characters",
+        )
     if not 0 <= header["seq"] < 2**63:
         raise ProtocolError(ErrorCode.MALFORMED, "header field 'seq' must be in [0, 2^63)")
     if not 0 <= header["time_ns"] < 2**63:

@@ -1,0 +1,190 @@
+"""Several policies in one daemon: a lane per policy, one socket, one pacer, one loop thread.
+
+A lane is what serving one policy's robots takes: the policy and its inference feed, the
+inference settings in effect, its admission (capacity), and its own session registry,
+dispatcher and control loop (controller.daemon.control), built from the policy's view of the
+config (controller.config.policy_views). The daemon's one loop thread ticks every lane in turn
+and services every lane's inference process while it waits; a lane whose process restarts
+holds only its own robots.
+
+    lanes = Lanes()
+    lanes.add(build_lane(name, view, policy, lanes, shared))    # the first added: the default
+    transport.receive_until(until_ns, lanes.handle, lanes.side_channel())
+    lanes.tick(step, deadline_ns, now_ns)
+
+A message goes to the lane holding its connection's session (a connection without one: the
+default lane); a hello naming another policy moves there (`hello_elsewhere`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from controller.config import TempoConfig
+from controller.config_sections import InferenceConfig
+from controller.daemon.admission import Capacity
+from controller.daemon.control import Control, build_control
+from controller.daemon.dispatch import unknown_policy
+from controller.daemon.execution import resolve_execution
+from controller.daemon.refusals import Sender
+from controller.daemon.registry import PipelineFactory
+from controller.daemon.session import Session
+from controller.daemon.side_channels import SideChannels
+from controller.daemon.tick_sender import PreparedSender
+from controller.errors import ErrorCode, ProtocolError
+from controller.link.batch_window import step_times_of
+from controller.link.inference_feed import InferenceFeed, SideChannel
+from controller.link.served_policy import ServedPolicy
+from controller.observe.telemetry import Telemetry
+from controller.record.writer import Recorder
+from controller.wire.protocol import Limits, Message
+from policies.base import PolicySpec
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every lane shares: the socket's sends, the pacer's step, the clock's period."""
+
+    telemetry: Telemetry
+    send: Sender
+    send_prepared: PreparedSender | None
+    current_step: Callable[[], int]
+    period_ns: int
+    frames_in_place: bool
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str
+    config: TempoConfig  # the policy's view: the top level with its own sections in place
+    policy: ServedPolicy
+    feed: InferenceFeed
+    inference: InferenceConfig  # in effect (config, else checkpoint, else default)
+    execution: str  # one line saying so
+    limits: Limits
+    capacity: Capacity
+    control: Control
+
+    @property
+    def robots(self) -> int:
+        return len(self.control.registry.sessions)
+
+
+def build_lane(
+    name: str,
+    view: TempoConfig,
+    policy: ServedPolicy,
+    lanes: Lanes,
+    shared: Shared,
+    *,
+    limits: Limits,
+    new_pipeline: PipelineFactory,
+    recorder: Recorder | None = None,
+) -> Lane:
+    """One policy's lane (its feed not started); `lanes`: the daemon's, which it joins."""
+    inference, execution = resolve_execution(view.inference, policy.spec, view.policy.rtc)
+    rate_hz = view.control.rate_hz
+    capacity = Capacity(
+        name,
+        rate_hz / inference.query_period,
+        # The buckets the policy serves (a policy handed in may have its own), else the config's.
+        tuple(policy.status().get("batch_sizes") or inference.batch_sizes),
+        inference.max_load,
+        lambda: step_times_of(policy.status()),
+    )
+    feed = policy.feed(shared.telemetry)
+    control = build_control(
+        policy.spec,
+        feed,
+        shared.send,
+        shared.current_step,
+        new_pipeline,
+        control_hz=rate_hz,
+        period_ns=shared.period_ns,
+        valid_ticks=view.control.action_valid_ticks,
+        server=view.server,
+        inference=inference,
+        limits=limits,
+        telemetry=shared.telemetry,
+        send_prepared=shared.send_prepared,
+        frames_in_place=shared.frames_in_place,
+        serving=lambda: policy.serving,  # False while its process restarts: its robots hold
+        recorder=recorder,
+        policy_name=name,
+        other_policy=lanes.hello_elsewhere,
+        admit=capacity.admit,
+        occupied=lanes.occupied,
+    )
+    return Lane(name, view, policy, feed, inference, execution, limits, capacity, control)
+
+
+class Lanes:
+    def __init__(self) -> None:
+        self.all: list[Lane] = []
+        self._by_name: dict[str, Lane] = {}
+
+    def add(self, lane: Lane) -> None:
+        self.all.append(lane)
+        self._by_name[lane.name] = lane
+
+    @property
+    def default(self) -> Lane:
+        return self.all[0]
+
+    def handle(self, identity: bytes, frames: list[object], now_ns: int) -> None:
+        """The transport's handler: the message goes to its connection's lane."""
+        for lane in self.all:
+            if lane.control.registry.serves(identity):
+                lane.control.dispatcher.handle(identity, frames, now_ns)
+                return
+        self.default.control.dispatcher.handle(identity, frames, now_ns)
+
+    def hello_elsewhere(self, name: str, identity: bytes, message: Message, now_ns: int) -> None:
+        """A hello naming another lane's policy than the one that got it."""
+        target = self._by_name.get(name)
+        if target is None:
+            raise ProtocolError(ErrorCode.NOT_ALLOWED, unknown_policy(name, self._by_name))
+        for lane in self.all:
+            if lane is not target:
+                lane.control.registry.leave(identity, f"the driver said hello to policy {name}")
+        target.control.dispatcher.hello(identity, message, now_ns)
+
+    def tick(self, step: int, deadline_ns: int, now_ns: int) -> None:
+        for lane in self.all:
+            lane.control.loop.tick(step, deadline_ns, now_ns)
+
+    def peer_gone(self, identity: bytes) -> None:
+        for lane in self.all:
+            lane.control.registry.peer_gone(identity)
+
+    def occupied(self) -> int:
+        """Robots served by every policy (what server.max_robots bounds)."""
+        return sum(lane.robots for lane in self.all)
+
+    def sessions(self) -> Iterator[tuple[Lane, Session]]:
+        for lane in self.all:
+            for session in list(lane.control.registry.sessions.values()):
+                yield lane, session
+
+    def side_channel(self) -> SideChannel | None:
+        """What the loop services while it waits: the inference processes' channels."""
+        sides = [lane.feed.side_channel for lane in self.all]
+        present = [side for side in sides if side is not None]
+        if len(present) <= 1:
+            return present[0] if present else None
+        return SideChannels(present)
+
+
+def widest(limits: list[Limits]) -> Limits:
+    """Limits a message to any of the policies fits in (each lane checks its own spec)."""
+    return Limits(
+        max_arrays=max(lim.max_arrays for lim in limits),
+        max_array_bytes=max(lim.max_array_bytes for lim in limits),
+    )
+
+
+def one_policy_recorded(specs: list[PolicySpec]) -> list[bool]:
+    """Which lanes the flight recorder records: its files carry one set of joint names, the
+    default policy's, so the lanes whose policy has those."""
+    return [spec.joint_names == specs[0].joint_names for spec in specs]
