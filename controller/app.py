@@ -52,7 +52,7 @@ def inference_process(config: TempoConfig) -> RemotePolicy:
         command,
         hang_timeout_s=supervision.hang_timeout_s,
         start_timeout_s=supervision.start_timeout_s,
-        standby=supervision.standby_process,
+        standby=supervision.standby,
         config_json=json.dumps(config.model_dump(mode="json")),
         nice=INFERENCE_NICE,
         batching=(config.inference.batch_sizes, config.inference.batch_window_us),
