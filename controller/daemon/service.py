@@ -30,6 +30,7 @@ from controller.daemon.security import CurveServer, check_bind_allowed
 from controller.daemon.transport import RouterTransport
 from controller.errors import ConfigError, SecurityError
 from controller.link.served_policy import ServedPolicy
+from controller.link.serving_watch import serving_watch
 from controller.observe.gc_pauses import GcPauses
 from controller.observe.late_ticks import LateTicks
 from controller.observe.status import guard_totals, recorded_figures
@@ -175,7 +176,7 @@ class Daemon:
             # Drivers of an ipc:// endpoint are on this host: they may write frames in place.
             frames_in_place=config.server.bind.startswith("ipc://"),
             # A policy in a supervised process says when it is restarting (RemotePolicy).
-            serving=lambda: policy.serving,
+            serving=serving_watch(policy),
             recorder=self.recorder,
         )
         self.registry, self.sender = control.registry, control.sender

@@ -117,6 +117,7 @@ class RemotePolicy(ProcessSupervision):
         self._watch: threading.Thread | None = None
         self._ledger = RestartLedger()  # restarts and their causes, for status
         self.pinned = False
+        self.epoch = 0  # processes that have served (serving_watch)
         self._stopped = False
         self._swapper = Swapper(self)
 

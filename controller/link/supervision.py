@@ -48,6 +48,7 @@ class ProcessSupervision:
 
     hang_timeout_s: float
     start_timeout_s: float
+    epoch: int  # processes that have served so far: a switch is seen by the loop
     pinned: bool
     _spawner: Spawner
     _config_json: str | None
@@ -129,6 +130,7 @@ class ProcessSupervision:
             if failed is not None:
                 wait_or_kill(failed, 0.0)
         self._ledger.took_over(child[1].pid)
+        self._resume()
         self._standbys.refill()  # the next one builds in the background, niced
         return True
 
@@ -182,6 +184,7 @@ class ProcessSupervision:
         send_at_start(link, Build())
         hello = expect(link, process, Hello, self.start_timeout_s, self._stop)
         self._attach(child, hello, progress)
+        self._resume()
         if not self._stop.is_set():
             self._standbys.refill()
 
@@ -192,8 +195,9 @@ class ProcessSupervision:
         progress: Callable[[str], None] | None,
         new_spec: bool = False,
     ) -> None:
-        """Hand a built process (it said `hello`) the observation slots, wait for ready, and
-        serve from it. `new_spec`: a swap's, checked by the caller; else it must be the same."""
+        """Hand a built process (it said `hello`) the observation slots and wait for ready
+        (`_resume` then serves from it). `new_spec`: a swap's, checked by the caller; else it
+        must be the same."""
         link, process = child
         with self._lock:
             self._link, self._process = link, process
@@ -214,6 +218,10 @@ class ProcessSupervision:
             self._channel = RequestChannel(link, self._slots, spec)
         if progress is not None:
             progress(f"inference process {process.pid} ready")
+
+    def _resume(self) -> None:
+        """Serve from the process just attached."""
+        self.epoch += 1  # the control loop drops every plan once (serving_watch)
         self._failed.clear()
         self._serving.set()
 
@@ -237,4 +245,5 @@ class ProcessSupervision:
             if old is not None:  # its channel is closed: it exits on its own (or is killed)
                 wait_or_kill(old, 2.0)
         self._spawner, self._config_json = spawner, config_json
+        self._resume()
         self._standbys.replace(spawner)
