@@ -27,6 +27,7 @@ from controller.daemon.service import (
 )
 from controller.daemon.systemd import notify
 from controller.daemon.transport import RouterTransport
+from controller.link.policy_swap import swap_command
 from controller.link.remote_policy import RemotePolicy
 from controller.link.served_policy import ServedPolicy
 from controller.observe.metrics_http import MetricsServer, check_available
@@ -105,6 +106,7 @@ def serve(
                 with transport.discarding():  # nobody else reads the bound socket meanwhile
                     policy = _start_policy(config, cleanup)
             check_action_config(policy.spec, config)  # unknown joints refused; guards logged
+            status.commands["swap"] = swap_command(policy)  # `tempo swap` (policy_swap)
         except BaseException:
             status.stop()
             transport.close()

@@ -23,6 +23,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -210,3 +211,26 @@ class Swapper:
             build, self._build = self._build, None
         if build is not None:
             build.cancel(0.2)
+
+
+def swap_command(policy: object) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The status socket's `swap` command for the daemon's `policy` (status_server):
+    {"kind": "swap", "path": str, "now": bool, "policy": str | None} -> {"swap": its state},
+    or {"error": one sentence} when refused."""
+
+    def swap(request: dict[str, Any]) -> dict[str, Any]:
+        start = getattr(policy, "swap", None)
+        path, name = request.get("path"), request.get("policy")
+        if start is None:
+            return {"error": "a swap needs the policy in its own process "
+                             "(supervision.inference_process: true)"}  # fmt: skip
+        if not isinstance(path, str) or not path:
+            return {"error": "a swap needs the new checkpoint's path"}
+        if name is not None and not isinstance(name, str):
+            return {"error": "a swap's policy name must be text"}
+        try:
+            return {"swap": start(path, now=bool(request.get("now")), policy=name)}
+        except PolicyError as exc:
+            return {"error": str(exc)}
+
+    return swap
