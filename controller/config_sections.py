@@ -428,6 +428,12 @@ class SupervisionConfig(Section):
         "many as the cores, a policy on a 2-core host took the CPU the loop waited for.",
     )
 
+    @field_validator("standby", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        # YAML reads a bare `off` as false (and `on` as true): take them as written.
+        return {False: "off", True: "spare"}.get(value, value) if isinstance(value, bool) else value
+
     @model_validator(mode="after")
     def _older_standby_name(self) -> SupervisionConfig:
         if self.standby_process is False:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -117,8 +118,12 @@ class SwapState:
 
 
 class Swapper:
-    """A RemotePolicy's swaps: one at a time, each built and checked on a thread of its own,
-    then switched under the supervisor's `_switch` lock (never beside a restart)."""
+    """A RemotePolicy's swaps: one at a time, each built and checked on the swap thread, then
+    switched under the supervisor's `_switch` lock (never beside a restart).
+
+    The swap thread lives until `close`, not one swap: an inference process asks the kernel to
+    kill it when the thread that spawned it ends (PR_SET_PDEATHSIG follows the thread, not the
+    process), and a swapped-in process (and the standby its switch starts) serves on."""
 
     def __init__(self, policy: ProcessSupervision) -> None:
         self._policy = policy
@@ -127,6 +132,8 @@ class Swapper:
         self._current: SwapState | None = None
         self._build: HotBuild | None = None
         self._closed = False
+        self._queue: queue.SimpleQueue[SwapState | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
 
     def start(self, path: str, *, now: bool, policy: str | None = None) -> dict[str, Any]:
         name = resolve_policy_name(policy)
@@ -147,10 +154,16 @@ class Swapper:
             if current is not None and current.phase == "building":
                 raise PolicyError(f"a swap to {current.path} is already under way")
             state = self._current = SwapState(next(self._ids), path, name, now)
-        thread = threading.Thread(target=self._run, args=(state,), name="tempo-swap")
-        thread.daemon = True
-        thread.start()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="tempo-swap")
+                self._thread.daemon = True
+                self._thread.start()
+        self._queue.put(state)
         return state.as_dict()
+
+    def _work(self) -> None:
+        while (state := self._queue.get()) is not None:
+            self._run(state)
 
     def _run(self, state: SwapState) -> None:
         try:
@@ -211,6 +224,7 @@ class Swapper:
             build, self._build = self._build, None
         if build is not None:
             build.cancel(0.2)
+        self._queue.put(None)  # the thread ends (after the swap under way, if any)
 
 
 def swap_command(policy: object) -> Callable[[dict[str, Any]], dict[str, Any]]:

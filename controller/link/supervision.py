@@ -82,20 +82,31 @@ class ProcessSupervision:
 
     def _supervise(self) -> None:
         while not self._stop.wait(POLL_MS / 1000):
-            process = self._process
-            if process is not None:
-                code = process.poll()
-                if code is not None:
-                    self._fail("exited", f"the inference process exited with code {code}")
-                elif self._serving.is_set() and self._slots is not None:
-                    silent_s = (time.monotonic_ns() - self._slots.last_beat_ns()) / 1e9
-                    if silent_s > self.hang_timeout():
-                        self._fail("hung", f"no heartbeat for {silent_s:.1f} s; killed")
-            if self._failed.is_set() and not self._stop.is_set():
-                with self._switch:
+            # A swap switching processes holds `_switch`: the process read here is the one
+            # serving, never one a swap has just replaced (and is ending).
+            if not self._switch.acquire(blocking=False):
+                continue
+            try:
+                self._check()
+                if self._failed.is_set() and not self._stop.is_set():
                     if not self._take_over():
                         self._restart()
+            finally:
+                self._switch.release()
             self._standbys.watch()
+
+    def _check(self) -> None:
+        """Fail the serving process if it exited, or stopped beating while serving."""
+        process = self._process
+        if process is None:
+            return
+        code = process.poll()
+        if code is not None:
+            self._fail("exited", f"the inference process exited with code {code}")
+        elif self._serving.is_set() and self._slots is not None:
+            silent_s = (time.monotonic_ns() - self._slots.last_beat_ns()) / 1e9
+            if silent_s > self.hang_timeout():
+                self._fail("hung", f"no heartbeat for {silent_s:.1f} s; killed")
 
     def report_hang(self, detail: str) -> None:
         """A caller waited too long for a step: the process is taken for hung and restarted."""
