@@ -122,6 +122,8 @@ def test_a_robot_gets_no_action_from_before_the_fault_when_the_standby_takes_ove
         try:
             hot = wait_for(lambda: process()["standby_ready"] and process()["standby_pid"], 60)
             wait_for(lambda: sum(r.kind == "action" for r in driver.records) >= 20, 30)
+            shown = render_status(request_status(status_at, 2.0) or {})
+            assert f"hot standby {hot}: ready; host memory" in shown  # its cost, stated
             first = process()["pid"]
             seq_at_fault = driver.client._seq
             os.kill(first, signal.SIGKILL)
