@@ -108,6 +108,7 @@ class SwapState:
     detail: str = "building the new policy in a new inference process"
     pid: int | None = None  # the new process's
     started: float = field(default_factory=time.time)
+    switched: float | None = None  # when the new process began to serve (wall clock)
     finished: float | None = None
 
     def finish(self, phase: SwapPhase, detail: str) -> None:
@@ -204,7 +205,7 @@ class Swapper:
                         "the inference process failed while the new policy was built; "
                         "nothing was changed"
                     )
-                served._switch_to(build.child, hello, spawner, config_json)
+                state.switched = served._switch_to(build.child, hello, spawner, config_json)
         except BaseException:
             build.cancel()
             raise
