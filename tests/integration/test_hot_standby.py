@@ -142,3 +142,35 @@ def test_a_robot_gets_no_action_from_before_the_fault_when_the_standby_takes_ove
     causes = [r["cause"] for r in status["policy"]["process"]["restarts"]]
     assert causes == ["exited", "standby_took_over"]
     assert "standby_took_over" in render_status(status)
+
+
+def test_the_control_loop_drops_every_plan_when_another_process_serves(tmp_path: Path) -> None:
+    """A take-over (or a swap) can switch processes between two ticks, so that the loop never
+    sees the policy down: it is told all the same (serving_watch), and each robot holds once
+    with its plan dropped, then is served from new observations. (Requests in flight at the
+    switch fail in the remote feed: the channel they went on is no longer the serving one.)"""
+    from controller.inference.build import build_policy
+    from controller.link.served_policy import served_here
+    from tests.conftest import running_daemon
+
+    config = ipc_config(tmp_path, "control.rate_hz=100")
+
+    class Switching(served_here):
+        epoch = 1  # a RemotePolicy counts the processes that have served
+
+    policy = Switching(build_policy(config.policy, config.robot, config.runner))
+    with running_daemon(config, policy):
+        driver = StreamingDriver(config.server.bind).start()
+        try:
+            wait_for(lambda: sum(r.kind == "action" for r in driver.records) >= 20, 30)
+            assert not any(r.reason == "inference_restarting" for r in driver.records)
+            seq_at_switch = driver.client._seq
+            start = len(driver.records)
+            policy.epoch = 2  # another process serves from now on
+            wait_for(
+                lambda: any(r.reason == "inference_restarting" for r in driver.records[start:]),
+                10,
+            )
+            wait_for(lambda: any(r.obs_seq > seq_at_switch for r in driver.records[start:]), 10)
+        finally:
+            driver.stop()
