@@ -163,12 +163,27 @@ class Standbys:
 
     # ---- hot -----------------------------------------------------------------------------
 
-    def take_hot(self) -> tuple[Child, Hello] | None:
-        """The built standby and its hello, taken (the caller attaches or ends it); None when
-        none is ready."""
+    @property
+    def hot_pending(self) -> bool:
+        """A hot standby is built or building (and alive)."""
+        hot = self._hot
+        return hot is not None and hot.child[1].poll() is None and not hot.error
+
+    def take_hot(
+        self, wait_s: float = 0.0, stop: threading.Event | None = None
+    ) -> tuple[Child, Hello] | None:
+        """The built standby and its hello, taken (the caller attaches or ends it); one still
+        building is waited for up to `wait_s` (or until `stop`): it was started earlier than
+        any fresh one could be. None when there is none, or it failed or did not finish."""
+        hot = self._hot
+        if hot is None:
+            return None
+        deadline = time.monotonic() + wait_s
+        while not hot.done.wait(0.05):
+            if time.monotonic() > deadline or (stop is not None and stop.is_set()):
+                return None
         with self._lock:
-            hot = self._hot
-            if hot is None or not hot.ready or hot.hello is None:
+            if self._hot is not hot or not hot.ready or hot.hello is None:
                 return None
             self._hot = None
         return hot.child, hot.hello

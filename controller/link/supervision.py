@@ -89,7 +89,7 @@ class ProcessSupervision:
             try:
                 self._check()
                 if self._failed.is_set() and not self._stop.is_set():
-                    if not self._take_over():
+                    if not self._take_over() and not self._stop.is_set():
                         self._restart()
             finally:
                 self._switch.release()
@@ -120,23 +120,27 @@ class ProcessSupervision:
         self._ledger.failed(cause, detail)
 
     def _take_over(self) -> bool:
-        """Switch to the hot standby, if one is built: the failed process is killed, the
-        standby is handed the slots and serves (no build). False when there is none or it
-        cannot take over (it is ended; a restart follows)."""
-        hot = self._standbys.take_hot()
-        if hot is None:
+        """Switch to the hot standby, if there is one: the failed process is killed, the
+        standby (waited for if it is still building) is handed the slots and serves, with no
+        build of its own. False when there is none or it cannot take over (it is ended; a
+        restart follows)."""
+        if not self._standbys.hot_pending:
             return False
-        child, hello = hot
         failed = self._detach()
         if failed is not None:
             failed.kill()  # before the standby attaches: it can read no slot any more
         try:
-            self._attach(child, hello, None)
-        except Exception as exc:  # noqa: BLE001 - a restart builds a fresh one instead
-            log.warning("the hot standby could not take over (%s); restarting instead", exc)
-            self._detach()
-            end_child(child, 0.0)
-            return False
+            hot = self._standbys.take_hot(self.start_timeout_s, self._stop)
+            if hot is None:
+                return False
+            child, hello = hot
+            try:
+                self._attach(child, hello, None)
+            except Exception as exc:  # noqa: BLE001 - a restart builds a fresh one instead
+                log.warning("the hot standby could not take over (%s); restarting instead", exc)
+                self._detach()
+                end_child(child, 0.0)
+                return False
         finally:
             if failed is not None:
                 wait_or_kill(failed, 0.0)

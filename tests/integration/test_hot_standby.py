@@ -80,6 +80,23 @@ def test_the_hot_standby_takes_over_without_a_build_and_another_is_built(
     assert policy.pid is None and policy.standby_pid is None
 
 
+def test_a_fault_while_the_hot_standby_builds_waits_for_it_instead_of_a_second_build(
+    tmp_path: Path,
+) -> None:
+    policy = _hot(tmp_path, tmp_path / "no-marker")
+    policy.start()
+    try:
+        first, building = policy.pid, policy.standby_pid
+        assert building is not None and not policy.status()["process"]["standby_ready"]
+        os.kill(first or 0, signal.SIGKILL)  # seconds before the standby is built
+        wait_for(lambda: policy.serving and policy.pid not in (None, first), 60)
+        assert policy.pid == building  # the standby, not a fresh process
+        assert [r.cause for r in policy.restarts] == ["exited", "standby_took_over"]
+        assert np.isfinite(_act(policy)).all()
+    finally:
+        policy.stop()
+
+
 def test_a_hot_standby_that_dies_is_built_again_and_serving_goes_on(tmp_path: Path) -> None:
     import controller.link.standbys as standbys
 
