@@ -15,7 +15,7 @@ process competes with the loop for the GIL. Frames a same-host driver wrote in p
 (and pins it) and reads the driver's slot itself (`request_channel`); a generation check after
 the reply refuses the observation if the driver wrote it since.
 
-Supervision (a thread of its own): the process exiting, or its heartbeat stopping for
+Supervision (a thread of its own, `supervision`): the process exiting, or its heartbeat stopping for
 `hang_timeout()` while serving (a hung step; it is then killed), or a `fatal` reply (a poisoned
 CUDA context) ends `serving` at once and starts a fresh process, which loads from the warm compile
 cache and passes the start-up parity checks again before `serving` returns. Each restart is
