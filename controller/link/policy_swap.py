@@ -13,7 +13,7 @@ checks; checks that robots bound to the old policy can be served by it (`check_c
 and only then switches the serving channel to it. A swap that fails any of this leaves the
 serving process, its config and its standby as they were, and says why (`SwapState.detail`).
 
-Only numpy-free standard library and pydantic: the control process never imports torch.
+This module imports no torch (it runs in the control process).
 """
 
 from __future__ import annotations
