@@ -27,6 +27,7 @@ from controller.daemon.service import (
 )
 from controller.daemon.systemd import notify
 from controller.daemon.transport import RouterTransport
+from controller.link.policy_swap import swap_command
 from controller.link.remote_policy import RemotePolicy
 from controller.link.served_policy import ServedPolicy
 from controller.observe.metrics_http import MetricsServer, check_available
@@ -52,7 +53,7 @@ def inference_process(config: TempoConfig) -> RemotePolicy:
         command,
         hang_timeout_s=supervision.hang_timeout_s,
         start_timeout_s=supervision.start_timeout_s,
-        standby=supervision.standby_process,
+        standby=supervision.standby,
         config_json=json.dumps(config.model_dump(mode="json")),
         nice=INFERENCE_NICE,
         batching=(config.inference.batch_sizes, config.inference.batch_window_us),
@@ -108,6 +109,8 @@ def serve(
             served = list(policy) if isinstance(policy, Sequence) else [policy]
             for (_, view), one in zip(policy_views(config), served, strict=False):
                 check_action_config(one.spec, view)  # unknown joints refused; guards logged
+            names = [name for name, _ in policy_views(config)]
+            status.commands["swap"] = swap_command(dict(zip(names, served, strict=False)))
         except BaseException:
             status.stop()
             transport.close()

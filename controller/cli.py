@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from controller.errors import ConfigError, TempoError, internal_error
 from controller.tools.checkpoint_cli import add_checkpoint_parsers
 from controller.tools.replay_cli import add_export_parser, add_replay_parser
+from controller.tools.swap_cli import add_swap_parser
 from policies.registry import families
 
 if TYPE_CHECKING:
@@ -367,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=2.0, help="seconds to wait for an answer (default 2)"
     )
     status.set_defaults(func=cmd_status)
+    add_swap_parser(sub, add_config_args, _load, DEFAULT_STATUS_BIND)
 
     add_checkpoint_parsers(sub, setup_logging)
 

@@ -405,10 +405,17 @@ class SupervisionConfig(Section):
         gt=0,
         description="How long the inference process may take to load, compile and check.",
     )
-    standby_process: bool = Field(
-        default=True,
-        description="Keep a spare inference process waiting with Python and torch imported, so "
-        "a restart skips those seconds; it uses host memory (a few hundred MB), no GPU memory.",
+    standby: Literal["off", "spare", "hot"] = Field(
+        default="spare",
+        description="What waits beside the serving inference process. spare: a process with "
+        "Python and torch imported (host memory, a few hundred MB; no GPU memory), so a restart "
+        "skips those seconds. hot: a second process with the policy built, warmed and checked, "
+        "which takes over at once when the serving one dies or hangs (as much GPU and host "
+        "memory as the serving process; `tempo status` says how much). off: neither.",
+    )
+    standby_process: bool | None = Field(
+        default=None,
+        description="Older name: false is `standby: off`; true leaves `standby` as it is.",
     )
     busy_poll_ms: float = Field(
         default=0.0,
@@ -428,6 +435,23 @@ class SupervisionConfig(Section):
         "the host's cores (at least 1), so the control loop keeps a core of its own: with as "
         "many as the cores, a policy on a 2-core host took the CPU the loop waited for.",
     )
+
+    @field_validator("standby", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        # YAML reads a bare `off` as false (and `on` as true): take them as written.
+        return {False: "off", True: "spare"}.get(value, value) if isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _older_standby_name(self) -> SupervisionConfig:
+        if self.standby_process is False:
+            if "standby" in self.model_fields_set and self.standby != "off":
+                raise ValueError(
+                    f"supervision.standby_process: false contradicts standby: {self.standby}; "
+                    "set only supervision.standby"
+                )
+            object.__setattr__(self, "standby", "off")
+        return self
 
 
 class LoggingConfig(Section):

@@ -36,6 +36,7 @@ from controller.errors import ErrorCode, ProtocolError
 from controller.link.batch_window import step_times_of
 from controller.link.inference_feed import InferenceFeed, SideChannel
 from controller.link.served_policy import ServedPolicy
+from controller.link.serving_watch import serving_watch
 from controller.observe.telemetry import Telemetry
 from controller.record.writer import Recorder
 from controller.wire.protocol import Limits, Message
@@ -109,7 +110,7 @@ def build_lane(
         telemetry=shared.telemetry,
         send_prepared=shared.send_prepared,
         frames_in_place=shared.frames_in_place,
-        serving=lambda: policy.serving,  # False while its process restarts: its robots hold
+        serving=serving_watch(policy),  # False while its process restarts or switches: hold
         recorder=recorder,
         policy_name=name,
         other_policy=lanes.hello_elsewhere,

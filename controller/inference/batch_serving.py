@@ -28,6 +28,7 @@ from controller.inference.step_path import StepPath
 from controller.inference.tier_report import TierReport
 from controller.link.batch_window import BatchWindow
 from controller.link.inference_feed import InferenceFeed
+from controller.link.served_policy import ServedInProcess
 from controller.link.thread_feed import ThreadFeed
 from controller.observe.telemetry import Telemetry
 from policies.base import Prediction, RobotContext
@@ -36,7 +37,7 @@ from policies.inputs import InputCodec
 Result = Prediction | Exception
 
 
-class BatchServing:
+class BatchServing(ServedInProcess):
     """Mixed into Runner, whose attributes these are."""
 
     _lock: threading.RLock

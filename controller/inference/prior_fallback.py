@@ -25,6 +25,7 @@ import numpy as np
 
 from controller.inference.local_policy import LocalPolicy
 from controller.link.inference_feed import InferenceFeed
+from controller.link.served_policy import ServedInProcess
 from controller.link.thread_feed import ThreadFeed
 from controller.observe.overrun_window import OverrunWindow
 from controller.observe.telemetry import Telemetry
@@ -33,7 +34,7 @@ from policies.base import PolicySpec, Prediction, RobotContext
 log = logging.getLogger(__name__)
 
 
-class PriorFallback:
+class PriorFallback(ServedInProcess):
     def __init__(
         self,
         planner: LocalPolicy,

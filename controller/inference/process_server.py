@@ -5,8 +5,9 @@
 It says `standby` once imported and waits for `build` (the control process keeps a spare process
 waiting so that a restart skips the imports), then builds the runner (load, warm up, parity: the
 same start as in one process; a failure is sent as `failed_start` with its sentence), says
-`hello` (the spec, the runner's status), attaches the observation slots the control process
-hands over (their memory's descriptor comes with the message, as a driver ring's does), pins
+`hello` (the spec, the runner's status, the memory it holds), waits (a hot standby waits here,
+built, until the serving process fails: `standbys`), attaches the observation slots the control
+process hands over (their memory's descriptor comes with the message, as a driver ring's does), pins
 them for DMA on a GPU, says `ready`, then answers `infer` requests one by one, or the
 requests of one batch in one step (process_requests). The loop beats the heartbeat in the
 slots' header while it waits and after every request: a request that hangs stops the beat,
@@ -155,6 +156,20 @@ class DriverRings:
             self.detach(ring_id)
 
 
+def own_memory() -> dict[str, int | None]:
+    """What this process holds once built, for `tempo status` (a hot standby costs as much):
+    the device memory torch reserved (None when CUDA was never started) and its resident host
+    memory."""
+    gpu = torch.cuda.memory_reserved() if torch.cuda.is_initialized() else None
+    host = None
+    try:
+        with open("/proc/self/statm") as statm:
+            host = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"gpu_reserved_bytes": gpu, "host_resident_bytes": host}
+
+
 def serve_control_process(
     build_runner: Callable[[], LocalPolicy], channel_fd: int, busy_poll_s: float = 0.0
 ) -> int:
@@ -213,7 +228,7 @@ def _stand_by_and_serve(
     gc.collect()
     gc.freeze()
     spec = runner.spec
-    _send(link, Hello(spec, tuple(runner.outputs), runner.status()))
+    _send(link, Hello(spec, tuple(runner.outputs), {**runner.status(), "memory": own_memory()}))
     attach = _next_message(link, parent)
     if not isinstance(attach, AttachSlots):
         return 0  # `stop` (or gone) before serving began

@@ -25,6 +25,7 @@ under a daemon running for weeks cannot make its restarts fail.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import subprocess
@@ -71,6 +72,12 @@ class Spawner:
                 "cannot raise a priority again (root, CAP_SYS_NICE or RLIMIT_NICE), so a "
                 "starting one shares the CPU with the control loop"
             )
+
+    def with_stdin(self, stdin: bytes) -> Spawner:
+        """The same spawner with another stdin for its children (a swapped policy's config)."""
+        other = copy.copy(self)
+        other.stdin = stdin
+        return other
 
     def spawn(self) -> Child:
         """A new process on a channel of its own; it says `standby` once imported."""

@@ -84,6 +84,7 @@ class RemoteFeed(InferenceOutcomes):
         self._window = window or BatchWindow(0, (1,))
         self._ready: collections.deque[RobotQueues] = collections.deque()
         self._in_flight: dict[int, InFlight] = {}  # by request id: one request, or one batch
+        self._channel: RequestChannel | None = None  # the serving process's, when last seen
         self._running = False
 
     @property
@@ -137,7 +138,11 @@ class RemoteFeed(InferenceOutcomes):
     def _service(self, until_ns: int) -> None:
         with self.policy.requests() as channel:
             self._take_reply(channel)
-            if channel is None or not self.policy.serving:  # down, or a reply just said fatal
+            # Down, a reply just said fatal, or another process serves now (a hot standby took
+            # over): what waits was observed before it, and gets no action from it.
+            replaced = self._channel is not None and channel is not self._channel
+            self._channel = channel
+            if channel is None or not self.policy.serving or replaced:
                 self._fail_waiting()
                 return
             while not self._in_flight and self._ready and time.monotonic_ns() < until_ns:

@@ -15,17 +15,22 @@ process competes with the loop for the GIL. Frames a same-host driver wrote in p
 (and pins it) and reads the driver's slot itself (`request_channel`); a generation check after
 the reply refuses the observation if the driver wrote it since.
 
-Supervision (a thread of its own): the process exiting, or its heartbeat stopping for
+Supervision (a thread of its own, `supervision`): the process exiting, or its heartbeat stopping for
 `hang_timeout()` while serving (a hung step; it is then killed), or a `fatal` reply (a poisoned
 CUDA context) ends `serving` at once and starts a fresh process, which loads from the warm compile
 cache and passes the start-up parity checks again before `serving` returns. Each restart is
 recorded with its cause in `status()` (`restart_ledger`; a restart that keeps failing says
 why, how often and when it tries next). This module imports no torch.
 
-A spare process stands by (`standby`, on by default): started once a process serves, it has
-imported Python, torch and Tempo and waits; a restart hands it the build, which saves the
-seconds those imports take (about 3.5 s on an H100 machine). It holds no GPU memory while it
-waits: CUDA starts only with the build.
+What stands by beside the serving process (`supervision.standby`, `standbys`): a spare that
+has imported Python, torch and Tempo (the default: a restart hands it the build, which saves
+the seconds those imports take, about 3.5 s on an H100 machine; it holds no GPU memory), a hot
+standby that has built the policy and takes over the moment the serving process fails (the
+channel is switched to it: no build; requests in flight at the fault fail and robots send a
+new observation; the next hot standby is then built in the background), or nothing.
+
+`swap(path, now=True)` builds a new checkpoint in a new process the same way, checks it
+(`policy_swap`) and switches every robot to it; a swap that fails changes nothing.
 """
 
 from __future__ import annotations
@@ -44,26 +49,10 @@ import numpy as np
 from controller.errors import PolicyError
 from controller.link.batch_window import BatchWindow, step_times_of
 from controller.link.frame_slots import FrameSlots
+from controller.link.policy_swap import Swapper
 from controller.link.process_channel import ProcessChannel
-from controller.link.process_messages import (
-    AttachSlots,
-    Build,
-    ChunkReply,
-    Hello,
-    Ready,
-    RequestFailed,
-    Standby,
-)
-from controller.link.process_spawner import (
-    Child,
-    Spawner,
-    close_channel,
-    end_child,
-    expect,
-    has_news,
-    send_at_start,
-    wait_or_kill,
-)
+from controller.link.process_messages import ChunkReply, RequestFailed
+from controller.link.process_spawner import Spawner, wait_or_kill
 from controller.link.remote_feed import RemoteFeed
 from controller.link.request_channel import (
     InferenceUnavailable,
@@ -73,19 +62,15 @@ from controller.link.request_channel import (
     prediction_of,
 )
 from controller.link.restart_ledger import Restart, RestartLedger
+from controller.link.standbys import Standbys, resident_bytes, standby_mode
+from controller.link.supervision import POLL_MS, ProcessSupervision
 from controller.observe.telemetry import Telemetry
 from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
 
-SLOT_COUNT = 2  # per robot of the largest batch: one batch in flight, a torn read detectable
-POLL_MS = 20
-RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # then the ladder starts over
-STANDBY_GRACE_S = 0.2  # a spare has nothing to finish: what it is given to exit at shutdown
-HANG_STEPS = 20  # a step this many times the slowest tier's start-up step time is a hang
 
-
-class RemotePolicy:
+class RemotePolicy(ProcessSupervision):
     """A policy served by a supervised inference process (see the module doc)."""
 
     def __init__(
@@ -95,28 +80,30 @@ class RemotePolicy:
         hang_timeout_s: float = 5.0,
         start_timeout_s: float = 900.0,
         env: Mapping[str, str] | None = None,
-        standby: bool = True,
+        standby: bool | str = True,
         config_json: str | None = None,
         nice: int = 0,
         batching: tuple[Sequence[int], int] = ((1,), 0),
     ) -> None:
         # `config_json`: every process's stdin (held here, so that restarts need no file);
         # `nice`: how far below the control loop's CPU priority they run (process_spawner);
-        # `batching`: inference.batch_sizes (the process's too) and batch_window_us.
+        # `batching`: inference.batch_sizes (the process's too) and batch_window_us;
+        # `standby`: supervision.standby (off, spare, hot; True/False: spare/off).
         stdin = config_json.encode() if config_json is not None else None
         self._spawner = Spawner(command, env, stdin, nice)
-        self._use_standby = standby
+        self._config_json = config_json
+        self._standbys = Standbys(self._spawner, standby_mode(standby), start_timeout_s)
         self._batching = batching
-        self._standby: Child | None = None
-        self._standby_ready = False  # it said `standby` (seen by the supervisor thread)
         self.hang_timeout_s = hang_timeout_s
         self.start_timeout_s = start_timeout_s
         self._lock = threading.Lock()  # the channel: one request at a time, or a restart
+        self._switch = threading.Lock()  # a restart, a take-over or a swap: one at a time
         self._link: ProcessChannel | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._slots: FrameSlots | None = None
         self._spec: PolicySpec | None = None
         self._status: dict[str, Any] = {}
+        self._memory: dict[str, Any] | None = None  # what the serving process said of its own
         # The last step as the inference process timed it (request taken -> chunk in its host
         # memory), for benchmarks; the daemon records every one in telemetry (remote_feed).
         self.last_step_ns: int | None = None
@@ -130,7 +117,9 @@ class RemotePolicy:
         self._watch: threading.Thread | None = None
         self._ledger = RestartLedger()  # restarts and their causes, for status
         self.pinned = False
+        self.epoch = 0  # processes that have served (serving_watch)
         self._stopped = False
+        self._swapper = Swapper(self)
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -161,17 +150,15 @@ class RemotePolicy:
         self._failed.set()
         if self._watch is not None and self._watch is not threading.current_thread():
             self._watch.join(timeout=2.0)
-        with self._lock:
-            spare, self._standby = self._standby, None
-        if spare is not None:  # asked first, so it exits while the serving process does
-            close_channel(spare[0], ask_to_stop=True)
+        standbys = self._standbys.close()  # asked first, so they exit while the serving one does
+        self._swapper.close()
         self._end_process(polite=True)
         with self._lock:
             if self._slots is not None:
                 self._slots.close()
                 self._slots = None
-        if spare is not None:  # it holds nothing (imports only): one still importing is killed
-            wait_or_kill(spare[1], STANDBY_GRACE_S)
+        for process, grace_s in standbys:
+            wait_or_kill(process, grace_s)
 
     @property
     def serving(self) -> bool:
@@ -202,9 +189,8 @@ class RemotePolicy:
 
     @property
     def standby_pid(self) -> int | None:
-        """The spare process's pid (see the module doc); None when there is none."""
-        spare = self._standby
-        return spare[1].pid if spare is not None else None
+        """The standby process's pid (see the module doc); None when there is none."""
+        return self._standbys.pid
 
     # ---- the Policy contract ---------------------------------------------------------------
 
@@ -274,13 +260,17 @@ class RemotePolicy:
     def status(self) -> dict[str, Any]:
         """The runner's status as the inference process last reported it, and the process's."""
         process, channel = self._process, self._channel
+        memory = None
+        if process is not None:  # as it reported it once built, and its resident memory now
+            memory = {**(self._memory or {}), "host_resident_bytes": resident_bytes(process.pid)}
         return {
             **self._status,
             "process": {
                 "pid": process.pid if process is not None else None,
                 "serving": self.serving,
-                "standby_pid": self.standby_pid,
-                "standby_ready": self._standby_ready if self._use_standby else None,
+                "memory": memory,
+                **self._standbys.status(),  # standby, standby_pid, standby_ready, its memory
+                "swap": self._swapper.status(),
                 "pinned_slots": self.pinned,
                 # Same-host drivers' frame rings read in place, and how many are pinned.
                 "driver_rings": len(channel.rings) if channel is not None else 0,
@@ -289,124 +279,10 @@ class RemotePolicy:
             },
         }
 
-    # ---- supervision ---------------------------------------------------------------------
+    # ---- swap ----------------------------------------------------------------------------
 
-    def hang_timeout(self) -> float:
-        """How long a step may keep the process silent: `hang_timeout_s`, or
-        HANG_STEPS x the slowest ready tier's measured step when that is longer (a big model on
-        a CPU; a re-promotion, which re-checks tiers within a step), so a slow policy is not
-        taken for a hung one."""
-        steps = [
-            t.get("step_s") or 0.0
-            for t in self._status.get("tiers") or []
-            if isinstance(t, dict) and t.get("state") == "ready"
-        ]
-        return max(self.hang_timeout_s, HANG_STEPS * max(steps, default=0.0))
-
-    def _supervise(self) -> None:
-        while not self._stop.wait(POLL_MS / 1000):
-            process = self._process
-            if process is None:
-                continue
-            code = process.poll()
-            if code is not None:
-                self._fail("exited", f"the inference process exited with code {code}")
-            elif self._serving.is_set() and self._slots is not None:
-                silent_s = (time.monotonic_ns() - self._slots.last_beat_ns()) / 1e9
-                if silent_s > self.hang_timeout():
-                    self._fail("hung", f"no heartbeat for {silent_s:.1f} s; killed")
-            if self._failed.is_set() and not self._stop.is_set():
-                self._restart()
-            spare = self._standby  # its channel is this thread's once the first start is done
-            if spare is not None and not self._standby_ready and has_news(spare[0]):
-                self._standby_ready = True  # its message stays queued for _launch
-
-    def report_hang(self, detail: str) -> None:
-        """A caller waited too long for a step: the process is taken for hung and restarted."""
-        self._fail("hung", detail)
-
-    def _fail(self, cause: str, detail: str) -> None:
-        if self._failed.is_set():
-            return
-        self._serving.clear()
-        self._failed.set()
-        self._ledger.failed(cause, detail)
-
-    def _restart(self) -> None:
-        backoffs = (0.0, *RESTART_BACKOFF_S)
-        for attempt, backoff in enumerate(backoffs):
-            if attempt and self._stop.wait(backoff):
-                return
-            try:
-                self._end_process(polite=False)
-                self._launch(None)
-                self._ledger.restarted()
-                log.info("inference process restarted (pid %s); serving again", self.pid)
-                return
-            except Exception as exc:  # noqa: BLE001 - log it and try again with a back-off
-                next_s = backoffs[attempt + 1] if attempt + 1 < len(backoffs) else 0.0
-                self._ledger.restart_failed(str(exc), next_s)
-        log.error("the inference process could not be restarted yet; robots stay held, retrying")
-
-    def _end_process(self, polite: bool) -> None:
-        """Stop the process (asked to first when `polite`) and close its channel. The lock is
-        held only while they are taken out of use: the control loop takes it to send, and a
-        killed GPU process can take a while to exit."""
-        with self._lock:
-            process, link = self._process, self._link
-            self._process = self._link = self._channel = None
-            if link is not None:
-                alive = process is not None and process.poll() is None
-                close_channel(link, ask_to_stop=polite and alive)
-        if process is not None:
-            wait_or_kill(process, 2.0 if polite else 0.0)
-
-    def _take_standby(self) -> Child:
-        """The spare process if it is still alive, else a fresh one."""
-        spare, self._standby = self._standby, None
-        self._standby_ready = False
-        if spare is not None and spare[1].poll() is None:
-            return spare
-        if spare is not None:
-            log.warning("the standby inference process had exited (code %s)", spare[1].poll())
-            spare[0].close()
-        return self._spawner.spawn()
-
-    def _launch(self, progress: Callable[[str], None] | None) -> None:
-        """Take the standby process (or spawn one), tell it to build, wait for its hello, hand
-        it the slots, wait for ready; then start the next standby."""
-        link, process = self._take_standby()
-        with self._lock:
-            self._link, self._process = link, process
-        expect(link, process, Standby, self.start_timeout_s, self._stop)
-        send_at_start(link, Build())
-        hello = expect(link, process, Hello, self.start_timeout_s, self._stop)
-        spec = hello.spec
-        if self._spec is not None and spec != self._spec:
-            raise PolicyError("the restarted inference process serves a different policy spec")
-        self._spec = spec
-        self._status = hello.status
-        if self._slots is None:
-            self._slots = FrameSlots.create(spec, SLOT_COUNT * max(self._batching[0]))
-        self._slots.reset()  # a fresh header per process: nothing scribbled there outlives it
-        slots = AttachSlots(str(self._slots.path), self._slots.count)
-        send_at_start(link, slots, fds=[self._slots.fileno()])  # the memory itself, no file
-        ready = expect(link, process, Ready, 60.0, self._stop)
-        self.pinned = ready.pinned
-        with self._lock:  # a new process has attached no driver ring yet
-            self._channel = RequestChannel(link, self._slots, spec)
-        if progress is not None:
-            progress(f"inference process {process.pid} ready")
-        self._failed.clear()
-        self._serving.set()
-        if self._use_standby and not self._stop.is_set():
-            try:  # spawned outside the lock, which the control loop takes to send
-                spare: Child | None = self._spawner.spawn()
-            except OSError as exc:  # the serving process is fine: go on without one
-                log.warning("no standby inference process (%s); a restart will start a "
-                            "fresh one", exc)  # fmt: skip
-                return
-            with self._lock:  # stop() takes the standby under this lock: never one left behind
-                if not self._stop.is_set():
-                    self._standby, spare = spare, None
-            end_child(spare, 1.0)
+    def swap(self, path: str, *, now: bool, name: str) -> dict[str, Any]:
+        """Start swapping the served policy for the checkpoint at `path` (see policy_swap);
+        returns the swap's state, which `status()` follows. PolicyError (one sentence) when it
+        is refused at once."""
+        return self._swapper.start(path, now=now, name=name)

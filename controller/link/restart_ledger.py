@@ -4,6 +4,7 @@
     ledger.failed("exited", "the inference process exited with code -9")   # a process failed
     ledger.restart_failed("the inference process exited with code 1 while starting", 2.0)
     ledger.restarted()                                                      # serving again
+    ledger.took_over(pid)                              # the hot standby serves: no rebuild
     ledger.status()      # restart_count, restarts (the newest RESTARTS_KEPT), restart_failure
 
 A restart that keeps failing the same way is counted in a row (`restart_failure`: the reason,
@@ -61,6 +62,13 @@ class RestartLedger:
             detail,
             next_s,
         )
+
+    def took_over(self, pid: int) -> None:
+        """The hot standby (process `pid`) serves in place of the failed process: no build."""
+        self.failure = None
+        detail = f"the hot standby (pid {pid}) took over; nothing was rebuilt"
+        self.restarts.append(Restart(time.time(), "standby_took_over", detail))
+        log.warning("inference process: %s; a new standby is being built", detail)
 
     def restarted(self) -> None:
         self.failure = None

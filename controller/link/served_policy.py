@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from controller.errors import PolicyError
 from controller.link.inference_feed import InferenceFeed
 from controller.link.thread_feed import ThreadFeed
 from controller.observe.telemetry import Telemetry
@@ -44,8 +45,31 @@ class ServedPolicy(Policy, Protocol):
         """A new feed that hands it each robot's newest observation (not started)."""
         ...
 
+    @property
+    def epoch(self) -> int:
+        """How many times another process took over serving (a hot standby, a swap): the loop
+        holds its robots for one tick after each change (serving_watch)."""
+        ...
 
-class served_here:  # noqa: N801 - reads as what it makes: served_here(policy)
+    def swap(self, path: str, *, now: bool, name: str) -> dict[str, Any]:
+        """Start serving the checkpoint at `path` instead (`tempo swap`; `name`: the policy's,
+        for its status); its state, or PolicyError (one sentence) when refused."""
+        ...
+
+
+class ServedInProcess:
+    """What a policy served in the daemon's own process says to a switch or a swap: it never
+    switches processes, and cannot be swapped (that needs a process to build the new one in)."""
+
+    epoch = 0
+
+    def swap(self, path: str, *, now: bool, name: str) -> dict[str, Any]:
+        raise PolicyError(
+            "a swap needs the policy in its own process (supervision.inference_process: true)"
+        )
+
+
+class served_here(ServedInProcess):  # noqa: N801 - reads as what it makes: served_here(policy)
     """Any plain Policy served in this process on a feed thread, with nothing more to say."""
 
     serving = True

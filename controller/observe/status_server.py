@@ -1,4 +1,12 @@
-"""A local control socket that answers status requests (`tempo status`, the demo).
+"""A local control socket that answers status requests (`tempo status`, the demo), and the
+few commands registered in `commands` (`tempo swap`).
+
+    server.commands["swap"] = handler      # handler(request map) -> reply map
+
+A request is a status request unless it is a msgpack map whose "kind" names a registered
+command: that command's handler answers it (a map; a refusal is {"error": one sentence}).
+The socket is local only (server.status_bind is checked at start), so whoever can ask for the
+status can ask for a command.
 
 Its own thread and its own ROUTER socket, so asking never touches the control loop's socket, and
 no request, however many parts it has, can leave it unable to answer the next one. It
@@ -43,6 +51,7 @@ class StatusServer:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: Exception | None = None
+        self.commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
     def start(self) -> str:
         self._thread = threading.Thread(target=self._run, name="tempo-status", daemon=True)
@@ -88,26 +97,51 @@ class StatusServer:
     def _serve_one(self, socket: zmq.Socket) -> None:
         if not self._serving.wait(0.1) or not socket.poll(100):
             return
-        # [identity, (empty delimiter from REQ), request parts...]: any request is a status
-        # request; its content is not parsed. Parts are read one by one, at most a few kept.
+        # [identity, (empty delimiter from REQ), request parts...]: a status request unless
+        # its first part is a registered command (see the module doc). Parts are read one by
+        # one, at most a few kept.
         identity = socket.recv(zmq.NOBLOCK)
         envelope: list[bytes] = []
+        body: bytes | None = None
         first = True
         while socket.getsockopt(zmq.RCVMORE):
             part = socket.recv()
             if first and not part:
                 envelope.append(part)  # the REQ delimiter: echoed so a REQ client can read
+            elif body is None:
+                body = part
             first = False
         snapshot = self.snapshot
+        command = self._command(body)
         try:
-            if snapshot is None:  # unreachable: requests wait for serve(); say so anyway
+            if command is not None:
+                handler, request = command
+                packed = msgpack.packb(handler(request), use_bin_type=True)
+            elif snapshot is None:  # unreachable: requests wait for serve(); say so anyway
                 raise RuntimeError("status requested before the daemon was ready")
-            packed = msgpack.packb(snapshot(), use_bin_type=True)
+            else:
+                packed = msgpack.packb(snapshot(), use_bin_type=True)
         except Exception:  # e.g. a policy's status() with numpy scalars: keep serving
-            log.exception("status snapshot failed")
-            error = {"error": "the daemon could not build its status; see its log"}
+            asked = "status" if command is None else "command"
+            log.exception("%s request failed", asked)
+            error = {"error": f"the daemon could not answer this {asked} request; see its log"}
             packed = msgpack.packb(error, use_bin_type=True)
         socket.send_multipart([identity, *envelope, packed], flags=zmq.NOBLOCK)
+
+    def _command(
+        self, body: bytes | None
+    ) -> tuple[Callable[[dict[str, Any]], dict[str, Any]], dict[str, Any]] | None:
+        """The registered command `body` asks for, and its request; None for a status request."""
+        if not body or not self.commands:
+            return None
+        try:
+            request = msgpack.unpackb(body, raw=False)
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+            return None  # b"status", or anything else: a status request
+        if not isinstance(request, dict):
+            return None
+        handler = self.commands.get(request.get("kind"))  # type: ignore[arg-type]
+        return (handler, request) if handler is not None else None
 
     def stop(self) -> None:
         self._stop.set()
@@ -125,6 +159,28 @@ def request_status(
     try:
         socket.connect(endpoint)
         socket.send(b"status")
+        if not socket.poll(int(timeout_s * 1000)):
+            return None
+        reply = msgpack.unpackb(socket.recv(), raw=False)
+        return reply if isinstance(reply, dict) else None
+    finally:
+        socket.close(0)
+
+
+def request_command(
+    endpoint: str,
+    request: dict[str, Any],
+    timeout_s: float = 2.0,
+    context: zmq.Context | None = None,
+) -> dict[str, Any] | None:
+    """Send a command (a map with its "kind", see the module doc) to a daemon; its reply, or
+    None if it does not answer in time."""
+    context = context or zmq.Context.instance()
+    socket = context.socket(zmq.REQ)
+    socket.setsockopt(zmq.LINGER, 0)
+    try:
+        socket.connect(endpoint)
+        socket.send(msgpack.packb(request, use_bin_type=True))
         if not socket.poll(int(timeout_s * 1000)):
             return None
         reply = msgpack.unpackb(socket.recv(), raw=False)

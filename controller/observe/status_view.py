@@ -175,6 +175,26 @@ def _process_lines(process: dict[str, Any] | None) -> list[str]:
             f"    restart failed {failing.get('count')} times in a row: "
             f"{failing.get('detail')} (next try {retry})"
         )
+    return lines + _standby_lines(process)
+
+
+def _standby_lines(process: dict[str, Any]) -> list[str]:
+    """The standby (supervision.standby) and what a hot one costs; the last swap."""
+    lines = []
+    mode = process.get("standby")
+    if mode in ("spare", "hot"):
+        ready = "ready" if process.get("standby_ready") else "starting"
+        line = f"  {mode} standby {process.get('standby_pid')}: {ready}"
+        memory = process.get("standby_memory") or {}
+        if (gpu := memory.get("gpu_reserved_bytes")) is not None:
+            line += f"; GPU memory {gpu / 2**20:.0f} MiB"
+        if (host := memory.get("host_resident_bytes")) is not None:
+            line += f"; host memory {host / 2**20:.0f} MiB"
+        if failure := process.get("standby_failure"):
+            line += f" (the last one failed: {failure})"
+        lines.append(line)
+    if swap := process.get("swap"):
+        lines.append(f"  swap to {swap.get('path')}: {swap.get('phase')}: {swap.get('detail')}")
     return lines
 
 

@@ -225,6 +225,33 @@ def test_a_restart_fails_the_request_in_flight_and_serves_on_the_new_process(
     assert [c.obs_seq for c in robot.chunks] == [3]
 
 
+def test_a_hot_switch_fails_what_waited_and_serves_new_observations_on_the_new_process(
+    context: Links, slots: FrameSlots
+) -> None:
+    """A hot standby takes over between two services (the feed never sees the policy down):
+    the request in flight and the one waiting behind it, both observed before the switch,
+    fail; the robot's next observation goes to the new process."""
+    old, old_peer = channel_pair(context, slots)
+    policy = FakePolicy(old)
+    worker = RemoteFeed(policy)  # type: ignore[arg-type]
+    worker.start()
+    robot = Robot()
+    worker.submit(robot, request(1))
+    worker.service(FAR)
+    received(old_peer)
+    worker.submit(robot, request(2))  # waits behind the one in flight
+    new, new_peer = channel_pair(context, slots)
+    policy.channel = new  # switched: serving all along
+    worker.service(FAR)
+    assert robot.counters["inference_failures"] == 2
+    assert new_peer.receive(timeout_ms=50) is None  # nothing from before the switch went there
+    worker.submit(robot, request(3))
+    worker.service(FAR)
+    answer(new_peer, received(new_peer).id)
+    service_until(worker, lambda: robot.chunks)
+    assert [c.obs_seq for c in robot.chunks] == [3]
+
+
 def test_a_driver_ring_is_asked_for_once_then_its_frames_are_read_in_place(
     context: Links, slots: FrameSlots
 ) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from controller.link.remote_policy import HANG_STEPS, RemotePolicy
+from controller.link.remote_policy import RemotePolicy
+from controller.link.supervision import HANG_STEPS
 
 
 def test_a_slow_policy_is_not_taken_for_a_hung_one() -> None:
@@ -31,6 +32,8 @@ def test_stop_asks_the_spare_first_and_gives_it_a_short_grace(monkeypatch) -> No
     import subprocess
 
     import controller.link.remote_policy as remote
+    import controller.link.supervision as supervision
+    from controller.link.standbys import STANDBY_GRACE_S
 
     events: list[str] = []
 
@@ -50,16 +53,17 @@ def test_stop_asks_the_spare_first_and_gives_it_a_short_grace(monkeypatch) -> No
         process.wait()
 
     monkeypatch.setattr(remote, "wait_or_kill", wait_or_kill)
+    monkeypatch.setattr(supervision, "wait_or_kill", wait_or_kill)
     policy = RemotePolicy(["true"])
     serving = subprocess.Popen(["sleep", "30"])
     spare = subprocess.Popen(["sleep", "31"])
     policy._link, policy._process = Channel("serving"), serving  # type: ignore[assignment]
-    policy._standby = (Channel("spare"), spare)  # type: ignore[assignment]
+    policy._standbys._spare = (Channel("spare"), spare)  # type: ignore[assignment]
     policy.stop()
     assert events == [
         "stop spare",
         "stop serving",
         "wait 30 2.0",
-        f"wait 31 {remote.STANDBY_GRACE_S}",
+        f"wait 31 {STANDBY_GRACE_S}",
     ]
-    assert remote.STANDBY_GRACE_S <= 0.2
+    assert STANDBY_GRACE_S <= 0.2

@@ -1,0 +1,243 @@
+"""Swapping the served policy for a new checkpoint while serving (`tempo swap`).
+
+    name = resolve_policy_name(None, ("arm", "wrist"))     # "arm"; unknown names refused
+    config = config_with_path(config_json, "/ckpt/new")   # the serving config, new policy.path
+    check_compatible(old_spec, new_spec)                  # PolicyError, one sentence, if not
+    swapper = Swapper(remote_policy)                        # RemotePolicy's
+    swapper.start("/ckpt/new", now=True, name="arm")        # refused at once, or under way
+    swapper.status()                                        # the last swap, for status
+
+RemotePolicy.swap builds the new policy in a new inference process (a hot standby of the same
+config with policy.path replaced, `standbys.HotBuild`), which runs the same start-up parity
+checks; checks that robots bound to the old policy can be served by it (`check_compatible`);
+and only then switches the serving channel to it. A swap that fails any of this leaves the
+serving process, its config and its standby as they were, and says why (`SwapState.detail`).
+
+This module imports no torch (it runs in the control process).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from controller.errors import PolicyError
+from controller.link.frame_slots import slot_parts
+from controller.link.served_policy import ServedPolicy
+from controller.link.standbys import HotBuild
+from controller.link.supervision import ProcessSupervision
+from policies.base import PolicySpec
+
+log = logging.getLogger(__name__)
+
+
+SwapPhase = Literal["building", "done", "failed"]
+
+
+def resolve_policy_name(name: str | None, names: tuple[str, ...]) -> str:
+    """Which of the served policies `names` (the default first) `name` refers to (None: the
+    default); PolicyError if none is called that."""
+    if name is None:
+        return names[0]
+    if name not in names:
+        listed = ", ".join(repr(n) for n in names)
+        raise PolicyError(f"no policy named {name!r} is served here (served: {listed})")
+    return name
+
+
+def config_with_path(config_json: str, path: str) -> str:
+    """The daemon's config (JSON) with policy.path replaced (a checkpoint from now on)."""
+    config = json.loads(config_json)
+    config["policy"]["kind"] = "checkpoint"
+    config["policy"]["path"] = path
+    return json.dumps(config)
+
+
+def check_compatible(old: PolicySpec, new: PolicySpec) -> None:
+    """PolicyError (one sentence) unless `new` serves the robots bound to `old` as they are:
+    the same joints in the same order (so the same action size), the same cameras and state,
+    the same chunk size, and a prompt exactly where there was one."""
+    if new.joint_names != old.joint_names:
+        raise PolicyError(
+            f"the new policy commands joints {list(new.joint_names)}, not the "
+            f"{list(old.joint_names)} the robots are bound to; nothing was changed"
+        )
+    if slot_parts(new) != slot_parts(old):
+        raise PolicyError(
+            "the new policy reads other cameras or another state "
+            f"({_observation(new)}) than the one serving ({_observation(old)}); "
+            "nothing was changed"
+        )
+    if new.chunk_size != old.chunk_size:
+        raise PolicyError(
+            f"the new policy predicts chunks of {new.chunk_size} actions, not "
+            f"{old.chunk_size} as the one serving; nothing was changed"
+        )
+    if (new.prompt is None) != (old.prompt is None):
+        reads = "reads a prompt" if new.prompt is not None else "reads no prompt"
+        raise PolicyError(f"the new policy {reads}, unlike the one serving; nothing was changed")
+
+
+def _observation(spec: PolicySpec) -> str:
+    cameras = ", ".join(f"{c.name} {c.height}x{c.width}" for c in spec.cameras) or "no cameras"
+    return f"{cameras}; state {spec.state_history}x{spec.state_size}"
+
+
+@dataclass
+class SwapState:
+    """One swap, as `tempo status` (and `tempo swap`, which polls it) shows it."""
+
+    id: int
+    path: str
+    policy: str
+    now: bool
+    phase: SwapPhase = "building"
+    detail: str = "building the new policy in a new inference process"
+    pid: int | None = None  # the new process's
+    started: float = field(default_factory=time.time)
+    switched: float | None = None  # when the new process began to serve (wall clock)
+    finished: float | None = None
+
+    def finish(self, phase: SwapPhase, detail: str) -> None:
+        self.phase, self.detail, self.finished = phase, detail, time.time()
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Swapper:
+    """A RemotePolicy's swaps: one at a time, each built and checked on the swap thread, then
+    switched under the supervisor's `_switch` lock (never beside a restart).
+
+    The swap thread lives until `close`, not one swap: an inference process asks the kernel to
+    kill it when the thread that spawned it ends (PR_SET_PDEATHSIG follows the thread, not the
+    process), and a swapped-in process (and the standby its switch starts) serves on."""
+
+    def __init__(self, policy: ProcessSupervision) -> None:
+        self._policy = policy
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._current: SwapState | None = None
+        self._build: HotBuild | None = None
+        self._closed = False
+        self._queue: queue.SimpleQueue[SwapState | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def start(self, path: str, *, now: bool, name: str) -> dict[str, Any]:
+        served = self._policy
+        if not now:
+            raise PolicyError(
+                "switching each robot at its next episode start is not available yet; pass "
+                "--now to switch every robot at once"
+            )
+        if served._config_json is None:
+            raise PolicyError("this daemon's inference process has no config to build from")
+        if not served._serving.is_set():
+            raise PolicyError("the inference process is not serving now; swap once it is")
+        with self._lock:
+            current = self._current
+            if self._closed:
+                raise PolicyError("the daemon is stopping")
+            if current is not None and current.phase == "building":
+                raise PolicyError(f"a swap to {current.path} is already under way")
+            state = self._current = SwapState(next(self._ids), path, name, now)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="tempo-swap")
+                self._thread.daemon = True
+                self._thread.start()
+        self._queue.put(state)
+        return state.as_dict()
+
+    def _work(self) -> None:
+        while (state := self._queue.get()) is not None:
+            self._run(state)
+
+    def _run(self, state: SwapState) -> None:
+        try:
+            detail = self._swap(state)
+        except PolicyError as exc:
+            state.finish("failed", str(exc))
+            log.error("swap to %s failed: %s", state.path, exc)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours: the swap fails, serving goes on
+            state.finish("failed", f"the swap failed ({type(exc).__name__}: {exc})")
+            log.exception("swap to %s failed", state.path)
+        else:
+            state.finish("done", detail)
+            log.info("swap: %s", detail)
+
+    def _swap(self, state: SwapState) -> str:
+        served = self._policy
+        if served._config_json is None:  # checked by start(); a swap cannot unset it
+            raise PolicyError("this daemon's inference process has no config to build from")
+        config_json = config_with_path(served._config_json, state.path)
+        spawner = served._spawner.with_stdin(config_json.encode())
+        try:
+            build = HotBuild(spawner, served.start_timeout_s)
+        except OSError as exc:
+            raise PolicyError(f"no new inference process could start: {exc}") from None
+        with self._lock:
+            if self._closed:
+                build.cancel(0.0)
+                raise PolicyError("the daemon is stopping")
+            self._build = build
+        state.pid = build.pid
+        try:
+            hello = build.wait(served.start_timeout_s)
+            if served._spec is not None:
+                check_compatible(served._spec, hello.spec)
+            with served._switch:  # never beside a restart or a take-over
+                if not served._serving.is_set() or served._stop.is_set():
+                    raise PolicyError(
+                        "the inference process failed while the new policy was built; "
+                        "nothing was changed"
+                    )
+                state.switched = served._switch_to(build.child, hello, spawner, config_json)
+        except BaseException:
+            build.cancel()
+            raise
+        finally:
+            with self._lock:
+                self._build = None
+        return f"every robot is served by {state.path} (process {build.pid})"
+
+    def status(self) -> dict[str, Any] | None:
+        current = self._current
+        return current.as_dict() if current is not None else None
+
+    def close(self) -> None:
+        """Stop a swap under way (its new process is ended); no new one starts."""
+        with self._lock:
+            self._closed = True
+            build, self._build = self._build, None
+        if build is not None:
+            build.cancel(0.2)
+        self._queue.put(None)  # the thread ends (after the swap under way, if any)
+
+
+def swap_command(
+    policies: Mapping[str, ServedPolicy],
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The status socket's `swap` command for the daemon's policies by name (status_server):
+    {"kind": "swap", "path": str, "now": bool, "policy": str | None} -> {"swap": its state},
+    or {"error": one sentence} when refused."""
+
+    def swap(request: dict[str, Any]) -> dict[str, Any]:
+        path, name = request.get("path"), request.get("policy")
+        if not isinstance(path, str) or not path:
+            return {"error": "a swap needs the new checkpoint's path"}
+        if name is not None and not isinstance(name, str):
+            return {"error": "a swap's policy name must be text"}
+        try:
+            name = resolve_policy_name(name, tuple(policies))
+            return {"swap": policies[name].swap(path, now=bool(request.get("now")), name=name)}
+        except PolicyError as exc:
+            return {"error": str(exc)}
+
+    return swap

@@ -1,0 +1,87 @@
+"""`tempo swap [--policy NAME] --path CHECKPOINT [--now]`: serve another checkpoint without a
+restart of the daemon.
+
+The daemon is asked on its local status socket (server.status_bind; the `swap` command of
+status_server, handled by link.policy_swap): it builds the checkpoint in a new inference
+process, runs its start-up checks, checks that the robots bound now can be served by it, and
+switches. This command then follows the swap in the daemon's status until it is done or has
+failed, and prints one line saying which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+POLL_S = 0.5
+
+
+def add_swap_parser(
+    sub: Any,
+    add_config_args: Callable[..., None],
+    load_config: Callable[[argparse.Namespace], Any],
+    default_endpoint: str,
+) -> None:
+    """Add `swap` to the `tempo` subparsers (the CLI's config options and loader, and the
+    status endpoint asked without a config)."""
+    parser = sub.add_parser("swap", help="serve another checkpoint without restarting")
+    add_config_args(parser)
+    parser.add_argument("--path", type=Path, required=True, help="the new checkpoint directory")
+    parser.add_argument("--policy", help="which served policy to swap (default: the only one)")
+    parser.add_argument(
+        "--now",
+        action="store_true",
+        help="switch every robot at once (their plans and ensembling start afresh)",
+    )
+    parser.add_argument("--connect", help="status endpoint (default: server.status_bind)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        help="seconds to wait for the new policy to be built and switched (default 1800)",
+    )
+    parser.set_defaults(func=lambda args: cmd_swap(args, load_config, default_endpoint))
+
+
+def cmd_swap(
+    args: argparse.Namespace,
+    load_config: Callable[[argparse.Namespace], Any],
+    default_endpoint: str,
+) -> int:
+    from controller.observe.status_server import request_command, request_status
+
+    configured = load_config(args).server.status_bind if args.config or args.overrides else None
+    endpoint = args.connect or configured or default_endpoint
+    request = {
+        "kind": "swap",
+        "path": str(args.path.resolve()),  # the daemon may run elsewhere on this host
+        "now": args.now,
+        "policy": args.policy,
+    }
+    reply = request_command(endpoint, request, timeout_s=5.0)
+    if reply is None:
+        print(f"tempo swap: no daemon answered on {endpoint} within 5 s", file=sys.stderr)
+        return 1
+    if "error" in reply:
+        print(f"tempo swap: refused: {reply['error']}", file=sys.stderr)
+        return 2
+    swap_id = reply["swap"]["id"]
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        status = request_status(endpoint, timeout_s=5.0) or {}
+        swap = ((status.get("policy") or {}).get("process") or {}).get("swap") or {}
+        if swap.get("id") != swap_id or swap.get("phase") == "building":
+            continue
+        if swap.get("phase") == "done":
+            print(f"tempo swap: done: {swap.get('detail')}")
+            return 0
+        print(f"tempo swap: failed, nothing was changed: {swap.get('detail')}", file=sys.stderr)
+        return 2
+    print(f"tempo swap: not finished within {args.timeout:.0f} s; see `tempo status`",
+          file=sys.stderr)  # fmt: skip
+    return 1
