@@ -101,7 +101,7 @@ def identity(
 ) -> dict[str, Any]:
     """Everything a built step depends on; a package built for another identity is refused."""
     device = inputs[0].device if inputs else torch.device("cpu")
-    return {
+    parts = {
         "format": MANIFEST_FORMAT,
         "device": device_name(device),
         "torch": torch.__version__,
@@ -116,6 +116,7 @@ def identity(
         "inputs": [(list(t.shape), str(t.dtype), list(t.stride())) for t in inputs],
         "slot": slot_of(module, inputs),
     }
+    return json.loads(json.dumps(parts, default=str))  # as read back from the manifest
 
 
 def _digest(parts: object) -> str:
@@ -202,6 +203,7 @@ class BuiltArtefacts:
         if reason is not None:
             return None, f"{reason}, so it takes the compile-cache route"
         try:
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             trusted_folder(self.folder)
         except (ArtefactRefused, OSError) as exc:
             return None, f"nothing loaded from {self.folder}: {exc}, and a built artefact is code"
