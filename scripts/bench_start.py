@@ -1,6 +1,7 @@
 """Start-up time of a served policy: process start to ready, and to its first served action,
-cold (an empty compile cache), warm (the compile cache an earlier start left) and with built
-artefacts (what `tempo build` makes), several starts each, as a table.
+cold (an empty compile cache), warm (the compile cache an earlier start left), mega (a fresh
+cache holding only the mega-cache file that start saved: what can be copied to another machine)
+and with built artefacts (what `tempo build` makes), several starts each, as a table.
 
     python scripts/bench_start.py --policy act-aloha --device cuda --repeats 3
     python scripts/bench_start.py --policy tiny --device cpu             # CPU: compiled tier
@@ -150,6 +151,12 @@ def run(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
                                  built_artefacts="off"))  # fmt: skip
     for _ in range(args.repeats):
         measure("warm", plan_for(args, checkpoint, cache_dir=warm_cache, built_artefacts="off"))
+    for i in range(args.repeats):  # a fresh cache holding only the warm one's mega-cache files
+        cache = work / f"cache-mega-{i}"
+        cache.mkdir(mode=0o700)
+        for saved in warm_cache.glob("megacache-*.bin"):
+            shutil.copy(saved, cache / saved.name)
+        measure("mega", plan_for(args, checkpoint, cache_dir=cache, built_artefacts="off"))
     built = plan_for(args, checkpoint, cache_dir=work / "cache-built", artefacts_dir=work / "built")
     measure("build", built)  # what `tempo build` does: a start that builds the artefacts
     for _ in range(args.repeats):
@@ -170,7 +177,7 @@ def print_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     print(f"\n{args.policy or args.checkpoint} on {args.device}, top tier {args.top_tier}: "
           f"seconds from process start (median, min-max of {args.repeats})")  # fmt: skip
     print(f"{'mode':<6} {'starts':>6} {'to ready':>20} {'to first action':>20}  tier")
-    for mode in ("cold", "warm", "build", "built"):
+    for mode in ("cold", "warm", "mega", "build", "built"):
         done = [r for r in rows if r["mode"] == mode and r["ok"]]
         failed = sum(1 for r in rows if r["mode"] == mode and not r["ok"])
         if not done:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -81,6 +82,26 @@ def _tensors(module: nn.Module) -> list[tuple[str, tuple[int, ...], str, tuple[i
     return [(name, tuple(t.shape), str(t.dtype), tuple(t.stride())) for name, t in named]
 
 
+def code_digest(step: nn.Module) -> str:
+    """A digest of the source files of the step's module classes (torch's aside: its version is
+    in the identity), so that a package is not loaded by code whose forward was edited since:
+    the model's structure and Tempo's version would not tell."""
+    torch_dir = os.path.dirname(torch.__file__)
+    files: set[str] = set()
+    for each in step.modules():
+        try:
+            source = inspect.getsourcefile(type(each))
+        except TypeError:  # defined in C
+            continue
+        if source is not None and not source.startswith(torch_dir):
+            files.add(source)
+    digest = hashlib.sha256()
+    for source in sorted(files):
+        with contextlib.suppress(OSError):
+            digest.update(Path(source).read_bytes())
+    return digest.hexdigest()[:20]
+
+
 def slot_of(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> str:
     """Which model and batch-size bucket a step is: its class, structure, own settings (a
     TD-MPC2 planner and its prior share a structure, not a config) and input shapes."""
@@ -98,8 +119,10 @@ def identity(
     half: torch.dtype | None,
     inputs: tuple[torch.Tensor, ...],
     config: RunnerConfig,
+    step: nn.Module | None = None,
 ) -> dict[str, Any]:
-    """Everything a built step depends on; a package built for another identity is refused."""
+    """Everything a built step (`step`, default `module`) depends on; a package built for
+    another identity is refused."""
     device = inputs[0].device if inputs else torch.device("cpu")
     parts = {
         "format": MANIFEST_FORMAT,
@@ -115,6 +138,7 @@ def identity(
         "tensors": [list(map(str, t)) for t in _tensors(module)],
         "inputs": [(list(t.shape), str(t.dtype), list(t.stride())) for t in inputs],
         "slot": slot_of(module, inputs),
+        "code": code_digest(module if step is None else step),
     }
     return json.loads(json.dumps(parts, default=str))  # as read back from the manifest
 
@@ -138,6 +162,7 @@ _NAMES = {
     "python": "Python",
     "tempo": "Tempo",
     "settings": "runner settings",
+    "code": "model code",
 }
 
 
@@ -207,7 +232,7 @@ class BuiltArtefacts:
             trusted_folder(self.folder)
         except (ArtefactRefused, OSError) as exc:
             return None, f"nothing loaded from {self.folder}: {exc}, and a built artefact is code"
-        here = identity(module, half, inputs, config)
+        here = identity(module, half, inputs, config, step)
         package, manifest = self.paths(here["slot"])
         try:
             return self._load(step, here, package, manifest)
@@ -335,7 +360,24 @@ def _load_package(package: Path, step: nn.Module) -> Step:
     loaded.load_constants(
         {name: mine[name] for name in wanted}, check_full_update=True, user_managed=True
     )
-    return loaded  # type: ignore[no-any-return]
+    return PackageStep(loaded)
+
+
+class PackageStep:
+    """A loaded package as the step's callable. The package's own `__call__` parses its input
+    and output tree specs from JSON on every call; here the output's is parsed once, and the
+    inputs, a flat tuple of tensors already, go straight to the runner."""
+
+    def __init__(self, loaded: Any) -> None:
+        from torch.utils import _pytree
+
+        self._loaded = loaded  # keeps the loaded library alive
+        self._run = loaded.loader.boxed_run
+        self._out_spec = _pytree.treespec_loads(loaded.loader.get_call_spec()[1])
+        self._unflatten = _pytree.tree_unflatten
+
+    def __call__(self, *inputs: torch.Tensor) -> Outputs:
+        return self._unflatten(self._run(list(inputs)), self._out_spec)  # type: ignore[no-any-return]
 
 
 def _first_line(exc: BaseException) -> str:

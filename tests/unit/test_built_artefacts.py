@@ -79,6 +79,7 @@ def serve_step(folder: Path, config: RunnerConfig) -> tuple[Any, str]:
         ({"torch": "2.11.0+cu128"}, f"built for torch 2.11.0+cu128, this is {torch.__version__}"),
         ({"settings": {"precision": "bf16"}}, "built for runner settings"),
         ({"tempo": "0.0.1"}, "built for Tempo 0.0.1"),
+        ({"code": "0" * 20}, "built for model code"),
     ],
 )
 def test_a_foreign_artefact_is_refused_and_rebuilt_never_loaded(
