@@ -219,3 +219,26 @@ def test_tempo_build_with_nothing_to_compile_says_so_in_one_sentence(
     code = cli.main(["build", "--set", "policy.device=cpu", "--set", "runner.top_tier=eager_fp32"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "nothing to build" in err and "\n" not in err
+
+
+def test_with_built_artefacts_the_mega_cache_is_loaded_only_if_torch_compile_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a mega-cache takes seconds that a start from built artefacts does not need;
+    and a start that compiled nothing must neither overwrite it nor mark inductor warm."""
+    from controller.inference import compile_cache
+
+    loads: list[bytes] = []
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", loads.append)
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"empty", None))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    cache = compile_cache.CompileCache(tmp_path, "key")
+    cache.file.parent.mkdir(parents=True, exist_ok=True)
+    cache.file.write_bytes(b"saved artifacts")
+    cache.activate(defer=True)
+    assert loads == [] and cache.outcome == compile_cache.DEFERRED
+    cache.save()
+    assert cache.file.read_bytes() == b"saved artifacts" and not cache._warm_marker.exists()
+    compile_cache.load_deferred_megacaches()  # a tier fell back to torch.compile
+    compile_cache.load_deferred_megacaches()
+    assert loads == [b"saved artifacts"] and cache.outcome == "loaded"
