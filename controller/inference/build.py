@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from controller.config_sections import PolicyConfig, RobotConfig
 from controller.errors import ConfigError
-from controller.inference.built_artefacts import with_built_artefacts
+from controller.inference.artefact_folders import with_built_artefacts
 from controller.inference.prior_fallback import PriorFallback
 from controller.inference.progress import Progress
 from controller.inference.runner import Runner

@@ -11,9 +11,9 @@ captures the loaded callable in a CUDA graph as it captures a torch.compile'd st
 Each step (one per model and batch-size bucket) has a slot in the artefacts folder:
 `step-<slot>.pt2` and its manifest `step-<slot>.json` (JSON, no pickle), which records what the
 package was built for (GPU or CPU, torch, CUDA, Python and Tempo versions, the runner settings
-that change the code, the model's tensors and inputs) and the package's SHA-256. A package whose
-manifest differs from this process's, or whose bytes do not match, is refused with one line and
-rebuilt in its slot. A model that torch.export cannot export, or that compiles by regions (pi0),
+that change the code, the model's tensors, inputs and source files: artefact_identity) and the
+package's SHA-256. A package whose manifest differs from this process's, or whose bytes do not
+match, is refused with one line and rebuilt in its slot. Where the folder is: artefact_folders. A model that torch.export cannot export, or that compiles by regions (pi0),
 takes the compile-cache route (torch.compile and the mega-cache, controller.inference
 .compile_cache); its manifest says so, so the next start does not try to export it again.
 
@@ -24,13 +24,9 @@ compile cache, never from a folder other users may write, and must be trusted li
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import inspect
 import json
 import logging
 import os
-import platform
-import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,153 +36,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from controller.config_sections import PolicyConfig
-from controller.errors import ConfigError
-from controller.inference.half_weights import precasts_half_weights
+from controller.inference.artefact_identity import (
+    ArtefactRefused,
+    differences,
+    file_sha256,
+    identity,
+    trusted_folder,
+)
 from controller.runner_config import RunnerConfig
 from policies.model_hooks import compiles_regions, hooks_of
 
 log = logging.getLogger(__name__)
 
-MANIFEST_FORMAT = 1
-BUILD_FOLDER = "tempo_build"  # beside the checkpoint
-# Runner settings that change the compiled code (the rest only choose tiers and checks).
-CODE_SETTINGS = {"precision", "compile_mode", "compile_backend", "freezing"}
-
 Outputs = tuple[torch.Tensor, ...]
 Step = Callable[..., Outputs]
-
-
-class ArtefactRefused(Exception):
-    """A built artefact that must not be loaded; the message is the reason, one clause."""
-
-
-def tempo_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tempo-controller")
-    except PackageNotFoundError:
-        return "unknown"
-
-
-def device_name(device: torch.device) -> str:
-    """The GPU's name, or the CPU's architecture and the instruction set inductor compiles for."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
-
-
-def _tensors(module: nn.Module) -> list[tuple[str, tuple[int, ...], str, tuple[int, ...]]]:
-    named = list(module.named_parameters()) + list(module.named_buffers())
-    return [(name, tuple(t.shape), str(t.dtype), tuple(t.stride())) for name, t in named]
-
-
-def code_digest(step: nn.Module) -> str:
-    """A digest of the source files of the step's module classes (torch's aside: its version is
-    in the identity), so that a package is not loaded by code whose forward was edited since:
-    the model's structure and Tempo's version would not tell."""
-    torch_dir = os.path.dirname(torch.__file__)
-    files: set[str] = set()
-    for each in step.modules():
-        try:
-            source = inspect.getsourcefile(type(each))
-        except TypeError:  # defined in C
-            continue
-        if source is not None and not source.startswith(torch_dir):
-            files.add(source)
-    digest = hashlib.sha256()
-    for source in sorted(files):
-        with contextlib.suppress(OSError):
-            digest.update(Path(source).read_bytes())
-    return digest.hexdigest()[:20]
-
-
-def slot_of(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> str:
-    """Which model and batch-size bucket a step is: its class, structure, own settings (a
-    TD-MPC2 planner and its prior share a structure, not a config) and input shapes."""
-    parts = {
-        "module": f"{type(module).__module__}.{type(module).__qualname__}",
-        "structure": repr(module),
-        "module_config": repr(getattr(module, "config", None)),
-        "inputs": [(tuple(t.shape), str(t.dtype)) for t in inputs],
-    }
-    return _digest(parts)[:16]
-
-
-def identity(
-    module: nn.Module,
-    half: torch.dtype | None,
-    inputs: tuple[torch.Tensor, ...],
-    config: RunnerConfig,
-    step: nn.Module | None = None,
-) -> dict[str, Any]:
-    """Everything a built step (`step`, default `module`) depends on; a package built for
-    another identity is refused."""
-    device = inputs[0].device if inputs else torch.device("cpu")
-    parts = {
-        "format": MANIFEST_FORMAT,
-        "device": device_name(device),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "tempo": tempo_version(),
-        "settings": config.model_dump(mode="json", include=CODE_SETTINGS),
-        "half": str(half),
-        "module_options": {k: repr(v) for k, v in hooks_of(module).compile_options().items()},
-        "half_weights": precasts_half_weights(module),
-        "tensors": [list(map(str, t)) for t in _tensors(module)],
-        "inputs": [(list(t.shape), str(t.dtype), list(t.stride())) for t in inputs],
-        "slot": slot_of(module, inputs),
-        "code": code_digest(module if step is None else step),
-    }
-    return json.loads(json.dumps(parts, default=str))  # as read back from the manifest
-
-
-def _digest(parts: object) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-_NAMES = {
-    "device": "device",
-    "torch": "torch",
-    "cuda": "CUDA",
-    "python": "Python",
-    "tempo": "Tempo",
-    "settings": "runner settings",
-    "code": "model code",
-}
-
-
-def differences(built: dict[str, Any], here: dict[str, Any]) -> str:
-    """'built for torch 2.11.0, this is 2.13.0; ...' for the fields that differ."""
-    said = []
-    for key, name in _NAMES.items():
-        if built.get(key) != here.get(key):
-            said.append(f"built for {name} {built.get(key)}, this is {here.get(key)}")
-    other = sorted(
-        k for k in set(built) | set(here) if k not in _NAMES and built.get(k) != here.get(k)
-    )
-    if other:
-        said.append(f"built for another {', '.join(other)}")
-    return "; ".join(said)
-
-
-def trusted_folder(folder: Path) -> None:
-    """Refuse a folder that another user owns or may write: what is loaded from it runs here."""
-    info = folder.stat()
-    if info.st_uid != os.getuid():
-        raise ArtefactRefused(f"{folder} belongs to another user")
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ArtefactRefused(f"{folder} is writable by other users")
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -271,7 +134,7 @@ class BuiltArtefacts:
             raise _CompileCacheRoute(record.get("reason", "recorded at build"))
         if not package.exists():
             raise ArtefactRefused("its package is missing")
-        if _file_sha256(package) != record.get("sha256"):
+        if file_sha256(package) != record.get("sha256"):
             raise ArtefactRefused("its package does not match the checksum it was built with")
         started = time.perf_counter()
         compiled = _load_package(package, step)
@@ -297,7 +160,7 @@ class BuiltArtefacts:
         try:
             options = package_options(module, config)
             aoti_compile_and_package(exported, package_path=tmp, inductor_configs=options)
-            digest = _file_sha256(Path(tmp))
+            digest = file_sha256(Path(tmp))
             os.replace(tmp, package)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -338,7 +201,7 @@ def _not_exportable_reason(module: nn.Module, config: RunnerConfig) -> str | Non
 
 
 def _constants_of(step: nn.Module) -> dict[str, torch.Tensor]:
-    named = list(step.named_parameters(remove_duplicate=False))
+    named: list[tuple[str, torch.Tensor]] = list(step.named_parameters(remove_duplicate=False))
     named += list(step.named_buffers(remove_duplicate=False))
     return {name: tensor.detach() for name, tensor in named}
 
@@ -399,55 +262,3 @@ def built_step(
     loaded, note = BuiltArtefacts(config.artefacts_dir).step(step, module, half, inputs, config)
     log.info("built artefacts: %s", note)
     return loaded
-
-
-def _cache_folder(policy: PolicyConfig, cache_dir: Path) -> Path:
-    """The compile cache's folder for a policy whose checkpoint folder is not writable (or
-    that has none): one per checkpoint path (or policy settings)."""
-    described = policy.model_dump(mode="json")
-    if policy.path is not None:
-        described["path"] = str(Path(policy.path).expanduser().resolve())
-    return Path(cache_dir).expanduser() / "built" / _digest(described)[:16]
-
-
-def artefact_folders(policy: PolicyConfig, runner: RunnerConfig) -> list[Path]:
-    """Where a policy's artefacts may be, first choice first: beside its checkpoint, then the
-    compile cache."""
-    folders = []
-    if policy.path is not None:
-        folders.append(Path(policy.path).expanduser() / BUILD_FOLDER)
-    if runner.cache_dir is not None:
-        folders.append(_cache_folder(policy, runner.cache_dir))
-    return folders
-
-
-def with_built_artefacts(runner: RunnerConfig, policy: PolicyConfig) -> RunnerConfig:
-    """`runner` with `artefacts_dir` set to the folder `tempo build` made for this policy, when
-    there is one (and it is neither set nor turned off)."""
-    if runner.artefacts_dir is not None or runner.built_artefacts == "off":
-        return runner
-    for folder in artefact_folders(policy, runner):
-        if folder.is_dir():
-            return runner.model_copy(update={"artefacts_dir": folder})
-    return runner
-
-
-def folder_to_build(runner: RunnerConfig, policy: PolicyConfig) -> Path:
-    """Where `tempo build` puts the artefacts: `artefacts_dir` when set, else the first of
-    `artefact_folders` that can be created and written (private to this user)."""
-    if runner.artefacts_dir is not None:
-        candidates = [Path(runner.artefacts_dir).expanduser()]
-    else:
-        candidates = artefact_folders(policy, runner)
-    for folder in candidates:
-        try:
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-")
-            probe.close()
-            return folder
-        except OSError as exc:
-            log.info("built artefacts: %s is not writable (%s)", folder, exc)
-    raise ConfigError(
-        "no folder to keep the built artefacts in: the checkpoint's folder is not writable "
-        "and runner.cache_dir is null; set runner.artefacts_dir"
-    )

@@ -54,8 +54,8 @@ def run_build(config: Any, rebuild: bool = False) -> int:
     """Build (or check) the artefacts of `config`'s policy (a TempoConfig); exit code."""
     import torch
 
+    from controller.inference.artefact_folders import folder_to_build
     from controller.inference.build import build_policy, planner_runner, resolve_device
-    from controller.inference.built_artefacts import folder_to_build
     from controller.inference.tier_checks import tier_names
 
     runner = config.runner

@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch")
 
 from controller import cli  # noqa: E402
 from controller.config_sections import PolicyConfig  # noqa: E402
+from controller.inference import artefact_folders as af  # noqa: E402
+from controller.inference import artefact_identity as ai  # noqa: E402
 from controller.inference import built_artefacts as ba  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.model_hooks import ServedModule  # noqa: E402
@@ -41,7 +43,7 @@ def fresh_build(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
     def build(self, step, inputs, module, here, package, manifest, config):  # type: ignore[no-untyped-def]
         built.append(package.name)
         package.write_bytes(b"new package")
-        digest = ba._file_sha256(package)
+        digest = ai.file_sha256(package)
         self._save_manifest(manifest, here, route="aoti", sha256=digest)
         return lambda *x: (step(*x),)
 
@@ -57,12 +59,12 @@ def fresh_build(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
 def write_slot(folder: Path, config: RunnerConfig, change: dict[str, Any] | None = None) -> Path:
     """A built slot for Small, its manifest's identity changed by `change`; the package path."""
     module = Small()
-    here = ba.identity(module, None, INPUTS, config)
+    here = ai.identity(module, None, INPUTS, config)
     folder.mkdir(mode=0o700, exist_ok=True)
     package, manifest = ba.BuiltArtefacts(folder).paths(here["slot"])
     package.write_bytes(b"old package")
     record = {"identity": here | (change or {}), "route": "aoti"}
-    record["sha256"] = ba._file_sha256(package)
+    record["sha256"] = ai.file_sha256(package)
     manifest.write_text(json.dumps(record))
     return package
 
@@ -139,7 +141,7 @@ def test_a_corrupt_artefact_is_refused_in_one_sentence_and_rebuilt(
 def test_an_unloadable_package_is_refused() -> None:
     """A package whose bytes match its manifest but that torch cannot open (a truncated
     archive): refused in one clause, not a crash."""
-    with pytest.raises(ba.ArtefactRefused, match="could not be loaded"):
+    with pytest.raises(ai.ArtefactRefused, match="could not be loaded"):
         ba._load_package(Path(os.devnull), Small())
 
 
@@ -186,14 +188,14 @@ def test_serve_finds_the_folder_beside_the_checkpoint_else_in_the_cache(tmp_path
     checkpoint.mkdir()
     policy = PolicyConfig(kind="checkpoint", path=checkpoint)
     runner = RunnerConfig(cache_dir=tmp_path / "cache")
-    assert ba.with_built_artefacts(runner, policy).artefacts_dir is None  # nothing built
-    cache_folder = ba.artefact_folders(policy, runner)[1]
+    assert af.with_built_artefacts(runner, policy).artefacts_dir is None  # nothing built
+    cache_folder = af.artefact_folders(policy, runner)[1]
     cache_folder.mkdir(parents=True)
-    assert ba.with_built_artefacts(runner, policy).artefacts_dir == cache_folder
+    assert af.with_built_artefacts(runner, policy).artefacts_dir == cache_folder
     (checkpoint / "tempo_build").mkdir()
-    assert ba.with_built_artefacts(runner, policy).artefacts_dir == checkpoint / "tempo_build"
+    assert af.with_built_artefacts(runner, policy).artefacts_dir == checkpoint / "tempo_build"
     off = runner.model_copy(update={"built_artefacts": "off"})
-    assert ba.with_built_artefacts(off, policy).artefacts_dir is None
+    assert af.with_built_artefacts(off, policy).artefacts_dir is None
 
 
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes anywhere")
@@ -206,10 +208,10 @@ def test_build_falls_back_to_the_cache_when_the_checkpoint_folder_is_read_only(
     policy = PolicyConfig(kind="checkpoint", path=checkpoint)
     runner = RunnerConfig(cache_dir=tmp_path / "cache")
     try:
-        folder = ba.folder_to_build(runner, policy)
+        folder = af.folder_to_build(runner, policy)
     finally:
         checkpoint.chmod(0o700)
-    assert folder == ba.artefact_folders(policy, runner)[1] and folder.is_dir()
+    assert folder == af.artefact_folders(policy, runner)[1] and folder.is_dir()
     assert folder.stat().st_mode & 0o077 == 0
 
 

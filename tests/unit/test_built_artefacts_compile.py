@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from controller.inference import built_artefacts as ba  # noqa: E402
+from controller.inference.artefact_identity import ArtefactRefused, file_sha256  # noqa: E402
 from controller.inference.examples import random_observation  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
@@ -79,9 +80,9 @@ def test_a_built_package_is_loaded_without_tracing_and_serves_the_modules_weight
     # A truncated package whose manifest was made to match: refused, not a crash.
     package = manifest.with_suffix(".pt2")
     package.write_bytes(package.read_bytes()[: package.stat().st_size // 2])
-    record["sha256"] = ba._file_sha256(package)
+    record["sha256"] = file_sha256(package)
     manifest.write_text(json.dumps(record))
     module = build_tiny_policy(seed=0).module
     step = ba.BuiltArtefacts(tmp_path / "built")
-    with pytest.raises(ba.ArtefactRefused, match="could not be loaded"):
+    with pytest.raises(ArtefactRefused, match="could not be loaded"):
         step._load(module, record["identity"], package, manifest)
