@@ -13,9 +13,10 @@ Each step (one per model and batch-size bucket) has a slot in the artefacts fold
 package was built for (GPU or CPU, torch, CUDA, Python and Tempo versions, the runner settings
 that change the code, the model's tensors, inputs and source files: artefact_identity) and the
 package's SHA-256. A package whose manifest differs from this process's, or whose bytes do not
-match, is refused with one line and rebuilt in its slot. Where the folder is: artefact_folders. A model that torch.export cannot export, or that compiles by regions (pi0),
-takes the compile-cache route (torch.compile and the mega-cache, controller.inference
-.compile_cache); its manifest says so, so the next start does not try to export it again.
+match, is refused with one line and rebuilt in its slot (where the folder is: artefact_folders).
+A model that torch.export cannot export, or that compiles by regions (pi0), takes the
+compile-cache route (torch.compile and the mega-cache, controller.inference.compile_cache); its
+manifest says so, so the next start does not try to export it again.
 
 A package is code: it is loaded only from the checkpoint's `tempo_build/` folder or the private
 compile cache, never from a folder other users may write, and must be trusted like the checkpoint.

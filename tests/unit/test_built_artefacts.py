@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
+
+import torch  # noqa: E402
 
 from controller import cli  # noqa: E402
 from controller.config_sections import PolicyConfig  # noqa: E402

@@ -29,7 +29,7 @@ needs_cpp = pytest.mark.skipif(
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-12))
+    return float(np.linalg.norm(out - ref)) / max(float(np.linalg.norm(ref)), 1e-12)
 
 
 def start(config: RunnerConfig, seed: int) -> Runner:
