@@ -246,3 +246,32 @@ def test_with_built_artefacts_the_mega_cache_is_loaded_only_if_torch_compile_run
     compile_cache.load_deferred_megacaches()  # a tier fell back to torch.compile
     compile_cache.load_deferred_megacaches()
     assert loads == [b"saved artifacts"] and cache.outcome == "loaded"
+
+
+def test_tempo_build_starts_the_policy_with_the_folder_beside_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tempo build CHECKPOINT` is a start of the policy as serve starts it (its batch sizes
+    too), with the artefacts folder set to the checkpoint's tempo_build/, made private."""
+    from controller.inference import build
+
+    started: list[tuple[Any, ...]] = []
+
+    class Started:
+        tier, ready_tiers = "compiled", ["compiled", "eager_fp32"]
+
+    def build_policy(policy, robot, runner, progress=None, batch_sizes=(1,)):  # type: ignore[no-untyped-def]
+        started.append((policy.path, runner.artefacts_dir, tuple(batch_sizes)))
+        return Started()
+
+    monkeypatch.setattr(build, "build_policy", build_policy)
+    monkeypatch.setattr(build, "planner_runner", lambda policy: policy)
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    settings = ["--set", "policy.device=cpu", "--set", "runner.top_tier=compiled"]
+    settings += ["--set", "inference.batch_sizes=[1,2]"]
+    code = cli.main(["build", str(checkpoint), *settings])
+    assert code == 0, capsys.readouterr().err
+    assert started == [(checkpoint, checkpoint / "tempo_build", (1, 2))]
+    assert (checkpoint / "tempo_build").stat().st_mode & 0o077 == 0
+    assert "serving tier compiled" in capsys.readouterr().out
