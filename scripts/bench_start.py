@@ -188,7 +188,8 @@ def print_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
         more = f" ({failed} failed)" if failed else ""
         print(f"{mode:<6} {len(done):>6} {cells[0]:>20} {cells[1]:>20}  {tier}{more}")
     last = [r for r in rows if r["mode"] == "built" and r["ok"]]
-    said = [note for note in (last[-1]["notes"] if last else []) if "built artefacts" in note]
+    notes = last[-1]["notes"] if last else []
+    said = [note for note in notes if note.startswith("built artefacts")]
     if said:
         print(f"the last built start said: {said[0]}")
 
