@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller.errors import ConfigError, TempoError, internal_error
+from controller.tools.build_cli import add_build_parser
 from controller.tools.checkpoint_cli import add_checkpoint_parsers
 from controller.tools.replay_cli import add_export_parser, add_replay_parser
 from controller.tools.swap_cli import add_swap_parser
@@ -373,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_checkpoint_parsers(sub, setup_logging)
 
     add_replay_parser(sub, add_config_args, setup_logging, _load)
+    add_build_parser(sub, add_config_args, setup_logging, _load)
     add_export_parser(sub, setup_logging)
 
     sub.add_parser(

@@ -149,6 +149,19 @@ class RunnerConfig(BaseModel):
         "temporary cache. Default: $XDG_CACHE_HOME/tempo/compile when XDG_CACHE_HOME is set, "
         "else ~/.cache/tempo/compile.",
     )
+    built_artefacts: Literal["auto", "off"] = Field(
+        default="auto",
+        description="auto: where `tempo build` made artefacts for this policy (the checkpoint's "
+        "tempo_build/ folder, or the compile cache's built/ folder when the checkpoint's was "
+        "not writable, or artefacts_dir), the compiled tiers load them instead of tracing and "
+        "compiling; one built for another GPU, torch, Tempo or runner settings, or corrupt, is "
+        "refused and rebuilt there. Without such a folder nothing changes. off: never use them.",
+    )
+    artefacts_dir: Path | None = Field(
+        default=None,
+        description="The built artefacts' folder; null: found as built_artefacts says. They are "
+        "compiled code: trust the folder like the checkpoint and keep it private.",
+    )
     repromote_after_s: float | None = Field(
         default=None,
         gt=0,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from controller.config_sections import PolicyConfig, RobotConfig
 from controller.errors import ConfigError
+from controller.inference.artefact_folders import with_built_artefacts
 from controller.inference.prior_fallback import PriorFallback
 from controller.inference.progress import Progress
 from controller.inference.runner import Runner
@@ -79,6 +80,7 @@ def build_policy(
     The inference process's build; the control process's own only when
     `supervision.inference_process` is off (controller.app)."""
     device = resolve_device(policy.device)
+    runner = with_built_artefacts(runner, policy)
     if model is None:
         tensor_policy = build_tensor_policy(policy, robot, device=device)
     else:

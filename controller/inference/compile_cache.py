@@ -30,11 +30,13 @@ import torch
 from torch import nn
 
 from controller.inference.half_weights import precasts_half_weights
-from controller.inference.tiers import compile_options
 from controller.runner_config import RunnerConfig
 from policies.base import PolicySpec
+from policies.model_hooks import hooks_of
 
 log = logging.getLogger(__name__)
+
+DEFERRED = "deferred (the built artefacts come first)"
 
 
 def cache_key(
@@ -59,7 +61,7 @@ def cache_key(
             include={"precision", "compile_mode", "compile_backend", "fullgraph", "freezing"},
         ),
         "memory_format": channels_last_of(module),
-        "module_options": compile_options(module),
+        "module_options": dict(hooks_of(module).compile_options()),
         "half_weights": precasts_half_weights(module),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -91,8 +93,20 @@ def open_compile_cache(
     if not {"graph", "compiled"} & set(tier_names) or config.cache_dir is None:
         return None
     cache = CompileCache(config.cache_dir, cache_key(spec, module, config, device))
-    cache.activate()
+    # With built artefacts the compiled tiers may never call torch.compile: its mega-cache is
+    # loaded only if one does (load_deferred_megacaches), not seconds before it is known.
+    cache.activate(defer=config.artefacts_dir is not None and config.built_artefacts == "auto")
     return cache
+
+
+_deferred: list[CompileCache] = []
+
+
+def load_deferred_megacaches() -> None:
+    """Before a torch.compile: load the mega-caches whose loading was deferred (process-wide,
+    as torch's caches are)."""
+    while _deferred:
+        _deferred.pop()._load()
 
 
 class CompileCache:
@@ -104,16 +118,21 @@ class CompileCache:
         self.file = self.directory / f"megacache-{key}.bin"
         self.outcome = "unused"
 
-    def activate(self) -> None:
+    def activate(self, defer: bool = False) -> None:
         """Before the first compile: create the directory and point inductor (and Triton, which
-        inductor places under it) at it. Process-wide, like torch's own cache settings."""
+        inductor places under it) at it. Process-wide, like torch's own cache settings. With
+        `defer`, the mega-cache is loaded by load_deferred_megacaches, if ever."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         inductor_dir = self.directory / "inductor"
         inductor_dir.mkdir(exist_ok=True, mode=0o700)
         # torch reads this each time it needs the directory; it is how torch takes the setting.
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_dir)
         os.environ.pop("TRITON_CACHE_DIR", None)  # default: <inductor dir>/triton
-        self._load()
+        if defer:
+            self.outcome = DEFERRED
+            _deferred.append(self)
+        else:
+            self._load()
 
     @property
     def _warm_marker(self) -> Path:
@@ -142,14 +161,21 @@ class CompileCache:
 
     def save(self) -> None:
         """After a successful compile: keep the artifacts, unless they came from here; mark
-        inductor's directory warm for this model."""
+        inductor's directory warm for this model. Nothing when its loading is still deferred:
+        nothing went through torch.compile (the built artefacts served)."""
+        if self.outcome == DEFERRED:
+            return
         try:
             self._warm_marker.touch()
         except OSError as exc:
             log.warning("compile cache: could not mark %s warm: %s", self._warm_marker, exc)
         saver = getattr(torch.compiler, "save_cache_artifacts", None)
-        if saver is None or self.outcome == "loaded" or self.outcome.startswith("local"):
-            return
+        if (
+            saver is None
+            or self.outcome in ("loaded", DEFERRED)
+            or self.outcome.startswith("local")
+        ):
+            return  # DEFERRED: nothing went through torch.compile; keep the file as it is
         try:
             result = saver()
             if result is None:

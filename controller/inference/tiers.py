@@ -40,6 +40,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from controller.inference.built_artefacts import built_step
+from controller.inference.compile_cache import load_deferred_megacaches
 from controller.inference.half_weights import copy_sharing_tensors, half_tier_module
 from controller.inference.host_weights import matmul_weights_on
 from controller.inference.output_download import packed_outputs
@@ -149,6 +151,10 @@ class CompiledStep:
 
     def _compile(self) -> Callable[..., Outputs]:
         config = self._config
+        built = built_step(self._step, self._module, self._half, self._inputs.tensors, config)
+        if built is not None:  # `tempo build`'s artefacts: no tracing
+            return built
+        load_deferred_megacaches()
         options = None
         if config.compile_backend == "inductor":
             from torch._inductor import list_mode_options

@@ -1,0 +1,265 @@
+"""Artefacts of the compiled step built ahead of time (`tempo build`), so a start loads code
+instead of tracing and compiling it.
+
+An artefact is an AOTInductor package of the whole step (`torch.export`, then
+`aoti_compile_and_package`), loaded with `aoti_load_package`: no dynamo tracing at start. The
+package does not embed the weights (`aot_inductor.package_constants_in_so` off): at load the
+module's own parameters and buffers are handed to it (`load_constants`, user managed), so the
+package does not depend on the checkpoint's weight values, only on its structure. The graph tier
+captures the loaded callable in a CUDA graph as it captures a torch.compile'd step.
+
+Each step (one per model and batch-size bucket) has a slot in the artefacts folder:
+`step-<slot>.pt2` and its manifest `step-<slot>.json` (JSON, no pickle), which records what the
+package was built for (GPU or CPU, torch, CUDA, Python and Tempo versions, the runner settings
+that change the code, the model's tensors, inputs and source files: artefact_identity) and the
+package's SHA-256. A package whose manifest differs from this process's, or whose bytes do not
+match, is refused with one line and rebuilt in its slot (where the folder is: artefact_folders).
+A model that torch.export cannot export, or that compiles by regions (pi0), takes the
+compile-cache route (torch.compile and the mega-cache, controller.inference.compile_cache); its
+manifest says so, so the next start does not try to export it again.
+
+A package is code: it is loaded only from the checkpoint's `tempo_build/` folder or the private
+compile cache, never from a folder other users may write, and must be trusted like the checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from controller.inference.artefact_identity import (
+    ArtefactRefused,
+    differences,
+    file_sha256,
+    identity,
+    trusted_folder,
+)
+from controller.runner_config import RunnerConfig
+from policies.model_hooks import compiles_regions, hooks_of
+
+log = logging.getLogger(__name__)
+
+Outputs = tuple[torch.Tensor, ...]
+Step = Callable[..., Outputs]
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)  # a crash never leaves half a file under the name
+
+
+class _NotBuilt(Exception):
+    """No artefact in the slot yet."""
+
+
+class _CompileCacheRoute(Exception):
+    """The slot records that this model takes the compile-cache route; the message says why."""
+
+
+class BuiltArtefacts:
+    """One artefacts folder: loads a step's package, or refuses it and builds it again."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder).expanduser()
+
+    def paths(self, slot: str) -> tuple[Path, Path]:
+        return self.folder / f"step-{slot}.pt2", self.folder / f"step-{slot}.json"
+
+    def step(
+        self,
+        step: nn.Module,
+        module: nn.Module,
+        half: torch.dtype | None,
+        inputs: tuple[torch.Tensor, ...],
+        config: RunnerConfig,
+    ) -> tuple[Step | None, str]:
+        """(The loaded or newly built step, what was done) for `step` (the module wrapped as
+        the compiled step; `module` the model inside it); (None, why) where the compile-cache
+        route must be taken instead."""
+        reason = _not_exportable_reason(module, config)
+        if reason is not None:
+            return None, f"{reason}, so it takes the compile-cache route"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            trusted_folder(self.folder)
+        except (ArtefactRefused, OSError) as exc:
+            return None, f"nothing loaded from {self.folder}: {exc}, and a built artefact is code"
+        here = identity(module, half, inputs, config, step)
+        package, manifest = self.paths(here["slot"])
+        try:
+            return self._load(step, here, package, manifest)
+        except _CompileCacheRoute as exc:
+            return None, f"this model takes the compile-cache route ({exc})"
+        except _NotBuilt:
+            why = f"none built for this model in {self.folder}"
+        except ArtefactRefused as exc:
+            why = f"{package.name} refused ({exc})"
+            log.warning("built artefacts: %s; rebuilding it", why)
+        started = time.perf_counter()
+        try:
+            compiled = self._build(step, inputs, module, here, package, manifest, config)
+        except ArtefactRefused as exc:  # what was just built does not load: do not retry
+            return None, f"{why}; the rebuilt {package.name} was refused too ({exc})"
+        except Exception as exc:  # noqa: BLE001 - export or AOT compile: the compile cache serves
+            reason = f"torch.export or AOTInductor failed: {_first_line(exc)}"
+            self._save_manifest(manifest, here, route="compile cache", reason=reason)
+            return None, f"{why}; {reason}, so it takes the compile-cache route"
+        took = time.perf_counter() - started
+        return compiled, f"{why}; built {package} in {took:.1f} s"
+
+    def _load(
+        self, step: nn.Module, here: dict[str, Any], package: Path, manifest: Path
+    ) -> tuple[Step, str]:
+        if not manifest.exists():
+            raise _NotBuilt
+        try:
+            record = json.loads(manifest.read_text())
+            built_for, route = record["identity"], record["route"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ArtefactRefused(f"its manifest is unreadable: {_first_line(exc)}") from None
+        if built_for != here:
+            raise ArtefactRefused(differences(built_for, here))
+        if route != "aoti":
+            raise _CompileCacheRoute(record.get("reason", "recorded at build"))
+        if not package.exists():
+            raise ArtefactRefused("its package is missing")
+        if file_sha256(package) != record.get("sha256"):
+            raise ArtefactRefused("its package does not match the checksum it was built with")
+        started = time.perf_counter()
+        compiled = _load_package(package, step)
+        took = time.perf_counter() - started
+        return compiled, f"loaded {package} (AOTInductor, no tracing) in {took:.1f} s"
+
+    def _build(
+        self,
+        step: nn.Module,
+        inputs: tuple[torch.Tensor, ...],
+        module: nn.Module,
+        here: dict[str, Any],
+        package: Path,
+        manifest: Path,
+        config: RunnerConfig,
+    ) -> Step:
+        from torch._inductor import aoti_compile_and_package
+
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        exported = torch.export.export(step, inputs, strict=False)
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".pt2")
+        os.close(fd)
+        try:
+            options = package_options(module, config)
+            aoti_compile_and_package(exported, package_path=tmp, inductor_configs=options)
+            digest = file_sha256(Path(tmp))
+            os.replace(tmp, package)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        self._save_manifest(manifest, here, route="aoti", sha256=digest)
+        return _load_package(package, step)
+
+    def _save_manifest(self, manifest: Path, here: dict[str, Any], **record: object) -> None:
+        """Written last, atomically: a slot with a manifest has its package complete."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            body = {"identity": here, **record}
+            _write_atomically(manifest, json.dumps(body, indent=1, sort_keys=True).encode())
+        except OSError as exc:
+            log.warning("built artefacts: could not write %s: %s", manifest, exc)
+
+
+def package_options(module: nn.Module, config: RunnerConfig) -> dict[str, Any]:
+    """Inductor settings of the package: the compile mode's and the module's own, as the
+    compiled tier has them, and the weights left out of the package (handed over at load)."""
+    from torch._inductor import list_mode_options
+
+    options: dict[str, Any] = dict(list_mode_options(config.compile_mode))
+    options.pop("triton.cudagraphs", None)  # the graph tier captures its own graph
+    options.update(hooks_of(module).compile_options())
+    options["aot_inductor.package_constants_in_so"] = False
+    return options
+
+
+def _not_exportable_reason(module: nn.Module, config: RunnerConfig) -> str | None:
+    if compiles_regions(module):
+        return "this model compiles by regions"
+    if config.compile_backend != "inductor":
+        return f"compile_backend is {config.compile_backend}"
+    if config.freezing:
+        return "freezing folds the weights into the code"
+    return None
+
+
+def _constants_of(step: nn.Module) -> dict[str, torch.Tensor]:
+    named: list[tuple[str, torch.Tensor]] = list(step.named_parameters(remove_duplicate=False))
+    named += list(step.named_buffers(remove_duplicate=False))
+    return {name: tensor.detach() for name, tensor in named}
+
+
+def _load_package(package: Path, step: nn.Module) -> Step:
+    """The package loaded with the module's own tensors as its weights."""
+    from torch._inductor import aoti_load_package
+
+    try:
+        loaded = aoti_load_package(str(package))
+        mine = _constants_of(step)
+        wanted = loaded.get_constant_fqns()
+    except Exception as exc:  # noqa: BLE001 - a truncated or foreign archive
+        raise ArtefactRefused(f"it could not be loaded: {_first_line(exc)}") from None
+    missing = [name for name in wanted if name not in mine]
+    if missing:
+        raise ArtefactRefused(f"it wants tensors the model does not have: {missing[:3]}")
+    # Without every constant set, running the package crashes the process: check_full_update.
+    loaded.load_constants(
+        {name: mine[name] for name in wanted}, check_full_update=True, user_managed=True
+    )
+    return PackageStep(loaded)
+
+
+class PackageStep:
+    """A loaded package as the step's callable. The package's own `__call__` parses its input
+    and output tree specs from JSON on every call; here the output's is parsed once, and the
+    inputs, a flat tuple of tensors already, go straight to the runner."""
+
+    def __init__(self, loaded: Any) -> None:
+        from torch.utils import _pytree
+
+        self._loaded = loaded  # keeps the loaded library alive
+        self._run = loaded.loader.boxed_run
+        self._out_spec = _pytree.treespec_loads(loaded.loader.get_call_spec()[1])
+        self._unflatten = _pytree.tree_unflatten
+
+    def __call__(self, *inputs: torch.Tensor) -> Outputs:
+        return self._unflatten(self._run(list(inputs)), self._out_spec)  # type: ignore[no-any-return]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def built_step(
+    step: nn.Module,
+    module: nn.Module,
+    half: torch.dtype | None,
+    inputs: tuple[torch.Tensor, ...],
+    config: RunnerConfig,
+) -> Step | None:
+    """The compiled tiers' hook: the step from the built artefacts when the runner has an
+    artefacts folder (said in one log line), else None: compile it as before."""
+    if config.artefacts_dir is None or config.built_artefacts == "off":
+        return None
+    loaded, note = BuiltArtefacts(config.artefacts_dir).step(step, module, half, inputs, config)
+    log.info("built artefacts: %s", note)
+    return loaded
