@@ -149,13 +149,15 @@ class RunnerConfig(BaseModel):
         "temporary cache. Default: $XDG_CACHE_HOME/tempo/compile when XDG_CACHE_HOME is set, "
         "else ~/.cache/tempo/compile.",
     )
-    built_artefacts: Literal["auto", "off"] = Field(
+    built_artefacts: Literal["auto", "aot", "off"] = Field(
         default="auto",
         description="auto: where `tempo build` made artefacts for this policy (the checkpoint's "
         "tempo_build/ folder, or the compile cache's built/ folder when the checkpoint's was "
         "not writable, or artefacts_dir), the compiled tiers load them instead of tracing and "
         "compiling; one built for another GPU, torch, Tempo or runner settings, or corrupt, is "
-        "refused and rebuilt there. Without such a folder nothing changes. off: never use them.",
+        "refused and rebuilt there. Without such a folder nothing changes. On CUDA, auto takes "
+        "the compile-cache route (the inference process died building an AOTInductor package "
+        "in the one H100 run so far); aot: AOTInductor packages on CUDA too. off: never.",
     )
     artefacts_dir: Path | None = Field(
         default=None,

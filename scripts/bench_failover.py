@@ -1,4 +1,4 @@
-"""Failover and swap, measured through a real daemon and a robot driver (issue 31, item 4).
+"""Failover and swap, measured through a real daemon and a robot driver.
 
     python scripts/bench_failover.py --policy tiny                 # CPU, seconds per run
     python scripts/bench_failover.py --policy act-aloha --repeats 5 --set runner.cache_dir=DIR

@@ -89,6 +89,9 @@ class BuiltArtefacts:
         the compiled step; `module` the model inside it); (None, why) where the compile-cache
         route must be taken instead."""
         reason = _not_exportable_reason(module, config)
+        on_cuda = bool(inputs) and inputs[0].device.type == "cuda"
+        if reason is None and on_cuda and config.built_artefacts == "auto":
+            reason = "AOTInductor packages are used on CUDA only under built_artefacts: aot"
         if reason is not None:
             return None, f"{reason}, so it takes the compile-cache route"
         try:

@@ -185,6 +185,22 @@ def test_what_cannot_be_exported_takes_the_compile_cache_route(
         assert step is None and "data-dependent control flow" in again
 
 
+class _OnCuda:
+    """An input that says it is on CUDA (this machine has no GPU; only its device is read)."""
+
+    device = torch.device("cuda")
+
+
+def test_on_cuda_auto_takes_the_compile_cache_route(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = Small()
+    monkeypatch.setattr(torch.export, "export", lambda *a, **k: pytest.fail("exported"))
+    config = RunnerConfig(artefacts_dir=tmp_path)  # built_artefacts: auto
+    step, note = ba.BuiltArtefacts(tmp_path).step(module, module, None, (_OnCuda(),), config)  # type: ignore[arg-type]
+    assert step is None and "built_artefacts: aot" in note and "compile-cache route" in note
+
+
 def test_serve_finds_the_folder_beside_the_checkpoint_else_in_the_cache(tmp_path: Path) -> None:
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
