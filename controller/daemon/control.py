@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from controller.config import DEFAULT_POLICY_NAME
 from controller.config_sections import InferenceConfig, ServerConfig
-from controller.daemon.dispatch import Dispatcher, OtherPolicy
+from controller.daemon.dispatch import Dispatcher, HelloRouter
 from controller.daemon.feed import InferenceRequests
 from controller.daemon.loop import ControlLoop
 from controller.daemon.refusals import Refusals, Sender
@@ -59,7 +59,7 @@ def build_control(
     serving: Callable[[], bool] = lambda: True,
     recorder: Recorder | None = None,
     policy_name: str = DEFAULT_POLICY_NAME,
-    other_policy: OtherPolicy | None = None,
+    route_hello: HelloRouter | None = None,
     admit: Callable[[int], None] | None = None,
     occupied: Callable[[], int] | None = None,
 ) -> Control:
@@ -68,7 +68,7 @@ def build_control(
     `frames_in_place`: a driver may ask for a shared-memory frame ring in hello (the endpoint
     is ipc://); `serving`: whether the policy can answer now (see ControlLoop); `recorder`:
     the flight recorder (None: off). A daemon of several policies builds one per policy
-    (controller.daemon.lanes): `policy_name`, `other_policy`, `admit` go to the dispatcher
+    (controller.daemon.lanes): `policy_name`, `route_hello`, `admit` go to the dispatcher
     (see Dispatcher), `occupied` to the registry (the robots of every policy)."""
     registry = SessionRegistry(
         spec,
@@ -92,7 +92,7 @@ def build_control(
         limits=limits,
         telemetry=telemetry,
         policy_name=policy_name,
-        other_policy=other_policy,
+        route_hello=route_hello,
         admit=admit,
     )
     loop = ControlLoop(

@@ -25,7 +25,7 @@ from controller.daemon.handshake import (
 )
 from controller.daemon.log_safety import TEXT_CHARS, LineLimiter, shown
 from controller.daemon.observation_checks import ObservationChecker, Superseded, check_clock
-from controller.daemon.prompts import RobotPrompts
+from controller.daemon.prompts import Prompt, RobotPrompts
 from controller.daemon.refusals import Refusals, Sender
 from controller.daemon.registry import SessionRegistry
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
@@ -42,7 +42,9 @@ TELEOP_LOG_INTERVAL_NS = 1_000_000_000
 # A robot may mark at most one moment a second (each may write a ring's seconds to disk).
 MARK_INTERVAL_NS = 1_000_000_000
 # (policy name, identity, hello, now_ns): a hello naming another policy than the dispatcher's.
-OtherPolicy = Callable[[str, bytes, Message, int], None]
+# Several policies: (the hello's policy name or None, identity, hello, now) -> its session opened
+# with the policy it names, or the daemon's default (controller.daemon.lanes.Lanes.route_hello).
+HelloRouter = Callable[[str | None, bytes, Message, int], None]
 
 
 def unknown_policy(wanted: str, served: Iterable[str]) -> str:
@@ -65,17 +67,18 @@ class Dispatcher:
         limits: Limits = DEFAULT_LIMITS,
         telemetry: Telemetry | None = None,
         policy_name: str = DEFAULT_POLICY_NAME,
-        other_policy: OtherPolicy | None = None,
+        route_hello: HelloRouter | None = None,
         admit: Callable[[int], None] | None = None,
     ) -> None:
         """`send`: the `welcome`; `refusals`: every `error` reply; `requests`: an observation
         is asked about at once when due, not at the next tick. `policy_name`: the policy this
-        dispatcher's robots are served by; `other_policy`: a hello naming another one goes
-        there (None: refused, this daemon serves one); `admit(robots)`: raises ProtocolError
-        when the policy, serving `robots` others, cannot take one more (admission)."""
+        dispatcher's robots are served by; `route_hello`: every hello goes there, which picks
+        the policy (None: this daemon serves one, and a hello naming another is refused);
+        `admit(robots)`: raises ProtocolError when the policy, serving `robots` others, cannot
+        take one more (admission)."""
         self.control_hz = control_hz
         self.policy_name = policy_name
-        self._other_policy = other_policy or self._no_other_policy
+        self._route_hello = route_hello
         self._admit = admit
         self.spec = spec
         self.registry = registry
@@ -135,22 +138,28 @@ class Dispatcher:
     # -- handlers --------------------------------------------------------------------------
 
     def _hello(self, identity: bytes, message: Message, now_ns: int) -> None:
-        wanted = message.header.get("policy", self.policy_name)
-        if wanted != self.policy_name:
-            self._other_policy(wanted, identity, message, now_ns)
-        else:
-            self.hello(identity, message, now_ns)
+        wanted = message.header.get("policy")
+        if self._route_hello is not None:
+            self._route_hello(wanted, identity, message, now_ns)
+            return
+        if wanted is not None and wanted != self.policy_name:
+            raise ProtocolError(ErrorCode.NOT_ALLOWED, unknown_policy(wanted, [self.policy_name]))
+        self.open_session(identity, message, self.check_hello(identity, message), now_ns)
 
-    def _no_other_policy(self, wanted: str, identity: bytes, message: Message, now: int) -> None:
-        raise ProtocolError(ErrorCode.NOT_ALLOWED, unknown_policy(wanted, [self.policy_name]))
-
-    def hello(self, identity: bytes, message: Message, now_ns: int) -> None:
-        """Open a session with this dispatcher's policy for a hello (its name checked)."""
+    def check_hello(self, identity: bytes, message: Message) -> Prompt | None:
+        """Everything that may refuse a hello to this dispatcher's policy, before anything
+        changes: the robot's name, its spec, its task, admission. The hello's prompt."""
         check_robot_name(message.header["robot"])
         check_driver_spec(message.header["spec"], self.spec)
         prompt = self.prompts.for_hello(message.header.get("task"))
         if self._admit is not None:  # a second hello of a robot replaces its session
             self._admit(len(self.registry.sessions) - self.registry.serves(identity))
+        return prompt
+
+    def open_session(
+        self, identity: bytes, message: Message, prompt: Prompt | None, now_ns: int
+    ) -> None:
+        """A session with this dispatcher's policy for a checked hello, and its welcome."""
         self.registry.make_room(identity, now_ns)
         robot = message.header["robot"]
         driver_limits = parse_driver_limits(message.header["spec"])

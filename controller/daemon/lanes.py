@@ -13,7 +13,8 @@ holds only its own robots.
     lanes.tick(step, deadline_ns, now_ns)
 
 A message goes to the lane holding its connection's session (a connection without one: the
-default lane); a hello naming another policy moves there (`hello_elsewhere`).
+default lane); every hello goes to the lane of the policy it names, or the default's, and
+moves the connection there once that lane has checked it (`route_hello`).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def build_lane(
         serving=serving_watch(policy),  # False while its process restarts or switches: hold
         recorder=recorder,
         policy_name=name,
-        other_policy=lanes.hello_elsewhere,
+        route_hello=lanes.route_hello,
         admit=capacity.admit,
         occupied=lanes.occupied,
     )
@@ -141,15 +142,18 @@ class Lanes:
                 return
         self.default.control.dispatcher.handle(identity, frames, now_ns)
 
-    def hello_elsewhere(self, name: str, identity: bytes, message: Message, now_ns: int) -> None:
-        """A hello naming another lane's policy than the one that got it."""
-        target = self._by_name.get(name)
+    def route_hello(self, name: str | None, identity: bytes, message: Message, now_ns: int) -> None:
+        """A hello: to the policy it names (None: the default). The target checks it first
+        (a refusal changes nothing); then the connection's session with any other policy
+        ends, and one with the target opens."""
+        target = self.default if name is None else self._by_name.get(name)
         if target is None:
-            raise ProtocolError(ErrorCode.NOT_ALLOWED, unknown_policy(name, self._by_name))
+            raise ProtocolError(ErrorCode.NOT_ALLOWED, unknown_policy(name or "", self._by_name))
+        prompt = target.control.dispatcher.check_hello(identity, message)
         for lane in self.all:
             if lane is not target:
                 lane.control.registry.leave(identity, f"the driver said hello to policy {name}")
-        target.control.dispatcher.hello(identity, message, now_ns)
+        target.control.dispatcher.open_session(identity, message, prompt, now_ns)
 
     def tick(self, step: int, deadline_ns: int, now_ns: int) -> None:
         for lane in self.all:

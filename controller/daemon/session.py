@@ -344,9 +344,11 @@ class Session:
         return chunk
 
     def drop_plan_for_restart(self) -> None:
-        """The policy's process is restarting: chunks it planned are never executed, and this
-        tick holds."""
+        """The policy's process is restarting or was switched: chunks it planned are never
+        executed, an observation received before now is never asked about (it may predate the
+        fault), and this tick holds."""
         self._queues.chunks.clear()
+        self._pending = None
         self._pipeline.drop_plan()
         self._hold_reason = "inference_restarting"
 

@@ -113,11 +113,14 @@ def test_hello_picks_the_policy_by_name_and_unknown_names_are_refused(tmp_path: 
         served([default, named])  # the refusals disturbed nobody
 
 
-def _hello(socket: zmq.Socket, joints: list[str], policy: str) -> dict[str, Any]:
-    """Say hello on this one connection; the welcome's or error's header."""
+def _hello(socket: zmq.Socket, joints: list[str], policy: str | None) -> dict[str, Any]:
+    """Say hello on this one connection (naming `policy`, or none); the welcome's or error's
+    header."""
     cameras = [{"name": "front", "height": 96, "width": 128}]
     spec = {"joints": joints, "cameras": cameras, "state_size": len(joints)}
-    fields = {"spec": spec, "policy": policy}
+    fields: dict[str, Any] = {"spec": spec}
+    if policy is not None:
+        fields["policy"] = policy
     socket.send_multipart(encode("hello", robot="mover", seq=1, time_ns=1, fields=fields))
     while True:
         assert socket.poll(10_000), "no answer to hello"
@@ -138,6 +141,38 @@ def test_a_second_hello_naming_another_policy_moves_the_connection(tmp_path: Pat
             assert moved["kind"] == "welcome" and moved["spec"]["joints"] == SIX
             robots = {name: p["robots"] for name, p in daemon.status()["policies"].items()}
             assert robots == {"arm": 1, "gripper": 0}  # its gripper session ended
+        finally:
+            socket.close(linger=0)
+
+
+def _robots(daemon: Daemon) -> dict[str, int]:
+    return {name: p["robots"] for name, p in daemon.status()["policies"].items()}
+
+
+def test_a_second_hello_without_a_name_goes_to_the_default_policy(tmp_path: Path) -> None:
+    config = ipc_config(tmp_path, "control.rate_hz=50", TWO_POLICIES, *PATIENT)
+    with serving(config) as daemon:
+        socket = zmq.Context.instance().socket(zmq.DEALER)
+        socket.connect(daemon.endpoint)
+        try:
+            assert _hello(socket, THREE, "gripper")["kind"] == "welcome"
+            again = _hello(socket, SIX, None)  # no name: the daemon's default, not the last one
+            assert again["kind"] == "welcome" and again["spec"]["joints"] == SIX
+            assert _robots(daemon) == {"arm": 1, "gripper": 0}
+        finally:
+            socket.close(linger=0)
+
+
+def test_a_refused_move_to_another_policy_keeps_the_session_it_had(tmp_path: Path) -> None:
+    config = ipc_config(tmp_path, "control.rate_hz=50", TWO_POLICIES, *PATIENT)
+    with serving(config) as daemon:
+        socket = zmq.Context.instance().socket(zmq.DEALER)
+        socket.connect(daemon.endpoint)
+        try:
+            assert _hello(socket, THREE, "gripper")["kind"] == "welcome"
+            refused = _hello(socket, THREE, "arm")  # the arm's spec does not match: refused
+            assert refused["kind"] == "error" and refused["code"] == "spec_mismatch"
+            assert _robots(daemon) == {"arm": 0, "gripper": 1}  # nothing changed
         finally:
             socket.close(linger=0)
 
