@@ -18,6 +18,7 @@ This module imports no torch (it runs in the control process).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -26,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from controller.errors import PolicyError
@@ -33,7 +35,7 @@ from controller.link.frame_slots import slot_parts
 from controller.link.served_policy import ServedPolicy
 from controller.link.standbys import HotBuild
 from controller.link.supervision import ProcessSupervision
-from policies.base import PolicySpec
+from policies.base import PolicySpec, PromptSpec
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,46 @@ def check_compatible(old: PolicySpec, new: PolicySpec) -> None:
     if (new.prompt is None) != (old.prompt is None):
         reads = "reads a prompt" if new.prompt is not None else "reads no prompt"
         raise PolicyError(f"the new policy {reads}, unlike the one serving; nothing was changed")
+    # What the daemon worked out from the old checkpoint and keeps using for these robots: the
+    # robots' token ids, the range their states are checked against, how chunks are played.
+    if new.prompt and old.prompt and _prompt_key(new.prompt) != _prompt_key(old.prompt):
+        raise PolicyError(
+            "the new policy tokenizes prompts differently (another tokenizer, vocabulary, "
+            "length or template) from the one serving; nothing was changed"
+        )
+    if not _within(old.state_bounds, new.state_bounds):
+        raise PolicyError(
+            "the new policy accepts a narrower range of states than the one serving, against "
+            "whose range the robots' states are checked; nothing was changed"
+        )
+    if new.execution != old.execution:
+        raise PolicyError(
+            f"the new policy's execution settings ({new.execution}) differ from those of the "
+            f"one serving ({old.execution}); nothing was changed"
+        )
+
+
+def _within(
+    checked: tuple[tuple[float, float], ...] | None,
+    accepted: tuple[tuple[float, float], ...] | None,
+) -> bool:
+    """Whether every state that passes `checked` (None: any finite one) is within `accepted`."""
+    if accepted is None:
+        return True
+    if checked is None:
+        return False
+    pairs = zip(checked, accepted, strict=True)
+    return all(a_lo <= c_lo and c_hi <= a_hi for (c_lo, c_hi), (a_lo, a_hi) in pairs)
+
+
+def _prompt_key(prompt: PromptSpec) -> tuple[Any, ...]:
+    """A prompt spec without its tokenizer's path, with the tokenizer file's contents."""
+    fields = prompt.model_dump(exclude={"tokenizer"})
+    try:
+        digest = hashlib.sha256(Path(prompt.tokenizer).read_bytes()).hexdigest()
+    except OSError as exc:
+        digest = f"unreadable: {exc.strerror}"
+    return tuple(sorted(fields.items())), digest
 
 
 def _observation(spec: PolicySpec) -> str:
@@ -163,8 +205,11 @@ class Swapper:
         try:
             detail = self._swap(state)
         except PolicyError as exc:
-            state.finish("failed", str(exc))
-            log.error("swap to %s failed: %s", state.path, exc)
+            detail = str(exc)
+            if state.switched is None and "nothing was changed" not in detail:
+                detail += "; nothing was changed"  # failed before the switch: the old serves on
+            state.finish("failed", detail)
+            log.error("swap to %s failed: %s", state.path, detail)
         except Exception as exc:  # noqa: BLE001 - a bug of ours: the swap fails, serving goes on
             state.finish("failed", f"the swap failed ({type(exc).__name__}: {exc})")
             log.exception("swap to %s failed", state.path)
@@ -234,6 +279,10 @@ def swap_command(
             return {"error": "a swap needs the new checkpoint's path"}
         if name is not None and not isinstance(name, str):
             return {"error": "a swap's policy name must be text"}
+        if name is None and len(policies) > 1:
+            served = ", ".join(repr(n) for n in policies)
+            return {"error": f"this daemon serves several policies ({served}); name one with "
+                             "--policy"}  # fmt: skip
         try:
             name = resolve_policy_name(name, tuple(policies))
             return {"swap": policies[name].swap(path, now=bool(request.get("now")), name=name)}

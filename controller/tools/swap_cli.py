@@ -31,7 +31,9 @@ def add_swap_parser(
     parser = sub.add_parser("swap", help="serve another checkpoint without restarting")
     add_config_args(parser)
     parser.add_argument("--path", type=Path, required=True, help="the new checkpoint directory")
-    parser.add_argument("--policy", help="which served policy to swap (default: the only one)")
+    parser.add_argument(
+        "--policy", help="which served policy to swap (needed when the daemon serves several)"
+    )
     parser.add_argument(
         "--now",
         action="store_true",
@@ -69,19 +71,30 @@ def cmd_swap(
     if "error" in reply:
         print(f"tempo swap: refused: {reply['error']}", file=sys.stderr)
         return 2
-    swap_id = reply["swap"]["id"]
+    if not isinstance(reply.get("swap"), dict):  # a status: this daemon has no swap command
+        print(f"tempo swap: the daemon on {endpoint} takes no swap command (an older Tempo?)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    swap_id, name = reply["swap"].get("id"), reply["swap"].get("policy")
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
         time.sleep(POLL_S)
-        status = request_status(endpoint, timeout_s=5.0) or {}
-        swap = ((status.get("policy") or {}).get("process") or {}).get("swap") or {}
+        swap = _swap_status(request_status(endpoint, timeout_s=5.0) or {}, name)
         if swap.get("id") != swap_id or swap.get("phase") == "building":
             continue
         if swap.get("phase") == "done":
             print(f"tempo swap: done: {swap.get('detail')}")
             return 0
-        print(f"tempo swap: failed, nothing was changed: {swap.get('detail')}", file=sys.stderr)
+        print(f"tempo swap: failed: {swap.get('detail')}", file=sys.stderr)
         return 2
     print(f"tempo swap: not finished within {args.timeout:.0f} s; see `tempo status`",
           file=sys.stderr)  # fmt: skip
     return 1
+
+
+def _swap_status(status: dict[str, Any], name: str | None) -> dict[str, Any]:
+    """The swap that policy `name`'s process reports in a daemon status (several policies:
+    under `policies`; one: `policy`)."""
+    policies = status.get("policies") or {}
+    policy = (policies.get(name) or {}).get("policy") if name in policies else status.get("policy")
+    return ((policy or {}).get("process") or {}).get("swap") or {}

@@ -1,8 +1,9 @@
 """`tempo swap`: the daemon builds another checkpoint in a new inference process, checks it and
 switches every robot to it (--now); a swap that fails its checks changes nothing and says why.
 
-The built-in reach policy serves first (it starts at once on the CPU); the checkpoints are the
-demo ACT's, made for the same robot (joint_0..5, one 96x128 camera, chunks of 20).
+The demo ACT (seed 0) serves first, or the built-in reach policy where the swap is refused
+before anything is built; the new checkpoints are the demo ACT's with other weights, made for
+the same robot (joint_0..5, one 96x128 camera, chunks of 20), or for another robot.
 """
 
 from __future__ import annotations
@@ -34,8 +35,16 @@ def _act(policy: RemotePolicy) -> np.ndarray:
     return policy.predict(images, context).actions
 
 
+def _serving_act(tmp_path: Path) -> tuple[str, ...]:
+    """Overrides serving the demo ACT (seed 0); a swap then brings seed 1, the same robot's
+    policy with other weights (a swap from the scripted reach policy, which takes any finite
+    state, to a checkpoint with a state range is refused)."""
+    served = make_demo_checkpoint(tmp_path / "served", joint_names=JOINTS)
+    return (*OVERRIDES, "policy.kind=checkpoint", f"policy.path={served}")
+
+
 def _remote(tmp_path: Path) -> RemotePolicy:
-    config = ipc_config(tmp_path, *OVERRIDES)
+    config = ipc_config(tmp_path, *_serving_act(tmp_path))
     command = [sys.executable, "-m", "controller.cli", "inference-process"]
     config_json = json.dumps(config.model_dump(mode="json"))
     return RemotePolicy(command, config_json=config_json, standby="off")
@@ -53,7 +62,7 @@ def test_a_swap_to_a_policy_for_another_robot_is_refused_and_changes_nothing(
     policy = _remote(tmp_path)
     policy.start()
     try:
-        reach = _act(policy)
+        served = _act(policy)
         old, epoch, config = policy.pid, policy.epoch, policy._config_json
         policy.swap(other_robot, now=True, name="default")  # built and checked, then refused
         refused = _finished(policy)
@@ -62,17 +71,17 @@ def test_a_swap_to_a_policy_for_another_robot_is_refused_and_changes_nothing(
         assert "nothing was changed" in refused["detail"]
         assert policy.pid == old and policy.epoch == epoch and policy._config_json == config
         wait_for(lambda: not Path(f"/proc/{refused['pid']}").exists(), 10)  # it was ended
-        assert np.allclose(_act(policy), reach)
+        assert np.allclose(_act(policy), served)
     finally:
         policy.stop()
 
 
 def test_a_swap_serves_the_new_checkpoint_and_restarts_build_it(tmp_path: Path) -> None:
-    checkpoint = str(make_demo_checkpoint(tmp_path / "act", joint_names=JOINTS))
+    checkpoint = str(make_demo_checkpoint(tmp_path / "act", joint_names=JOINTS, seed=1))
     policy = _remote(tmp_path)
     policy.start()
     try:
-        reach = _act(policy)
+        before = _act(policy)
         old, epoch = policy.pid, policy.epoch
         assert policy.swap(checkpoint, now=True, name="default")["phase"] == "building"
         done = _finished(policy)
@@ -81,9 +90,8 @@ def test_a_swap_serves_the_new_checkpoint_and_restarts_build_it(tmp_path: Path) 
         assert policy.epoch == epoch + 1  # the control loop sees the switch (serving_watch)
         wait_for(lambda: not Path(f"/proc/{old}").exists() or _zombie(old or 0), 10)
         act = _act(policy)
-        assert act.shape == reach.shape and not np.allclose(act, reach)  # another policy
-        assert policy.spec.state_bounds is not None  # the checkpoint's spec, not reach's
-        # From now on a restart builds the new checkpoint (reach's spec would be refused).
+        assert act.shape == before.shape and not np.allclose(act, before)  # other weights
+        # From now on a restart builds the new checkpoint.
         assert json.loads(policy._config_json or "")["policy"]["path"] == checkpoint
         assert policy.restart_count == 0
     finally:
@@ -134,9 +142,9 @@ def test_swaps_that_fail_their_checks_change_nothing_and_say_why(
 def test_tempo_swap_now_switches_the_robots_to_the_new_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    checkpoint = make_demo_checkpoint(tmp_path / "act", joint_names=JOINTS)
+    checkpoint = make_demo_checkpoint(tmp_path / "act", joint_names=JOINTS, seed=1)
     status_at = f"ipc://{tmp_path}/status.sock"
-    with daemon_process(tmp_path, *OVERRIDES):
+    with daemon_process(tmp_path, *_serving_act(tmp_path)):
         driver = StreamingDriver(f"ipc://{tmp_path}/tempo.sock").start()
         try:
             wait_for(lambda: sum(r.kind == "action" for r in driver.records) >= 10, 30)

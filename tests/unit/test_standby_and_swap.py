@@ -21,7 +21,7 @@ from controller.link.served_policy import served_here
 from controller.link.serving_watch import serving_watch
 from controller.link.standbys import standby_mode
 from controller.observe.status_server import StatusServer, request_command, request_status
-from policies.base import CameraSpec, PolicySpec, PromptSpec
+from policies.base import CameraSpec, Execution, PolicySpec, PromptSpec
 
 # ---- supervision.standby ---------------------------------------------------------------------
 
@@ -69,7 +69,34 @@ def _spec(**changes: Any) -> PolicySpec:
 
 
 def test_a_policy_for_the_same_robot_passes() -> None:
-    check_compatible(_spec(), _spec(state_bounds=((-1.0, 1.0),) * 6))  # weights may differ
+    narrow, wide = ((-1.0, 1.0),) * 6, ((-2.0, 2.0),) * 6
+    check_compatible(_spec(state_bounds=narrow), _spec(state_bounds=wide))  # weights may differ
+    check_compatible(_spec(state_bounds=wide), _spec())  # no bounds: any finite state
+
+
+def test_what_the_daemon_keeps_from_the_old_policy_must_fit_the_new_one(tmp_path: Path) -> None:
+    """The robots' states stay checked against the old range, their prompts stay tokenized
+    by the old tokenizer, their chunks played by the old execution settings."""
+    narrow, wide = ((-1.0, 1.0),) * 6, ((-2.0, 2.0),) * 6
+    with pytest.raises(PolicyError, match="narrower range of states"):
+        check_compatible(_spec(state_bounds=wide), _spec(state_bounds=narrow))
+    with pytest.raises(PolicyError, match="narrower range of states"):
+        check_compatible(_spec(), _spec(state_bounds=wide))
+    with pytest.raises(PolicyError, match="execution settings"):
+        check_compatible(_spec(), _spec(execution=Execution(query_period=4, ensemble="newest")))
+    one, other = tmp_path / "a.model", tmp_path / "b.model"
+    one.write_bytes(b"tokenizer one")
+    other.write_bytes(b"tokenizer two")
+    copy = tmp_path / "copy.model"
+    copy.write_bytes(b"tokenizer one")
+
+    def prompted(path: Path, length: int = 8) -> PolicySpec:
+        return _spec(prompt=PromptSpec(tokenizer=str(path), max_length=length, vocab_size=100))
+
+    check_compatible(prompted(one), prompted(copy))  # the same tokenizer in another folder
+    for new in (prompted(other), prompted(one, length=16)):
+        with pytest.raises(PolicyError, match="tokenizes prompts differently"):
+            check_compatible(prompted(one), new)
 
 
 @pytest.mark.parametrize(
@@ -134,11 +161,16 @@ def test_the_status_socket_answers_status_and_the_swap_command(tmp_path: Path) -
     try:
         assert request_status(endpoint, 2.0, context) == {"tick": 7}
         swap = {"kind": "swap", "path": "/ckpt", "now": True, "policy": None}
-        assert request_command(endpoint, swap, 2.0, context) == {
-            "swap": {"id": 1, "phase": "building"}
+        unnamed = request_command(endpoint, swap, 2.0, context)  # two policies: which one?
+        assert unnamed == {
+            "error": "this daemon serves several policies ('default', 'wrist'); name one with "
+            "--policy"
         }
-        refused = request_command(endpoint, {**swap, "path": "/refused"}, 2.0, context)
+        refused = request_command(
+            endpoint, {**swap, "path": "/refused", "policy": "default"}, 2.0, context
+        )
         assert refused == {"error": "the new policy reads no prompt, unlike the one serving"}
+        policy.asked.clear()
         missing = request_command(endpoint, {"kind": "swap"}, 2.0, context)
         assert missing == {"error": "a swap needs the new checkpoint's path"}
         # Any other map is a status request, as before.
@@ -149,11 +181,8 @@ def test_the_status_socket_answers_status_and_the_swap_command(tmp_path: Path) -
         assert unknown == {
             "error": "no policy named 'gripper' is served here (served: 'default', 'wrist')"
         }
-        assert policy.asked == [
-            ("/ckpt", True, "default"),
-            ("/refused", True, "default"),
-            ("/ckpt", True, "wrist"),
-        ]
+        assert policy.asked == [("/ckpt", True, "wrist")]  # the refusals asked nobody
+
     finally:
         server.stop()
         context.term()
@@ -182,3 +211,17 @@ def test_the_loop_is_told_not_serving_once_after_each_switch() -> None:
     assert serving() is False
     here = served_here(policy)  # type: ignore[arg-type]
     assert here.epoch == 0 and serving_watch(here)() is True  # never switches processes
+
+
+def test_tempo_swap_follows_the_swap_of_the_policy_it_named() -> None:
+    from controller.tools.swap_cli import _swap_status
+
+    def process(swap_id: int) -> dict[str, Any]:
+        return {"process": {"swap": {"id": swap_id, "phase": "done"}}}
+
+    one = {"policy": process(1)}
+    several = {"policy": process(1), "policies": {"arm": {"policy": process(1)},
+                                                   "wrist": {"policy": process(7)}}}  # fmt: skip
+    assert _swap_status(one, "default")["id"] == 1
+    assert _swap_status(several, "wrist")["id"] == 7  # not the default policy's swap 1
+    assert _swap_status({}, "wrist") == {}
