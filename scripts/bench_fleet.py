@@ -126,6 +126,12 @@ MIXED_COLUMNS = [
     ("lost", "lost"), ("load", "load"), ("bucket step ms", "step_ms_by_bucket"),
 ]  # fmt: skip
 
+ROBOT_COLUMNS = [
+    ("robot", "robot"), ("policy", "policy"), ("rate Hz", "rate_hz"),
+    ("deadline ms", "deadline_ms"), ("p50 ms", "p50_ms"), ("p99 ms", "p99_ms"),
+    ("chunks", "chunks"), ("late", "late_chunks"), ("actions", "actions"), ("lost", "lost"),
+]  # fmt: skip
+
 
 def compare_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per robot count: batched against one after another, and against one robot batched."""
@@ -184,8 +190,15 @@ def mixed(args: argparse.Namespace, tmp: str) -> list[dict[str, Any]]:
     rows = mixed_run(config, counts, args.seconds, args.tiny)
     print(f"\nmixed: one daemon at {args.rate:g} Hz, {args.seconds:g} s")
     table(rows[:-1], MIXED_COLUMNS)
+    print("  each robot:")
+    table([robot for row in rows[:-1] for robot in row["per_robot"]], ROBOT_COLUMNS)
     daemon = rows[-1]
     print(f"  deadline: {DEADLINE_RULE}")
+    for row in rows[:-1]:
+        if row["deadline_ms"] is not None and row["deadline_ms"] >= row["watchdog_hold_ms"]:
+            print(f"  note: {row['policy']}'s robots send an observation every "
+                  f"{row['deadline_ms']:g} ms, past guards.hold_after_ms "
+                  f"({row['watchdog_hold_ms']:g}): they get holds between chunks")  # fmt: skip
     print(f"  missed ticks (the daemon's one loop): {daemon['missed_ticks']}; "
           f"GPU utilisation: {shown(daemon['gpu_util'])}")  # fmt: skip
     return rows

@@ -115,6 +115,8 @@ def mixed_run(config: TempoConfig, robots: dict[str, int], seconds: float,
             "all_on_time": totals["late_chunks"] == 0 and all(r["chunks"] > 0 for r in runs),
             "late_actions_dropped": lane.get("late_actions_dropped"),
             "load": lane.get("load"),
+            # Observations further apart than this get holds between chunks (the watchdog).
+            "watchdog_hold_ms": views[name].guards.hold_after_ms,
             "steps_by_bucket": lane.get("policy", {}).get("steps_by_bucket"),
             "step_ms_by_bucket": bucket_step_ms(lane.get("policy", {})),
             "per_robot": runs,
