@@ -47,6 +47,7 @@ def _totals(runs: list[dict[str, Any]], latencies: list[float]) -> dict[str, Any
         "late_chunks": sum(r["late_chunks"] for r in runs),
         "lost": sum(r["lost"] for r in runs),
         "expired": sum(r["expired"] for r in runs),
+        "reconnects": sum(r["reconnects"] for r in runs),
     }
 
 
@@ -191,6 +192,7 @@ def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
         },
         "admitted_actions": sum(run.actions for run in admitted),
         "admitted_lost": sum(run.lost for run in admitted),
+        "admitted_reconnects": sum(run.reconnects for run in admitted),
         "missed_ticks": status.get("missed_ticks"),
         "status_load": status.get("policies", {}).get("default", {}).get("load"),
         "per_robot": [run.summary() for run in admitted],

@@ -47,6 +47,7 @@ class RobotRun:
     actions: int = 0
     lost: int = 0  # gaps in the daemon's action/hold sequence numbers
     expired: int = 0  # actions that reached the client past their own deadline
+    reconnects: int = 0  # fresh handshakes after the daemon went silent (1 s) or forgot us
     refused: str | None = None  # the daemon's sentence, when it refused this robot's hello
 
     def summary(self) -> dict[str, Any]:
@@ -63,6 +64,7 @@ class RobotRun:
             "actions": self.actions,
             "lost": self.lost,
             "expired": self.expired,
+            "reconnects": self.reconnects,
             "refused": self.refused,
         }
 
@@ -123,7 +125,7 @@ class SimulatedRobot:
     def close(self) -> None:
         counters = self.client.counters
         self.run.actions, self.run.lost = counters.actions, counters.lost
-        self.run.expired = counters.expired
+        self.run.expired, self.run.reconnects = counters.expired, counters.reconnects
         self.client.close()
 
 

@@ -41,7 +41,7 @@ def test_admission_refuses_the_extra_robot_with_numbers_and_mixed_reports_each_p
         by_mode.setdefault(row["mode"], []).append(row)
 
     (admission,) = by_mode["admission"]
-    assert admission["admitted"] == 2
+    assert admission["admitted"] == 2, admission
     (refusal,) = admission["refused"]
     assert refusal["hello"] == 3 and refusal["robot"] == "r2"
     numbers = re.search(r"serving 2 robots needing ([\d.]+) of its inference time, one more "
@@ -50,8 +50,9 @@ def test_admission_refuses_the_extra_robot_with_numbers_and_mixed_reports_each_p
     assert float(numbers.group(3)) == round(admission["max_load"], 2)
     assert admission["load_n"] < admission["max_load"] < admission["load_n_plus_1"]
     # The admitted robots kept being served after the refusal, without a lost message.
-    assert admission["admitted_lost"] == 0
-    assert all(chunks > 0 for chunks in admission["admitted_chunks_after_refusal"].values())
+    assert admission["admitted_lost"] == 0, admission
+    after = admission["admitted_chunks_after_refusal"]
+    assert all(chunks > 0 for chunks in after.values()), admission
     assert "hello 3 (r2) refused" in out
 
     policies = {row["policy"]: row for row in by_mode["mixed"]}
@@ -62,7 +63,7 @@ def test_admission_refuses_the_extra_robot_with_numbers_and_mixed_reports_each_p
     assert (act["rate_hz"], pi0["rate_hz"]) == (10.0, 5.0)
     assert (act["deadline_ms"], pi0["deadline_ms"]) == (100.0, 200.0)
     for row in (act, pi0):
-        assert row["chunks"] > 0 and row["obs_to_action_p99_ms"] > 0
+        assert row["chunks"] > 0 and row["obs_to_action_p99_ms"] > 0, row
         assert isinstance(row["all_on_time"], bool) and row["lost"] >= 0
         assert {r["policy"] for r in row["per_robot"]} == {row["policy"]}
     assert isinstance(policies["(daemon)"]["missed_ticks"], int)
