@@ -1,18 +1,36 @@
-"""N simulated robots against one daemon, batching on against off in the same run.
+"""N simulated robots against one daemon: batching on against off, several policies, admission.
 
-For each robot count, the daemon is started twice on the same policy and machine: once with
-`inference.batch_sizes: [1]` (the robots served one after another) and once with the batch
-sizes given. Each robot is a thread with its own TempoClient sending an observation every
-control period (random frames, a moving state). Reported per run: every robot's
-observation-to-action time (from sending an observation to the first action of a chunk computed
-from it) p50 and p99 over all robots and the worst robot's p99, missed ticks, actions lost,
-policy steps per second (robot steps: chunks), and the steps per batch size.
+Every run starts the daemon afresh on the same machine; the modes (any together; none: the
+fleet run):
+
+  fleet (default)  for each robot count, the daemon twice: `inference.batch_sizes: [1]` (the
+                   robots served one after another) and the batch sizes given. Robots send an
+                   observation every control period. Per run: observation-to-action (sending an
+                   observation -> the first action of the chunk computed from it) p50 and p99
+                   over all robots and the worst robot's p99, chunks past their deadline,
+                   missed ticks, actions lost, robot steps (chunks) per second, the steps per
+                   batch size, GPU utilisation (nvidia-smi, else n/a).
+  --saturate       the same pairs at --saturate-rate (500 Hz) with robots that send the next
+                   observation as soon as the chunk for the last one arrives, so demand exceeds
+                   what one after another can serve: throughput batched / one after another,
+                   and each bucket's step time as the runner measured it (how the model's step
+                   scales with batch size).
+  --mixed          one daemon, two policies (`act` and `pi0`; or --mixed-config's `policies:`),
+                   robots on each at the policy's own rate (control rate / query period): per
+                   policy p50/p99, whether every chunk came before its deadline, missed ticks,
+                   lost messages.
+  --admission N    inference.max_load set between the load of N robots and of N+1 (or
+                   --max-load); robots connect one by one up to N+1: which hello was refused
+                   and its sentence, and that the admitted robots kept being served.
 
     python scripts/bench_fleet.py --tiny --robots 1 2 4 --seconds 5            # a CPU check
+    python scripts/bench_fleet.py --tiny --rate 10 --mixed --admission 2 --saturate --robots 4
     python scripts/bench_fleet.py --robots 1 2 4 8 16 --rate 50 --batch-sizes 1 2 4 8 16 \\
-        --set policy.kind=checkpoint --set policy.path=CKPT --set runner.cache_dir=DIR
+        --set policy.kind=checkpoint --set policy.path=ACT --set runner.cache_dir=DIR
+    python scripts/bench_fleet.py --mixed --act-path ACT --pi0-path PI0 --set runner.cache_dir=DIR
+    python scripts/bench_fleet.py --admission 16 --batch-sizes 1 2 4 8 16 --set policy.path=ACT ...
 
-Without --tiny the policy runs in its own inference process, as `tempo serve` runs it.
+Without --tiny every policy runs in its own inference process, as `tempo serve` runs it.
 """
 
 from __future__ import annotations
@@ -21,109 +39,191 @@ import argparse
 import json
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fleet_modes import admission_run, fleet_run, mixed_run  # noqa: E402
+from fleet_robots import DEADLINE_RULE  # noqa: E402
 
 from controller.config import TempoConfig, load_config  # noqa: E402
-from controller.wire.client import TempoClient  # noqa: E402
+from controller.errors import TempoError  # noqa: E402
 
 
-def robot(endpoint: str, name: str, spec: Any, rate: float, seconds: float, out: dict) -> None:
-    """One simulated robot: an observation every period, the obs-to-action times recorded."""
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
-    cameras = {c.name: (c.height, c.width) for c in spec.cameras}
-    frames = {n: rng.integers(0, 256, (*hw, 3), np.uint8) for n, hw in cameras.items()}
-    sent: dict[int, int] = {}
-    latencies: list[float] = []
-    seen: set[int] = set()
-    period = 1.0 / rate
-    with TempoClient(endpoint, name, list(spec.joint_names), cameras, spec.state_size,
-                     handshake_timeout_s=60) as client:  # fmt: skip
-        start = time.monotonic()
-        tick = 0
-        while time.monotonic() - start < seconds:
-            state = np.full(spec.state_size, 0.1 * np.sin(tick / 50), np.float32)
-            seq = client.send_observation(frames, state)
-            if seq is not None:
-                sent[seq] = time.monotonic_ns()
-            tick += 1
-            next_at = start + tick * period
-            while (left := next_at - time.monotonic()) > 0:
-                command = client.receive(timeout_s=min(left, 0.002))
-                if command.kind == "action" and command.obs_seq in sent:
-                    if command.obs_seq not in seen:
-                        seen.add(command.obs_seq)
-                        latencies.append((time.monotonic_ns() - sent[command.obs_seq]) / 1e6)
-        out[name] = {"latencies_ms": latencies, "lost": client.counters.lost}
+def sockets(tmp: str, robots: int) -> list[str]:
+    return [f"server.bind=ipc://{tmp}/tempo.sock", f"server.status_bind=ipc://{tmp}/status.sock",
+            f"server.max_robots={max(robots, 8)}"]  # fmt: skip
 
 
-def run(config: TempoConfig, robots: int, seconds: float, tiny: bool) -> dict[str, Any]:
-    from controller.app import inference_process
-    from controller.daemon.service import Daemon
-    from controller.inference.build import build_policy
-
-    if tiny:
-        from controller.runner_config import RunnerConfig
-        from policies.tiny.policy import build_tiny_policy
-
-        runner = RunnerConfig(top_tier="eager_fp32", cache_dir=None, parity_observations=2)
-        inference = config.inference
-        policy: Any = build_policy(config.policy, config.robot, runner, None,
-                                   build_tiny_policy(), inference.batch_sizes,
-                                   inference.batch_window_us)  # fmt: skip
-    else:
-        policy = inference_process(config)
-        policy.start()
-    daemon = Daemon(config, policy)
-    daemon.start()
-    results: dict[str, Any] = {}
-    try:
-        threads = [
-            threading.Thread(
-                target=robot,
-                args=(
-                    daemon.endpoint,
-                    f"r{k}",
-                    policy.spec,
-                    config.control.rate_hz,
-                    seconds,
-                    results,
-                ),  # fmt: skip
-            )
-            for k in range(robots)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        status = daemon.status()
-    finally:
-        daemon.stop()
-        if not tiny:
-            policy.stop()
-    everything = [x for r in results.values() for x in r["latencies_ms"]]
-    worst = max((np.percentile(r["latencies_ms"], 99) for r in results.values()
-                 if r["latencies_ms"]), default=float("nan"))  # fmt: skip
-    return {
-        "robots": robots,
-        "batch_sizes": list(config.inference.batch_sizes),
-        "obs_to_action_p50_ms": float(np.percentile(everything, 50)) if everything else None,
-        "obs_to_action_p99_ms": float(np.percentile(everything, 99)) if everything else None,
-        "worst_robot_p99_ms": float(worst),
-        "missed_ticks": status.get("missed_ticks"),
-        "lost": sum(r["lost"] for r in results.values()),
-        "robot_steps_per_s": status.get("inferences", 0) / seconds,
-        "steps_by_bucket": status.get("policy", {}).get("steps_by_bucket"),
-    }
+def fleet_config(args: argparse.Namespace, tmp: str, robots: int, sizes: list[int],
+                 rate: float | None = None) -> TempoConfig:  # fmt: skip
+    return load_config(args.config, [
+        *args.sets, *sockets(tmp, robots), f"control.rate_hz={rate or args.rate}",
+        f"inference.batch_sizes={json.dumps(sizes)}",
+        f"inference.batch_window_us={args.window_us}",
+    ])  # fmt: skip
 
 
-def main() -> None:
+def mixed_config(args: argparse.Namespace, tmp: str, robots: int) -> TempoConfig:
+    """--mixed-config as given, else two policies: `act` and `pi0` (queried every
+    --pi0-query-period control steps), each with the batch sizes given."""
+    common = [*args.sets, *sockets(tmp, robots), f"control.rate_hz={args.rate}"]
+    if args.mixed_config is not None:
+        return load_config(args.mixed_config, common)
+    if not args.tiny and (args.act_path is None or args.pi0_path is None):
+        raise SystemExit("--mixed needs --act-path and --pi0-path (or --mixed-config, or --tiny)")
+    batching = {"batch_sizes": args.batch_sizes, "batch_window_us": args.window_us}
+
+    def entry(name: str, path: Path | None, **inference: Any) -> dict[str, Any]:
+        policy = {"kind": "checkpoint", "path": str(path)} if path is not None else {}
+        return {"name": name, "policy": policy, "inference": {**batching, **inference}}
+
+    policies = [entry("act", args.act_path),
+                entry("pi0", args.pi0_path, query_period=args.pi0_query_period)]  # fmt: skip
+    return load_config(None, [*common, f"policies={json.dumps(policies)}"])
+
+
+def shown(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
+    if isinstance(value, dict):
+        return " ".join(f"{k}:{shown(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list):
+        return ",".join(shown(v) for v in value)
+    return str(value)
+
+
+def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:
+    """Rows as aligned columns: (heading, key) each."""
+    cells = [[heading for heading, _ in columns]]
+    cells += [[shown(row.get(key)) for _, key in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    for line in cells:
+        print("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
+
+
+FLEET_COLUMNS = [
+    ("robots", "robots"), ("batch", "batch_sizes"), ("p50 ms", "obs_to_action_p50_ms"),
+    ("p99 ms", "obs_to_action_p99_ms"), ("worst p99", "worst_robot_p99_ms"),
+    ("late", "late_chunks"), ("missed", "missed_ticks"), ("lost", "lost"),
+    ("steps/s", "robot_steps_per_s"), ("steps by bucket", "steps_by_bucket"),
+    ("gpu %", "gpu_util"),
+]  # fmt: skip
+SATURATE_COLUMNS = [*FLEET_COLUMNS[:3], ("p99 ms", "obs_to_action_p99_ms"),
+                    ("demand/s", "demand_per_s"), ("1-by-1/s", "one_by_one_can_serve_per_s"),
+                    ("steps/s", "robot_steps_per_s"), ("missed", "missed_ticks"),
+                    ("lost", "lost"), ("bucket step ms", "step_ms_by_bucket"),
+                    ("steps by bucket", "steps_by_bucket"), ("gpu %", "gpu_util")]  # fmt: skip
+MIXED_COLUMNS = [
+    ("policy", "policy"), ("robots", "robots"), ("rate Hz", "rate_hz"),
+    ("deadline ms", "deadline_ms"), ("p50 ms", "obs_to_action_p50_ms"),
+    ("p99 ms", "obs_to_action_p99_ms"), ("worst p99", "worst_robot_p99_ms"),
+    ("chunks", "chunks"), ("late", "late_chunks"), ("all on time", "all_on_time"),
+    ("lost", "lost"), ("load", "load"), ("bucket step ms", "step_ms_by_bucket"),
+]  # fmt: skip
+
+ROBOT_COLUMNS = [
+    ("robot", "robot"), ("policy", "policy"), ("rate Hz", "rate_hz"),
+    ("deadline ms", "deadline_ms"), ("p50 ms", "p50_ms"), ("p99 ms", "p99_ms"),
+    ("chunks", "chunks"), ("late", "late_chunks"), ("actions", "actions"), ("lost", "lost"),
+]  # fmt: skip
+
+
+def compare_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per robot count: batched against one after another, and against one robot batched."""
+    serial = {r["robots"]: r for r in rows if r["batch_sizes"] == [1]}
+    batched = {r["robots"]: r for r in rows if r["batch_sizes"] != [1]}
+    single = batched.get(1) or serial.get(1)
+    ratios = []
+    for robots, row in sorted(batched.items()):
+        one_by_one = serial.get(robots)
+        serial_steps = one_by_one["robot_steps_per_s"] if one_by_one else None
+        single_p99 = single["obs_to_action_p99_ms"] if single else None
+        ratios.append({
+            "robots": robots,
+            "throughput_vs_one_after_another": _ratio(row["robot_steps_per_s"], serial_steps),
+            "p99_vs_single_robot": _ratio(row["obs_to_action_p99_ms"], single_p99),
+        })  # fmt: skip
+    return ratios
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def pairs(args: argparse.Namespace, tmp: str, eager: bool) -> list[dict[str, Any]]:
+    rate = args.saturate_rate if eager else args.rate
+    rows = []
+    for robots in args.robots:
+        for sizes in ([1], args.batch_sizes):
+            config = fleet_config(args, tmp, robots, sizes, rate)
+            row = fleet_run(config, robots, args.seconds, args.tiny, eager=eager)
+            one_step = row["step_ms_by_bucket"].get(1)
+            # An eager robot gets at most a chunk a control period: what it can ask for, and
+            # what robots served one after another can get at most.
+            row["demand_per_s"] = robots * rate
+            row["one_by_one_can_serve_per_s"] = 1e3 / one_step if one_step else None
+            rows.append(row)
+    print(f"\n{'saturation' if eager else 'fleet'}: {rate:g} Hz, {args.seconds:g} s a run")
+    table(rows, SATURATE_COLUMNS if eager else FLEET_COLUMNS)
+    ratios = compare_pairs(rows)
+    table(ratios, [("robots", "robots"), ("throughput batched / one-by-one",
+                                          "throughput_vs_one_after_another"),
+                   ("p99 / one robot's", "p99_vs_single_robot")])  # fmt: skip
+    if eager:
+        print("  robots send again as soon as their chunk arrives, at most a chunk a control "
+              "period each: saturated where demand/s exceeds 1-by-1/s (else raise "
+              "--saturate-rate or --robots)")  # fmt: skip
+    return [*rows, *({"mode": "ratios", **r} for r in ratios)]
+
+
+def mixed(args: argparse.Namespace, tmp: str) -> list[dict[str, Any]]:
+    counts = {}
+    for item in args.mixed_robots:
+        name, _, count = item.partition("=")
+        counts[name] = int(count)
+    config = mixed_config(args, tmp, sum(counts.values()))
+    rows = mixed_run(config, counts, args.seconds, args.tiny)
+    print(f"\nmixed: one daemon at {args.rate:g} Hz, {args.seconds:g} s")
+    table(rows[:-1], MIXED_COLUMNS)
+    print("  each robot:")
+    table([robot for row in rows[:-1] for robot in row["per_robot"]], ROBOT_COLUMNS)
+    daemon = rows[-1]
+    print(f"  deadline: {DEADLINE_RULE}")
+    for row in rows[:-1]:
+        if row["deadline_ms"] is not None and row["deadline_ms"] >= row["watchdog_hold_ms"]:
+            print(f"  note: {row['policy']}'s robots send an observation every "
+                  f"{row['deadline_ms']:g} ms, past guards.hold_after_ms "
+                  f"({row['watchdog_hold_ms']:g}): they get holds between chunks")  # fmt: skip
+    print(f"  missed ticks (the daemon's one loop): {daemon['missed_ticks']}; "
+          f"GPU utilisation: {shown(daemon['gpu_util'])}")  # fmt: skip
+    return rows
+
+
+def admission(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
+    n = args.admission
+    sizes = [size for size in args.batch_sizes if size <= n] or [1]
+    config = fleet_config(args, tmp, n + 1, sizes)
+    row = admission_run(config, n, args.seconds, args.tiny, max_load=args.max_load)
+    print(f"\nadmission: {n} robots, then one more; {args.rate:g} Hz, batch sizes {sizes}")
+    print(f"  load of {n} robots {shown(row['load_n'])}, of {n + 1} {shown(row['load_n_plus_1'])}"
+          f"; inference.max_load {shown(row['max_load'])}")  # fmt: skip
+    for refusal in row["refused"]:
+        print(f"  hello {refusal['hello']} ({refusal['robot']}) refused: {refusal['sentence']}")
+    if not row["refused"]:
+        print("  no hello was refused")
+    print(f"  admitted {row['admitted']}: {row['admitted_actions']} actions, "
+          f"{row['admitted_lost']} lost, {row['admitted_reconnects']} reconnects, missed ticks "
+          f"{row['missed_ticks']}; chunks after the "
+          f"refusal per robot: {shown(row['admitted_chunks_after_refusal'])}")  # fmt: skip
+    return row
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--robots", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8])
@@ -134,26 +234,40 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], dest="sets")
     parser.add_argument("--json", type=Path, default=None, help="write the rows here too")
-    args = parser.parse_args()
-    rows = []
+    parser.add_argument("--saturate", action="store_true", help="robots that never wait")
+    parser.add_argument("--saturate-rate", type=float, default=500.0,
+                        help="the control rate of --saturate's runs, Hz")  # fmt: skip
+    parser.add_argument("--mixed", action="store_true", help="two policies in one daemon")
+    parser.add_argument("--mixed-config", type=Path, default=None, help="its `policies:`")
+    parser.add_argument("--mixed-robots", nargs="+", default=["act=8", "pi0=2"],
+                        metavar="POLICY=COUNT")  # fmt: skip
+    parser.add_argument("--act-path", type=Path, default=None)
+    parser.add_argument("--pi0-path", type=Path, default=None)
+    parser.add_argument("--pi0-query-period", type=int, default=5, help="50 Hz / 5 = 10 Hz")
+    parser.add_argument("--admission", type=int, default=None, metavar="N")
+    parser.add_argument("--max-load", type=float, default=None)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    args = parse(argv)
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for robots in args.robots:
-            for sizes in ([1], args.batch_sizes):
-                config = load_config(args.config, [
-                    *args.sets,
-                    f"server.bind=ipc://{tmp}/tempo.sock",
-                    f"server.status_bind=ipc://{tmp}/status.sock",
-                    f"control.rate_hz={args.rate}",
-                    f"server.max_robots={max(robots, 8)}",
-                    f"inference.batch_sizes={json.dumps(sizes)}",
-                    f"inference.batch_window_us={args.window_us}",
-                ])  # fmt: skip
-                row = run(config, robots, args.seconds, args.tiny)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+        if args.saturate:
+            rows += pairs(args, tmp, eager=True)
+        if args.mixed:
+            rows += mixed(args, tmp)
+        if args.admission is not None:
+            rows.append(admission(args, tmp))
+        if not (args.saturate or args.mixed or args.admission is not None):
+            rows += pairs(args, tmp, eager=False)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2))
+    return rows
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except TempoError as exc:  # a config or checkpoint the daemon refuses: its one sentence
+        sys.exit(f"bench_fleet: {exc}")

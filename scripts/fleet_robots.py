@@ -1,0 +1,182 @@
+"""Simulated robots for scripts/bench_fleet.py, each a thread with its own TempoClient.
+
+A paced robot sends an observation every one of its own periods (its rate, which may be below
+the daemon's: a 10 Hz robot on a 50 Hz daemon whose policy has query_period 5); an eager robot
+sends the next observation as soon as the chunk for the last one arrives (demand without a
+rate, for saturation). Both record, per chunk, the observation-to-action time: from sending an
+observation to the first action computed from it reaching the robot.
+
+The deadline rule (printed with the results): a chunk is on time when its first action
+reaches the robot within the robot's own period (control period x query period) of sending
+its observation; by then the robot has sent the next observation, and a chunk later than that
+only arrives after the one the robot is asking for next.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from controller.errors import HandshakeRefused
+from controller.wire.client import TempoClient
+
+DEADLINE_RULE = (
+    "a chunk is on time when its first action reaches the robot within the robot's own period "
+    "(control period x query period) of sending the observation it was computed from"
+)
+# An eager robot whose observation got no chunk (skipped for a newer one) sends again after this.
+EAGER_RESEND_S = 1.0
+
+
+@dataclass
+class RobotRun:
+    """What one simulated robot saw."""
+
+    name: str
+    policy: str
+    period_s: float
+    latencies_ms: list[float] = field(default_factory=list)
+    arrivals_s: list[float] = field(default_factory=list)  # monotonic, each chunk's arrival
+    late: int = 0  # chunks past the deadline (DEADLINE_RULE)
+    actions: int = 0
+    lost: int = 0  # gaps in the daemon's action/hold sequence numbers
+    expired: int = 0  # actions that reached the client past their own deadline
+    reconnects: int = 0  # fresh handshakes after the daemon went silent (1 s) or forgot us
+    refused: str | None = None  # the daemon's sentence, when it refused this robot's hello
+
+    def summary(self) -> dict[str, Any]:
+        times = self.latencies_ms
+        return {
+            "robot": self.name,
+            "policy": self.policy,
+            "rate_hz": 1.0 / self.period_s if self.period_s > 0 else None,
+            "deadline_ms": self.period_s * 1e3 if self.period_s > 0 else None,
+            "chunks": len(times),
+            "p50_ms": float(np.percentile(times, 50)) if times else None,
+            "p99_ms": float(np.percentile(times, 99)) if times else None,
+            "late_chunks": self.late,
+            "actions": self.actions,
+            "lost": self.lost,
+            "expired": self.expired,
+            "reconnects": self.reconnects,
+            "refused": self.refused,
+        }
+
+
+class SimulatedRobot:
+    """A robot of `spec` (the policy's PolicySpec) served by `policy` (None: the default)."""
+
+    def __init__(self, endpoint: str, name: str, spec: Any, policy: str | None,
+                 period_s: float) -> None:  # fmt: skip
+        self.run = RobotRun(name, policy or "default", period_s)
+        rng = np.random.default_rng(zlib.crc32(name.encode()))  # the same frames every run
+        cameras = {c.name: (c.height, c.width) for c in spec.cameras}
+        self._frames = {n: rng.integers(0, 256, (*hw, 3), np.uint8) for n, hw in cameras.items()}
+        self._state_size = spec.state_size
+        task = "pick up the cube" if getattr(spec, "prompt", None) is not None else None
+        self.client = TempoClient(endpoint, name, list(spec.joint_names), cameras,
+                                  spec.state_size, handshake_timeout_s=60, policy=policy,
+                                  task=task)  # fmt: skip
+        self._sent: dict[int, int] = {}
+        self._tick = 0
+
+    def connect(self) -> bool:
+        """Handshake; False (the refusal recorded) when the daemon refused this robot."""
+        try:
+            self.client.connect()
+        except HandshakeRefused as exc:
+            self.run.refused = str(exc)
+            self.client.close()
+            return False
+        return True
+
+    def send(self) -> int | None:
+        state = np.full(self._state_size, 0.1 * np.sin(self._tick / 50), np.float32)
+        self._tick += 1
+        seq = self.client.send_observation(self._frames, state)
+        if seq is not None:
+            self._sent[seq] = time.monotonic_ns()
+        return seq
+
+    def receive(self, timeout_s: float) -> int | None:
+        """Wait up to `timeout_s`; the observation whose chunk just arrived, if one did."""
+        command = self.client.receive(timeout_s=timeout_s)
+        if command.kind != "action" or command.obs_seq is None:
+            return None
+        sent = self._sent.pop(command.obs_seq, None)
+        if sent is None:
+            return None  # an action of a chunk seen already
+        for older in [seq for seq in self._sent if seq < command.obs_seq]:
+            del self._sent[older]  # skipped for a newer observation: never answered
+        now = time.monotonic_ns()
+        latency_ms = (now - sent) / 1e6
+        self.run.latencies_ms.append(latency_ms)
+        self.run.arrivals_s.append(now / 1e9)
+        if self.run.period_s > 0 and latency_ms > self.run.period_s * 1e3:
+            self.run.late += 1
+        return command.obs_seq
+
+    def close(self) -> None:
+        counters = self.client.counters
+        self.run.actions, self.run.lost = counters.actions, counters.lost
+        self.run.expired, self.run.reconnects = counters.expired, counters.reconnects
+        self.client.close()
+
+
+def paced(robot: SimulatedRobot, stop: threading.Event) -> None:
+    """An observation every robot period until `stop`; chunks recorded as they come."""
+    period = robot.run.period_s
+    start = time.monotonic()
+    ticks = 0
+    try:
+        while not stop.is_set():
+            robot.send()
+            ticks += 1
+            next_at = start + ticks * period
+            while (left := next_at - time.monotonic()) > 0:
+                robot.receive(min(left, 0.002))
+    finally:
+        robot.close()
+
+
+def eager(robot: SimulatedRobot, stop: threading.Event) -> None:
+    """The next observation as soon as the chunk for the last one arrived, until `stop`."""
+    try:
+        while not stop.is_set():
+            seq = robot.send()
+            given_up = time.monotonic() + EAGER_RESEND_S
+            while not stop.is_set() and time.monotonic() < given_up:
+                if robot.receive(0.002) == seq:
+                    break
+    finally:
+        robot.close()
+
+
+def run_robots(robots: list[SimulatedRobot], seconds: float, eager_robots: bool = False,
+               status: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Connect every robot, drive them all for `seconds`, close them; `status()` read just
+    before they stop (while every robot is still served), returned."""
+    for robot in robots:
+        if not robot.connect():
+            raise RuntimeError(f"robot {robot.run.name} was refused: {robot.run.refused}")
+    stop = threading.Event()
+    drive = eager if eager_robots else paced
+    threads = [threading.Thread(target=drive, args=(robot, stop)) for robot in robots]
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    snapshot = status() if status is not None else {}
+    stop.set()
+    for thread in threads:
+        thread.join()
+    return snapshot
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
