@@ -117,7 +117,8 @@ class BuiltArtefacts:
             return None, f"{why}; the rebuilt {package.name} was refused too ({exc})"
         except Exception as exc:  # noqa: BLE001 - export or AOT compile: the compile cache serves
             reason = f"torch.export or AOTInductor failed: {_first_line(exc)}"
-            self._save_manifest(manifest, here, route="compile cache", reason=reason)
+            if not _may_pass_next_time(exc):  # the model's own: the next start skips the try
+                self._save_manifest(manifest, here, route="compile cache", reason=reason)
             return None, f"{why}; {reason}, so it takes the compile-cache route"
         took = time.perf_counter() - started
         return compiled, f"{why}; built {package} in {took:.1f} s"
@@ -192,6 +193,12 @@ def package_options(module: nn.Module, config: RunnerConfig) -> dict[str, Any]:
     options.update(hooks_of(module).compile_options())
     options["aot_inductor.package_constants_in_so"] = False
     return options
+
+
+def _may_pass_next_time(exc: BaseException) -> bool:
+    """A failure of the machine (disk, memory), not of the model: not recorded, so that the
+    next start tries to build again."""
+    return isinstance(exc, OSError | MemoryError | torch.OutOfMemoryError)
 
 
 def _not_exportable_reason(module: nn.Module, config: RunnerConfig) -> str | None:

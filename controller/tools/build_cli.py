@@ -43,11 +43,30 @@ def add_build_parser(
         "--rebuild", action="store_true", help="build again even what is already built and valid"
     )
 
+    parser.add_argument(
+        "--policy", help="which of the config's `policies:` to build (needed when it has several)"
+    )
+
     def run(args: argparse.Namespace) -> int:
         setup_logging(args.log_level or "INFO")
-        return run_build(load_config(args), rebuild=args.rebuild)
+        return run_build(chosen_policy(load_config(args), args.policy), rebuild=args.rebuild)
 
     parser.set_defaults(func=run)
+
+
+def chosen_policy(config: Any, name: str | None) -> Any:
+    """The config as the policy `name` sees it (its own runner, inference and policy sections;
+    None: the only one); ConfigError when several are served and none is named, or no such."""
+    from controller.config import policy_views
+
+    views = dict(policy_views(config))
+    if name is None and len(views) > 1:
+        listed = ", ".join(repr(n) for n in views)
+        raise ConfigError(f"the config serves several policies ({listed}); name one with --policy")
+    if name is not None and name not in views:
+        listed = ", ".join(repr(n) for n in views)
+        raise ConfigError(f"the config serves no policy named {name!r}; it serves {listed}")
+    return views[name] if name is not None else next(iter(views.values()))
 
 
 def run_build(config: Any, rebuild: bool = False) -> int:

@@ -287,3 +287,43 @@ def test_tempo_build_starts_the_policy_with_the_folder_beside_the_checkpoint(
     assert started == [(checkpoint, checkpoint / "tempo_build", (1, 2))]
     assert (checkpoint / "tempo_build").stat().st_mode & 0o077 == 0
     assert "serving tier compiled" in capsys.readouterr().out
+
+
+def test_tempo_build_picks_the_named_policy_of_several() -> None:
+    from controller.config import load_config
+    from controller.errors import ConfigError
+    from controller.tools.build_cli import chosen_policy
+
+    two = load_config(
+        None,
+        [
+            "policies=[{name: arm, policy: {kind: reach}, runner: {top_tier: compiled}}, "
+            "{name: wrist, policy: {kind: reach}}]"
+        ],
+    )
+    assert chosen_policy(two, "arm").runner.top_tier == "compiled"  # the arm's own runner
+    assert chosen_policy(two, "wrist").runner.top_tier == "auto"
+    with pytest.raises(ConfigError, match="several policies .'arm', 'wrist'.; name one"):
+        chosen_policy(two, None)
+    with pytest.raises(ConfigError, match="no policy named 'grip'"):
+        chosen_policy(two, "grip")
+    one = load_config(None, [])
+    assert chosen_policy(one, None) is one
+
+
+def test_a_build_that_failed_for_want_of_disk_or_memory_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = RunnerConfig(artefacts_dir=tmp_path)
+    module = Small()
+
+    def no_space(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch.export, "export", no_space)
+    step, note = ba.BuiltArtefacts(tmp_path).step(module, module, None, INPUTS, config)
+    assert step is None and "No space left on device" in note
+    tried = []
+    monkeypatch.setattr(torch.export, "export", lambda *a, **k: tried.append(1) or no_space())
+    ba.BuiltArtefacts(tmp_path).step(module, module, None, INPUTS, config)
+    assert tried  # not recorded as the model's route: the next start tries again
