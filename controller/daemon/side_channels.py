@@ -11,18 +11,13 @@ from controller.link.inference_feed import Pollable, SideChannel
 
 
 class PollGroup:
-    """The channels awaiting a reply now; the same object while they stay the same, so the
-    transport rebuilds its poller only when one changes (a process restarted)."""
+    """The channels awaiting a reply now, as one Pollable: every member's descriptors."""
 
     def __init__(self, members: tuple[Pollable, ...]) -> None:
         self.members = members
 
-    def fileno(self) -> int:
-        """The first member's (a group is a Pollable); the transport polls all `filenos`."""
-        return self.members[0].fileno()
-
     def filenos(self) -> list[int]:
-        return [member.fileno() for member in self.members]
+        return [fileno for member in self.members for fileno in member.filenos()]
 
 
 class SideChannels:

@@ -18,7 +18,6 @@ from typing import Any
 import zmq
 
 from controller.daemon.security import CurveServer
-from controller.daemon.side_channels import PollGroup
 from controller.link.inference_feed import Pollable, SideChannel
 from controller.wire.binding import bind as bind_endpoint
 from controller.wire.header_schema import PROTOCOL_VERSION
@@ -29,6 +28,9 @@ log = logging.getLogger(__name__)
 
 _MORE = zmq.SNDMORE | zmq.NOBLOCK
 REBIND_WAIT_S = 1.0  # for the old listener to close when the socket is bound again (narrow)
+# Pollers kept for the sets of inference channels polled beside the socket (several policies:
+# each set of those awaiting a reply); forgotten all at once past this many (restarts).
+MAX_SIDE_POLLERS = 16
 
 
 def daemon_frames(
@@ -79,6 +81,7 @@ class RouterTransport:
         self._side_poller = zmq.Poller()
         self._side: Pollable | None = None  # the side channel registered in _side_poller
         self._side_filenos: list[int] = []  # its descriptors
+        self._side_pollers: dict[tuple[int, ...], zmq.Poller] = {}  # by descriptors polled
         self._longest: tuple[str, int] = ("", 0)  # see take_longest
         self.sent = 0
         self.send_dropped = 0
@@ -181,19 +184,26 @@ class RouterTransport:
         with side.polled() as other:
             if other is None:
                 return bool(self._poller.poll(timeout_ms)), False
-            if other is not self._side:  # a restarted process has a new channel
-                # Several policies' processes come as one group (daemon.side_channels).
-                if isinstance(other, PollGroup):
-                    filenos = other.filenos()
-                else:
-                    filenos = [other.fileno()]
-                self._side_poller = zmq.Poller()
-                self._side_poller.register(self.socket, zmq.POLLIN)
-                for fileno in filenos:
-                    self._side_poller.register(fileno, zmq.POLLIN)
-                self._side, self._side_filenos = other, filenos
+            if other is not self._side:  # another channel, or another set of them
+                self._use_side_poller(other)
             ready = dict(self._side_poller.poll(timeout_ms))
             return self.socket in ready, any(f in ready for f in self._side_filenos)
+
+    def _use_side_poller(self, side: Pollable) -> None:
+        """Poll the socket beside `side`'s descriptors: with the poller made for those
+        descriptors before (several policies' processes come and go from the polled set as
+        their requests do; a poller is built only for a set not seen yet, or after restarts)."""
+        filenos = tuple(side.filenos())
+        poller = self._side_pollers.get(filenos)
+        if poller is None:
+            if len(self._side_pollers) >= MAX_SIDE_POLLERS:  # restarts made new descriptors
+                self._side_pollers.clear()
+            poller = zmq.Poller()
+            poller.register(self.socket, zmq.POLLIN)
+            for fileno in filenos:
+                poller.register(fileno, zmq.POLLIN)
+            self._side_pollers[filenos] = poller
+        self._side, self._side_filenos, self._side_poller = side, list(filenos), poller
 
     def _receive_message(self) -> tuple[bytes, list[Any]]:
         """One message, part by part: ZeroMQ bounds the size of a part but not their number,

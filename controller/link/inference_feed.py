@@ -100,7 +100,9 @@ class InferenceQueues:
 
 
 class Pollable(Protocol):
-    def fileno(self) -> int: ...
+    def filenos(self) -> list[int]:
+        """The descriptors to poll (a zmq.Poller takes file descriptors)."""
+        ...
 
 
 class SideChannel(Protocol):

@@ -93,6 +93,10 @@ class ProcessChannel:
         """For polling beside other sockets (a zmq.Poller takes file descriptors)."""
         return self._sock.fileno()
 
+    def filenos(self) -> list[int]:
+        """As a Pollable (controller.link.inference_feed): its one descriptor."""
+        return [self._sock.fileno()]
+
     def send(self, data: bytes, timeout_s: float | None = 0.0, fds: Sequence[int] = ()) -> None:
         """Send one message, and `fds` with it (copied: the caller may close its own). With
         timeout_s 0 (the default) nothing waits: what does not go out now is queued (see the

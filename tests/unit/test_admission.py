@@ -56,8 +56,8 @@ class FakeChannel:
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
-    def fileno(self) -> int:
-        return self.fd
+    def filenos(self) -> list[int]:
+        return [self.fd]
 
 
 class FakeSide:
@@ -78,7 +78,7 @@ class FakeSide:
         self.serviced.append(until_ns)
 
 
-def test_several_side_channels_are_serviced_and_polled_together():
+def test_several_side_channels_are_serviced_and_polled_together() -> None:
     first, second = FakeSide(FakeChannel(7)), FakeSide(None)
     sides = SideChannels([first, second])
     sides.service(123)
@@ -95,3 +95,26 @@ def test_several_side_channels_are_serviced_and_polled_together():
     first.channel = second.channel = None
     with sides.polled() as none:
         assert none is None
+
+
+def test_the_transport_keeps_a_poller_per_set_of_channels_polled(tmp_path) -> None:
+    """Several policies' processes join and leave the polled set as their requests do: a
+    poller is made once per set, not at every change (that would allocate on the loop)."""
+    import zmq
+
+    from controller.daemon.service import unopened_transport
+    from tests.conftest import ipc_config
+
+    context = zmq.Context()
+    transport = unopened_transport(ipc_config(tmp_path), context)
+    transport.open()
+    try:
+        one, both = PollGroup((FakeChannel(7),)), PollGroup((FakeChannel(7), FakeChannel(9)))
+        made = []
+        for group in (one, both, one, both, PollGroup((FakeChannel(7),))):
+            transport._use_side_poller(group)
+            made.append(transport._side_poller)
+        assert made[0] is made[2] is made[4] and made[1] is made[3] and made[0] is not made[1]
+    finally:
+        transport.close()
+        context.term()
