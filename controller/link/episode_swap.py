@@ -162,11 +162,9 @@ class EpisodeSwitch(ProcessSupervision):
         if failed is not None:
             failed.kill()
             wait_or_kill(failed, 0.0)
-        self._ledger.took_over(incoming.pid)
+        self._ledger.swap_took_over(incoming.pid)
         self._resume()  # every robot holds a tick and starts afresh on the new process
         self._standbys.replace(incoming.spawner)
-        log.warning("the old inference process failed during a swap; process %s serves every "
-                    "robot now", incoming.pid)  # fmt: skip
         incoming.end("the old process failed during the swap; every robot moved at once")
         return True
 

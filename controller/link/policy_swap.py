@@ -219,12 +219,14 @@ class Swapper:
         the old process make the new one the serving process; PolicyError if the new one
         failed meanwhile (the old one serves every robot again)."""
         served = self._policy
-        state.phase = "switching"
-        state.detail = (
-            f"{state.path} (process {incoming.pid}) serves each robot from its next episode start"
-        )
+        serves = f"{state.path} (process {incoming.pid}) serves each robot from its episode start"
+        state.phase, state.detail = "switching", serves
         while not incoming.ended.wait(0.05):
             state.robots_moved, state.robots_on_old = incoming.on_new, incoming.on_old
+            if incoming.on_old is not None:
+                state.detail = (
+                    f"{serves}: {incoming.on_new} moved, {incoming.on_old} still on the old policy"
+                )
             if served._stop.is_set():
                 raise PolicyError("the daemon stopped during the swap")
             if incoming.all_moved.is_set():

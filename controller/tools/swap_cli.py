@@ -77,8 +77,8 @@ def cmd_swap(
         swap = ((status.get("policy") or {}).get("process") or {}).get("swap") or {}
         if swap.get("id") != swap_id or swap.get("phase") == "building":
             continue
-        if swap.get("phase") == "done":
-            print(f"tempo swap: done: {swap.get('detail')}")
+        if swap.get("phase") in ("done", "switching"):  # switching: robots move at episode start
+            print(f"tempo swap: {swap.get('phase')}: {swap.get('detail')}")
             return 0
         print(f"tempo swap: failed, nothing was changed: {swap.get('detail')}", file=sys.stderr)
         return 2

@@ -117,7 +117,7 @@ def test_swaps_that_fail_their_checks_change_nothing_and_say_why(
             code, text = _swap(tmp_path, capsys, "--path", str(other_robot), "--policy", "arm")
             assert code == 2 and "no policy named 'arm' is served here" in text
             code, text = _swap(tmp_path, capsys, "--path", str(other_robot))
-            assert code == 2 and "pass --now" in text
+            assert code == 2 and "failed, nothing was changed" in text
             code, text = _swap(tmp_path, capsys, "--path", str(tmp_path / "missing"), "--now")
             assert code == 2 and "failed, nothing was changed" in text
             seen = len(driver.records)
