@@ -2,7 +2,7 @@
 while the others are still served by the old process; once none is left on it, it ends. The old
 process failing meanwhile moves every robot at once; the new one failing aborts the swap.
 
-Two robots through the daemon's feed (RemoteFeed) of a RemotePolicy: the built-in reach policy
+Robots through the daemon's feed (RemoteFeed) of a RemotePolicy: the built-in reach policy
 serves first, the swap brings the demo ACT's checkpoint (same robot); which policy answered a
 robot is told by its chunk (reach's and ACT's differ on the same observation).
 """
@@ -44,7 +44,7 @@ class Robots:
         self.feed: RemoteFeed = policy.feed(Telemetry(enabled=False))
         self.feed.start()
         self.robots = {
-            name: InferenceQueues(name, policy.spec, collections.Counter()) for name in "ab"
+            name: InferenceQueues(name, policy.spec, collections.Counter()) for name in "abc"
         }
         self.seq = 0
 
@@ -119,10 +119,13 @@ def test_each_robot_moves_at_its_episode_start_and_then_the_old_process_ends(
     assert act.shape == reach.shape and not np.allclose(act, reach)
     assert np.allclose(robots.ask("b", episode_start=False), reach)  # b's goes on: the old
     assert np.allclose(robots.ask("a", episode_start=False), act)  # a stays on the new one
+    # A robot connecting now starts its first episode: the new checkpoint serves it.
+    assert np.allclose(robots.ask("c", episode_start=True), act)
     robots.idle(0.2)
     swap = _swap(policy)
     assert swap["phase"] == "switching"
-    assert (swap["robots_moved"], swap["robots_on_old"]) == (1, 1)
+    assert (swap["robots_moved"], swap["robots_on_old"]) == (2, 1)
+    assert "2 moved, 1 still on the old policy" in swap["detail"]
     assert policy.pid == old and not _gone(old or 0)
     assert np.allclose(robots.ask("b", episode_start=True), act)  # b's episode starts
     robots.idle(0.1)
