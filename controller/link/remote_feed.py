@@ -195,6 +195,10 @@ class RemoteFeed(InferenceOutcomes):
                 continue
             if not flight.session.closed:
                 self.finished(flight.session, flight.request, prediction, flight.started_ns)
+        # A swap's new process that hangs is the supervisor's to abort (episode_swap): the
+        # serving one is not to blame.
+        if channel is routes.incoming:
+            return
         if flights and time.monotonic_ns() > min(f.give_up_ns for f in flights.values()):
             # The supervisor's heartbeat check should have ended it first; never wait forever.
             started = min(f.started_ns for f in flights.values())
@@ -229,7 +233,7 @@ class RemoteFeed(InferenceOutcomes):
         except Exception as exc:  # noqa: BLE001 - e.g. the process stopped taking messages
             for session, request in batch:
                 self.failed(session, request, exc)
-            if isinstance(exc, ProcessStuck):
+            if isinstance(exc, ProcessStuck) and channel is serving:  # else: as above
                 self.policy.report_hang(str(exc))
             return True
         give_up = int((self.policy.hang_timeout() + 1.0) * 1e9)
