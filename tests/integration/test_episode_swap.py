@@ -22,13 +22,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from controller.cli import main
 from controller.link.inference_feed import InferenceQueues, InferenceRequest
 from controller.link.remote_feed import RemoteFeed
 from controller.link.remote_policy import RemotePolicy
+from controller.observe.status_server import request_status
 from controller.observe.telemetry import Telemetry
 from policies.base import first_context
 from policies.demo import make_demo_checkpoint
-from tests.conftest import ipc_config, wait_for
+from tests.conftest import StreamingDriver, daemon_process, ipc_config, wait_for
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -182,3 +184,46 @@ def test_the_new_process_failing_during_the_swap_aborts_it(
     assert np.allclose(robots.ask("a", episode_start=True), reach)
     assert json.loads(policy._config_json or "")["policy"]["kind"] != "checkpoint"
     wait_for(lambda: _gone(new), 10)
+
+
+def _daemon_swap(status_at: str) -> dict:
+    status = request_status(status_at, 2.0)
+    assert status is not None
+    return status["policy"]["process"]
+
+
+def test_tempo_swap_moves_a_connecting_robot_and_ends_the_old_process_when_the_last_leaves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = make_demo_checkpoint(tmp_path / "act", joint_names=JOINTS)
+    status_at = f"ipc://{tmp_path}/status.sock"
+    endpoint = f"ipc://{tmp_path}/tempo.sock"
+    with daemon_process(tmp_path, *OVERRIDES):
+        first = StreamingDriver(endpoint, robot="first").start()
+        second: StreamingDriver | None = None
+        try:
+            wait_for(lambda: sum(r.kind == "action" for r in first.records) >= 10, 30)
+            old = _daemon_swap(status_at)["pid"]
+            code = main(["swap", "--connect", status_at, "--path", str(checkpoint)])
+            out, err = capsys.readouterr()
+            assert code == 0 and out.startswith("tempo swap: switching"), out + err
+            second = StreamingDriver(endpoint, robot="second").start()  # on the new one
+            wait_for(lambda: sum(r.kind == "action" for r in second.records) >= 10, 60)
+            wait_for(lambda: _daemon_swap(status_at)["swap"]["robots_moved"] == 1, 30)
+            process = _daemon_swap(status_at)
+            assert process["swap"]["phase"] == "switching", process["swap"]
+            assert process["swap"]["robots_on_old"] == 1, process["swap"]  # no episode start
+            assert process["pid"] == old and not _gone(old)
+            first.stop()  # the last robot on the old policy leaves
+            wait_for(lambda: _daemon_swap(status_at)["swap"]["phase"] != "switching", 30)
+            process = _daemon_swap(status_at)
+            assert process["swap"]["phase"] == "done", process["swap"]["detail"]
+            assert process["pid"] == process["swap"]["pid"] != old
+            wait_for(lambda: _gone(old), 10)
+            seen = len(second.records)
+            wait_for(lambda: sum(r.kind == "action" for r in second.records[seen:]) >= 10, 60)
+        finally:
+            for driver in (first, second):
+                if driver is not None:
+                    driver.stop()
+    assert process["restarts"] == []
