@@ -10,8 +10,12 @@
 RemotePolicy.swap builds the new policy in a new inference process (a hot standby of the same
 config with policy.path replaced, `standbys.HotBuild`), which runs the same start-up parity
 checks; checks that robots bound to the old policy can be served by it (`check_compatible`);
-and only then switches the serving channel to it. A swap that fails any of this leaves the
-serving process, its config and its standby as they were, and says why (`SwapState.detail`).
+and only then switches: every robot at once (`now`: the serving channel goes to it), or each
+robot at its next episode start (`episode_swap`: both processes serve until no robot is left on
+the old one; the phase is "switching" meanwhile, with how many robots have moved). A swap that
+fails any of this leaves the serving process, its config and its standby as they were, and says
+why (`SwapState.detail`); so does one whose new process fails while robots move (those on it
+return to the old one), and one whose old process fails then is done (every robot moves).
 
 This module imports no torch (it runs in the control process).
 """
@@ -31,16 +35,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from controller.errors import PolicyError
+from controller.link.episode_swap import EpisodeSwitch, Incoming
 from controller.link.frame_slots import slot_parts
 from controller.link.served_policy import ServedPolicy
 from controller.link.standbys import HotBuild
-from controller.link.supervision import ProcessSupervision
 from policies.base import PolicySpec, PromptSpec
 
 log = logging.getLogger(__name__)
 
 
-SwapPhase = Literal["building", "done", "failed"]
+SwapPhase = Literal["building", "switching", "done", "failed"]
 
 
 def resolve_policy_name(name: str | None, names: tuple[str, ...]) -> str:
@@ -145,6 +149,8 @@ class SwapState:
     pid: int | None = None  # the new process's
     started: float = field(default_factory=time.time)
     switched: float | None = None  # when the new process began to serve (wall clock)
+    robots_moved: int | None = None  # switching at episode starts: robots on the new policy
+    robots_on_old: int | None = None  # and those still on the old one (None: not counted yet)
     finished: float | None = None
 
     def finish(self, phase: SwapPhase, detail: str) -> None:
@@ -162,7 +168,7 @@ class Swapper:
     kill it when the thread that spawned it ends (PR_SET_PDEATHSIG follows the thread, not the
     process), and a swapped-in process (and the standby its switch starts) serves on."""
 
-    def __init__(self, policy: ProcessSupervision) -> None:
+    def __init__(self, policy: EpisodeSwitch) -> None:
         self._policy = policy
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -174,11 +180,6 @@ class Swapper:
 
     def start(self, path: str, *, now: bool, name: str) -> dict[str, Any]:
         served = self._policy
-        if not now:
-            raise PolicyError(
-                "switching each robot at its next episode start is not available yet; pass "
-                "--now to switch every robot at once"
-            )
         if served._config_json is None:
             raise PolicyError("this daemon's inference process has no config to build from")
         if not served._serving.is_set():
@@ -187,7 +188,7 @@ class Swapper:
             current = self._current
             if self._closed:
                 raise PolicyError("the daemon is stopping")
-            if current is not None and current.phase == "building":
+            if current is not None and current.phase in ("building", "switching"):
                 raise PolicyError(f"a swap to {current.path} is already under way")
             state = self._current = SwapState(next(self._ids), path, name, now)
             if self._thread is None:
@@ -243,14 +244,44 @@ class Swapper:
                         "the inference process failed while the new policy was built; "
                         "nothing was changed"
                     )
-                state.switched = served._switch_to(build.child, hello, spawner, config_json)
+                if state.now:
+                    state.switched = served._switch_to(build.child, hello, spawner, config_json)
+                else:
+                    incoming = served._begin_incoming(build.child, hello, spawner, config_json)
+                    state.switched = time.time()
         except BaseException:
             build.cancel()
             raise
         finally:
             with self._lock:
                 self._build = None
-        return f"every robot is served by {state.path} (process {build.pid})"
+        if state.now:
+            return f"every robot is served by {state.path} (process {build.pid})"
+        return self._follow(state, incoming)
+
+    def _follow(self, state: SwapState, incoming: Incoming) -> str:
+        """Robots move at their episode start: show how many have, and once none is left on
+        the old process make the new one the serving process; PolicyError if the new one
+        failed meanwhile (the old one serves every robot again)."""
+        served = self._policy
+        serves = f"{state.path} (process {incoming.pid}) serves each robot from its episode start"
+        state.phase, state.detail = "switching", serves
+        while not incoming.ended.wait(0.05):
+            state.robots_moved, state.robots_on_old = incoming.on_new, incoming.on_old
+            if incoming.on_old is not None:
+                state.detail = (
+                    f"{serves}: {incoming.on_new} moved, {incoming.on_old} still on the old policy"
+                )
+            if served._stop.is_set():
+                raise PolicyError("the daemon stopped during the swap")
+            if incoming.all_moved.is_set():
+                with served._switch:
+                    served._finish_incoming(incoming)
+        state.robots_moved, state.robots_on_old = incoming.on_new, 0
+        if incoming.failure is not None:
+            state.robots_moved = 0
+            raise PolicyError(f"the swap was aborted: {incoming.failure}")
+        return f"every robot is served by {state.path} (process {incoming.pid}): {incoming.outcome}"
 
     def status(self) -> dict[str, Any] | None:
         current = self._current

@@ -20,6 +20,11 @@ newest observation. What becomes of a
 reply is `InferenceOutcomes`, as for the thread feed. While the process is down or restarting,
 requests fail at once (the loop holds every robot meanwhile), and a request in flight when the
 process went down is given up on.
+
+During a swap at episode starts (`episode_swap`) two processes serve: a robot's request goes to
+the new one from its episode start on (`episode_start` in its context: also a robot that has just
+connected), else to the one that served it last; a batch goes to one of them. The feed counts
+the robots still bound to the old one for the swap (`swap_progress`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from controller.link.batch_window import BatchWindow, Waiting, waiting_sessions
+from controller.link.episode_swap import Routes
 from controller.link.inference_feed import InferenceOutcomes, InferenceRequest, RobotQueues
 from controller.link.process_channel import ProcessChannel
 from controller.link.process_messages import ChunkReply
@@ -61,7 +67,12 @@ class SupervisedProcess(Protocol):
     @property
     def serving(self) -> bool: ...
 
-    def requests(self) -> contextlib.AbstractContextManager[RequestChannel | None]: ...
+    def routes(self) -> contextlib.AbstractContextManager[Routes]: ...
+
+    @property
+    def swapping(self) -> bool: ...
+
+    def swap_progress(self, channel: RequestChannel, on_new: int, on_old: int) -> None: ...
 
     def prediction(self, reply: StepReply) -> Prediction: ...
 
@@ -84,7 +95,9 @@ class RemoteFeed(InferenceOutcomes):
         self._window = window or BatchWindow(0, (1,))
         self._ready: collections.deque[RobotQueues] = collections.deque()
         self._in_flight: dict[int, InFlight] = {}  # by request id: one request, or one batch
-        self._channel: RequestChannel | None = None  # the serving process's, when last seen
+        self._live: tuple[RequestChannel, ...] = ()  # the processes' channels, when last seen
+        # Each robot's channel of its last request, by id(robot) (the robot is kept with it).
+        self._bound: dict[int, tuple[RobotQueues, RequestChannel]] = {}
         self._running = False
 
     @property
@@ -116,13 +129,17 @@ class RemoteFeed(InferenceOutcomes):
         if not self._in_flight:
             yield None
             return
-        with self.policy.requests() as channel:
-            yield channel.link if channel is not None and not channel.link.closed else None
+        channel = next(iter(self._in_flight.values())).channel  # one batch, to one process
+        with self.policy.routes() as routes:
+            live = channel in routes.live and not channel.link.closed
+            yield channel.link if live else None
 
     def service(self, until_ns: int) -> None:
         """Take the reply if it has come, then send the next request unless `until_ns` has
         passed (a remote driver's frames are copied here: a few hundred microseconds)."""
-        if not self._running or (not self._in_flight and not self._ready):
+        if not self._running:
+            return
+        if not self._in_flight and not self._ready and not self.policy.swapping:
             return
         try:
             self._service(until_ns)
@@ -136,31 +153,36 @@ class RemoteFeed(InferenceOutcomes):
                        "request in flight is dropped")  # fmt: skip
 
     def _service(self, until_ns: int) -> None:
-        with self.policy.requests() as channel:
-            self._take_reply(channel)
+        with self.policy.routes() as routes:
+            self._take_reply(routes)
             # Down, a reply just said fatal, or another process serves now (a hot standby took
-            # over): what waits was observed before it, and gets no action from it.
-            replaced = self._channel is not None and channel is not self._channel
-            self._channel = channel
+            # over; not a swap's new process becoming the serving one): what waits was observed
+            # before it, and gets no action from it.
+            channel = routes.serving
+            replaced = bool(self._live) and channel not in self._live
+            self._live = routes.live
             if channel is None or not self.policy.serving or replaced:
                 self._fail_waiting()
                 return
+            if routes.incoming is not None:
+                self._count_robots(routes.incoming)
             while not self._in_flight and self._ready and time.monotonic_ns() < until_ns:
-                if not self._send_next(channel, until_ns):
+                if not self._send_next(channel, routes.incoming, until_ns):
                     return  # the window says wait: the next wake-up looks again
 
-    def _take_reply(self, channel: RequestChannel | None) -> None:
+    def _take_reply(self, routes: Routes) -> None:
         flights = self._in_flight
         if not flights:
             return
-        if any(channel is not f.channel for f in flights.values()):
+        channel = next(iter(flights.values())).channel
+        if channel not in routes.live:
             # The process went down (and maybe a new one serves).
             self._in_flight = {}
             stopped = InferenceUnavailable("the inference process stopped during this step")
             for flight in flights.values():
                 self.failed(flight.session, flight.request, stopped)
             return
-        while flights and (reply := channel.receive()) is not None:  # type: ignore[union-attr]
+        while flights and (reply := channel.receive()) is not None:
             if reply.id not in flights:
                 continue  # an answer to a request that was given up on
             flight = flights.pop(reply.id)
@@ -173,15 +195,27 @@ class RemoteFeed(InferenceOutcomes):
                 continue
             if not flight.session.closed:
                 self.finished(flight.session, flight.request, prediction, flight.started_ns)
+        # A swap's new process that hangs is the supervisor's to abort (episode_swap): the
+        # serving one is not to blame.
+        if channel is routes.incoming:
+            return
         if flights and time.monotonic_ns() > min(f.give_up_ns for f in flights.values()):
             # The supervisor's heartbeat check should have ended it first; never wait forever.
             started = min(f.started_ns for f in flights.values())
             waited_s = (time.monotonic_ns() - started) / 1e9
             self.policy.report_hang(f"no answer to a step within {waited_s:.0f} s")
 
-    def _send_next(self, channel: RequestChannel, until_ns: int) -> bool:
-        """Send the next request, or batch; False when the window says wait for more."""
+    def _send_next(
+        self, serving: RequestChannel, incoming: RequestChannel | None, until_ns: int
+    ) -> bool:
+        """Send the next request, or batch, to the serving process or (during a swap) the new
+        one; False when the window says wait for more."""
         sessions = self._waiting_sessions()
+        channel = serving
+        if incoming is not None and sessions:
+            # One process per batch: the first robot's; the others wait for the next.
+            channel = self._route(sessions[0], serving, incoming)
+            sessions = [s for s in sessions if self._route(s, serving, incoming) is channel]
         now = time.monotonic_ns()
         if sessions and self._window.largest > 1:
             waiting = [Waiting(r.received_ns, r.budget_ns) for r in _peek(sessions)]
@@ -199,7 +233,7 @@ class RemoteFeed(InferenceOutcomes):
         except Exception as exc:  # noqa: BLE001 - e.g. the process stopped taking messages
             for session, request in batch:
                 self.failed(session, request, exc)
-            if isinstance(exc, ProcessStuck):
+            if isinstance(exc, ProcessStuck) and channel is serving:  # else: as above
                 self.policy.report_hang(str(exc))
             return True
         give_up = int((self.policy.hang_timeout() + 1.0) * 1e9)
@@ -209,7 +243,39 @@ class RemoteFeed(InferenceOutcomes):
                 continue
             flight = InFlight(session, request, request_id, began, began + give_up, channel)
             self._in_flight[request_id] = flight
+            if id(session) not in self._bound:
+                self._forget_closed()  # a robot first served: forget those that left
+            self._bound[id(session)] = (session, channel)
         return True
+
+    def _forget_closed(self) -> None:
+        for key, (session, _) in list(self._bound.items()):
+            if session.closed:
+                del self._bound[key]
+
+    def _route(
+        self, session: RobotQueues, serving: RequestChannel, incoming: RequestChannel
+    ) -> RequestChannel:
+        """The process this robot's waiting request goes to during a swap (the module doc)."""
+        request = session.requests.peek()
+        bound = self._bound.get(id(session))
+        if (request is not None and request.context.episode_start) or (
+            bound is not None and bound[1] is incoming
+        ):
+            return incoming
+        return serving
+
+    def _count_robots(self, incoming: RequestChannel) -> None:
+        """Tell the policy how many robots are on the new process and how many still on the
+        old one (a request in flight to it counts); robots that left are forgotten."""
+        self._forget_closed()
+        on_new = on_old = 0
+        for _, channel in self._bound.values():
+            if channel is incoming:
+                on_new += 1
+            else:  # the old process's, or one before it (the robot has not asked since)
+                on_old += 1
+        self.policy.swap_progress(incoming, on_new, on_old)
 
     def _waiting_sessions(self) -> list[RobotQueues]:
         """Distinct robots with a request waiting, in order of arrival, up to the largest

@@ -29,8 +29,10 @@ standby that has built the policy and takes over the moment the serving process 
 channel is switched to it: no build; requests in flight at the fault fail and robots send a
 new observation; the next hot standby is then built in the background), or nothing.
 
-`swap(path, now=True)` builds a new checkpoint in a new process the same way, checks it
-(`policy_swap`) and switches every robot to it; a swap that fails changes nothing.
+`swap(path, now=...)` builds a new checkpoint in a new process the same way, checks it
+(`policy_swap`) and switches every robot to it at once (`now`), or each robot at its next
+episode start (`episode_swap`: both processes serve meanwhile); a swap that fails changes
+nothing.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import numpy as np
 
 from controller.errors import PolicyError
 from controller.link.batch_window import BatchWindow, step_times_of
+from controller.link.episode_swap import EpisodeSwitch, Incoming
 from controller.link.frame_slots import FrameSlots
 from controller.link.policy_swap import Swapper
 from controller.link.process_channel import ProcessChannel
@@ -63,14 +66,14 @@ from controller.link.request_channel import (
 )
 from controller.link.restart_ledger import Restart, RestartLedger
 from controller.link.standbys import Standbys, resident_bytes, standby_mode
-from controller.link.supervision import POLL_MS, ProcessSupervision
+from controller.link.supervision import POLL_MS
 from controller.observe.telemetry import Telemetry
 from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
 
 
-class RemotePolicy(ProcessSupervision):
+class RemotePolicy(EpisodeSwitch):
     """A policy served by a supervised inference process (see the module doc)."""
 
     def __init__(
@@ -111,6 +114,7 @@ class RemotePolicy(ProcessSupervision):
         # reply here. Both processes read one clock (CLOCK_MONOTONIC is system-wide).
         self.last_trips_ns: tuple[int, int] | None = None
         self._channel: RequestChannel | None = None  # the serving process's (one per process)
+        self._incoming: Incoming | None = None  # a swap's new process beside it (episode_swap)
         self._serving = threading.Event()
         self._failed = threading.Event()  # the serving process is gone: requests stop waiting
         self._stop = threading.Event()
@@ -152,6 +156,7 @@ class RemotePolicy(ProcessSupervision):
             self._watch.join(timeout=2.0)
         standbys = self._standbys.close()  # asked first, so they exit while the serving one does
         self._swapper.close()
+        self._end_incoming()
         self._end_process(polite=True)
         with self._lock:
             if self._slots is not None:

@@ -70,6 +70,14 @@ class RestartLedger:
         self.restarts.append(Restart(time.time(), "standby_took_over", detail))
         log.warning("inference process: %s; a new standby is being built", detail)
 
+    def swap_took_over(self, pid: int) -> None:
+        """A swap's new process (`pid`), serving robots at their episode start, serves every
+        robot in place of the failed process (episode_swap)."""
+        self.failure = None
+        detail = f"the swap's new process (pid {pid}) took over every robot; nothing was rebuilt"
+        self.restarts.append(Restart(time.time(), "swap_took_over", detail))
+        log.warning("inference process: %s", detail)
+
     def restarted(self) -> None:
         self.failure = None
 

@@ -88,8 +88,12 @@ class ProcessSupervision:
                 continue
             try:
                 self._check()
+                self._check_incoming()
                 if self._failed.is_set() and not self._stop.is_set():
-                    if not self._take_over() and not self._stop.is_set():
+                    # A swap's new process first, then the hot standby, then a restart.
+                    if self._promote_incoming():
+                        pass
+                    elif not self._take_over() and not self._stop.is_set():
                         self._restart()
             finally:
                 self._switch.release()
@@ -107,6 +111,13 @@ class ProcessSupervision:
             silent_s = (time.monotonic_ns() - self._slots.last_beat_ns()) / 1e9
             if silent_s > self.hang_timeout():
                 self._fail("hung", f"no heartbeat for {silent_s:.1f} s; killed")
+
+    def _check_incoming(self) -> None:
+        """A swap's new process serving beside this one: checked too (episode_swap)."""
+
+    def _promote_incoming(self) -> bool:
+        """The serving process failed: a swap's new process takes over (episode_swap)."""
+        return False
 
     def report_hang(self, detail: str) -> None:
         """A caller waited too long for a step: the process is taken for hung and restarted."""
@@ -225,14 +236,19 @@ class ProcessSupervision:
         if self._slots is None:
             self._slots = FrameSlots.create(spec, SLOT_COUNT * max(self._batching[0]))
         self._slots.reset()  # a fresh header per process: nothing scribbled there outlives it
-        slots = AttachSlots(str(self._slots.path), self._slots.count)
-        send_at_start(link, slots, fds=[self._slots.fileno()])  # the memory itself, no file
-        ready = expect(link, process, Ready, READY_TIMEOUT_S, self._stop)
-        self.pinned = ready.pinned
+        self.pinned = self._hand_slots(child, self._slots)
         with self._lock:  # a new process has attached no driver ring yet
             self._channel = RequestChannel(link, self._slots, spec)
         if progress is not None:
             progress(f"inference process {process.pid} ready")
+
+    def _hand_slots(self, child: Child, slots: FrameSlots) -> bool:
+        """Hand a built process the observation slots and wait for `ready`; whether it pinned
+        them."""
+        link, process = child
+        attach = AttachSlots(str(slots.path), slots.count)
+        send_at_start(link, attach, fds=[slots.fileno()])  # the memory itself, no file
+        return expect(link, process, Ready, READY_TIMEOUT_S, self._stop).pinned
 
     def _resume(self) -> None:
         """Serve from the process just attached."""

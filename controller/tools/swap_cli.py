@@ -82,8 +82,8 @@ def cmd_swap(
         swap = _swap_status(request_status(endpoint, timeout_s=5.0) or {}, name)
         if swap.get("id") != swap_id or swap.get("phase") == "building":
             continue
-        if swap.get("phase") == "done":
-            print(f"tempo swap: done: {swap.get('detail')}")
+        if swap.get("phase") in ("done", "switching"):  # switching: robots move at episode start
+            print(f"tempo swap: {swap.get('phase')}: {swap.get('detail')}")
             return 0
         print(f"tempo swap: failed: {swap.get('detail')}", file=sys.stderr)
         return 2

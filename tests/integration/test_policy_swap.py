@@ -125,9 +125,17 @@ def test_swaps_that_fail_their_checks_change_nothing_and_say_why(
             code, text = _swap(tmp_path, capsys, "--path", str(other_robot), "--policy", "arm")
             assert code == 2 and "no policy named 'arm' is served here" in text
             code, text = _swap(tmp_path, capsys, "--path", str(other_robot))
-            assert code == 2 and "pass --now" in text
+            assert (
+                code == 2
+                and text.startswith("tempo swap: failed:")
+                and "nothing was changed" in text
+            )
             code, text = _swap(tmp_path, capsys, "--path", str(tmp_path / "missing"), "--now")
-            assert code == 2 and "failed, nothing was changed" in text
+            assert (
+                code == 2
+                and text.startswith("tempo swap: failed:")
+                and "nothing was changed" in text
+            )
             seen = len(driver.records)
             wait_for(lambda: sum(r.kind == "action" for r in driver.records[seen:]) >= 10, 30)
             status = request_status(status_at, 2.0)

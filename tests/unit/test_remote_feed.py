@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from controller.link import process_channel
+from controller.link.episode_swap import Routes
 from controller.link.frame_slots import FrameSlots
 from controller.link.inference_feed import Chunk, InferenceRequest, Refusal
 from controller.link.mailbox import Mailbox
@@ -66,9 +67,11 @@ class FakePolicy:
         self.serving = True
         self.hangs: list[str] = []
 
+    swapping = False
+
     @contextlib.contextmanager
-    def requests(self) -> Iterator[RequestChannel | None]:
-        yield self.channel if self.serving else None
+    def routes(self) -> Iterator[Routes]:
+        yield Routes(self.channel if self.serving else None)
 
     def prediction(self, reply: StepReply) -> Prediction:
         return prediction_of(reply)
