@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller.errors import TempoError, internal_error
+from controller.sim.sim_cli import add_sim_parsers
 from controller.tools.build_cli import add_build_parser
 from controller.tools.checkpoint_cli import add_checkpoint_parsers
 from controller.tools.replay_cli import add_export_parser, add_replay_parser
-from controller.tools.sim_cli import add_sim_parsers
 from controller.tools.status_cli import add_status_parser
 from controller.tools.swap_cli import add_swap_parser
 

@@ -9,7 +9,7 @@ import pytest
 
 from controller import cli
 from controller.config_sections import ServerConfig
-from controller.tools import sim_cli
+from controller.sim import sim_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
