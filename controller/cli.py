@@ -12,7 +12,6 @@ ends with one sentence saying what to install (exit code 2).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -20,12 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from controller.errors import ConfigError, TempoError, internal_error
+from controller.errors import TempoError, internal_error
+from controller.sim.sim_cli import add_sim_parsers
 from controller.tools.build_cli import add_build_parser
 from controller.tools.checkpoint_cli import add_checkpoint_parsers
 from controller.tools.replay_cli import add_export_parser, add_replay_parser
+from controller.tools.status_cli import add_status_parser
 from controller.tools.swap_cli import add_swap_parser
-from policies.registry import families
 
 if TYPE_CHECKING:
     from controller.config import TempoConfig
@@ -43,8 +43,6 @@ SERVE_EXTRA_MODULES = {
     "mcap": "mcap",
 }
 DISTRIBUTION = "tempo-controller"  # pyproject's [project] name
-# server.bind's default (ServerConfig), for `tempo sim-robot --joints` without a config.
-DEFAULT_BIND = "tcp://127.0.0.1:5555"
 # server.status_bind's default, for `tempo status` without a config (a driver's install has none).
 DEFAULT_STATUS_BIND = "tcp://127.0.0.1:5556"
 
@@ -104,14 +102,6 @@ def add_config_args(parser: argparse.ArgumentParser, *, policy_path: bool = Fals
     )
 
 
-def _config_args(args: argparse.Namespace) -> list[str]:
-    """The same config options, to pass on to a child process."""
-    out = ["--config", str(args.config)] if args.config else []
-    for override in args.overrides:
-        out += ["--set", override]
-    return out
-
-
 def _load(args: argparse.Namespace) -> TempoConfig:
     from controller.config import load_config, with_policy_path
 
@@ -122,15 +112,6 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-
-
-def _robot_description(config: TempoConfig) -> tuple[list[str], dict[str, tuple[int, int]], int]:
-    """Joints, cameras and state size of the robot the configured policy expects."""
-    from policies.catalog import build_tensor_policy
-
-    spec = build_tensor_policy(config.policy, config.robot).spec
-    cameras = {c.name: (c.height, c.width) for c in spec.cameras}
-    return list(spec.joint_names), cameras, spec.state_size
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -180,90 +161,6 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     from controller.config import dump_config
 
     print(dump_config(_load(args)), end="")
-    return 0
-
-
-def _parse_cameras(specs: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """`--camera NAME=HxW` options -> {name: (height, width)}."""
-    cameras: dict[str, tuple[int, int]] = {}
-    for spec in specs:
-        name, _, size = spec.partition("=")
-        height, _, width = size.partition("x")
-        if not (name and height.isdigit() and width.isdigit() and int(height) and int(width)):
-            raise ConfigError(f"--camera {spec!r}: expected NAME=HEIGHTxWIDTH, e.g. front=96x128")
-        if name in cameras:
-            raise ConfigError(f"--camera {name!r} is given twice")
-        cameras[name] = (int(height), int(width))
-    return cameras
-
-
-def _sim_robot_description(
-    args: argparse.Namespace,
-) -> tuple[list[str], dict[str, tuple[int, int]], int, str]:
-    """Joints, cameras, state size and endpoint: from --joints/--camera/--connect where given,
-    else from the config and its policy (which needs the serve extra)."""
-    if args.joints is None:
-        if args.cameras:
-            raise ConfigError("--camera describes the robot together with --joints; add --joints")
-        config = _load(args)
-        joints, cameras, state_size = _robot_description(config)
-        return joints, cameras, state_size, args.connect or config.server.bind
-    joints = [name.strip() for name in args.joints.split(",")]
-    if not all(joints):
-        raise ConfigError(f"--joints {args.joints!r}: expected comma-separated joint names")
-    given = _load(args) if args.config or args.overrides else None  # a given config is checked
-    endpoint = args.connect or (given.server.bind if given else DEFAULT_BIND)
-    return joints, _parse_cameras(args.cameras), len(joints), endpoint
-
-
-def cmd_sim_robot(args: argparse.Namespace) -> int:
-    setup_logging(args.log_level or "WARNING")
-    joints, cameras, state_size, endpoint = _sim_robot_description(args)
-    from controller.sim.sim_robot import main_sim_robot
-
-    return main_sim_robot(
-        endpoint,
-        joints,
-        cameras,
-        state_size,
-        args.seconds,
-        args.camera_hz,
-        args.json_lines,
-        frames_in_place=False if args.frames_on_socket else None,
-    )
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from controller.config import load_config
-    from controller.sim.demo import demo_policy_args, run_demo
-
-    policy_args = demo_policy_args(args.policy, args.config, args.overrides, args.json)
-    load_config(args.config, [*policy_args[1::2], *args.overrides])  # refuse a bad config now
-    config_args = [*policy_args, *_config_args(args)]
-    return run_demo(args.seconds, config_args, args.json, args.log_level or "WARNING")
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    from controller.observe.status_server import request_status
-
-    # A config is read only when given: without one no pydantic is needed (a driver's install).
-    configured = _load(args).server.status_bind if args.config or args.overrides else None
-    endpoint = args.connect or configured or DEFAULT_STATUS_BIND
-    status = request_status(endpoint, timeout_s=args.timeout)
-    if status is None:
-        print(
-            f"tempo status: no daemon answered on {endpoint} within {args.timeout} s",
-            file=sys.stderr,
-        )
-        return 1
-    if args.json:
-        from controller.observe.status import json_safe
-
-        print(json.dumps(json_safe(status), indent=2))
-        return 0
-    from controller.observe.status_view import render_status
-
-    print(render_status(status))
     return 0
 
 
@@ -318,57 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_args(show)
     show.set_defaults(func=cmd_config_show)
 
-    sim = sub.add_parser("sim-robot", help="run a simulated robot driver against a daemon")
-    add_config_args(sim)
-    sim.add_argument("--connect", help=f"daemon endpoint (default: server.bind, {DEFAULT_BIND})")
-    sim.add_argument(
-        "--joints",
-        metavar="NAME,NAME,...",
-        help="the robot's joints; with --camera, describes the robot without reading the config "
-        "and its policy, so no serve extra is needed (default: the configured policy's robot)",
-    )
-    sim.add_argument(
-        "--camera",
-        dest="cameras",
-        action="append",
-        default=[],
-        metavar="NAME=HxW",
-        help="a camera of the robot given by --joints, e.g. front=96x128 (repeatable)",
-    )
-    sim.add_argument("--seconds", type=float, default=10.0, help="how long to run (default 10)")
-    sim.add_argument(
-        "--camera-hz", type=float, default=30.0, help="new camera frames per second (default 30)"
-    )
-    sim.add_argument("--json-lines", action="store_true", help="stream JSON stats lines")
-    sim.add_argument(
-        "--frames-on-socket",
-        action="store_true",
-        help="send frames on the socket even to a same-host (ipc://) daemon, instead of "
-        "writing them into its shared frame ring",
-    )
-    sim.set_defaults(func=cmd_sim_robot)
-
-    demo = sub.add_parser("demo", help="daemon + simulated robot, with a live status line")
-    add_config_args(demo)
-    demo.add_argument("--seconds", type=float, default=10.0, help="how long to run (default 10)")
-    demo.add_argument("--json", action="store_true", help="print one JSON summary at the end")
-    demos = {family.name: family.demo for family in families() if family.demo is not None}
-    demo.add_argument(
-        "--policy",
-        choices=list(demos),
-        default="act",
-        help="; ".join(f"{name}: {d.help}" for name, d in demos.items()),
-    )
-    demo.set_defaults(func=cmd_demo)
-
-    status = sub.add_parser("status", help="ask a running daemon how it is doing")
-    add_config_args(status)
-    status.add_argument("--connect", help="status endpoint (default: server.status_bind)")
-    status.add_argument("--json", action="store_true", help="print the whole status as JSON")
-    status.add_argument(
-        "--timeout", type=float, default=2.0, help="seconds to wait for an answer (default 2)"
-    )
-    status.set_defaults(func=cmd_status)
+    add_sim_parsers(sub, add_config_args, setup_logging, _load)
+    add_status_parser(sub, add_config_args, _load, DEFAULT_STATUS_BIND)
     add_swap_parser(sub, add_config_args, _load, DEFAULT_STATUS_BIND)
 
     add_checkpoint_parsers(sub, setup_logging)

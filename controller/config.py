@@ -1,5 +1,6 @@
-"""The daemon's configuration: the sections (controller.config_sections and the components'
-own) assembled into TempoConfig, loaded from YAML and `--set`, and dumped back.
+"""The daemon's configuration: the sections (controller.config_sections,
+controller.policy_sections and the components' own) assembled into TempoConfig, loaded from
+YAML and `--set`, and dumped back.
 
 `tempo serve` with no file is a working daemon. A YAML file and `--set section.field=value`
 overrides are layered on the defaults; anything invalid is refused at start with a sentence that
@@ -25,8 +26,6 @@ from controller.config_sections import (
     ControlConfig,
     InferenceConfig,
     LoggingConfig,
-    PolicyConfig,
-    RobotConfig,
     Section,
     SecurityConfig,
     ServerConfig,
@@ -35,6 +34,7 @@ from controller.config_sections import (
 from controller.errors import ConfigError
 from controller.observe.metrics_http import MetricsConfig
 from controller.observe.telemetry import TelemetryConfig
+from controller.policy_sections import PolicyConfig, RobotConfig
 from controller.record_config import RecordConfig
 from controller.runner_config import RunnerConfig
 

@@ -1,6 +1,6 @@
 """What the policies read of the daemon's `policy:` and `robot:` sections, as protocols: the
 catalog and the families type their arguments with these, so policies/ names none of the
-config's classes. controller.config_sections' PolicyConfig and RobotConfig (which document each
+config's classes. controller.policy_sections' PolicyConfig and RobotConfig (which document each
 field) fit them as they are; tests may pass anything else that does.
 
 Read-only properties, so that a config field of a narrower type (a Literal, a tuple) fits.
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
-# Real-time chunking's modes and mask schedules; controller.config_sections names the same ones.
+# Real-time chunking's modes and mask schedules; controller.policy_sections names the same ones.
 RTCMode = Literal["off", "exact", "stop_grad", "inpaint", "trained"]
 MaskSchedule = Literal["exp", "linear", "ones", "zeros"]
 

@@ -66,9 +66,9 @@ def child(plan: dict[str, Any]) -> int:
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     import controller.inference.process_main  # noqa: F401 - the inference process's imports
-    from controller.config_sections import PolicyConfig, RobotConfig
     from controller.inference.build import build_policy, planner_runner
     from controller.inference.examples import random_observation
+    from controller.policy_sections import PolicyConfig, RobotConfig
     from controller.runner_config import RunnerConfig
 
     runner_config = RunnerConfig.model_validate(plan["runner"])

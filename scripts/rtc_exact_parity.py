@@ -25,9 +25,9 @@ import sys
 import numpy as np
 import torch
 
-from controller.config_sections import RTCConfig
 from controller.inference.parity import relative_error
 from controller.inference.runner import Runner
+from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
 from policies.base import Plan, RobotContext
 from policies.demo import make_demo_flow_policy, make_flow_aloha_policy

@@ -45,7 +45,7 @@ import torch
 from controller.action.guards_config import GuardsConfig
 from controller.action.pipeline import ActionPipeline
 from controller.action.teleop import TeleopConfig
-from controller.config_sections import RTCConfig
+from controller.policy_sections import RTCConfig
 from policies.base import RobotContext
 from policies.demo import make_demo_flow_policy
 from policies.flow.codec import fill_noise, fill_prefix

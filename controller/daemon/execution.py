@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controller.config_sections import InferenceConfig, RTCConfig
+from controller.config_sections import InferenceConfig
 from controller.errors import ConfigError
+from controller.policy_sections import RTCConfig
 from policies.base import Execution, PolicySpec
 
 # Where each inference setting in effect came from (resolve_execution).

@@ -10,8 +10,8 @@ import logging
 import tempfile
 from pathlib import Path
 
-from controller.config_sections import PolicyConfig
 from controller.errors import ConfigError
+from controller.policy_sections import PolicyConfig
 from controller.runner_config import RunnerConfig
 
 log = logging.getLogger(__name__)

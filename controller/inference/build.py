@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from controller.config_sections import PolicyConfig, RobotConfig
 from controller.errors import ConfigError
 from controller.inference.artefact_folders import with_built_artefacts
 from controller.inference.prior_fallback import PriorFallback
 from controller.inference.progress import Progress
 from controller.inference.runner import Runner
 from controller.inference.threads import apply_inference_threads  # noqa: F401 - for app.py
+from controller.policy_sections import PolicyConfig, RobotConfig
 from controller.runner_config import RunnerConfig
 from policies.catalog import build_tensor_policy
 from policies.tensor_policy import TensorPolicy

@@ -18,13 +18,14 @@ import torch._dynamo  # noqa: F401 - torch imports its compiler on the first com
 
 import policies.checkpoints.load  # noqa: F401 - the build loads a checkpoint
 from controller.bounded_file import MAX_CONFIG_BYTES, read_stream_text, read_text
-from controller.config_sections import PolicyConfig, RobotConfig, SupervisionConfig
+from controller.config_sections import SupervisionConfig
 from controller.errors import ConfigError
 from controller.inference import build
 from controller.inference.local_policy import LocalPolicy
 from controller.inference.process_server import serve_control_process
 from controller.inference.threads import apply_inference_threads
 from controller.link.parent_death import control_pid
+from controller.policy_sections import PolicyConfig, RobotConfig
 from controller.runner_config import RunnerConfig
 
 log = logging.getLogger(__name__)

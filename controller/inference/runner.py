@@ -6,7 +6,8 @@
     chunk = runner.predict_chunk(images, state)   # the raw step on a state window, for tools
     results = runner.predict_batch([(images, context), ...])  # several robots in one step
 Several robots waiting at once are served in one step of a batch-size bucket (`batch_sizes`;
-controller.inference.batch_serving); batch 1 is the bucket of size 1.
+controller.inference.batch_serving); batch 1 is the bucket of size 1. What the status, tools
+and benchmarks read of a runner is in controller.inference.runner_inspection.
 
 Tiers, highest first: graph (compiled + CUDA graph), compiled, eager_half, eager_fp32 (the
 reference; see `controller.runner_config`). At start every tier from `top_tier` down is built,
@@ -35,7 +36,6 @@ import numpy as np
 import torch
 
 from controller.errors import InputFault, PolicyError
-from controller.inference.batch_serving import BatchServing
 from controller.inference.buckets import Bucket, batch_sizes_for, start_buckets
 from controller.inference.compile_cache import CompileCache, open_compile_cache
 from controller.inference.examples import Example, random_example
@@ -44,6 +44,7 @@ from controller.inference.host_weights import check_host_weights, stream_host_we
 from controller.inference.ladder import ServingLadder
 from controller.inference.parity import NonFiniteOutput, all_finite
 from controller.inference.progress import Progress, first_line
+from controller.inference.runner_inspection import RunnerInspection
 from controller.inference.step_path import StepPath
 from controller.inference.tier_checks import (
     reference_at_start,
@@ -51,18 +52,17 @@ from controller.inference.tier_checks import (
     start_tiers,
     tier_names,
 )
-from controller.inference.tier_report import TierChange, TierReport
+from controller.inference.tier_report import TierReport
 from controller.inference.tiers import EagerTier, Tier, build_tiers, half_tier_weights
 from controller.observe.telemetry import Telemetry
 from controller.runner_config import TIER_ORDER, RunnerConfig
 from policies.base import PolicySpec, Prediction, RobotContext, window_context
-from policies.inputs import InputCodec
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
 
 
-class Runner(BatchServing):
+class Runner(RunnerInspection):
     """A Policy served through the tier ladder. The constructor does no work; `start` does."""
 
     def __init__(
@@ -309,12 +309,7 @@ class Runner(BatchServing):
             self._config, observations,
         )  # fmt: skip
 
-    # ---- inspection, benchmarking ------------------------------------------------------------
-
-    @property
-    def tier(self) -> str | None:
-        """Name of the serving tier (None before start)."""
-        return self._ladder.serving
+    # ---- serving wiring ----------------------------------------------------------------------
 
     def add_pinned_region(self, address: int, size: int) -> None:
         """Frames in this page-locked host memory are uploaded by one DMA (see staging)."""
@@ -322,64 +317,6 @@ class Runner(BatchServing):
 
     def remove_pinned_region(self, address: int, size: int) -> None:
         self._checked_path().staging.remove_pinned_region(address, size)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        """Names of the policy's extra outputs (its memory), after the chunk."""
-        return self._codec.outputs
-
-    @property
-    def ready_tiers(self) -> list[str]:
-        return list(self._ladder.tiers)
-
-    @property
-    def module(self) -> torch.nn.Module:
-        """The policy's module: the one every tier runs (on the runner's device once started)."""
-        return self._policy.module
-
-    @property
-    def codec(self) -> InputCodec:
-        """How a robot's context becomes the module's inputs (for tools that fill the staging)."""
-        return self._codec
-
-    @property
-    def step_path(self) -> StepPath:
-        """The started runner's step path (staging, stream, download), for profiling tools that
-        time its phases one by one; the serving path itself goes through predict."""
-        return self._checked_path()
-
-    @property
-    def serving_tier(self) -> Tier:
-        """The Tier object now serving (its name is `tier`); for profiling tools."""
-        name = self._ladder.serving
-        if name is None:
-            raise PolicyError("the runner is not started: call start() first")
-        return self._tiers[name]
-
-    @property
-    def demotions(self) -> list[TierChange]:
-        return list(self._ladder.demotions)
-
-    def status(self) -> dict[str, object]:
-        """A JSON-able snapshot for the daemon's status and metrics. It does not wait for a
-        step in progress (or a start-up): values are read as they are at that moment."""
-        path = self._path
-        return {
-            "ready": self._ladder.current is not None,
-            "tier": self.tier,
-            "device": path.describe() if path else str(self._device),
-            "channels_last": path.channels_last if path else None,
-            "start_s": self._start_s,
-            **dict(self._counts),
-            "overruns": self._ladder.overruns,
-            "last_error": self._last_error,
-            "step_budget_ms": self._config.step_budget_ms,
-            "tiers": [r.as_dict() for r in list(self._reports.values())],
-            "demotions": [d.as_dict() for d in list(self._ladder.demotions)],
-            "promotions": [p.as_dict() for p in list(self._ladder.promotions)],
-            "compile_cache": self._cache.as_dict() if self._cache else None,
-            **self._batch_status(),
-        }
 
     def attach_telemetry(self, telemetry: Telemetry) -> None:
         """Record every serving step's upload, model (per tier) and postprocess into
@@ -392,18 +329,6 @@ class Runner(BatchServing):
                     each.enable_telemetry(telemetry)
 
     serving = True  # the served-policy contract (link.served_policy): here, always answering
-
-    def use_tier(self, name: str) -> None:
-        """Serve from `name` (a tier that passed start-up) without recording a demotion: for
-        benchmarks and tests, never for the daemon."""
-        with self._lock:
-            self._ladder.use(name)
-
-    def time_device(self, name: str, iterations: int = 100) -> list[float]:
-        """Seconds per step of tier `name` on the last uploaded observation: CUDA-event time of
-        the model alone on a GPU (no upload or download), wall time on a CPU. For benchmarks."""
-        with self._lock:
-            return self._checked_path().time_device(self._tiers[name], iterations)
 
     def _next_seed(self) -> int:
         self._seed += 1

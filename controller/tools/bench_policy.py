@@ -122,7 +122,7 @@ def policy_from_flags(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from policies import catalog
 
     if args.checkpoint is not None:
-        from controller.config_sections import PolicyConfig
+        from controller.policy_sections import PolicyConfig
 
         section = PolicyConfig(kind="checkpoint", path=args.checkpoint)
         return catalog.build_tensor_policy(section), catalog.describe_source(section)

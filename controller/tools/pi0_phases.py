@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from controller.config_sections import RTCConfig
 from controller.inference.device_timer import DeviceTimer
 from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.inference.tiers import precision_dtype
+from controller.policy_sections import RTCConfig
 from controller.tools.profile_result import Row, rtc_phase_rows
 from policies.inputs import example_frames
 from policies.pi0.rtc import Pi0RealTimeChunking

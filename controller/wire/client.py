@@ -26,10 +26,8 @@ action from before the restart is ever returned.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,32 +36,19 @@ import zmq
 
 from controller.errors import (
     DaemonUnavailable,
-    ErrorCode,
-    HandshakeRefused,
     ProtocolError,
     SecurityError,
 )
+from controller.wire.client_connection import ClientConnection, Welcome, checked_task
 from controller.wire.commands import ClientCounters, Command, CommandInbox
 from controller.wire.curve import ClientKeys, load_client_keys
 from controller.wire.declared_robot import DeclaredRobot
 from controller.wire.frame_ring_writer import FrameRingWriter
-from controller.wire.handshake_watch import HandshakeWatch, no_answer
-from controller.wire.header_schema import check_mark_reason, check_task
-from controller.wire.protocol import DEFAULT_LIMITS, Message, decode, encode
-from controller.wire.sockets import configure_common
-
-log = logging.getLogger(__name__)
+from controller.wire.handshake_watch import HandshakeWatch
+from controller.wire.header_schema import check_mark_reason
 
 
-@dataclass(frozen=True)
-class Welcome:
-    session: str
-    control_hz: float
-    spec: dict[str, Any]
-    limits: dict[str, list[float]]
-
-
-class TempoClient:
+class TempoClient(ClientConnection):
     def __init__(
         self,
         endpoint: str,
@@ -88,7 +73,7 @@ class TempoClient:
         required (connect raises HandshakeRefused if the daemon offers none); False: never.
         `task`: what the robot is asked to do, for a policy that reads a text prompt (see
         `connect`)."""
-        self.task = _checked_task(task, "hello")
+        self.task = checked_task(task, "hello")
         self.policy = policy
         self.endpoint = endpoint
         self.frames_in_place = frames_in_place
@@ -122,82 +107,6 @@ class TempoClient:
         self._last_heard_ns = 0
         self._hello_sent_ns = 0
 
-    # -- connection ------------------------------------------------------------------------
-
-    def connect(self, task: str | None = None) -> Welcome:
-        """Handshake, waiting up to the handshake timeout. Raises HandshakeRefused (also when
-        the daemon's CurveZMQ security refused this driver's keys, or their absence) or
-        DaemonUnavailable. `task` (or the one given before): the robot's task, for a policy
-        that reads a text prompt; a reconnection says it again. ValueError, before sending,
-        for a blank task or one over 1,000 bytes of UTF-8."""
-        if task is not None:
-            self.task = _checked_task(task, "hello")
-        self._send_hello()
-        deadline = time.monotonic_ns() + self.handshake_timeout_ns
-        while self.welcome is None:
-            refused = self._watch.failure() if self._watch is not None else None
-            if refused is not None:
-                raise HandshakeRefused("security", refused)
-            remaining_ms = (deadline - time.monotonic_ns()) // 1_000_000
-            if remaining_ms <= 0:
-                timeout_s = self.handshake_timeout_ns / 1e9
-                raise DaemonUnavailable(no_answer(self.endpoint, timeout_s, self._keys is not None))
-            self._pump(min(remaining_ms, 50), raise_refusal=True)  # 50: look at the watch too
-        return self.welcome
-
-    @property
-    def connected(self) -> bool:
-        return self.welcome is not None
-
-    def _send_hello(self) -> None:
-        """A fresh socket each time, so nothing queued for an old daemon survives."""
-        self._close_socket()
-        self._socket = self.context.socket(zmq.DEALER)
-        configure_common(self._socket, DEFAULT_LIMITS)
-        if self._keys is not None:
-            self._keys.apply(self._socket)
-        self._watch = HandshakeWatch(self._socket, self.endpoint, self._keys is not None)
-        self._socket.connect(self.endpoint)
-        self.welcome = None
-        self._inbox.clear()
-        self._hello_sent_ns = time.monotonic_ns()
-        self._last_heard_ns = self._hello_sent_ns
-        self._close_ring()
-        fields: dict[str, Any] = {"spec": self.spec}
-        if self._ask_in_place:
-            fields["frames_in_place"] = True
-        if self.task is not None:
-            fields["task"] = self.task
-        fields.update({"policy": self.policy} if self.policy is not None else {})
-        self._send("hello", fields)
-
-    def _close_socket(self) -> None:
-        if self._watch is not None:
-            self._watch.close()  # before its socket
-            self._watch = None
-        if self._socket is not None:
-            self._socket.close(linger=0)
-        self._socket = None
-
-    def _reconnect(self, why: str) -> None:
-        refused = self._watch.failure() if self._watch is not None else None
-        if refused is not None:  # say why, not only that nothing came
-            why = f"{why}; the handshake was refused: {refused}"
-            self.counters.last_error = f"handshake refused: {refused}"
-        self.counters.reconnects += 1
-        log.warning("reconnecting to %s: %s", self.endpoint, why)
-        self._send_hello()
-
-    def close(self) -> None:
-        """Say bye (best effort) and close the socket."""
-        if self._socket is None:
-            return
-        if self.welcome is not None:
-            self._send("bye", {"session": self.welcome.session})
-        self._close_socket()
-        self.welcome = None
-        self._close_ring()
-
     # -- frames in place -------------------------------------------------------------------
 
     @property
@@ -213,11 +122,6 @@ class TempoClient:
         None without a ring, or while the daemon holds every slot (send arrays then)."""
         return self._frames.buffers() if self._frames is not None else None
 
-    def _close_ring(self) -> None:
-        if self._frames is not None:
-            self._frames.close()
-        self._frames = None
-
     def __enter__(self) -> TempoClient:
         self.connect()
         return self
@@ -226,26 +130,6 @@ class TempoClient:
         self.close()
 
     # -- sending ---------------------------------------------------------------------------
-
-    def _send(
-        self, kind: str, fields: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None
-    ) -> int:
-        self._seq += 1
-        frames = encode(
-            kind,
-            robot=self.robot,
-            seq=self._seq,
-            time_ns=time.monotonic_ns(),
-            fields=fields,
-            arrays=arrays,
-        )
-        if self._socket is None:
-            raise DaemonUnavailable("the client is closed; create a new one or call connect()")
-        try:
-            self._socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            self.counters.dropped_observations += 1
-        return self._seq
 
     def send_observation(
         self,
@@ -278,7 +162,7 @@ class TempoClient:
                     "send_observation: a task changes only at an episode start; pass "
                     "episode_start=True with it"
                 )
-            task = _checked_task(task, "obs")
+            task = checked_task(task, "obs")
         in_place = self._frames is not None and self._frames.claimed(images)
         arrays: dict[str, np.ndarray] = {} if in_place else dict(images)
         if not in_place:
@@ -361,95 +245,3 @@ class TempoClient:
         if self.welcome is None:
             return Command("hold", reason="connecting")
         return self._inbox.current(now, self.stale_after_ns)
-
-    def _pump(self, timeout_ms: int, raise_refusal: bool) -> None:
-        if self._socket is None:
-            return
-        if timeout_ms > 0 and not self._socket.poll(timeout_ms):
-            return
-        while True:
-            try:
-                frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            try:
-                message = decode(frames)
-            except ProtocolError as exc:
-                self.counters.errors += 1
-                self.counters.last_error = f"undecodable message from the daemon: {exc}"
-                continue
-            self._last_heard_ns = time.monotonic_ns()
-            self._on_message(message, raise_refusal)
-
-    def _on_message(self, message: Message, raise_refusal: bool) -> None:
-        header = message.header
-        if message.kind == "welcome":
-            self._inbox.new_session()
-            offer = header.get("frame_ring")
-            if offer is not None:
-                self._frames = FrameRingWriter.attach(
-                    offer, self._declared.camera_shapes, bool(self.frames_in_place), self.counters
-                )
-            elif self.frames_in_place:
-                raise HandshakeRefused(
-                    ErrorCode.FRAME_SLOT.value,
-                    "the daemon offers no frame ring (frames in place need an ipc:// endpoint "
-                    "on this host); pass frames_in_place=None or False",
-                )
-            self.welcome = Welcome(
-                header["session"],
-                float(header["control_hz"]),
-                header["spec"],
-                header.get("limits", {}),
-            )
-            return
-        if message.kind == "error":
-            code, text = header["code"], header["message"]
-            self.counters.errors += 1
-            self.counters.error_codes[code] = self.counters.error_codes.get(code, 0) + 1
-            self.counters.last_error = f"{code}: {text}"
-            if (
-                self.welcome is None
-                and self._ask_in_place
-                and self.frames_in_place is None
-                and code == ErrorCode.MALFORMED.value
-                and "frames_in_place" in text
-            ):
-                # A daemon older than frames in place refuses the hello field: ask again
-                # without it, and send frames through the socket.
-                log.info("the daemon at %s predates frames in place; frames go through the "
-                         "socket", self.endpoint)  # fmt: skip
-                self._ask_in_place = False
-                self._send_hello()
-                return
-            if self.welcome is None and code != ErrorCode.UNKNOWN_SESSION.value:
-                if raise_refusal:
-                    raise HandshakeRefused(code, text)
-                log.error("handshake refused (%s): %s", code, text)
-            elif code == ErrorCode.UNKNOWN_SESSION.value:
-                self._reconnect("the daemon does not know our session (it restarted?)")
-            return
-        if self.welcome is None or message.session != self.welcome.session:
-            return  # from an earlier session: never act on it
-        self._inbox.take(message)
-
-    def _check_connection(self) -> None:
-        now = time.monotonic_ns()
-        if self.welcome is None:
-            if self._socket is not None and now - self._hello_sent_ns > self.handshake_timeout_ns:
-                self._reconnect("no welcome within the handshake timeout")
-        elif now - self._last_heard_ns > self.silence_reconnect_ns:
-            self._reconnect(f"nothing from the daemon for {self.silence_reconnect_ns / 1e9:.1f} s")
-
-
-def _checked_task(task: str | None, kind: str) -> str | None:
-    """The task as the daemon accepts it (ValueError with the daemon's sentence otherwise)."""
-    if task is None:
-        return None
-    if not isinstance(task, str):
-        raise ValueError(f"the task must be a string, not {type(task).__name__}")
-    try:
-        check_task(task, kind, episode_start=True)
-    except ProtocolError as exc:
-        raise ValueError(str(exc)) from None
-    return task

@@ -8,9 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from controller.config_sections import RTCConfig  # noqa: E402
 from controller.inference.parity import relative_error  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
+from controller.policy_sections import RTCConfig  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import Plan, RobotContext  # noqa: E402
 from policies.demo import make_demo_flow_policy  # noqa: E402

@@ -12,8 +12,8 @@ from pathlib import Path
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from controller.config_sections import PolicyConfig
     from controller.inference import build as build_module
+    from controller.policy_sections import PolicyConfig
     from controller.runner_config import RunnerConfig
     from policies.tensor_policy import TensorPolicy
     from tests.integration.test_faults import NanAbove1000

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from controller.config_sections import RTCConfig
+from controller.policy_sections import RTCConfig
 from policies.demo import make_demo_flow_policy
 from policies.flow.rtc import serve_with_rtc
 from policies.tensor_policy import EagerPolicy

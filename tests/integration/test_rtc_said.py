@@ -3,10 +3,10 @@ with its settings, instead of "play the newest chunk" (controller.daemon.executi
 
 from __future__ import annotations
 
-from controller.config_sections import RTCConfig
 from controller.daemon.execution import resolve_execution
 from controller.link.served_policy import served_here
 from controller.observe.status_view import render_status
+from controller.policy_sections import RTCConfig
 from policies.demo import make_demo_flow_policy
 from policies.flow.rtc import serve_with_rtc
 from policies.tensor_policy import EagerPolicy

@@ -15,10 +15,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from controller.config_sections import RTCConfig
 from controller.errors import PolicyError
 from controller.inference.buckets import split_into_buckets
 from controller.inference.runner import Runner
+from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
 from policies.base import Prediction, RobotContext
 from policies.demo import make_demo_flow_policy, make_demo_policy

@@ -17,10 +17,10 @@ pytest.importorskip("torch")
 import torch  # noqa: E402
 
 from controller import cli  # noqa: E402
-from controller.config_sections import PolicyConfig  # noqa: E402
 from controller.inference import artefact_folders as af  # noqa: E402
 from controller.inference import artefact_identity as ai  # noqa: E402
 from controller.inference import built_artefacts as ba  # noqa: E402
+from controller.policy_sections import PolicyConfig  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.model_hooks import ServedModule  # noqa: E402
 

@@ -9,6 +9,7 @@ import pytest
 
 from controller import cli
 from controller.config_sections import ServerConfig
+from controller.sim import sim_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,7 +35,7 @@ def test_serve_extra_modules_match_pyproject():
 
 
 def test_default_bind_is_the_configs():
-    assert cli.DEFAULT_BIND == ServerConfig().bind
+    assert sim_cli.DEFAULT_BIND == ServerConfig().bind
 
 
 def test_a_missing_serve_extra_module_ends_with_one_sentence(monkeypatch, capsys):
@@ -78,18 +79,18 @@ def test_sim_robot_description_from_options():
     args = cli.build_parser().parse_args(
         ["sim-robot", "--joints", "a, b,c", "--camera", "front=96x128", "--camera", "wrist=48x64"]
     )
-    joints, cameras, state_size, endpoint = cli._sim_robot_description(args)
+    joints, cameras, state_size, endpoint = sim_cli.sim_robot_description(args, cli._load)
     assert joints == ["a", "b", "c"]
     assert cameras == {"front": (96, 128), "wrist": (48, 64)}
     assert state_size == 3
-    assert endpoint == cli.DEFAULT_BIND
+    assert endpoint == sim_cli.DEFAULT_BIND
 
 
 def test_sim_robot_options_still_read_a_given_config():
     args = cli.build_parser().parse_args(
         ["sim-robot", "--joints", "a", "--set", "server.bind=ipc:///tmp/tempo-x.sock"]
     )
-    assert cli._sim_robot_description(args)[3] == "ipc:///tmp/tempo-x.sock"
+    assert sim_cli.sim_robot_description(args, cli._load)[3] == "ipc:///tmp/tempo-x.sock"
 
 
 @pytest.mark.parametrize(

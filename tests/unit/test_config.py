@@ -358,11 +358,11 @@ def test_rtc_section_names_the_flow_policys_modes_and_schedules():
     modes and schedules must be the ones the flow policy's RTC implements."""
     from typing import get_args
 
-    from controller import config_sections
+    from controller import policy_sections
     from policies import settings
 
-    assert get_args(config_sections.RTCMode) == get_args(settings.RTCMode)
-    assert get_args(config_sections.MaskSchedule) == get_args(settings.MaskSchedule)
+    assert get_args(policy_sections.RTCMode) == get_args(settings.RTCMode)
+    assert get_args(policy_sections.MaskSchedule) == get_args(settings.MaskSchedule)
     assert load_config(None, ["policy.rtc.mode=off"]).policy.rtc.mode == "off"
 
 

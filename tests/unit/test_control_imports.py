@@ -15,6 +15,7 @@ CONTROL_ROOTS = (
     "controller.app",
     "controller.config",
     "controller.config_sections",
+    "controller.policy_sections",
     "controller.runner_config",
     "controller.link",
     "controller.daemon",

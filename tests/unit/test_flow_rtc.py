@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from controller.config_sections import RTCConfig
+from controller.policy_sections import RTCConfig
 from policies.flow.config import FlowConfig
 from policies.flow.model import FlowMatchingPolicy
 from policies.flow.rtc import RealTimeChunking, guidance_weights, soft_mask

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from controller.config import load_config
-from controller.config_sections import RTCConfig
 from controller.errors import ConfigError
 from controller.inference.parity import relative_error
 from controller.inference.runner import Runner
+from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
 from policies.base import Plan, RobotContext
 from policies.catalog import build_tensor_policy

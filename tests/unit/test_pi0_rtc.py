@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from controller.config import load_config
-from controller.config_sections import RTCConfig
 from controller.errors import ConfigError
 from controller.inference.half_weights import copy_sharing_tensors
+from controller.policy_sections import RTCConfig
 from policies.base import Plan
 from policies.catalog import build_tensor_policy
 from policies.inputs import example_frames, stack_frames

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from controller.config_sections import RTCConfig
 from controller.inference.parity import relative_error
 from controller.inference.runner import Runner
+from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
 from policies.base import Plan
 from policies.inputs import example_frames

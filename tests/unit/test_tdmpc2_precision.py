@@ -113,8 +113,8 @@ def test_runner_checks_reduced_precision_with_the_policys_measure() -> None:
 
 
 def test_policy_planner_section_selects_the_compute(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from controller.config_sections import PolicyConfig
     from controller.errors import ConfigError
+    from controller.policy_sections import PolicyConfig
     from policies.catalog import build_tensor_policy
     from policies.demo import make_demo_checkpoint, make_demo_tdmpc2_checkpoint
 

@@ -93,8 +93,8 @@ def test_compiled_tier_serves_without_recompiles() -> None:
 
 
 def test_policy_planner_section_selects_fast_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from controller.config_sections import PolicyConfig
     from controller.errors import ConfigError
+    from controller.policy_sections import PolicyConfig
     from policies.catalog import build_tensor_policy
     from policies.demo import make_demo_checkpoint, make_demo_tdmpc2_checkpoint
 

@@ -1,0 +1,59 @@
+"""`tempo status [--json]`: ask a running daemon how it is doing, on its local status socket
+(server.status_bind), and print its answer as a table or as JSON.
+
+A config is read only when one is given: without one no pydantic is needed, so this runs on a
+driver's install too. Only the standard library at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def add_status_parser(
+    sub: Any,
+    add_config_args: Callable[..., None],
+    load_config: Callable[[argparse.Namespace], Any],
+    default_endpoint: str,
+) -> None:
+    """Add `status` to the `tempo` subparsers (the CLI's config options and loader, and the
+    status endpoint asked without a config)."""
+    status = sub.add_parser("status", help="ask a running daemon how it is doing")
+    add_config_args(status)
+    status.add_argument("--connect", help="status endpoint (default: server.status_bind)")
+    status.add_argument("--json", action="store_true", help="print the whole status as JSON")
+    status.add_argument(
+        "--timeout", type=float, default=2.0, help="seconds to wait for an answer (default 2)"
+    )
+    status.set_defaults(func=lambda args: cmd_status(args, load_config, default_endpoint))
+
+
+def cmd_status(
+    args: argparse.Namespace,
+    load_config: Callable[[argparse.Namespace], Any],
+    default_endpoint: str,
+) -> int:
+    from controller.observe.status_server import request_status
+
+    configured = load_config(args).server.status_bind if args.config or args.overrides else None
+    endpoint = args.connect or configured or default_endpoint
+    status = request_status(endpoint, timeout_s=args.timeout)
+    if status is None:
+        print(
+            f"tempo status: no daemon answered on {endpoint} within {args.timeout} s",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        from controller.observe.status import json_safe
+
+        print(json.dumps(json_safe(status), indent=2))
+        return 0
+    from controller.observe.status_view import render_status
+
+    print(render_status(status))
+    return 0
