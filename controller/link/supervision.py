@@ -41,6 +41,9 @@ RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # then the ladder starts over
 HANG_STEPS = 20  # a step this many times the slowest tier's start-up step time is a hang
 SLOT_COUNT = 2  # per robot of the largest batch: one batch in flight, a torn read detectable
 READY_TIMEOUT_S = 60.0  # a built process attaching (and pinning) the slots
+# A hot standby taking over attaches in well under a second; one silent this long is wedged
+# (say, by the fault that ended the serving one), and a restart is quicker than waiting on.
+TAKEOVER_READY_S = 5.0
 
 
 class ProcessSupervision:
@@ -146,7 +149,7 @@ class ProcessSupervision:
                 return False
             child, hello = hot
             try:
-                self._attach(child, hello, None)
+                self._attach(child, hello, None, ready_timeout_s=TAKEOVER_READY_S)
             except Exception as exc:  # noqa: BLE001 - a restart builds a fresh one instead
                 log.warning("the hot standby could not take over (%s); restarting instead", exc)
                 self._detach()
@@ -220,6 +223,7 @@ class ProcessSupervision:
         hello: Hello,
         progress: Callable[[str], None] | None,
         new_spec: bool = False,
+        ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> None:
         """Hand a built process (it said `hello`) the observation slots and wait for ready
         (`_resume` then serves from it). `new_spec`: a swap's, checked by the caller; else it
@@ -236,19 +240,21 @@ class ProcessSupervision:
         if self._slots is None:
             self._slots = FrameSlots.create(spec, SLOT_COUNT * max(self._batching[0]))
         self._slots.reset()  # a fresh header per process: nothing scribbled there outlives it
-        self.pinned = self._hand_slots(child, self._slots)
+        self.pinned = self._hand_slots(child, self._slots, ready_timeout_s)
         with self._lock:  # a new process has attached no driver ring yet
             self._channel = RequestChannel(link, self._slots, spec)
         if progress is not None:
             progress(f"inference process {process.pid} ready")
 
-    def _hand_slots(self, child: Child, slots: FrameSlots) -> bool:
-        """Hand a built process the observation slots and wait for `ready`; whether it pinned
-        them."""
+    def _hand_slots(
+        self, child: Child, slots: FrameSlots, timeout_s: float = READY_TIMEOUT_S
+    ) -> bool:
+        """Hand a built process the observation slots and wait (up to `timeout_s`) for
+        `ready`; whether it pinned them."""
         link, process = child
         attach = AttachSlots(str(slots.path), slots.count)
         send_at_start(link, attach, fds=[slots.fileno()])  # the memory itself, no file
-        return expect(link, process, Ready, READY_TIMEOUT_S, self._stop).pinned
+        return expect(link, process, Ready, timeout_s, self._stop).pinned
 
     def _resume(self) -> None:
         """Serve from the process just attached."""
@@ -274,8 +280,10 @@ class ProcessSupervision:
                 "being restarted"
             ) from None
         finally:
-            if old is not None:  # its channel is closed: it exits on its own (or is killed)
-                wait_or_kill(old, 2.0)
+            if old is not None:  # its channel is closed: it exits on its own (or is killed),
+                # waited for beside serving, not before it (robots hold until _resume).
+                ending = threading.Thread(target=wait_or_kill, args=(old, 2.0), daemon=True)
+                ending.start()
         self._spawner, self._config_json = spawner, config_json
         self._resume()
         switched = time.time()  # wall clock, for status (and benchmarks) to read
