@@ -153,18 +153,7 @@ def request_status(
     endpoint: str, timeout_s: float = 2.0, context: zmq.Context | None = None
 ) -> dict[str, Any] | None:
     """Ask a daemon for its status; None if it does not answer in time."""
-    context = context or zmq.Context.instance()
-    socket = context.socket(zmq.REQ)
-    socket.setsockopt(zmq.LINGER, 0)
-    try:
-        socket.connect(endpoint)
-        socket.send(b"status")
-        if not socket.poll(int(timeout_s * 1000)):
-            return None
-        reply = msgpack.unpackb(socket.recv(), raw=False)
-        return reply if isinstance(reply, dict) else None
-    finally:
-        socket.close(0)
+    return _ask(endpoint, b"status", timeout_s, context)
 
 
 def request_command(
@@ -175,12 +164,19 @@ def request_command(
 ) -> dict[str, Any] | None:
     """Send a command (a map with its "kind", see the module doc) to a daemon; its reply, or
     None if it does not answer in time."""
+    return _ask(endpoint, msgpack.packb(request, use_bin_type=True), timeout_s, context)
+
+
+def _ask(
+    endpoint: str, payload: bytes, timeout_s: float, context: zmq.Context | None
+) -> dict[str, Any] | None:
+    """One request and its reply (a map), or None if none came in time."""
     context = context or zmq.Context.instance()
     socket = context.socket(zmq.REQ)
     socket.setsockopt(zmq.LINGER, 0)
     try:
         socket.connect(endpoint)
-        socket.send(msgpack.packb(request, use_bin_type=True))
+        socket.send(payload)
         if not socket.poll(int(timeout_s * 1000)):
             return None
         reply = msgpack.unpackb(socket.recv(), raw=False)

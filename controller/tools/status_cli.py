@@ -32,6 +32,17 @@ def add_status_parser(
     status.set_defaults(func=lambda args: cmd_status(args, load_config, default_endpoint))
 
 
+def status_endpoint(
+    args: argparse.Namespace,
+    load_config: Callable[[argparse.Namespace], Any],
+    default_endpoint: str,
+) -> str:
+    """Where a running daemon's status socket is: --connect, else the config's
+    server.status_bind when a config or overrides were given, else the default."""
+    configured = load_config(args).server.status_bind if args.config or args.overrides else None
+    return args.connect or configured or default_endpoint
+
+
 def cmd_status(
     args: argparse.Namespace,
     load_config: Callable[[argparse.Namespace], Any],
@@ -39,8 +50,7 @@ def cmd_status(
 ) -> int:
     from controller.observe.status_server import request_status
 
-    configured = load_config(args).server.status_bind if args.config or args.overrides else None
-    endpoint = args.connect or configured or default_endpoint
+    endpoint = status_endpoint(args, load_config, default_endpoint)
     status = request_status(endpoint, timeout_s=args.timeout)
     if status is None:
         print(

@@ -55,9 +55,9 @@ def cmd_swap(
     default_endpoint: str,
 ) -> int:
     from controller.observe.status_server import request_command, request_status
+    from controller.tools.status_cli import status_endpoint
 
-    configured = load_config(args).server.status_bind if args.config or args.overrides else None
-    endpoint = args.connect or configured or default_endpoint
+    endpoint = status_endpoint(args, load_config, default_endpoint)
     request = {
         "kind": "swap",
         "path": str(args.path.resolve()),  # the daemon may run elsewhere on this host
