@@ -85,7 +85,7 @@ def daemon_process(tmp_path: Path, *overrides: str) -> Iterator[subprocess.Popen
             lambda: (
                 process.poll() is not None or request_status(f"ipc://{tmp_path}/status.sock", 0.2)
             ),
-            timeout=60,
+            timeout=180,  # a checkpoint's start-up checks on a loaded 2-core machine
         )
         if process.poll() is not None:
             pytest.fail(f"daemon exited at start: {Path(log.name).read_text()}")

@@ -72,6 +72,8 @@ from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)
 
+SWITCH_WAIT_S = 10.0  # at stop, for a swap's switch under way to finish
+
 
 class RemotePolicy(EpisodeSwitch):
     """A policy served by a supervised inference process (see the module doc)."""
@@ -154,14 +156,21 @@ class RemotePolicy(EpisodeSwitch):
         self._failed.set()
         if self._watch is not None and self._watch is not threading.current_thread():
             self._watch.join(timeout=2.0)
-        standbys = self._standbys.close()  # asked first, so they exit while the serving one does
-        self._swapper.close()
-        self._end_incoming()
-        self._end_process(polite=True)
-        with self._lock:
-            if self._slots is not None:
-                self._slots.close()
-                self._slots = None
+        # A swap's switch under way finishes first (it attaches a process and its slots, which
+        # must not escape the teardown below); bounded, should a stop come from inside one.
+        switching = self._switch.acquire(timeout=SWITCH_WAIT_S)
+        try:
+            standbys = self._standbys.close()  # asked first: they exit while the serving one does
+            self._swapper.close()
+            self._end_incoming()
+            self._end_process(polite=True)
+            with self._lock:
+                if self._slots is not None:
+                    self._slots.close()
+                    self._slots = None
+        finally:
+            if switching:
+                self._switch.release()
         for process, grace_s in standbys:
             wait_or_kill(process, grace_s)
 

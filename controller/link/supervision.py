@@ -98,9 +98,11 @@ class ProcessSupervision:
                         pass
                     elif not self._take_over() and not self._stop.is_set():
                         self._restart()
+                # Under `_switch` too: a swap's switch replaces the standbys (from another
+                # thread), and the two must not interleave.
+                self._standbys.watch()
             finally:
                 self._switch.release()
-            self._standbys.watch()
 
     def _check(self) -> None:
         """Fail the serving process if it exited, or stopped beating while serving."""
