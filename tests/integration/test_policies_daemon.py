@@ -129,20 +129,25 @@ def _hello(socket: zmq.Socket, joints: list[str], policy: str | None) -> dict[st
             return header
 
 
+@contextmanager
+def _connection(daemon: Daemon) -> Iterator[zmq.Socket]:
+    """One driver connection, raw (to say hello twice on it)."""
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket.connect(daemon.endpoint)
+    try:
+        yield socket
+    finally:
+        socket.close(linger=0)
+
+
 def test_a_second_hello_naming_another_policy_moves_the_connection(tmp_path: Path) -> None:
     config = ipc_config(tmp_path, "control.rate_hz=50", TWO_POLICIES, *PATIENT)
-    with serving(config) as daemon:
-        socket = zmq.Context.instance().socket(zmq.DEALER)
-        socket.connect(daemon.endpoint)
-        try:
-            assert _hello(socket, THREE, "gripper")["kind"] == "welcome"
-            assert daemon.status()["policies"]["gripper"]["robots"] == 1
-            moved = _hello(socket, SIX, "arm")  # the same connection, the other policy
-            assert moved["kind"] == "welcome" and moved["spec"]["joints"] == SIX
-            robots = {name: p["robots"] for name, p in daemon.status()["policies"].items()}
-            assert robots == {"arm": 1, "gripper": 0}  # its gripper session ended
-        finally:
-            socket.close(linger=0)
+    with serving(config) as daemon, _connection(daemon) as socket:
+        assert _hello(socket, THREE, "gripper")["kind"] == "welcome"
+        assert _robots(daemon)["gripper"] == 1
+        moved = _hello(socket, SIX, "arm")  # the same connection, the other policy
+        assert moved["kind"] == "welcome" and moved["spec"]["joints"] == SIX
+        assert _robots(daemon) == {"arm": 1, "gripper": 0}  # its gripper session ended
 
 
 def _robots(daemon: Daemon) -> dict[str, int]:
@@ -151,30 +156,20 @@ def _robots(daemon: Daemon) -> dict[str, int]:
 
 def test_a_second_hello_without_a_name_goes_to_the_default_policy(tmp_path: Path) -> None:
     config = ipc_config(tmp_path, "control.rate_hz=50", TWO_POLICIES, *PATIENT)
-    with serving(config) as daemon:
-        socket = zmq.Context.instance().socket(zmq.DEALER)
-        socket.connect(daemon.endpoint)
-        try:
-            assert _hello(socket, THREE, "gripper")["kind"] == "welcome"
-            again = _hello(socket, SIX, None)  # no name: the daemon's default, not the last one
-            assert again["kind"] == "welcome" and again["spec"]["joints"] == SIX
-            assert _robots(daemon) == {"arm": 1, "gripper": 0}
-        finally:
-            socket.close(linger=0)
+    with serving(config) as daemon, _connection(daemon) as socket:
+        assert _hello(socket, THREE, "gripper")["kind"] == "welcome"
+        again = _hello(socket, SIX, None)  # no name: the daemon's default, not the last one
+        assert again["kind"] == "welcome" and again["spec"]["joints"] == SIX
+        assert _robots(daemon) == {"arm": 1, "gripper": 0}
 
 
 def test_a_refused_move_to_another_policy_keeps_the_session_it_had(tmp_path: Path) -> None:
     config = ipc_config(tmp_path, "control.rate_hz=50", TWO_POLICIES, *PATIENT)
-    with serving(config) as daemon:
-        socket = zmq.Context.instance().socket(zmq.DEALER)
-        socket.connect(daemon.endpoint)
-        try:
-            assert _hello(socket, THREE, "gripper")["kind"] == "welcome"
-            refused = _hello(socket, THREE, "arm")  # the arm's spec does not match: refused
-            assert refused["kind"] == "error" and refused["code"] == "spec_mismatch"
-            assert _robots(daemon) == {"arm": 0, "gripper": 1}  # nothing changed
-        finally:
-            socket.close(linger=0)
+    with serving(config) as daemon, _connection(daemon) as socket:
+        assert _hello(socket, THREE, "gripper")["kind"] == "welcome"
+        refused = _hello(socket, THREE, "arm")  # the arm's spec does not match: refused
+        assert refused["kind"] == "error" and refused["code"] == "spec_mismatch"
+        assert _robots(daemon) == {"arm": 0, "gripper": 1}  # nothing changed
 
 
 class MeasuredAt4ms:
