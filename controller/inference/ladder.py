@@ -1,7 +1,9 @@
 """The ladder's state machine: which ready tier serves, and the rules that move it.
 
     trouble (an exception, a non-finite chunk)   -> one tier down at once (`demote`)
-    overrun_k of the last overrun_n steps over budget -> one tier down (`record_step`)
+    overrun_k of the last overrun_n steps over budget -> one tier down (`record_step`), only
+                                                    where that tier's start-up step time fits
+                                                    the budget: a slower tier never helps
     repromote_after_s since the last change      -> the runner re-checks the tiers above and
                                                     `promote`s to the highest that passes
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from controller.inference.tier_report import TierChange
 from controller.observe.overrun_window import OverrunWindow
@@ -36,10 +39,14 @@ class ServingLadder:
         self._last_change = 0.0  # monotonic time of the last demotion or re-promotion attempt
         self._last_bottom_log = -1e9
         self._warned_slow_bottom = False  # the bottom tier overran its budget (said once)
+        self._warned_slower_below: set[str] = set()  # tiers kept serving over budget (said once)
+        self._step_s: dict[str, float | None] = {}  # each tier's step time at start-up
 
-    def begin(self, ready: list[str]) -> None:
-        """Start-up is over: serve the highest of `ready`."""
+    def begin(self, ready: list[str], step_s: Mapping[str, float | None] | None = None) -> None:
+        """Start-up is over: serve the highest of `ready`. `step_s`: each tier's measured step
+        time at start-up, which an overrun's demotion must fit."""
         self.tiers, self.current = list(ready), 0
+        self._step_s = dict(step_s or {})
 
     @property
     def serving(self) -> str | None:
@@ -60,11 +67,32 @@ class ServingLadder:
         if over:
             self.overruns += 1
         if self._window.record(over):
+            if self._slower_below(budget, seconds):
+                return
             self.demote(
                 "overrun",
                 f"{self._window.k} of the last {self._window.n} steps took longer than "
                 f"{budget * 1e3:.1f} ms (last {seconds * 1e3:.1f} ms)",
             )
+
+    def _slower_below(self, budget: float, seconds: float) -> bool:
+        """Whether the tier below was measured at start-up slower than the budget: demoting to
+        it would overrun more (pi0's compiled tier is 7x its graph). Said once per tier."""
+        if self.current is None or self.current + 1 >= len(self.tiers):
+            return False  # the bottom: demote() says it
+        serving, below = self.tiers[self.current], self.tiers[self.current + 1]
+        below_s = self._step_s.get(below)
+        if below_s is None or below_s <= budget:
+            return False
+        if serving not in self._warned_slower_below:
+            self._warned_slower_below.add(serving)
+            log.warning(
+                "tier %s overruns the step budget of %.1f ms (last %.1f ms) but %s took %.1f ms "
+                "a step at start-up, so %s keeps serving; raise runner.step_budget_ms to the "
+                "time this policy needs (logged once)",
+                serving, budget * 1e3, seconds * 1e3, below, below_s * 1e3, serving,
+            )  # fmt: skip
+        return True
 
     def demote(self, cause: str, detail: str) -> str | None:
         """Step down one tier; returns the new tier, None (nothing recorded) at the bottom."""

@@ -274,7 +274,7 @@ class Runner(RunnerInspection):
             if self._telemetry is not None:
                 for each in self._step_paths():
                     each.enable_telemetry(self._telemetry)
-            self._ladder.begin(ready)
+            self._ladder.begin(ready, {name: self._reports[name].step_s for name in ready})
             self._start_s = time.perf_counter() - started
             say(
                 f"policy started in {self._start_s:.1f} s: serving from {ready[0]} "
