@@ -93,7 +93,8 @@ class Pi0RealTimeChunking(GuidedChunkSampler):
     def forward(self, *inputs: Tensor) -> Tensor:
         if self.rtc.mode == "exact" and differentiation_disabled():
             # Under torch.inference_mode torch.func.vjp gave zeros in older torch builds
-            # (pytorch#177318): sample outside it, as the flow family's RealTimeChunking does.
+            # (pytorch#177318) and autograd records nothing: sample outside it, as the flow
+            # family's RealTimeChunking does.
             with torch.inference_mode(False), torch.no_grad():
                 return self.forward(*(t.clone() for t in inputs))
         step = self.step
@@ -148,13 +149,34 @@ class Pi0RealTimeChunking(GuidedChunkSampler):
     def state_bounds(self, limit: float) -> tuple[Tensor, Tensor]:
         return self.step.state_bounds(limit)
 
+    def correction_exact(
+        self,
+        actions: Tensor,
+        step: int | Tensor,
+        context: Pi0Context,
+        target: Tensor,
+        mask: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        """The sampler's (g, v), by torch.autograd.grad where the step runs eagerly around
+        compiled layers (compile_regions): dynamo refuses a compiled function under
+        torch.func.vjp (a graph break, an error with fullgraph), while autograd runs the
+        layers' compiled forward and backward. Inside a whole-step compile the sampler's
+        torch.func.vjp is traced as before. The same numbers in FP32 (tests/unit/test_pi0_rtc)."""
+        if torch.compiler.is_compiling():
+            return super().correction_exact(actions, step, context, target, mask)
+        t = self.step_times[step]
+        with torch.enable_grad():
+            leaf = actions.detach().requires_grad_(True)
+            velocity = self.velocity(leaf, step, context)
+            predicted = leaf + (1 - t) * velocity
+            guidance = mask * (target - predicted.detach())
+            (correction,) = torch.autograd.grad(predicted, leaf, guidance)
+        return correction, velocity.detach()
+
     def compile_regions(self, compile_fn: Callable[[Callable[..., Any]], Any]) -> bool:
-        """The step's layers compiled one of each kind, as without RTC (the sampler's loop and
-        guidance run around them, captured in the same graph). Exact's VJP through compiled
-        layers has not been tried on a GPU, so exact compiles the whole step, as the flow
-        family does."""
-        if self.rtc.mode == "exact":
-            return False
+        """The step's layers compiled one of each kind, as without RTC, in every mode: the
+        sampler's loop and guidance run around them, captured in the same graph (exact's VJP
+        runs the compiled layers' backward, see correction_exact)."""
         return self.step.compile_regions(compile_fn)
 
 

@@ -22,6 +22,7 @@ from controller.inference.half_weights import copy_sharing_tensors
 from controller.policy_sections import RTCConfig
 from policies.base import Plan
 from policies.catalog import build_tensor_policy
+from policies.flow.guided_sampling import GuidedChunkSampler
 from policies.inputs import example_frames, stack_frames
 from policies.pi0.policy import read_pi0_policy
 from policies.pi0.rtc import Pi0RealTimeChunking, serve_pi0_with_rtc
@@ -173,6 +174,40 @@ def test_each_mode_is_the_reference_sampler(
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_pi0s_autograd_correction_is_the_samplers_vjp(
+    policies: dict[str, TensorPolicy], family: str
+) -> None:
+    """pi0's exact takes its VJP with torch.autograd.grad (it runs through compiled layers);
+    in FP32 it is the guided sampler's torch.func.vjp, step by step and over a whole chunk."""
+    policy = policies[family]
+    exact = Pi0RealTimeChunking(policy.module, RTCConfig(mode="exact"))
+    inputs = rtc_inputs(policy, 4)
+    groups = len(exact.step.group_sizes)
+    state, noise, prompt, prompt_mask, prefix, prefix_len, delay = inputs[groups:]
+    with torch.no_grad():
+        context = exact.encode(inputs[:groups], state, prompt, prompt_mask)
+        target = exact.guidance_target(prefix)
+        mask = exact.guidance_mask(prefix_len, delay)
+        actions = 0.3 * noise + 0.7 * target
+        for step in (0, exact.n_steps - 1):
+            got = exact.correction_exact(actions, step, context, target, mask)
+            vjp = GuidedChunkSampler.correction_exact(exact, actions, step, context, target, mask)
+            assert not got[0].requires_grad and not got[1].requires_grad
+            torch.testing.assert_close(got, vjp, rtol=0, atol=1e-6)
+            assert got[0].abs().max() > 1e-3  # a real correction, not zeros on both sides
+        chunk = exact(*inputs)
+
+    class VjpExact(Pi0RealTimeChunking):
+        correction_exact = GuidedChunkSampler.correction_exact  # type: ignore[assignment]
+
+    with torch.inference_mode():
+        vjp_chunk = VjpExact(policy.module, RTCConfig(mode="exact"))(*inputs)
+        inference_chunk = exact(*inputs)
+    torch.testing.assert_close(chunk, vjp_chunk, rtol=0, atol=1e-6)
+    torch.testing.assert_close(inference_chunk, chunk, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_exact_correction_is_the_autograd_vjp_and_differs_from_stop_grad(
     policies: dict[str, TensorPolicy], family: str
 ) -> None:
@@ -298,12 +333,12 @@ def test_the_codec_aligns_the_previous_plan_as_the_flow_codec_does(
     assert not prefix[rows:].any()
 
 
-@pytest.mark.parametrize("mode", ["stop_grad", "inpaint"])
+@pytest.mark.parametrize("mode", ["exact", "stop_grad", "inpaint"])
 def test_rtc_compiles_the_steps_layers_as_without_rtc(
     policies: dict[str, TensorPolicy], mode: str
 ) -> None:
-    """The compiled tiers' regional compile reaches through the RTC wrapper to pi0's layers
-    (exact keeps the whole-step compile), and the chunk is the same."""
+    """The compiled tiers' regional compile reaches through the RTC wrapper to pi0's layers in
+    every mode, and the chunk is the same."""
     policy = policies["pi0"]
     rtc = Pi0RealTimeChunking(copy_sharing_tensors(policy.module), RTCConfig(mode=mode))
     inputs = rtc_inputs(policy, delay=2)
@@ -322,5 +357,3 @@ def test_rtc_compiles_the_steps_layers_as_without_rtc(
         got = rtc(*inputs)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
     assert "joint_layer" in calls and "run_encoder_layer" in calls
-    exact = Pi0RealTimeChunking(copy_sharing_tensors(policy.module), RTCConfig(mode="exact"))
-    assert not exact.compile_regions(counting)

@@ -1,12 +1,15 @@
 """pi0 with real-time chunking in the compiled tier on the CPU (the tiny demo directory): the
-guided step with d and prefix_len as tensors compiles whole (the denoising step as one region)
-and gives the eager FP32 reference's chunks on the plans a robot's session hands over."""
+guided step with d and prefix_len as tensors compiles pi0's layers by regions (exact's VJP
+through their compiled backward) and gives the eager FP32 reference's chunks on the plans a
+robot's session hands over."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
+import pytest
 import torch
 
 from controller.inference.parity import relative_error
@@ -18,13 +21,15 @@ from policies.inputs import example_frames
 from policies.pi0.demo import write_demo_checkpoint
 from policies.pi0.policy import read_pi0_policy
 from policies.pi0.rtc import serve_pi0_with_rtc
-from policies.tensor_policy import EagerPolicy
+from policies.tensor_policy import EagerPolicy, TensorPolicy
+
+REGIONAL = "compiling the model's repeated blocks, not the whole step"  # tiers.CompiledStep
 
 
-def test_pi0_stop_grad_compiled_is_the_eager_reference(tmp_path: Path) -> None:
-    torch.set_num_threads(1)
-    pi0 = read_pi0_policy(write_demo_checkpoint(tmp_path / "pi0", "pi0"), None).policy
-    served = serve_pi0_with_rtc(pi0, RTCConfig(mode="stop_grad"))
+def compiled_tier_serves_the_eager_reference(pi0: TensorPolicy, mode: str) -> None:
+    """pi0 with RTC `mode` served by the compiled tier (inductor, fullgraph) gives the eager
+    FP32 reference's chunks for several delays, and the guidance moved them."""
+    served = serve_pi0_with_rtc(pi0, RTCConfig(mode=mode))
     config = RunnerConfig(top_tier="compiled", step_budget_ms=None, cache_dir=None)
     runner = Runner(served, config, "cpu")
     runner.start()
@@ -45,3 +50,21 @@ def test_pi0_stop_grad_compiled_is_the_eager_reference(tmp_path: Path) -> None:
         moved.append(relative_error(expected, unguided.predict(images, context).actions))
     assert runner.demotions == []
     assert max(moved) > 1e-2  # the guidance acted, so the comparison above is not vacuous
+
+
+def test_pi0_stop_grad_compiled_is_the_eager_reference(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    pi0 = read_pi0_policy(write_demo_checkpoint(tmp_path / "pi0", "pi0"), None).policy
+    compiled_tier_serves_the_eager_reference(pi0, "stop_grad")
+
+
+def test_pi0_exact_compiles_by_regions_and_is_the_eager_reference(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Exact compiles pi0's layers, not the whole step (which took minutes on a GPU), and its
+    VJP runs through them: a graph break there would fail the fullgraph compile."""
+    torch.set_num_threads(1)
+    caplog.set_level(logging.INFO, logger="controller.inference.tiers")
+    pi0 = read_pi0_policy(write_demo_checkpoint(tmp_path / "pi0", "pi0"), None).policy
+    compiled_tier_serves_the_eager_reference(pi0, "exact")
+    assert REGIONAL in caplog.text
