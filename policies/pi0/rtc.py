@@ -74,6 +74,9 @@ class Pi0RealTimeChunking(GuidedChunkSampler):
     def __init__(self, step: Pi0Step, config: RTCSettings) -> None:
         if config.mode == "trained":
             refuse_trained(step)
+        # Served, never trained: exact's backward through compiled layers would otherwise also
+        # compute (and drop) every weight's gradient.
+        step.requires_grad_(False)
         network = step.config.network
         n = network.num_inference_steps
         super().__init__(
