@@ -5,8 +5,9 @@ Every put is from the control loop's thread (the dispatcher, the feed's requests
 all run there) and never waits: past `capacity` a record is dropped and counted by kind. A
 record holds references to what the daemon already has (the received frames, the request's
 context) wherever those are not reused afterwards; only buffers the tick reuses (the command,
-frames written in place that the driver rewrites) are copied. The writer thread
-(controller.record.writer) takes them from the other end.
+frames written in place that the driver rewrites) are copied, frames into the queue's
+`frames` pool (controller.record.frame_pool). The writer thread (controller.record.writer)
+takes them from the other end, and gives pooled frames back once it is done with them.
 """
 
 from __future__ import annotations
@@ -19,18 +20,27 @@ from typing import Any
 
 import numpy as np
 
+from controller.record.frame_pool import FramePool
+
 # The kinds of record, in the order of an observation's path (also the drop counters' names).
 KINDS = ("session", "observation", "episode", "request", "chunk", "command", "mark")
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One thing that happened to robot `robot` at `time_ns` (the daemon's monotonic clock)."""
+    """One thing that happened to robot `robot` at `time_ns` (the daemon's monotonic clock).
+    An observation's `pooled` field is True where its frames are the pool's, to give back."""
 
     kind: str
     robot: str
     time_ns: int
     fields: Mapping[str, Any]
+
+    def pooled_frames(self) -> list[Any]:
+        """The frames this record borrowed from the queue's pool (none for most records)."""
+        if self.kind != "observation" or not self.fields.get("pooled"):
+            return []
+        return list(self.fields["images"].values())
 
 
 class RecordQueue:
@@ -42,11 +52,13 @@ class RecordQueue:
         self._records: collections.deque[Record] = collections.deque()
         self.dropped: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.queued = 0
+        self.frames = FramePool()
 
     def put(self, record: Record) -> bool:
         """Queue `record`, or drop and count it when the queue is full; never waits."""
         if len(self._records) >= self.capacity:
             self.dropped[record.kind] += 1
+            self.frames.give_back(record.pooled_frames())
             return False
         self._records.append(record)
         self.queued += 1
@@ -93,8 +105,10 @@ class RobotRecording:
     ) -> None:
         """An accepted observation. Frames written in place are copied (the driver writes its
         slot again); frames received on the socket are the message's own, never written."""
-        if type(images) is not dict:  # SlotFrames: a view into the driver's ring
-            images = {name: np.array(frame) for name, frame in images.items()}
+        pooled = type(images) is not dict  # SlotFrames: a view into the driver's ring
+        if pooled:
+            copy = self._queue.frames.copy
+            images = {name: copy(frame) for name, frame in images.items()}
         self._put(
             "observation",
             received_ns,
@@ -106,6 +120,7 @@ class RobotRecording:
                 "state": state,
                 "teleop": teleop,
                 "episode": episode,
+                "pooled": pooled,
             },
         )
 
