@@ -228,6 +228,11 @@ def recording_line(recording: dict[str, Any]) -> str:
         + (f" ({drops})" if drops else "")
         + f", {_num(recording.get('files'))} files, {_num(recording.get('incidents'))} incidents"
     )
+    if recording.get("torn_frames"):
+        line += (
+            f"; {_num(recording['torn_frames'])} observations' frames left out (the driver "
+            "wrote over its slot before they were copied)"
+        )
     if recording.get("error"):
         line += f"; stopped writing: {recording['error']}"
     return line

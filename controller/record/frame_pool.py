@@ -1,11 +1,11 @@
 """Buffers the recorder copies frames written in place into, used again once written.
 
-A frame the driver wrote in place must be copied on the tick path (the driver writes its slot
-again). A fresh 480x640 array for each copy costs its pages' first touch: four frames took
-2.4-2.7 ms on a 2-core machine against 0.25-0.3 ms into buffers already touched, and on an
-H100 host recording raised the 200 Hz loop's tick lateness p99 from 0.24-0.28 ms to 1.2 ms
-(ring: 1.6-1.8 ms) with missed ticks. The loop thread takes buffers here; the writer thread
-gives them back once their frames are written (continuous) or leave the ring (ring mode).
+A frame the driver wrote in place must be copied before its slot goes back to the driver. A
+fresh 480x640 array for each copy costs its pages' first touch: four frames took 2.4-2.7 ms on
+a 2-core machine against 0.25-0.3 ms into buffers already touched. The writer thread copies
+into buffers from here and gives them back once their frames are written (continuous) or leave
+the ring (ring mode). Copies go in pieces: numpy holds the interpreter for one whole copy, and
+the control loop's thread must not wait for a frame's to get it back.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from collections.abc import Iterable
 import numpy as np
 
 MAX_FREE_PER_SHAPE = 64  # kept for use again per frame shape; more are left to the allocator
+COPY_PIECE_BYTES = 128 * 1024
 
 
 class FramePool:
-    """Thread-safe for one taker and one giver: deque append and pop are atomic."""
+    """Used by the writer thread alone."""
 
     def __init__(self) -> None:
         self._free: dict[tuple[tuple[int, ...], str], collections.deque[np.ndarray]] = {}
@@ -34,7 +35,13 @@ class FramePool:
             buffer = free.pop()
         except IndexError:
             buffer = np.empty(frame.shape, frame.dtype)
-        np.copyto(buffer, frame)
+        if frame.nbytes <= COPY_PIECE_BYTES or not frame.flags.c_contiguous:
+            np.copyto(buffer, frame)
+            return buffer
+        source, target = frame.reshape(-1), buffer.reshape(-1)
+        step = max(COPY_PIECE_BYTES // frame.itemsize, 1)
+        for start in range(0, source.size, step):
+            np.copyto(target[start : start + step], source[start : start + step])
         return buffer
 
     def give_back(self, frames: Iterable[np.ndarray]) -> None:

@@ -4,10 +4,11 @@ handle that puts them there (RobotRecording).
 Every put is from the control loop's thread (the dispatcher, the feed's requests and the tick
 all run there) and never waits: past `capacity` a record is dropped and counted by kind. A
 record holds references to what the daemon already has (the received frames, the request's
-context) wherever those are not reused afterwards; only buffers the tick reuses (the command,
-frames written in place that the driver rewrites) are copied, frames into the queue's
-`frames` pool (controller.record.frame_pool). The writer thread (controller.record.writer)
-takes them from the other end, and gives pooled frames back once it is done with them.
+context) wherever those are not reused afterwards; only the buffers the tick reuses (the
+command) are copied. Frames written in place stay in the driver's slot, held (the driver writes
+only slots nobody holds, else sends frames on the socket) until the writer thread
+(controller.record.writer), which takes records from the other end, has copied them into
+its pool (controller.record.frame_pool): no frame is copied on the loop thread.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from controller.record.frame_pool import FramePool
-
 # The kinds of record, in the order of an observation's path (also the drop counters' names).
 KINDS = ("session", "observation", "episode", "request", "chunk", "command", "mark")
 
@@ -29,7 +28,8 @@ KINDS = ("session", "observation", "episode", "request", "chunk", "command", "ma
 @dataclass(frozen=True, slots=True)
 class Record:
     """One thing that happened to robot `robot` at `time_ns` (the daemon's monotonic clock).
-    An observation's `pooled` field is True where its frames are the pool's, to give back."""
+    An observation's `pooled` field is True once the writer has copied its frames into its
+    pool (to give back when written)."""
 
     kind: str
     robot: str
@@ -52,13 +52,11 @@ class RecordQueue:
         self._records: collections.deque[Record] = collections.deque()
         self.dropped: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.queued = 0
-        self.frames = FramePool()
 
     def put(self, record: Record) -> bool:
         """Queue `record`, or drop and count it when the queue is full; never waits."""
         if len(self._records) >= self.capacity:
             self.dropped[record.kind] += 1
-            self.frames.give_back(record.pooled_frames())
             return False
         self._records.append(record)
         self.queued += 1
@@ -103,12 +101,9 @@ class RobotRecording:
         teleop: np.ndarray | None,
         episode: int,
     ) -> None:
-        """An accepted observation. Frames written in place are copied (the driver writes its
-        slot again); frames received on the socket are the message's own, never written."""
-        pooled = type(images) is not dict  # SlotFrames: a view into the driver's ring
-        if pooled:
-            copy = self._queue.frames.copy
-            images = {name: copy(frame) for name, frame in images.items()}
+        """An accepted observation. Frames written in place (SlotFrames) are held in their slot
+        until the writer copies them; frames received on the socket are the message's own,
+        never written."""
         self._put(
             "observation",
             received_ns,
@@ -120,7 +115,7 @@ class RobotRecording:
                 "state": state,
                 "teleop": teleop,
                 "episode": episode,
-                "pooled": pooled,
+                "pooled": False,
             },
         )
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.errors import ConfigError
+from controller.record.frame_pool import FramePool
 from controller.record.mcap_file import CHUNK_BYTES, McapFile, metadata_of
 from controller.record.queue import Record, RecordQueue, RobotRecording
 from controller.record.schemas import TOPICS, camera_topic, encode, raw_image, record_json, topic
@@ -88,7 +89,9 @@ class Recorder:
         self.written = 0  # records written to a file
         self.files: list[str] = []
         self.incidents = 0
+        self.torn_frames = 0  # observations whose frames the driver wrote over before the copy
         self.error: str | None = None
+        self._frames = FramePool()
 
     def robot(self, robot: str, session: str) -> RobotRecording:
         return RobotRecording(self.queue, robot, session)
@@ -130,11 +133,12 @@ class Recorder:
             while not self._stop.wait(IDLE_WAIT_S):
                 while (record := queue.take()) is not None:
                     queue.dropped[record.kind] += 1
-                    queue.frames.give_back(record.pooled_frames())
         finally:
             self._close_file()
 
     def _take(self, record: Record) -> None:
+        if record.kind == "observation":
+            self._own_frames(record)
         tier = self._tier() if record.kind == "chunk" else None
         if self.config.mode == "continuous":
             self._write_continuous(record, tier)
@@ -151,6 +155,25 @@ class Recorder:
                 self._keep(mark, None)
                 self._write_ring("guard_stop", record.robot)
 
+    def _own_frames(self, record: Record) -> None:
+        """Frames still in the driver's slot (SlotFrames: not a plain dict) copied into the
+        pool, and the slot let go (its last reference is the record's). Frames the driver
+        wrote over before the copy (a driver ignoring holds) are left out and counted."""
+        fields = record.fields
+        images = fields["images"]
+        if type(images) is dict:
+            return
+        copies = {name: self._frames.copy(frame) for name, frame in images.items()}
+        unchanged = getattr(images, "unchanged", None)
+        if unchanged is not None and not unchanged():
+            self._frames.give_back(copies.values())
+            self.torn_frames += 1
+            copies = {}
+        # The record's own dict (queue.RobotRecording.observation): replacing its frames here
+        # drops the slot's last reference, which gives the slot back to the driver now.
+        fields["images"] = copies  # type: ignore[index]
+        fields["pooled"] = bool(copies)  # type: ignore[index]
+
     # -- continuous ---------------------------------------------------------------------------
 
     def _write_continuous(self, record: Record, tier: str | None) -> None:
@@ -161,7 +184,7 @@ class Recorder:
         if file is None:
             file = self._file = self._open(f"tempo-{_stamp(self._wall(record.time_ns))}.mcap")
         self._write(file, record, tier)
-        self.queue.frames.give_back(record.pooled_frames())
+        self._frames.give_back(record.pooled_frames())
 
     @property
     def _max_file_bytes(self) -> int:
@@ -199,7 +222,7 @@ class Recorder:
             *_, gone_frames, gone_size, gone_pooled = ring.popleft()
             self._ring_bytes -= gone_size
             if gone_pooled:
-                self.queue.frames.give_back(frame for _, frame in gone_frames)
+                self._frames.give_back(frame for _, frame in gone_frames)
 
     def _write_ring(self, trigger: str, robot: str) -> None:
         """Every record in the ring to a file of its own (the ring keeps them too: the next
@@ -260,6 +283,7 @@ class Recorder:
             "files": len(self.files),
             "current_file": str(current.path) if current is not None else None,
             "incidents": self.incidents,
+            "torn_frames": self.torn_frames,
             "error": self.error,
         }
 

@@ -1,11 +1,12 @@
-"""Frames written in place are copied on the tick path into buffers used again once written
-(controller.record.frame_pool): a fresh array per copy cost its pages' first touch on the loop
-thread. A buffer goes back only when nothing reads it any more: what is written is always the
-frame as it was when the observation came."""
+"""Frames written in place stay held in the driver's slot until the recorder's writer thread
+copies them into buffers it uses again once written (controller.record.frame_pool): the loop
+thread copies nothing, and a fresh array per copy paid its pages' first touch. A buffer goes
+back only when nothing reads it any more: what is written is always the frame as it came."""
 
 from __future__ import annotations
 
-import types
+import gc
+import weakref
 
 import numpy as np
 
@@ -19,9 +20,16 @@ from controller.record_config import RecordConfig
 SHAPE = (4, 5, 3)
 
 
-def in_place(value: int) -> types.MappingProxyType[str, np.ndarray]:
-    """Frames as a driver's slot gives them (not a dict: the recorder must copy them)."""
-    return types.MappingProxyType({"front": np.full(SHAPE, value, np.uint8)})
+class Slot(dict):  # type: ignore[type-arg]
+    """Frames as a driver's slot gives them (controller.wire.slot_ring.SlotFrames): not a
+    plain dict, held for as long as it lives, `unchanged()` while the driver keeps off it."""
+
+    def __init__(self, value: int, intact: bool = True) -> None:
+        super().__init__(front=np.full(SHAPE, value, np.uint8))
+        self.intact = intact
+
+    def unchanged(self) -> bool:
+        return self.intact
 
 
 def observe(recording: RobotRecording, seq: int, frames: object) -> None:
@@ -45,17 +53,46 @@ def test_a_given_back_buffer_is_used_again_and_the_pool_is_bounded() -> None:
     assert pool.free_count() == MAX_FREE_PER_SHAPE
 
 
-def test_continuous_gives_each_buffer_back_after_writing_it(tmp_path) -> None:
+def test_a_frame_bigger_than_a_piece_is_copied_whole() -> None:
+    source = np.random.default_rng(0).integers(0, 255, (480, 640, 3), dtype=np.uint8)
+    assert np.array_equal(FramePool().copy(source), source)
+
+
+def test_the_slot_is_held_until_the_writer_copies_it_then_let_go(tmp_path) -> None:
     recorder = Recorder(RecordConfig(mode="continuous", dir=tmp_path), ["a", "b"], 50.0)
     recording = recorder.robot("arm", "s1")
     for seq in range(5):
-        observe(recording, seq, in_place(seq))
+        slot = Slot(seq)
+        held = weakref.ref(slot)
+        observe(recording, seq, slot)
+        del slot
+        gc.collect()
+        assert held() is not None  # queued: the driver must not write it yet
         record = recorder.queue.take()
         assert record is not None
         recorder._take(record)
-        assert recorder.queue.frames.free_count() == 1  # back, and taken again by the next
+        del record
+        gc.collect()
+        assert held() is None  # copied: the driver's again
+        assert recorder._frames.free_count() == 1  # written, back, taken by the next
     recorder._close_file()
     assert written_frames(recorder.files[0]) == [0, 1, 2, 3, 4]
+
+
+def test_frames_the_driver_wrote_over_are_left_out_and_counted(tmp_path) -> None:
+    recorder = Recorder(RecordConfig(mode="continuous", dir=tmp_path), ["a", "b"], 50.0)
+    recording = recorder.robot("arm", "s1")
+    observe(recording, 1, Slot(1, intact=False))
+    observe(recording, 2, Slot(2))
+    while (record := recorder.queue.take()) is not None:
+        recorder._take(record)
+    recorder._close_file()
+    assert written_frames(recorder.files[0]) == [2]
+    assert recorder.torn_frames == 1 and recorder.status()["torn_frames"] == 1
+    observations = [
+        m for m in read_recording(recorder.files[0]).messages if m.name == "observation"
+    ]
+    assert [m.data["cameras"] for m in observations] == [[], ["front"]]
 
 
 def test_frames_on_the_socket_are_never_pooled(tmp_path) -> None:
@@ -63,9 +100,10 @@ def test_frames_on_the_socket_are_never_pooled(tmp_path) -> None:
     own = {"front": np.full(SHAPE, 7, np.uint8)}  # the message's own frames: kept, not copied
     observe(recorder.robot("arm", "s1"), 1, own)
     record = recorder.queue.take()
-    assert record is not None and record.fields["images"]["front"] is own["front"]
+    assert record is not None
     recorder._take(record)
-    assert recorder.queue.frames.free_count() == 0
+    assert record.fields["images"]["front"] is own["front"]
+    assert recorder._frames.free_count() == 0
 
 
 def test_the_ring_gives_back_only_what_left_it(tmp_path) -> None:
@@ -73,7 +111,7 @@ def test_the_ring_gives_back_only_what_left_it(tmp_path) -> None:
     recorder = Recorder(config, ["a", "b"], 50.0)
     recording = recorder.robot("arm", "s1")
     for seq in range(12):  # every 0.1 s: the ring keeps the last 3
-        observe(recording, seq, in_place(seq))
+        observe(recording, seq, Slot(seq))
         record = recorder.queue.take()
         assert record is not None
         recorder._take(record)
@@ -85,9 +123,13 @@ def test_the_ring_gives_back_only_what_left_it(tmp_path) -> None:
     assert written_frames(incident) == [9, 10, 11]  # the buffers reused by 3..11 left it first
 
 
-def test_a_dropped_observation_gives_its_buffers_back() -> None:
+def test_a_dropped_observation_lets_its_slot_go() -> None:
     queue = RecordQueue(1)
     recording = RobotRecording(queue, "arm", "s1")
-    observe(recording, 1, in_place(1))
-    observe(recording, 2, in_place(2))  # the queue is full: dropped
-    assert queue.dropped["observation"] == 1 and queue.frames.free_count() == 1
+    observe(recording, 1, Slot(1))
+    slot = Slot(2)
+    held = weakref.ref(slot)
+    observe(recording, 2, slot)  # the queue is full: dropped
+    del slot
+    gc.collect()
+    assert queue.dropped["observation"] == 1 and held() is None

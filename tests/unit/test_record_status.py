@@ -32,6 +32,8 @@ def test_status_shows_what_the_recorder_wrote_and_dropped() -> None:
     assert "recording" not in render_status({"recording": None, "robots": []})
     failed = recording_line({**RECORDING, "error": "OSError: disk full"})
     assert failed.endswith("; stopped writing: OSError: disk full")
+    torn = recording_line({**RECORDING, "torn_frames": 2})
+    assert "; 2 observations' frames left out (the driver wrote over its slot" in torn
 
 
 def test_metrics_export_the_recorders_counters() -> None:
