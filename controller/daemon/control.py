@@ -25,7 +25,7 @@ from controller.daemon.registry import PipelineFactory, SessionRegistry
 from controller.daemon.tick_sender import PreparedSender, TickSender
 from controller.link.inference_feed import InferenceFeed
 from controller.observe.telemetry import Telemetry
-from controller.record.writer import Recorder
+from controller.record.queue import PolicyRecording
 from controller.wire.protocol import DEFAULT_LIMITS, Limits
 from policies.base import PolicySpec
 
@@ -57,7 +57,7 @@ def build_control(
     send_prepared: PreparedSender | None = None,
     frames_in_place: bool = False,
     serving: Callable[[], bool] = lambda: True,
-    recorder: Recorder | None = None,
+    recorder: PolicyRecording | None = None,
     policy_name: str = DEFAULT_POLICY_NAME,
     route_hello: HelloRouter | None = None,
     admit: Callable[[int], None] | None = None,

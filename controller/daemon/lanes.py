@@ -39,9 +39,8 @@ from controller.link.inference_feed import InferenceFeed, SideChannel
 from controller.link.served_policy import ServedPolicy
 from controller.link.serving_watch import serving_watch
 from controller.observe.telemetry import Telemetry
-from controller.record.writer import Recorder
+from controller.record.queue import PolicyRecording
 from controller.wire.protocol import Limits, Message
-from policies.base import PolicySpec
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ def build_lane(
     *,
     limits: Limits,
     new_pipeline: PipelineFactory,
-    recorder: Recorder | None = None,
+    recorder: PolicyRecording | None = None,
 ) -> Lane:
     """One policy's lane (its feed not started); `lanes`: the daemon's, which it joins."""
     inference, execution = resolve_execution(view.inference, policy.spec, view.policy.rtc)
@@ -187,9 +186,3 @@ def widest(limits: list[Limits]) -> Limits:
         max_arrays=max(lim.max_arrays for lim in limits),
         max_array_bytes=max(lim.max_array_bytes for lim in limits),
     )
-
-
-def one_policy_recorded(specs: list[PolicySpec]) -> list[bool]:
-    """Which lanes the flight recorder records: its files carry one set of joint names, the
-    default policy's, so the lanes whose policy has those."""
-    return [spec.joint_names == specs[0].joint_names for spec in specs]

@@ -20,7 +20,7 @@ from controller.daemon.session import Session
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
 from controller.link.frame_slots import FrameSlots
-from controller.record.writer import Recorder
+from controller.record.queue import PolicyRecording
 from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class SessionRegistry:
         server: ServerConfig,
         *,
         frames_in_place: bool = False,
-        recorder: Recorder | None = None,
+        recorder: PolicyRecording | None = None,
         occupied: Callable[[], int] | None = None,
     ) -> None:
         """`frames_in_place`: a driver may ask for a shared-memory frame ring in hello (the

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
@@ -24,7 +24,7 @@ from controller.action.pipeline import ActionPipeline
 from controller.config import TempoConfig, policy_views
 from controller.daemon.daemon_status import daemon_status
 from controller.daemon.execution import resolve_execution
-from controller.daemon.lanes import Lanes, Shared, build_lane, one_policy_recorded, widest
+from controller.daemon.lanes import Lanes, Shared, build_lane, widest
 from controller.daemon.pacer import Pacer
 from controller.daemon.registry import PipelineFactory
 from controller.daemon.security import CurveServer, check_bind_allowed
@@ -151,7 +151,6 @@ class Daemon:
         self.pacer = Pacer(self.period_ns, config.control.spin_us * 1000, idle=self._receive_until)
         # The flight recorder (record.mode): its writer thread reads the tier as chunks come.
         self.recorder: Recorder | None = None
-        recorded = one_policy_recorded(specs)
         if config.record.mode != "off":
             self.recorder = Recorder(
                 config.record,
@@ -159,9 +158,6 @@ class Daemon:
                 config.control.rate_hz,
                 tier=lambda: policies[0].status().get("tier"),
             )
-            if not all(recorded):
-                log.warning("the flight recorder records only the robots of policies with the "
-                            "default policy's joints")  # fmt: skip
         shared = Shared(
             self.telemetry,
             self.transport.send,
@@ -175,9 +171,7 @@ class Daemon:
         # itself, between ticks, through its side channel; one in this process by a thread of
         # its own), its sessions, dispatcher and loop. The first is the default.
         self.lanes = Lanes()
-        for (name, view), served, lane_limits, records in zip(
-            views, policies, limits, recorded, strict=True
-        ):
+        for (name, view), served, lane_limits in zip(views, policies, limits, strict=True):
             lane = build_lane(
                 name,
                 view,
@@ -186,7 +180,10 @@ class Daemon:
                 shared,
                 limits=lane_limits,
                 new_pipeline=pipeline_factory(served.spec, view),
-                recorder=self.recorder if records else None,
+                # Each policy's robots are recorded with its joints and its serving tier.
+                recorder=None
+                if self.recorder is None
+                else self.recorder.policy(name, served.spec.joint_names, _tier_of(served)),
             )
             self.lanes.add(lane)
         # The default policy's, as a one-policy daemon has them (status and tests read them).
@@ -325,3 +322,8 @@ class Daemon:
         """A snapshot for `tempo status` and the demo (read from another thread: plain reads;
         see controller.daemon.daemon_status)."""
         return daemon_status(self)
+
+
+def _tier_of(policy: ServedPolicy) -> Callable[[], str | None]:
+    """The serving tier of `policy` now (the recorder's writer thread reads it per chunk)."""
+    return lambda: policy.status().get("tier")

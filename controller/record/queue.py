@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,13 +73,35 @@ class RecordQueue:
         return len(self._records)
 
 
+Tier = Callable[[], "str | None"]  # the serving tier of a robot's policy now
+
+
+class PolicyRecording:
+    """The recorder as one policy's sessions use it (a daemon of several policies has one per
+    policy): their robots' records name that policy's joints and its serving tier."""
+
+    def __init__(
+        self, queue: RecordQueue, policy: str | None, joints: Sequence[str], tier: Tier
+    ) -> None:
+        self.queue = queue
+        self.policy = policy
+        self.joints = list(joints)
+        self.tier = tier
+
+    def robot(self, robot: str, session: str) -> RobotRecording:
+        return RobotRecording(self.queue, robot, session, self)
+
+
 class RobotRecording:
     """What one robot's session, its requests and its ticks put on the queue."""
 
-    __slots__ = ("_queue", "robot", "session")
+    __slots__ = ("_queue", "_policy", "robot", "session")
 
-    def __init__(self, queue: RecordQueue, robot: str, session: str) -> None:
+    def __init__(
+        self, queue: RecordQueue, robot: str, session: str, policy: PolicyRecording | None = None
+    ) -> None:
         self._queue = queue
+        self._policy = policy
         self.robot = robot
         self.session = session
 
@@ -88,7 +110,10 @@ class RobotRecording:
 
     def hello(self, task: str | None) -> None:
         """The robot's session began (with its task, for a prompt-reading policy)."""
-        self._put("session", time.monotonic_ns(), {"session": self.session, "task": task})
+        fields: dict[str, Any] = {"session": self.session, "task": task}
+        if self._policy is not None:
+            fields.update(policy=self._policy.policy, joints=self._policy.joints)
+        self._put("session", time.monotonic_ns(), fields)
 
     def observation(
         self,
@@ -152,6 +177,7 @@ class RobotRecording:
                 "inference_ns": chunk.inference_ns,
                 "late_steps": late_steps,
                 "actions": chunk.actions,  # the feed's own array, never written again
+                "_policy": self._policy,  # its tier is read by the writer as the chunk comes
             },
         )
 
@@ -176,6 +202,7 @@ class RobotRecording:
                 "proposed": None if proposed is None else proposed.copy(),
                 "command": None if command is None else command.copy(),
                 "teleop_joints": teleop_joints,  # a tuple, replaced (not changed) on teleop
+                "_policy": self._policy,
             },
         )
 

@@ -69,7 +69,13 @@ RAW_IMAGE = _object(
 SCHEMAS: dict[str, dict[str, Any]] = {
     "foxglove.RawImage": RAW_IMAGE,
     "tempo.Session": _object(
-        "tempo.Session", {"session": {"type": "string"}, "task": _TEXT_OR_NULL}
+        "tempo.Session",
+        {
+            "session": {"type": "string"},
+            "task": _TEXT_OR_NULL,
+            "policy": _TEXT_OR_NULL,  # the named policy serving the robot (null: the default)
+            "joints": _STRINGS,  # its joints, in the order of state, action and command
+        },
     ),
     "tempo.Observation": _object(
         "tempo.Observation",
@@ -273,8 +279,8 @@ def record_json(record: Record, joints: Sequence[str], tier: str | None) -> dict
             **context_json(f["context"]),
         }
     if kind == "chunk":
-        return {**{k: v for k, v in f.items() if k != "actions"}, "tier": tier,
-                "actions": _list(f["actions"])}  # fmt: skip
+        return {**{k: v for k, v in f.items() if k not in ("actions", "_policy")},
+                "tier": tier, "actions": _list(f["actions"])}  # fmt: skip
     if kind == "command":
         return {
             "step": f["step"],

@@ -2,6 +2,7 @@
 
     recorder = Recorder(config.record, joints, control_hz, tier=lambda: ...)
     recording = recorder.robot("arm0", session_id)     # a session's handle (queue.RobotRecording)
+    lane = recorder.policy("pi0", joints, tier)        # another policy's robots: theirs
     recorder.start(); ...; recorder.stop()             # stop writes what is queued, then closes
 
 continuous: every record goes to the current file, which ends once it reaches `max_file_mb`
@@ -17,14 +18,14 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from controller.errors import ConfigError
 from controller.record.frame_pool import FramePool
 from controller.record.mcap_file import CHUNK_BYTES, McapFile, metadata_of
-from controller.record.queue import Record, RecordQueue, RobotRecording
+from controller.record.queue import PolicyRecording, Record, RecordQueue, RobotRecording, Tier
 from controller.record.schemas import TOPICS, camera_topic, encode, raw_image, record_json, topic
 from controller.record_config import RecordConfig
 
@@ -60,13 +61,14 @@ class Recorder:
         config: RecordConfig,
         joints: Sequence[str],
         control_hz: float,
-        tier: Callable[[], str | None] = lambda: None,
+        tier: Tier = lambda: None,
     ) -> None:
-        """`tier`: the policy's serving tier now (read by the writer thread as chunks come)."""
+        """`joints`, `tier`: the default policy's joints and serving tier now (read by the
+        writer thread as chunks come); other policies' robots record theirs (`policy`)."""
         self.config = config
         self.joints = list(joints)
         self.queue = RecordQueue(config.queue)
-        self._tier = tier
+        self._default = PolicyRecording(self.queue, None, joints, tier)
         self._scale = config.scale if config.frames == "downscale" else 1
         self._metadata = metadata_of(
             {
@@ -94,7 +96,14 @@ class Recorder:
         self._frames = FramePool()
 
     def robot(self, robot: str, session: str) -> RobotRecording:
-        return RobotRecording(self.queue, robot, session)
+        return self._default.robot(robot, session)
+
+    def policy(self, name: str, joints: Sequence[str], tier: Tier) -> PolicyRecording:
+        """The recorder for the robots of the named policy `name`."""
+        return PolicyRecording(self.queue, name, joints, tier)
+
+    def _policy_of(self, record: Record) -> PolicyRecording:
+        return record.fields.get("_policy") or self._default
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -139,7 +148,7 @@ class Recorder:
     def _take(self, record: Record) -> None:
         if record.kind == "observation":
             self._own_frames(record)
-        tier = self._tier() if record.kind == "chunk" else None
+        tier = self._policy_of(record).tier() if record.kind == "chunk" else None
         if self.config.mode == "continuous":
             self._write_continuous(record, tier)
             return
@@ -212,7 +221,7 @@ class Recorder:
         ring = self._ring
         images = record.fields.get("images") if record.kind == "observation" else None
         frames = tuple(images.items()) if images else ()
-        message = encode(record_json(record, self.joints, tier))
+        message = encode(record_json(record, self._policy_of(record).joints, tier))
         size = _nbytes(record) + len(message)
         pooled = bool(record.pooled_frames())
         ring.append((record.time_ns, record.robot, record.kind, message, frames, size, pooled))
@@ -246,7 +255,7 @@ class Recorder:
 
     def _write(self, file: McapFile, record: Record, tier: str | None) -> None:
         images = record.fields.get("images") if record.kind == "observation" else None
-        message = encode(record_json(record, self.joints, tier))
+        message = encode(record_json(record, self._policy_of(record).joints, tier))
         frames = tuple(images.items()) if images else ()
         self._write_entry(file, record.time_ns, record.robot, record.kind, message, frames)
 

@@ -218,8 +218,15 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _joints(recordings: list[Recording], episodes: list[Episode]) -> list[str]:
-    """The joints' names (the recordings' metadata), or joint_<i> where they do not fit."""
+    """The joints' names: the exported robots' own (their session records, which name their
+    policy's joints), else the recordings' metadata (the default policy's), else joint_<i>."""
     width = len(episodes[0].state[0])
+    robots = {episode.robot for episode in episodes}
+    for recording in recordings:
+        for message in recording.messages:
+            joints = message.data.get("joints") if message.name == "session" else None
+            if message.robot in robots and isinstance(joints, list) and len(joints) == width:
+                return [str(j) for j in joints]
     for recording in recordings:
         joints = recording.metadata.get("joints")
         if isinstance(joints, list) and len(joints) == width:

@@ -206,3 +206,25 @@ def test_the_robot_past_capacity_is_refused_with_numbers_and_the_others_keep_goi
         assert "load 0.80 of 0.90" in render_status(daemon.status())
         # A name the one policy does not have is refused; its own name is served.
         assert "it serves 'default'" in str(refusal(daemon, SIX, policy="act"))
+
+
+def test_every_policys_robots_are_recorded_with_their_own_joints_and_tier(tmp_path: Path) -> None:
+    from controller.record.reading import read_recording
+
+    folder = tmp_path / "recordings"
+    config = ipc_config(tmp_path, "control.rate_hz=50", TWO_POLICIES, *PATIENT,
+                        "record.mode=continuous", f"record.dir={folder}")  # fmt: skip
+    with serving(config) as daemon, ExitStack() as stack:
+        arm = stack.enter_context(client(daemon, "a0", SIX))
+        gripper = stack.enter_context(client(daemon, "g0", THREE, policy="gripper"))
+        served([arm, gripper])
+    (path,) = folder.glob("*.mcap")
+    messages = read_recording(path).messages
+    sessions = {m.robot: m.data for m in messages if m.name == "session"}
+    assert sessions["a0"]["policy"] == "arm" and sessions["a0"]["joints"] == SIX
+    assert sessions["g0"]["policy"] == "gripper" and sessions["g0"]["joints"] == THREE
+    for robot, width in (("a0", 6), ("g0", 3)):
+        commands = [m.data for m in messages if m.robot == robot and m.name == "command"]
+        assert commands and all(len(c["action"] or [0] * width) == width for c in commands)
+        chunks = [m.data for m in messages if m.robot == robot and m.name == "chunk"]
+        assert chunks and all(c["tier"] for c in chunks)
