@@ -156,8 +156,10 @@ class RunnerConfig(BaseModel):
         "not writable, or artefacts_dir), the compiled tiers load them instead of tracing and "
         "compiling; one built for another GPU, torch, Tempo or runner settings, or corrupt, is "
         "refused and rebuilt there. Without such a folder nothing changes. On CUDA, auto takes "
-        "the compile-cache route (the inference process died building an AOTInductor package "
-        "in the one H100 run so far); aot: AOTInductor packages on CUDA too. off: never.",
+        "the compile-cache route (AOTInductor's loader killed the process, SIGSEGV, on every "
+        "package tried on an H100 with torch 2.11+cu130); aot: AOTInductor packages on CUDA "
+        "too, each new one first loaded by a fresh process, and one that fails there recorded "
+        "for the compile-cache route. off: never.",
     )
     artefacts_dir: Path | None = Field(
         default=None,

@@ -18,6 +18,11 @@ A model that torch.export cannot export, or that compiles by regions (pi0), take
 compile-cache route (torch.compile and the mega-cache, controller.inference.compile_cache); its
 manifest says so, so the next start does not try to export it again.
 
+On CUDA a package is first loaded by a fresh process (`_load_in_a_child`): AOTInductor's loader
+killed the process (SIGSEGV) on an H100 with torch 2.11+cu130 for every package tried, a
+one-layer model's too, and such a crash must not be the inference process's. A package that
+fails there is recorded as taking the compile-cache route, with the reason.
+
 A package is code: it is loaded only from the checkpoint's `tempo_build/` folder or the private
 compile cache, never from a folder other users may write, and must be trusted like the checkpoint.
 """
@@ -28,6 +33,8 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -52,6 +59,12 @@ log = logging.getLogger(__name__)
 Outputs = tuple[torch.Tensor, ...]
 Step = Callable[..., Outputs]
 
+# What the fresh process runs on a new package (its path in argv[1]).
+LOAD_CHECK = (
+    "import sys; from torch._inductor import aoti_load_package; aoti_load_package(sys.argv[1])"
+)
+LOAD_CHECK_TIMEOUT_S = 300.0
+
 
 def _write_atomically(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -66,6 +79,10 @@ class _NotBuilt(Exception):
 
 class _CompileCacheRoute(Exception):
     """The slot records that this model takes the compile-cache route; the message says why."""
+
+
+class _LoadFails(Exception):
+    """A new package that a fresh process could not load; the message says how it failed."""
 
 
 class BuiltArtefacts:
@@ -115,6 +132,10 @@ class BuiltArtefacts:
             compiled = self._build(step, inputs, module, here, package, manifest, config)
         except ArtefactRefused as exc:  # what was just built does not load: do not retry
             return None, f"{why}; the rebuilt {package.name} was refused too ({exc})"
+        except _LoadFails as exc:  # this torch's loader: the next start skips the try
+            reason = f"AOTInductor's package did not load in a fresh process: {exc}"
+            self._save_manifest(manifest, here, route="compile cache", reason=reason)
+            return None, f"{why}; {reason}, so it takes the compile-cache route"
         except Exception as exc:  # noqa: BLE001 - export or AOT compile: the compile cache serves
             reason = f"torch.export or AOTInductor failed: {_first_line(exc)}"
             if not _may_pass_next_time(exc):  # the model's own: the next start skips the try
@@ -165,6 +186,10 @@ class BuiltArtefacts:
         try:
             options = package_options(module, config)
             aoti_compile_and_package(exported, package_path=tmp, inductor_configs=options)
+            if _checks_load_in_a_child(inputs[0].device.type if inputs else "cpu"):
+                failed = _load_in_a_child(Path(tmp))
+                if failed is not None:
+                    raise _LoadFails(failed)
             digest = file_sha256(Path(tmp))
             os.replace(tmp, package)
         finally:
@@ -193,6 +218,32 @@ def package_options(module: nn.Module, config: RunnerConfig) -> dict[str, Any]:
     options.update(hooks_of(module).compile_options())
     options["aot_inductor.package_constants_in_so"] = False
     return options
+
+
+def _checks_load_in_a_child(device_type: str) -> bool:
+    """Whether a new package is first loaded by a fresh process: on CUDA (see the module doc)."""
+    return device_type == "cuda"
+
+
+def _load_in_a_child(package: Path) -> str | None:
+    """None where a fresh Python loads `package`; else how it failed, in a few words."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", LOAD_CHECK, str(package)],
+            capture_output=True,
+            text=True,
+            timeout=LOAD_CHECK_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return f"it had not loaded after {LOAD_CHECK_TIMEOUT_S:.0f} s"
+    except OSError as exc:
+        return f"no process could be started ({exc.strerror})"
+    if done.returncode == 0:
+        return None
+    if done.returncode < 0:
+        return f"the loading process was killed by signal {-done.returncode}"
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    return f"exit {done.returncode}: {lines[-1][:200] if lines else 'no message'}"
 
 
 def _may_pass_next_time(exc: BaseException) -> bool:

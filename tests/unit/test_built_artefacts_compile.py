@@ -86,3 +86,32 @@ def test_a_built_package_is_loaded_without_tracing_and_serves_the_modules_weight
     step = ba.BuiltArtefacts(tmp_path / "built")
     with pytest.raises(ArtefactRefused, match="could not be loaded"):
         step._load(module, record["identity"], package, manifest)
+
+
+@needs_cpp
+def test_a_package_that_kills_its_loader_is_never_loaded_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On an H100 (torch 2.11+cu130) AOTInductor's loader died with SIGSEGV on every package:
+    a new package is loaded by a fresh process first (on CUDA; here on the CPU, with a loader
+    made to die the same way), and one that fails there is recorded for the compile cache."""
+    monkeypatch.setattr(ba, "_checks_load_in_a_child", lambda device_type: True)
+    monkeypatch.setattr(ba, "LOAD_CHECK", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    caplog.set_level(logging.INFO, logger="controller.inference.built_artefacts")
+    config = RunnerConfig(top_tier="compiled", cache_dir=tmp_path / "cache",
+                          artefacts_dir=tmp_path / "built", parity_observations=2,
+                          step_budget_ms=None)  # fmt: skip
+    first = start(config, seed=0)
+    assert first.tier == "compiled"  # served, by the compile cache
+    (manifest,) = (tmp_path / "built").glob("step-*.json")
+    record = json.loads(manifest.read_text())
+    assert record["route"] == "compile cache"
+    assert "the loading process was killed by signal 11" in record["reason"]
+    assert not list((tmp_path / "built").glob("*.pt2"))  # nothing loadable is left there
+    served_matches_reference(first, 0, config)
+
+    caplog.clear()
+    start(config, seed=0)  # the next start does not build (or load) it again
+    notes = [r.getMessage() for r in caplog.records if "built artefacts" in r.getMessage()]
+    assert len(notes) == 1 and "takes the compile-cache route" in notes[0]
+    assert "killed by signal 11" in notes[0]
