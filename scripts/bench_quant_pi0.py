@@ -9,7 +9,7 @@
    tokens): one layer, compiled and captured in a CUDA graph on a GPU (compiled on a CPU),
    BF16 nn.Linear (the baseline, timed in the same run) against QuantLinear with each compute
    path: int8 (torch._int_mm) and dequant (weights dequantized to BF16 in forward). Weight bytes:
-   packed 4-bit codes and scales against BF16.
+   packed 4-bit codes and scales against BF16. Measured by scripts/quant_pi0_shapes.py.
 2. The whole step through Tempo's tier ladder: the FP32 model served by its graph tier in BF16
    (the baseline) against the W4A8 model (int8, then dequant) served the same way, each tier's
    action error against the FP32 model (reference chunks) and the W4A8 model's memory.
@@ -28,7 +28,6 @@ import math
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from quant_pi0_shapes import bench_shapes, shape_line  # noqa: E402
 
 from controller.inference.build import build_runner, resolve_device  # noqa: E402
 from controller.inference.examples import random_example  # noqa: E402
@@ -52,7 +54,6 @@ from policies.pi0.quantized import PI0_TARGET  # noqa: E402
 from policies.pi0.step import Pi0Step, Pi0StepConfig  # noqa: E402
 from policies.quant.apply import quantize_module  # noqa: E402
 from policies.quant.config import QuantSettings  # noqa: E402
-from policies.quant.duquant import StatsCollector, duquant_plan  # noqa: E402
 from policies.quant.layer import QuantLinear, memory_bytes  # noqa: E402
 from policies.tensor_policy import ReferenceChunks, TensorPolicy  # noqa: E402
 
@@ -138,113 +139,6 @@ def eager_chunks(policy: TensorPolicy, examples: list[Any], device: torch.device
     eager = EagerPolicy(policy, device)
     with torch.no_grad():
         return np.stack([eager.predict(images, context).actions for images, context in examples])
-
-
-# ---- per layer shape ---------------------------------------------------------------------------
-
-
-def gemm_shapes(config: Pi0Config) -> list[tuple[str, int, int, int]]:
-    """(name, tokens, in, out) of the prefix's and the expert's GEMMs."""
-    vision, language, expert = config.vision, config.language, config.expert
-    prefix = CAMERAS * (vision.image_size // vision.patch_size) ** 2 + config.tokenizer_max_length
-    suffix = config.chunk_size + 1  # the state token, then the actions
-    shapes = []
-    for tower, tokens, w in (("prefix", prefix, language), ("expert", suffix, expert)):
-        q, kv = w.num_heads * w.head_dim, w.num_kv_heads * w.head_dim
-        shapes += [
-            (f"{tower} q_proj", tokens, w.width, q),
-            (f"{tower} k/v_proj", tokens, w.width, kv),
-            (f"{tower} o_proj", tokens, q, w.width),
-            (f"{tower} gate/up_proj", tokens, w.width, w.mlp_dim),
-            (f"{tower} down_proj", tokens, w.mlp_dim, w.width),
-        ]
-    return shapes
-
-
-def quant_layer(linear: nn.Linear, x: torch.Tensor, settings: QuantSettings) -> QuantLinear:
-    collector = StatsCollector()
-    collector.update(x.float())
-    if collector.stats is None:
-        raise RuntimeError("no activation statistics were recorded")
-    plan = duquant_plan(
-        linear.weight, collector.stats, settings.block_size, steps=settings.rotation_steps
-    )
-    peak = float(plan.transform_input(x.double().cpu()).abs().max())
-    return QuantLinear.from_plan(linear.weight, linear.bias, plan, peak / 127, "int8")
-
-
-def timed(fn: Callable[[], torch.Tensor], iters: int, device: torch.device) -> dict[str, float]:
-    """Replays of `fn` (compiled): captured in a CUDA graph on a GPU, called on a CPU."""
-    for _ in range(3):
-        fn()
-    if device.type != "cuda":
-        samples = []
-        for _ in range(iters):
-            began = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - began)
-        return percentiles_ms(samples)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    samples = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3)
-    return percentiles_ms(samples)
-
-
-def bench_shapes(
-    config: Pi0Config, device: torch.device, settings: QuantSettings, iters: int
-) -> list[dict[str, Any]]:
-    half = torch.bfloat16 if device.type == "cuda" else torch.float32
-    backend = "inductor" if device.type == "cuda" else "eager"
-    rows = []
-    for name, tokens, fan_in, fan_out in gemm_shapes(config):
-        torch._dynamo.reset()
-        gen = torch.Generator().manual_seed(fan_in * 7 + fan_out)
-        linear = nn.Linear(fan_in, fan_out, bias=False)
-        with torch.no_grad():
-            linear.weight.normal_(0.0, fan_in**-0.5, generator=gen)
-        x = torch.randn(tokens, fan_in, generator=gen)
-        x[:, :4] *= 30.0  # a few outlier channels, as trained transformers grow
-        quant = quant_layer(linear, x, settings).to(device).eval()
-        x = x.to(device)
-        x_half = x.to(half)
-        baseline = linear.to(device, half).eval()
-        row: dict[str, Any] = {"layer": name, "tokens": tokens, "in": fan_in, "out": fan_out}
-        with torch.no_grad():
-            compiled = torch.compile(baseline, fullgraph=True, dynamic=False, backend=backend)
-
-            def run_baseline(c: Any = compiled, x: torch.Tensor = x_half) -> torch.Tensor:
-                return c(x)  # type: ignore[no-any-return]
-
-            row["bf16"] = timed(run_baseline, iters, device)
-            for path in ("int8", "dequant"):
-                quant.compiled_path = path
-                torch._dynamo.reset()
-                qc = torch.compile(quant, fullgraph=True, dynamic=False, backend=backend)
-
-                def run(qc: Any = qc, x: torch.Tensor = x_half) -> torch.Tensor:
-                    with torch.autocast(device.type, dtype=half, enabled=device.type == "cuda"):
-                        return qc(x)  # type: ignore[no-any-return]
-
-                row[path] = timed(run, iters, device)
-        packed = fan_out * quant.width // 2 + fan_out * 4  # two codes a byte, FP32 scales
-        row["bytes"] = {"bf16": fan_in * fan_out * 2, "w4_packed": packed}
-        rows.append(row)
-        print(_shape_line(row), flush=True)
-    return rows
 
 
 # ---- the whole step ----------------------------------------------------------------------------
@@ -356,17 +250,6 @@ def model_bytes(module: nn.Module) -> dict[str, int]:
 # ---- output ------------------------------------------------------------------------------------
 
 
-def _shape_line(row: dict[str, Any]) -> str:
-    base = row["bf16"]["median_ms"]
-    parts = [f"{row['layer']:<20} {row['tokens']:>5} x {row['in']:>5} -> {row['out']:>5}"]
-    parts.append(f"{base:>9.4f}")
-    for path in ("int8", "dequant"):
-        ms = row[path]["median_ms"]
-        parts.append(f"{ms:>9.4f} {base / ms:>5.2f}x")
-    parts.append(f"{row['bytes']['w4_packed'] / row['bytes']['bf16']:>6.3f}")
-    return " ".join(parts)
-
-
 def print_report(report: dict[str, Any]) -> None:
     print(f"\n{report['model']} on {report.get('gpu', report['device'])}")
     print(
@@ -374,7 +257,7 @@ def print_report(report: dict[str, Any]) -> None:
         f"{'deq ms':>9} {'speed':>6} {'bytes':>6}"
     )
     for row in report["shapes"]:
-        print(_shape_line(row))
+        print(shape_line(row))
     print("speed: BF16 time / W4A8 time (same run); bytes: packed 4-bit codes + scales / BF16")
     step = report.get("step")
     if not step:
@@ -416,7 +299,7 @@ def main() -> int:
     if device == "cuda":
         report["gpu"] = torch.cuda.get_device_name()
     print("per GEMM shape (layer, tokens x in -> out, ms, speed-up vs BF16, bytes vs BF16):")
-    report["shapes"] = bench_shapes(config, torch.device(device), settings, args.iters)
+    report["shapes"] = bench_shapes(config, CAMERAS, torch.device(device), settings, args.iters)
     if not args.skip_step:
         report["step"] = bench_step(config, device, settings, args)
     print_report(report)

@@ -119,6 +119,7 @@ def daemon_status(daemon: Daemon) -> dict[str, Any]:
         errors.update(lane.control.dispatcher.errors)
         closed.update(lane.control.registry.closed_guard_counts)
     telemetry = daemon.telemetry.snapshot()
+    policies = {lane.name: policy_status(lane, counters[lane.name]) for lane in lanes}
     return {
         "uptime_s": uptime,
         "control_hz": daemon.config.control.rate_hz,
@@ -140,7 +141,8 @@ def daemon_status(daemon: Daemon) -> dict[str, Any]:
         "robots": [robot_status(lane, session, now) for lane, session in sessions],
         # The flight recorder: records written and dropped (by kind), files, incidents.
         "recording": daemon.recorder.status() if daemon.recorder is not None else None,
-        "policy": daemon.policy.status(),  # the default policy's
-        "policies": {lane.name: policy_status(lane, counters[lane.name]) for lane in lanes},
+        # The default policy's, as its line has it: its status reads each process's /proc.
+        "policy": policies[daemon.lanes.default.name]["policy"],
+        "policies": policies,
         "telemetry": telemetry,
     }

@@ -2,8 +2,9 @@
 
 The session owns what a policy must remember about its robot (state history, the plan through
 the action pipeline, the estimated inference delay, the policy's own memory) and hands it to the
-policy as a `RobotContext` with each inference request: policies keep no per-robot state. Its
-state is its own; other modules change it only through these methods:
+policy as a `RobotContext` with each inference request (built by its `EpisodeContext`,
+controller.daemon.episode_context): policies keep no per-robot state. Its state is its own;
+other modules change it only through these methods:
 
     the driver's messages   use_prompt, check_newer, take_observation, own_joints, count
     the inference feed      request_if_due (the feed answers through `queues`), start_episode
@@ -22,21 +23,21 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 
 import numpy as np
 
 from controller.action.guards import Verdict
 from controller.action.pipeline import ActionPipeline, StepLaps
-from controller.daemon.estimates import ClockOffset, InferenceDelay
-from controller.daemon.feed import PendingObservation, StateHistory
-from controller.daemon.prompts import Prompt, log_truncated
+from controller.daemon.episode_context import EpisodeContext
+from controller.daemon.estimates import ClockOffset
+from controller.daemon.feed import PendingObservation
+from controller.daemon.prompts import Prompt
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
 from controller.link.frame_slots import FrameSlots
 from controller.link.inference_feed import Chunk, InferenceQueues, InferenceRequest, Refusal
 from controller.record.queue import RobotRecording
-from policies.base import PolicySpec, RobotContext
+from policies.base import PolicySpec
 
 NEVER = -(10**18)  # the step of the last request before any was made
 # Why a tick holds, by the guard chain's watchdog state (anything else: no action this step).
@@ -67,24 +68,18 @@ class Session:
         self._robot = robot
         self._created_ns = created_ns
         self._pipeline = pipeline
-        self._history = StateHistory(spec.state_history, spec.state_size)
         self._tick_headers = tick_headers
         self._frame_ring = frame_ring
         self.recording = recording
         self._counters: collections.Counter[str] = collections.Counter()
         self._queues = InferenceQueues(robot, spec, self._counters)  # shared with the feed
         self._clock = ClockOffset()
-        self._delay = InferenceDelay()
         self._last_observation_ns = 0  # when its last accepted observation came (0: none yet)
         self._last_obs_seq = -1
         self._send_seq = 0
         self._last_request_step = NEVER
         self._pending: PendingObservation | None = None  # the newest not yet asked about
-        self._episode = 0  # counts episode starts; chunks and memory of an older one are dropped
-        self._episode_start = True  # no chunk of this episode has come back yet
-        self._memory: Mapping[str, np.ndarray] = {}
-        self._prompt: Prompt | None = None  # the robot's task, tokenized (a prompt policy's)
-        self._said_truncated = False  # a prompt cut to the token limit is logged once
+        self._context = EpisodeContext(robot, spec)  # what the policy is told of this robot
         self._newest_chunk_obs_seq = -1
         # This tick's outcome (update -> write): None: an action in `command`; else why it holds.
         self._hold_reason: str | None = "no_observation"
@@ -133,22 +128,22 @@ class Session:
 
     @property
     def episode(self) -> int:
-        return self._episode
+        return self._context.episode
 
     @property
     def episode_start(self) -> bool:
         """No chunk of this episode has come back yet."""
-        return self._episode_start
+        return self._context.episode_start
 
     @property
     def memory(self) -> Mapping[str, np.ndarray]:
         """The policy's memory of this robot, as its last chunk left it."""
-        return MappingProxyType(self._memory)
+        return self._context.memory
 
     @property
     def prompt(self) -> Prompt | None:
         """The robot's task and its token ids; None for a policy that reads no prompt."""
-        return self._prompt
+        return self._context.prompt
 
     @property
     def send_seq(self) -> int:
@@ -181,7 +176,7 @@ class Session:
     @property
     def inference_delay(self) -> int:
         """Control steps from an observation to its chunk (see InferenceDelay)."""
-        return self._delay.steps
+        return self._context.inference_delay
 
     @property
     def idle_since_ns(self) -> int:
@@ -196,12 +191,7 @@ class Session:
 
     def use_prompt(self, prompt: Prompt | None) -> None:
         """The robot's task from now on (hello, an episode start); None leaves it as it is."""
-        if prompt is None:
-            return
-        if prompt.truncated and not self._said_truncated:
-            self._said_truncated = True
-            log_truncated(self._robot, prompt)
-        self._prompt = prompt
+        self._context.use_prompt(prompt)
 
     def check_newer(self, seq: int) -> None:
         """An observation must be newer than the last one accepted: else counted and refused."""
@@ -246,7 +236,7 @@ class Session:
             obs_seq=obs_seq,
             received_ns=received_ns,
             images=images,
-            state_window=self._history.push(state),
+            state_window=self._context.push_state(state),
         )
 
     def own_joints(self, joints: Sequence[str]) -> tuple[str, ...]:
@@ -260,16 +250,12 @@ class Session:
     def start_episode(self) -> None:
         """Forget the plan, the state history, the policy's memory, requests not yet taken and
         chunks in flight; the new episode's first observation is asked about at once."""
-        self._episode += 1
-        self._episode_start = True
+        self._context.start()
         self._pipeline.drop_plan()
-        self._history.clear()
-        self._memory = {}
         self._queues.requests.take()
         self._queues.chunks.clear()
         self._pending = None
         self._last_request_step = NEVER
-        self._delay.clear()
 
     def request_if_due(self, step: int, query_period: int) -> InferenceRequest | None:
         """At most every `query_period` steps, the pending observation as a request with this
@@ -281,17 +267,13 @@ class Session:
         if observation is None:
             return None
         self._last_request_step = step
-        context = RobotContext(
-            step=observation.step,
-            episode_start=self._episode_start,
-            state_history=observation.state_window,
-            previous_plan=self._pipeline.plan(observation.step),
-            inference_delay=self._delay.steps,
-            memory=MappingProxyType(self._memory),  # read-only to the policy
-            prompt=self._prompt.tokens if self._prompt is not None else None,
-        )
+        context = self._context.robot_context(observation, self._pipeline.plan(observation.step))
         return InferenceRequest(
-            observation.obs_seq, observation.received_ns, self._episode, observation.images, context
+            observation.obs_seq,
+            observation.received_ns,
+            self._context.episode,
+            observation.images,
+            context,
         )
 
     # -- one control tick: read ---------------------------------------------------------------
@@ -314,7 +296,7 @@ class Session:
         recording = self.recording
         while chunks:
             chunk = chunks.popleft()
-            if not self._on_chunk_landed(chunk, step):
+            if not self._context.chunk_landed(chunk, step):
                 self._counters["chunks_of_ended_episode"] += 1
                 if recording is not None:
                     recording.chunk(chunk, step, None)
@@ -326,17 +308,6 @@ class Session:
             if late < len(chunk.actions):
                 self._fresh_chunk = chunk
                 self._newest_chunk_obs_seq = max(self._newest_chunk_obs_seq, chunk.obs_seq)
-
-    def _on_chunk_landed(self, chunk: Chunk, step: int) -> bool:
-        """False (dropped) if the chunk belongs to an ended episode; else the policy's new
-        memory is kept, the episode has begun, and its delay counts in the estimate."""
-        if chunk.episode != self._episode:
-            return False
-        if chunk.memory is not None:
-            self._memory = chunk.memory
-        self._episode_start = False
-        self._delay.record(step - chunk.start_step)
-        return True
 
     def take_fresh_chunk(self) -> Chunk | None:
         """The chunk `land_chunks` found fresh this tick (once: not kept past the tick)."""

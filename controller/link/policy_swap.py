@@ -3,7 +3,7 @@
     name = resolve_policy_name(None, ("arm", "wrist"))     # "arm"; unknown names refused
     config = config_with_path(config_json, "/ckpt/new")   # the serving config, new policy.path
     check_compatible(old_spec, new_spec)                  # PolicyError, one sentence, if not
-    swapper = Swapper(remote_policy)                        # RemotePolicy's
+    swapper = Swapper(remote_policy)                        # RemotePolicy's (SwappablePolicy)
     swapper.start("/ckpt/new", now=True, name="arm")        # refused at once, or under way
     swapper.status()                                        # the last swap, for status
 
@@ -32,11 +32,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from controller.errors import PolicyError
-from controller.link.episode_swap import EpisodeSwitch, Incoming
+from controller.link.episode_swap import Incoming
 from controller.link.frame_slots import slot_parts
+from controller.link.process_messages import Hello
+from controller.link.process_spawner import Child, Spawner
 from controller.link.served_policy import ServedPolicy
 from controller.link.standbys import HotBuild
 from policies.base import PolicySpec, PromptSpec
@@ -136,6 +138,39 @@ def _observation(spec: PolicySpec) -> str:
     return f"{cameras}; state {spec.state_history}x{spec.state_size}"
 
 
+class SwappablePolicy(Protocol):
+    """What a Swapper uses of its policy (RemotePolicy; its docs say what each does)."""
+
+    start_timeout_s: float
+
+    @property
+    def serving(self) -> bool: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def config_json(self) -> str | None: ...
+
+    @property
+    def spec(self) -> PolicySpec: ...
+
+    @property
+    def switch_lock(self) -> threading.Lock: ...
+
+    def spawner_for(self, config_json: str) -> Spawner: ...
+
+    def switch_to(
+        self, child: Child, hello: Hello, spawner: Spawner, config_json: str
+    ) -> float: ...
+
+    def begin_incoming(
+        self, child: Child, hello: Hello, spawner: Spawner, config_json: str
+    ) -> Incoming: ...
+
+    def finish_incoming(self, incoming: Incoming) -> bool: ...
+
+
 @dataclass
 class SwapState:
     """One swap, as `tempo status` (and `tempo swap`, which polls it) shows it."""
@@ -162,13 +197,13 @@ class SwapState:
 
 class Swapper:
     """A RemotePolicy's swaps: one at a time, each built and checked on the swap thread, then
-    switched under the supervisor's `_switch` lock (never beside a restart).
+    switched under the policy's `switch_lock` (never beside a restart).
 
     The swap thread lives until `close`, not one swap: an inference process asks the kernel to
     kill it when the thread that spawned it ends (PR_SET_PDEATHSIG follows the thread, not the
     process), and a swapped-in process (and the standby its switch starts) serves on."""
 
-    def __init__(self, policy: EpisodeSwitch) -> None:
+    def __init__(self, policy: SwappablePolicy) -> None:
         self._policy = policy
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -180,9 +215,9 @@ class Swapper:
 
     def start(self, path: str, *, now: bool, name: str) -> dict[str, Any]:
         served = self._policy
-        if served._config_json is None:
+        if served.config_json is None:
             raise PolicyError("this daemon's inference process has no config to build from")
-        if not served._serving.is_set():
+        if not served.serving:
             raise PolicyError("the inference process is not serving now; swap once it is")
         with self._lock:
             current = self._current
@@ -220,10 +255,10 @@ class Swapper:
 
     def _swap(self, state: SwapState) -> str:
         served = self._policy
-        if served._config_json is None:  # checked by start(); a swap cannot unset it
+        if served.config_json is None:  # checked by start(); a swap cannot unset it
             raise PolicyError("this daemon's inference process has no config to build from")
-        config_json = config_with_path(served._config_json, state.path)
-        spawner = served._spawner.with_stdin(config_json.encode())
+        config_json = config_with_path(served.config_json, state.path)
+        spawner = served.spawner_for(config_json)
         try:
             build = HotBuild(spawner, served.start_timeout_s)
         except OSError as exc:
@@ -236,18 +271,17 @@ class Swapper:
         state.pid = build.pid
         try:
             hello = build.wait(served.start_timeout_s)
-            if served._spec is not None:
-                check_compatible(served._spec, hello.spec)
-            with served._switch:  # never beside a restart or a take-over
-                if not served._serving.is_set() or served._stop.is_set():
+            check_compatible(served.spec, hello.spec)  # set since it first served (start)
+            with served.switch_lock:  # never beside a restart or a take-over
+                if not served.serving or served.stopping:
                     raise PolicyError(
                         "the inference process failed while the new policy was built; "
                         "nothing was changed"
                     )
                 if state.now:
-                    state.switched = served._switch_to(build.child, hello, spawner, config_json)
+                    state.switched = served.switch_to(build.child, hello, spawner, config_json)
                 else:
-                    incoming = served._begin_incoming(build.child, hello, spawner, config_json)
+                    incoming = served.begin_incoming(build.child, hello, spawner, config_json)
                     state.switched = time.time()
         except BaseException:
             build.cancel()
@@ -272,11 +306,11 @@ class Swapper:
                 state.detail = (
                     f"{serves}: {incoming.on_new} moved, {incoming.on_old} still on the old policy"
                 )
-            if served._stop.is_set():
+            if served.stopping:
                 raise PolicyError("the daemon stopped during the swap")
             if incoming.all_moved.is_set():
-                with served._switch:
-                    served._finish_incoming(incoming)
+                with served.switch_lock:
+                    served.finish_incoming(incoming)
         state.robots_moved, state.robots_on_old = incoming.on_new, 0
         if incoming.failure is not None:
             state.robots_moved = 0

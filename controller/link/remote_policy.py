@@ -54,8 +54,8 @@ from controller.link.episode_swap import EpisodeSwitch, Incoming
 from controller.link.frame_slots import FrameSlots
 from controller.link.policy_swap import Swapper
 from controller.link.process_channel import ProcessChannel
-from controller.link.process_messages import ChunkReply, RequestFailed
-from controller.link.process_spawner import Spawner, wait_or_kill
+from controller.link.process_messages import ChunkReply, Hello, RequestFailed
+from controller.link.process_spawner import Child, Spawner, wait_or_kill
 from controller.link.remote_feed import RemoteFeed
 from controller.link.request_channel import (
     InferenceUnavailable,
@@ -300,3 +300,38 @@ class RemotePolicy(EpisodeSwitch):
         returns the swap's state, which `status()` follows. PolicyError (one sentence) when it
         is refused at once."""
         return self._swapper.start(path, now=now, name=name)
+
+    # What the swap (policy_swap.Swapper) reads and calls; `switch_to` is supervision's.
+
+    @property
+    def config_json(self) -> str | None:
+        """The config (JSON) every inference process reads at start, a swapped-in policy's
+        once switched; None: none was given (nothing to build a swap from)."""
+        return self._config_json
+
+    @property
+    def stopping(self) -> bool:
+        """`stop()` was called: nothing may switch to a new process any more."""
+        return self._stop.is_set()
+
+    @property
+    def switch_lock(self) -> threading.Lock:
+        """Held while the serving process changes (a restart, a take-over, a swap's switch):
+        one at a time."""
+        return self._switch
+
+    def spawner_for(self, config_json: str) -> Spawner:
+        """Spawns inference processes as this policy's do, reading `config_json` instead."""
+        return self._spawner.with_stdin(config_json.encode())
+
+    def begin_incoming(
+        self, child: Child, hello: Hello, spawner: Spawner, config_json: str
+    ) -> Incoming:
+        """Under `switch_lock`, while serving: the built process `child` serves each robot
+        from its episode start beside the serving one (episode_swap)."""
+        return self._begin_incoming(child, hello, spawner, config_json)
+
+    def finish_incoming(self, incoming: Incoming) -> bool:
+        """Under `switch_lock`: no robot is left on the old process, the new one serves
+        (episode_swap); False if the swap ended otherwise meanwhile."""
+        return self._finish_incoming(incoming)

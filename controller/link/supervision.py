@@ -264,12 +264,12 @@ class ProcessSupervision:
         self._failed.clear()
         self._serving.set()
 
-    def _switch_to(self, child: Child, hello: Hello, spawner: Spawner, config_json: str) -> float:
-        """A swap's switch (under `_switch`, while serving): the serving process stops taking
-        requests (those in flight fail), the new one is handed the slots and serves, the old
-        one is asked to stop, and restarts and standbys build from `config_json` from now on.
-        If the new one cannot attach, the old config is restarted (a failure is recorded).
-        Returns when (wall clock) the new one began to serve."""
+    def switch_to(self, child: Child, hello: Hello, spawner: Spawner, config_json: str) -> float:
+        """A swap's switch (policy_swap; under `_switch`, while serving): the serving process
+        stops taking requests (those in flight fail), the new one is handed the slots and
+        serves, the old one is asked to stop, and restarts and standbys build from
+        `config_json` from now on. If the new one cannot attach, the old config is restarted
+        (a failure is recorded). Returns when (wall clock) the new one began to serve."""
         self._serving.clear()
         old = self._detach()
         try:
