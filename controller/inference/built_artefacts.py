@@ -82,7 +82,13 @@ class _CompileCacheRoute(Exception):
 
 
 class _LoadFails(Exception):
-    """A new package that a fresh process could not load; the message says how it failed."""
+    """A new package that a fresh process could not load; the message says how it failed.
+    `lasting`: the loader's own failure (a signal, an error), recorded so the next start does
+    not try again; not a timeout, no process, or no memory, which the next may not meet."""
+
+    def __init__(self, why: str, lasting: bool) -> None:
+        super().__init__(why)
+        self.lasting = lasting
 
 
 class BuiltArtefacts:
@@ -132,9 +138,10 @@ class BuiltArtefacts:
             compiled = self._build(step, inputs, module, here, package, manifest, config)
         except ArtefactRefused as exc:  # what was just built does not load: do not retry
             return None, f"{why}; the rebuilt {package.name} was refused too ({exc})"
-        except _LoadFails as exc:  # this torch's loader: the next start skips the try
+        except _LoadFails as exc:
             reason = f"AOTInductor's package did not load in a fresh process: {exc}"
-            self._save_manifest(manifest, here, route="compile cache", reason=reason)
+            if exc.lasting:  # this torch's loader: the next start skips the try
+                self._save_manifest(manifest, here, route="compile cache", reason=reason)
             return None, f"{why}; {reason}, so it takes the compile-cache route"
         except Exception as exc:  # noqa: BLE001 - export or AOT compile: the compile cache serves
             reason = f"torch.export or AOTInductor failed: {_first_line(exc)}"
@@ -189,7 +196,7 @@ class BuiltArtefacts:
             if _checks_load_in_a_child(inputs[0].device.type if inputs else "cpu"):
                 failed = _load_in_a_child(Path(tmp))
                 if failed is not None:
-                    raise _LoadFails(failed)
+                    raise _LoadFails(*failed)
             digest = file_sha256(Path(tmp))
             os.replace(tmp, package)
         finally:
@@ -225,25 +232,29 @@ def _checks_load_in_a_child(device_type: str) -> bool:
     return device_type == "cuda"
 
 
-def _load_in_a_child(package: Path) -> str | None:
-    """None where a fresh Python loads `package`; else how it failed, in a few words."""
+def _load_in_a_child(package: Path) -> tuple[str, bool] | None:
+    """None where a fresh Python loads `package`; else (how it failed in a few words, whether
+    the failure is the loader's own: see _LoadFails)."""
     try:
         done = subprocess.run(
             [sys.executable, "-c", LOAD_CHECK, str(package)],
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=LOAD_CHECK_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
-        return f"it had not loaded after {LOAD_CHECK_TIMEOUT_S:.0f} s"
+        return f"it had not loaded after {LOAD_CHECK_TIMEOUT_S:.0f} s", False
     except OSError as exc:
-        return f"no process could be started ({exc.strerror})"
+        return f"no process could be started ({exc.strerror})", False
     if done.returncode == 0:
         return None
     if done.returncode < 0:
-        return f"the loading process was killed by signal {-done.returncode}"
+        return f"the loading process was killed by signal {-done.returncode}", True
     lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-    return f"exit {done.returncode}: {lines[-1][:200] if lines else 'no message'}"
+    last = lines[-1][:200] if lines else "no message"
+    out_of_memory = "OutOfMemoryError" in last or "out of memory" in last.lower()
+    return f"exit {done.returncode}: {last}", not out_of_memory
 
 
 def _may_pass_next_time(exc: BaseException) -> bool:

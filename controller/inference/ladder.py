@@ -76,13 +76,15 @@ class ServingLadder:
             )
 
     def _slower_below(self, budget: float, seconds: float) -> bool:
-        """Whether the tier below was measured at start-up slower than the budget: demoting to
-        it would overrun more (pi0's compiled tier is 7x its graph). Said once per tier."""
+        """Whether demoting would not help: the tier below took, at start-up, longer than the
+        budget and longer than this step (pi0's compiled tier is 7x its graph). A tier that
+        has become slower than the one below (a fault, contention) is demoted. Said once per
+        tier."""
         if self.current is None or self.current + 1 >= len(self.tiers):
             return False  # the bottom: demote() says it
         serving, below = self.tiers[self.current], self.tiers[self.current + 1]
         below_s = self._step_s.get(below)
-        if below_s is None or below_s <= budget:
+        if below_s is None or below_s <= budget or below_s < seconds:
             return False
         if serving not in self._warned_slower_below:
             self._warned_slower_below.add(serving)

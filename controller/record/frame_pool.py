@@ -4,8 +4,7 @@ A frame the driver wrote in place must be copied before its slot goes back to th
 fresh 480x640 array for each copy costs its pages' first touch: four frames took 2.4-2.7 ms on
 a 2-core machine against 0.25-0.3 ms into buffers already touched. The writer thread copies
 into buffers from here and gives them back once their frames are written (continuous) or leave
-the ring (ring mode). Copies go in pieces: numpy holds the interpreter for one whole copy, and
-the control loop's thread must not wait for a frame's to get it back.
+the ring (ring mode).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from collections.abc import Iterable
 import numpy as np
 
 MAX_FREE_PER_SHAPE = 64  # kept for use again per frame shape; more are left to the allocator
-COPY_PIECE_BYTES = 128 * 1024
 
 
 class FramePool:
@@ -35,13 +33,7 @@ class FramePool:
             buffer = free.pop()
         except IndexError:
             buffer = np.empty(frame.shape, frame.dtype)
-        if frame.nbytes <= COPY_PIECE_BYTES or not frame.flags.c_contiguous:
-            np.copyto(buffer, frame)
-            return buffer
-        source, target = frame.reshape(-1), buffer.reshape(-1)
-        step = max(COPY_PIECE_BYTES // frame.itemsize, 1)
-        for start in range(0, source.size, step):
-            np.copyto(target[start : start + step], source[start : start + step])
+        np.copyto(buffer, frame)  # numpy lets go of the interpreter while it copies
         return buffer
 
     def give_back(self, frames: Iterable[np.ndarray]) -> None:

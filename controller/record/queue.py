@@ -37,7 +37,7 @@ class Record:
     fields: Mapping[str, Any]
 
     def pooled_frames(self) -> list[Any]:
-        """The frames this record borrowed from the queue's pool (none for most records)."""
+        """The frames this record borrowed from the writer's pool (none for most records)."""
         if self.kind != "observation" or not self.fields.get("pooled"):
             return []
         return list(self.fields["images"].values())
@@ -68,6 +68,13 @@ class RecordQueue:
             return self._records.popleft()
         except IndexError:
             return None
+
+    def take_all(self) -> list[Record]:
+        """Every record queued now, oldest first (the writer's end)."""
+        records = []
+        while (record := self.take()) is not None:
+            records.append(record)
+        return records
 
     def __len__(self) -> int:
         return len(self._records)

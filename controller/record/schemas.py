@@ -73,7 +73,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         {
             "session": {"type": "string"},
             "task": _TEXT_OR_NULL,
-            "policy": _TEXT_OR_NULL,  # the named policy serving the robot (null: the default)
+            "policy": _TEXT_OR_NULL,  # the named policy serving the robot
             "joints": _STRINGS,  # its joints, in the order of state, action and command
         },
     ),

@@ -126,24 +126,39 @@ class Recorder:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        queue = self.queue
         try:
-            while True:
-                record = queue.take()
-                if record is None:
-                    if self._stop.is_set():
-                        break
-                    time.sleep(IDLE_WAIT_S)
-                    continue
-                self._take(record)
+            self._write_until_stopped()
         except Exception as exc:  # a full disk, a bug: say so once, in the log and in status
             self.error = f"{type(exc).__name__}: {exc}"
             log.exception("the recorder stopped writing; records are dropped from now on")
-            while not self._stop.wait(IDLE_WAIT_S):
-                while (record := queue.take()) is not None:
-                    queue.dropped[record.kind] += 1
-        finally:
+        else:
             self._close_file()
+            return
+        # Past the except block: its exception, whose traceback held the failed batch (and
+        # any slot not yet copied), is gone.
+        queue = self.queue
+        while not self._stop.wait(IDLE_WAIT_S):
+            for record in queue.take_all():
+                queue.dropped[record.kind] += 1
+        self._close_file()
+
+    def _write_until_stopped(self) -> None:
+        queue = self.queue
+        while True:
+            records = queue.take_all()
+            if not records:
+                if self._stop.is_set():
+                    return
+                time.sleep(IDLE_WAIT_S)
+                continue
+            # Frames still in drivers' slots first, for every queued record, so that the
+            # encoding below holds no slot: a driver whose slots are all held sends its frames
+            # on the socket instead.
+            for record in records:
+                if record.kind == "observation":
+                    self._own_frames(record)
+            for record in records:
+                self._take(record)
 
     def _take(self, record: Record) -> None:
         if record.kind == "observation":
@@ -173,8 +188,10 @@ class Recorder:
         if type(images) is dict:
             return
         copies = {name: self._frames.copy(frame) for name, frame in images.items()}
-        unchanged = getattr(images, "unchanged", None)
-        if unchanged is not None and not unchanged():
+        # Not SlotFrames.unchanged(): that one is False once the session ended and its ring
+        # closed, and a session's last frames are often the ones an incident needs.
+        written_as_read = getattr(images, "written_as_read", None)
+        if written_as_read is not None and not written_as_read():
             self._frames.give_back(copies.values())
             self.torn_frames += 1
             copies = {}

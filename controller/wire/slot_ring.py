@@ -282,6 +282,10 @@ class SlotRing:
         """Whether the writer may write slot `index` (the reader holds nothing there)."""
         return int(self._headers[index][_HELD]) == 0
 
+    def header(self, index: int) -> np.ndarray:
+        """Slot `index`'s header (int64s, the generation first), a view into the memory."""
+        return self._headers[index]
+
     def unchanged(self, index: int, generation: int) -> bool:
         """Whether slot `index` still holds the complete observation `generation`."""
         headers = self._headers
@@ -372,10 +376,16 @@ class SlotFrames(dict[str, np.ndarray]):
         self.ring = ring
         self.index = index
         self.generation = generation
+        self._header = ring.header(index)  # a view: the mapping outlives the ring's close
         ring.hold(index, generation)
 
     def unchanged(self) -> bool:
         return not self.ring.closed and self.ring.unchanged(self.index, self.generation)
+
+    def written_as_read(self) -> bool:
+        """Whether the slot still holds this observation, also after the ring was closed (its
+        session ended): the flight recorder copies a session's last frames after that."""
+        return self.generation % 2 == 0 and int(self._header[0]) == self.generation
 
     def __del__(self) -> None:
         # The daemon has dropped the observation (served, superseded, or its episode ended):

@@ -208,13 +208,27 @@ def test_the_robot_past_capacity_is_refused_with_numbers_and_the_others_keep_goi
         assert "it serves 'default'" in str(refusal(daemon, SIX, policy="act"))
 
 
+class TierByJoints:
+    """A served policy whose status names a tier of its own (tier-<joints>), so a recording
+    shows whose tier each chunk was stamped with."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def status(self) -> dict[str, Any]:
+        return {**self._inner.status(), "tier": f"tier-{len(self._inner.spec.joint_names)}"}
+
+
 def test_every_policys_robots_are_recorded_with_their_own_joints_and_tier(tmp_path: Path) -> None:
     from controller.record.reading import read_recording
 
     folder = tmp_path / "recordings"
     config = ipc_config(tmp_path, "control.rate_hz=50", TWO_POLICIES, *PATIENT,
                         "record.mode=continuous", f"record.dir={folder}")  # fmt: skip
-    with serving(config) as daemon, ExitStack() as stack:
+    with serving(config, TierByJoints) as daemon, ExitStack() as stack:
         arm = stack.enter_context(client(daemon, "a0", SIX))
         gripper = stack.enter_context(client(daemon, "g0", THREE, policy="gripper"))
         served([arm, gripper])
@@ -227,4 +241,4 @@ def test_every_policys_robots_are_recorded_with_their_own_joints_and_tier(tmp_pa
         commands = [m.data for m in messages if m.robot == robot and m.name == "command"]
         assert commands and all(len(c["action"] or [0] * width) == width for c in commands)
         chunks = [m.data for m in messages if m.robot == robot and m.name == "chunk"]
-        assert chunks and all(c["tier"] for c in chunks)
+        assert chunks and {c["tier"] for c in chunks} == {f"tier-{width}"}

@@ -48,9 +48,11 @@ def served_matches_reference(runner: Runner, seed: int, config: RunnerConfig) ->
 
 @needs_cpp
 def test_a_built_package_is_loaded_without_tracing_and_serves_the_modules_weights(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.INFO, logger="controller.inference.built_artefacts")
+    # The fresh-process load a CUDA build gets, here on the CPU: a good package passes it.
+    monkeypatch.setattr(ba, "_checks_load_in_a_child", lambda device_type: True)
     config = RunnerConfig(
         top_tier="compiled",
         cache_dir=tmp_path / "cache",
@@ -115,3 +117,23 @@ def test_a_package_that_kills_its_loader_is_never_loaded_here(
     notes = [r.getMessage() for r in caplog.records if "built artefacts" in r.getMessage()]
     assert len(notes) == 1 and "takes the compile-cache route" in notes[0]
     assert "killed by signal 11" in notes[0]
+
+
+def test_a_load_check_that_ran_out_of_memory_or_time_is_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check that could not finish (no memory, no time, no process) says nothing lasting
+    about the package: the next start builds and checks again."""
+    package = tmp_path / "step.pt2"
+    package.write_bytes(b"")
+    monkeypatch.setattr(
+        ba, "LOAD_CHECK", "raise SystemExit('torch.OutOfMemoryError: CUDA out of memory')"
+    )
+    why, lasting = ba._load_in_a_child(package) or ("", True)
+    assert "out of memory" in why and not lasting
+    monkeypatch.setattr(ba, "LOAD_CHECK", "import time; time.sleep(30)")
+    monkeypatch.setattr(ba, "LOAD_CHECK_TIMEOUT_S", 0.5)
+    why, lasting = ba._load_in_a_child(package) or ("", True)
+    assert "had not loaded" in why and not lasting
+    monkeypatch.setattr(ba, "LOAD_CHECK", "raise SystemExit('RuntimeError: bad archive')")
+    assert ba._load_in_a_child(package) == ("exit 1: RuntimeError: bad archive", True)

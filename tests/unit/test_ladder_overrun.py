@@ -50,3 +50,13 @@ def test_a_tier_without_a_start_up_time_is_demoted_to_as_before() -> None:
     for _ in range(2):
         ladder.record_step(0.025)
     assert ladder.serving == "compiled"
+
+
+def test_a_tier_slower_now_than_the_one_below_was_is_demoted() -> None:
+    """The graph gone to 300 ms a step (a fault, contention): compiled's 154 ms at start-up
+    is over the budget but still faster, so the ladder steps down."""
+    ladder = ladder_with({"graph": 0.0208, "compiled": 0.154, "eager_half": 0.236,
+                          "eager_fp32": 0.572})  # fmt: skip
+    for _ in range(2):
+        ladder.record_step(0.300)
+    assert ladder.serving == "compiled" and ladder.demotions[0].cause == "overrun"

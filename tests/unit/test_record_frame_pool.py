@@ -22,13 +22,14 @@ SHAPE = (4, 5, 3)
 
 class Slot(dict):  # type: ignore[type-arg]
     """Frames as a driver's slot gives them (controller.wire.slot_ring.SlotFrames): not a
-    plain dict, held for as long as it lives, `unchanged()` while the driver keeps off it."""
+    plain dict, held for as long as it lives, `written_as_read()` while the driver keeps off
+    it."""
 
     def __init__(self, value: int, intact: bool = True) -> None:
         super().__init__(front=np.full(SHAPE, value, np.uint8))
         self.intact = intact
 
-    def unchanged(self) -> bool:
+    def written_as_read(self) -> bool:
         return self.intact
 
 
@@ -153,3 +154,43 @@ def test_the_export_names_a_robots_joints_from_its_session_record() -> None:
     assert _joints([recording], [episode]) == ["x", "y", "z"]  # not the default policy's
     no_sessions = Recording(Path("y.mcap"), [], {"joints": ["j0", "j1", "j2"]})
     assert _joints([no_sessions], [episode]) == ["j0", "j1", "j2"]
+
+
+def test_a_sessions_last_frames_are_recorded_after_its_ring_closed(tmp_path) -> None:
+    """The session ends (its ring closed on the loop thread) while its last observation waits
+    for the writer: the frames are still what the driver wrote, and they are recorded."""
+    from controller.wire.slot_ring import SlotFrames, SlotRing
+
+    ring = SlotRing.create([("front", SHAPE, np.dtype(np.uint8))], 2)
+    generation = ring.write(0, {"front": np.full(SHAPE, 5, np.uint8)})
+    recorder = Recorder(RecordConfig(mode="continuous", dir=tmp_path), ["a", "b"], 50.0)
+    observe(recorder.robot("arm", "s1"), 1, SlotFrames(ring, 0, generation, ["front"]))
+    ring.close()
+    record = recorder.queue.take()
+    assert record is not None
+    recorder._take(record)
+    recorder._close_file()
+    assert recorder.torn_frames == 0 and written_frames(recorder.files[0]) == [5]
+
+
+def test_the_writer_lets_every_queued_slot_go_before_encoding_any(tmp_path) -> None:
+    """Frames waiting for the writer hold their slots (a driver has four): the writer copies
+    those of every queued record first, then encodes."""
+    recorder = Recorder(RecordConfig(mode="continuous", dir=tmp_path), ["a", "b"], 50.0)
+    recording = recorder.robot("arm", "s1")
+    for seq in range(3):
+        observe(recording, seq, Slot(seq))
+    queued = list(recorder.queue._records)
+    seen: list[list[bool]] = []
+    take = recorder._take
+
+    def take_and_look(record) -> None:  # type: ignore[no-untyped-def]
+        seen.append([type(r.fields["images"]) is dict for r in queued])
+        take(record)
+
+    recorder._take = take_and_look  # type: ignore[method-assign]
+    recorder._stop.set()
+    recorder._write_until_stopped()
+    recorder._close_file()
+    assert seen[0] == [True, True, True]  # all copied before the first was encoded
+    assert written_frames(recorder.files[0]) == [0, 1, 2]
