@@ -76,6 +76,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="the robot sends its frames on the socket instead of writing them in place",
     )
+    parser.add_argument(
+        "--flat-frames",
+        action="store_true",
+        help="the simulated robot's flat bars (compress to almost nothing) instead of frames "
+        "with a sensor-noise texture that compress as a camera's do",
+    )
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -178,6 +184,8 @@ def one_run(
     ]  # fmt: skip
     # After soak's own --camera-hz 30: the last one counts.
     robot_args: tuple[str, ...] = ("--camera-hz", str(args.camera_hz))
+    if not args.flat_frames:
+        robot_args += ("--textured",)
     if args.frames_on_socket:
         robot_args += ("--frames-on-socket",)
     watch = StatusWatch(scratch)
@@ -225,9 +233,8 @@ def one_run(
 
 def content_bytes(files: Sequence[Path]) -> float | None:
     """The recordings' bytes before MCAP's chunk compression (from each file's chunk index;
-    None when a file has no summary, as one cut short). The simulated robot's frames are flat
-    bars that compress to almost nothing, so this, not the size on disk, is what a real
-    camera's frames would weigh."""
+    None when a file has no summary, as one cut short): what the frames weigh before
+    compression, whatever their content."""
     from mcap.reader import make_reader
 
     total = 0

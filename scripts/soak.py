@@ -119,7 +119,11 @@ def soak(
         for process in burners:
             process.join(2)
         daemon.terminate()
-        daemon.wait(5)
+        try:
+            daemon.wait(30)  # a recorder writes what it has queued first
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
     robot_status = last_with_robot["robots"][0] if last_with_robot.get("robots") else {}
     return {
         "seconds": seconds,

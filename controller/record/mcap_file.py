@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
-from mcap.writer import Writer
+from mcap.writer import CompressionType, Writer
 
 from controller.record.schemas import METADATA, PROFILE, SCHEMAS
 
@@ -16,12 +16,19 @@ from controller.record.schemas import METADATA, PROFILE, SCHEMAS
 CHUNK_BYTES = 256 * 1024
 
 
+COMPRESSION = {"lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD,
+               "none": CompressionType.NONE}  # fmt: skip
+
+
 class McapFile:
-    def __init__(self, path: Path, metadata: dict[str, str]) -> None:
+    def __init__(self, path: Path, metadata: dict[str, str], compression: str = "lz4") -> None:
+        """`compression`: of the chunks, record.compression's name."""
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._stream: IO[bytes] = open(path, "xb")  # noqa: SIM115 - closed by close()
-        self._writer = Writer(self._stream, chunk_size=CHUNK_BYTES)
+        self._writer = Writer(
+            self._stream, chunk_size=CHUNK_BYTES, compression=COMPRESSION[compression]
+        )
         self._writer.start(profile=PROFILE, library="tempo")
         self._writer.add_metadata(METADATA, metadata)
         self._schemas: dict[str, int] = {}

@@ -124,6 +124,12 @@ class Recorder:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive():  # a backlog (compression slower than the cameras)
+                log.warning(
+                    "the recorder had %d records left to write after %.0f s; the file being "
+                    "written may end early (what was written is readable)",
+                    len(self.queue), timeout,
+                )  # fmt: skip
 
     def _run(self) -> None:
         try:
@@ -222,7 +228,7 @@ class Recorder:
         while path.exists():  # two files within a microsecond: never overwrite one
             path = self.config.dir / f"{Path(name).stem}-{n}.mcap"
             n += 1
-        file = McapFile(path, self._metadata)
+        file = McapFile(path, self._metadata, self.config.compression)
         self.files.append(str(path))
         return file
 

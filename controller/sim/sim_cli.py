@@ -61,6 +61,11 @@ def add_sim_parsers(
         help="send frames on the socket even to a same-host (ipc://) daemon, instead of "
         "writing them into its shared frame ring",
     )
+    sim.add_argument(
+        "--textured",
+        action="store_true",
+        help="frames with a sensor-noise texture, which compress as a camera's do",
+    )
     sim.set_defaults(func=lambda args: cmd_sim_robot(args, setup_logging, load_config))
 
     demo = sub.add_parser("demo", help="daemon + simulated robot, with a live status line")
@@ -136,6 +141,7 @@ def cmd_sim_robot(
         args.camera_hz,
         args.json_lines,
         frames_in_place=False if args.frames_on_socket else None,
+        textured=args.textured,
     )
 
 

@@ -30,7 +30,10 @@ class SimulatedArm:
         cameras: Mapping[str, tuple[int, int]],
         time_constant_s: float = 0.08,
         seed: int = 0,
+        textured: bool = False,
     ) -> None:
+        """`textured`: frames carry a fixed sensor-noise texture, so they compress as a
+        camera's do (flat bars compress to almost nothing: a recorder's cost would be hidden)."""
         self.joints = tuple(joints)
         self.cameras = dict(cameras)
         self.time_constant_s = time_constant_s
@@ -39,6 +42,11 @@ class SimulatedArm:
         self.target = self.position.copy()
         # Each camera tints the scene differently, so cameras are distinguishable.
         self._tints = {name: rng.integers(60, 255, 3, dtype=np.uint8) for name in cameras}
+        noise = np.random.default_rng(seed + 1)
+        self._textures = {
+            name: noise.integers(0, 32, (height, width, 3), dtype=np.uint8)
+            for name, (height, width) in cameras.items()
+        } if textured else {}  # fmt: skip
 
     def command(self, target: np.ndarray) -> None:
         self.target[:] = target
@@ -59,6 +67,9 @@ class SimulatedArm:
             bar = max(width // max(n, 1), 1)
             for i in range(n):
                 frame[tops[i] :, i * bar : (i + 1) * bar - 1] = self._tints[name]
+            texture = self._textures.get(name)
+            if texture is not None:
+                np.bitwise_xor(frame, texture, out=frame)
             frames[name] = frame
         return frames
 
@@ -170,8 +181,9 @@ def main_sim_robot(
     json_lines: bool,
     robot: str = "sim-arm",
     frames_in_place: bool | None = None,
+    textured: bool = False,
 ) -> int:
-    arm = SimulatedArm(joints, cameras)
+    arm = SimulatedArm(joints, cameras, textured=textured)
     if state_size != len(joints):
         print(
             f"tempo sim-robot: the policy expects a state of {state_size} values but the simulated "

@@ -76,3 +76,22 @@ def test_a_directory_that_cannot_be_made_is_one_sentence(tmp_path) -> None:
 def test_jpeg_frames_are_refused_by_the_config() -> None:
     with pytest.raises(ValueError, match="frames"):
         RecordConfig.model_validate({"frames": "jpeg"})
+
+
+@pytest.mark.parametrize(("setting", "chunks"), [("lz4", "lz4"), ("zstd", "zstd"), ("none", "")])
+def test_the_files_chunks_are_compressed_as_configured(tmp_path, setting, chunks) -> None:
+    """zstd took 1.9 s of a core per second of three 30 Hz cameras: the choice is the user's."""
+    from mcap.reader import make_reader
+
+    from controller.record.reading import read_recording
+
+    config = RecordConfig(mode="continuous", dir=tmp_path, compression=setting)
+    recorder = Recorder(config, JOINTS, 50.0)
+    recorder._take(observation(1))
+    recorder._close_file()
+    (path,) = recorder.files
+    with open(path, "rb") as stream:
+        summary = make_reader(stream).get_summary()
+    assert summary is not None
+    assert {index.compression for index in summary.chunk_indexes} == {chunks}
+    assert [m.name for m in read_recording(path).messages] == ["observation"]

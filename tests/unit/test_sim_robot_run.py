@@ -47,3 +47,18 @@ def test_no_action_at_all_ends_after_the_wait() -> None:
     )
     assert summary["actions_applied"] == 0 and summary["travel_rad"] == 0.0
     assert summary["elapsed_s"] < 5.0
+
+
+def test_textured_frames_compress_as_a_cameras_do_and_keep_the_bars() -> None:
+    """Flat bars compress to almost nothing and hid the recorder's compression cost."""
+    import zlib
+
+    from controller.sim.sim_robot import SimulatedArm
+
+    cameras = {"front": (48, 64)}
+    flat = SimulatedArm(["a", "b"], cameras).render()["front"]
+    textured_arm = SimulatedArm(["a", "b"], cameras, textured=True)
+    textured = textured_arm.render()["front"]
+    assert np.array_equal(textured, textured_arm.render()["front"])  # one scene, one frame
+    assert np.all((textured ^ flat) < 32)  # the bars are there, under the noise
+    assert len(zlib.compress(textured.tobytes())) > 10 * len(zlib.compress(flat.tobytes()))
