@@ -56,6 +56,6 @@ class RecordConfig(BaseModel):
         description="How the files' chunks are compressed. Camera frames are base64 in JSON, "
         "which lz4 does not shrink and zstd shrinks by about a quarter, at a price: 90 "
         "640x480 frames (3 cameras for 1 s at 30 Hz) took 1.9 s of one core with zstd, 0.47 s "
-        "with lz4 and 0.37 s with none on a 2-core machine, so zstd cannot keep up with such "
-        "cameras there. lz4 shrinks the other records at little cost.",
+        "with lz4 and 0.37 s with none on a 2-core machine: zstd falls behind such cameras "
+        "there, and drops once `queue` is full. lz4 shrinks the other records at little cost.",
     )
