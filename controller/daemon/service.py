@@ -156,7 +156,7 @@ class Daemon:
                 config.record,
                 specs[0].joint_names,
                 config.control.rate_hz,
-                tier=lambda: policies[0].status().get("tier"),
+                tier=_tier_of(policies[0]),
             )
         shared = Shared(
             self.telemetry,

@@ -252,3 +252,21 @@ def test_an_episode_cut_by_a_rotation_goes_on_in_the_next_file(exported) -> None
     ]
     twice, _ = recorded_episodes([whole, Recording(path, later, whole.metadata)], "arm0")
     assert [len(e) for e in twice] == [6, 4, 6, 4]
+
+
+def test_the_export_names_a_robots_joints_from_its_session_record() -> None:
+    from controller.record.reading import RecordedMessage
+    from controller.tools.export_lerobot import _joints
+    from controller.tools.lerobot_v3 import Episode
+
+    def session(robot: str, joints: list[str]) -> RecordedMessage:
+        return RecordedMessage(f"/{robot}/session", "tempo.Session", 0, 0,
+                               {"session": "s", "policy": "p", "joints": joints})  # fmt: skip
+
+    recording = Recording(Path("x.mcap"), [session("arm", ["a", "b", "c", "d"]),
+                                           session("grip", ["x", "y", "z"])],
+                          {"joints": ["j0", "j1", "j2"]})  # fmt: skip
+    episode = Episode("grip", 0, "", state=[np.zeros(3, np.float32)])
+    assert _joints([recording], [episode]) == ["x", "y", "z"]  # not the default policy's
+    no_sessions = Recording(Path("y.mcap"), [], {"joints": ["j0", "j1", "j2"]})
+    assert _joints([no_sessions], [episode]) == ["j0", "j1", "j2"]

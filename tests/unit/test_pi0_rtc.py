@@ -173,6 +173,20 @@ def test_each_mode_is_the_reference_sampler(
         assert (got - unguided).abs().max() > 1e-2  # the guidance acted: equality means it
 
 
+def exact_guidance(policy: TensorPolicy, delay: int) -> tuple[Any, ...]:
+    """An exact-mode sampler of `policy` and what its guidance works on, for one observation
+    with `delay`: (sampler, inputs, noise, context, target, mask)."""
+    exact = Pi0RealTimeChunking(policy.module, RTCConfig(mode="exact"))
+    inputs = rtc_inputs(policy, delay)
+    groups = len(exact.step.group_sizes)
+    state, noise, prompt, prompt_mask, prefix, prefix_len, delay_t = inputs[groups:]
+    with torch.no_grad():
+        context = exact.encode(inputs[:groups], state, prompt, prompt_mask)
+        target = exact.guidance_target(prefix)
+        mask = exact.guidance_mask(prefix_len, delay_t)
+    return exact, inputs, noise, context, target, mask
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_pi0s_autograd_correction_is_the_samplers_vjp(
     policies: dict[str, TensorPolicy], family: str
@@ -180,14 +194,8 @@ def test_pi0s_autograd_correction_is_the_samplers_vjp(
     """pi0's exact takes its VJP with torch.autograd.grad (it runs through compiled layers);
     in FP32 it is the guided sampler's torch.func.vjp, step by step and over a whole chunk."""
     policy = policies[family]
-    exact = Pi0RealTimeChunking(policy.module, RTCConfig(mode="exact"))
-    inputs = rtc_inputs(policy, 4)
-    groups = len(exact.step.group_sizes)
-    state, noise, prompt, prompt_mask, prefix, prefix_len, delay = inputs[groups:]
+    exact, inputs, noise, context, target, mask = exact_guidance(policy, 4)
     with torch.no_grad():
-        context = exact.encode(inputs[:groups], state, prompt, prompt_mask)
-        target = exact.guidance_target(prefix)
-        mask = exact.guidance_mask(prefix_len, delay)
         actions = 0.3 * noise + 0.7 * target
         for step in (0, exact.n_steps - 1):
             got = exact.correction_exact(actions, step, context, target, mask)
@@ -212,14 +220,8 @@ def test_exact_correction_is_the_autograd_vjp_and_differs_from_stop_grad(
     policies: dict[str, TensorPolicy], family: str
 ) -> None:
     policy = policies[family]
-    exact = Pi0RealTimeChunking(policy.module, RTCConfig(mode="exact"))
-    inputs = rtc_inputs(policy, 3)
-    groups = len(exact.step.group_sizes)
-    state, noise, prompt, prompt_mask, prefix, prefix_len, delay = inputs[groups:]
+    exact, inputs, noise, context, target, mask = exact_guidance(policy, 3)
     with torch.no_grad():
-        context = exact.encode(inputs[:groups], state, prompt, prompt_mask)
-        target = exact.guidance_target(prefix)
-        mask = exact.guidance_mask(prefix_len, delay)
         actions = 0.6 * noise + 0.4 * target
         step = 4
         correction, velocity = exact.correction_exact(actions, step, context, target, mask)

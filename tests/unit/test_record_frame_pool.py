@@ -136,26 +136,6 @@ def test_a_dropped_observation_lets_its_slot_go() -> None:
     assert queue.dropped["observation"] == 1 and held() is None
 
 
-def test_the_export_names_a_robots_joints_from_its_session_record() -> None:
-    from pathlib import Path
-
-    from controller.record.reading import RecordedMessage, Recording
-    from controller.tools.export_lerobot import _joints
-    from controller.tools.lerobot_v3 import Episode
-
-    def session(robot: str, joints: list[str]) -> RecordedMessage:
-        return RecordedMessage(f"/{robot}/session", "tempo.Session", 0, 0,
-                               {"session": "s", "policy": "p", "joints": joints})  # fmt: skip
-
-    recording = Recording(Path("x.mcap"), [session("arm", ["a", "b", "c", "d"]),
-                                           session("grip", ["x", "y", "z"])],
-                          {"joints": ["j0", "j1", "j2"]})  # fmt: skip
-    episode = Episode("grip", 0, "", state=[np.zeros(3, np.float32)])
-    assert _joints([recording], [episode]) == ["x", "y", "z"]  # not the default policy's
-    no_sessions = Recording(Path("y.mcap"), [], {"joints": ["j0", "j1", "j2"]})
-    assert _joints([no_sessions], [episode]) == ["j0", "j1", "j2"]
-
-
 def test_a_sessions_last_frames_are_recorded_after_its_ring_closed(tmp_path) -> None:
     """The session ends (its ring closed on the loop thread) while its last observation waits
     for the writer: the frames are still what the driver wrote, and they are recorded."""
