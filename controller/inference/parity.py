@@ -35,12 +35,16 @@ def all_finite(outputs: list[np.ndarray]) -> bool:
 
 
 def reference_outputs(
-    path: StepPath, reference: Tier, examples: list[Example]
+    path: StepPath, reference: Tier, examples: list[Example], times: list[float] | None = None
 ) -> list[list[np.ndarray]]:
-    """eager_fp32 outputs for `examples`; a non-finite one means the model is broken."""
+    """eager_fp32 outputs for `examples`; a non-finite one means the model is broken. Each
+    step's time (upload, run, download) is appended to `times` when given."""
     references = []
     for images, context in examples:
+        began = time.perf_counter()
         ref = path.execute(reference, images, context)
+        if times is not None:
+            times.append(time.perf_counter() - began)
         if not all_finite(ref):
             raise NonFiniteOutput(
                 "the eager FP32 reference returned NaN or Inf on a random observation: the "

@@ -101,6 +101,10 @@ class Runner(RunnerInspection):
         self._last_error = ""
         self._seed = 0
         self._start_s: float | None = None
+        # Where start() spent its time: "weights" (placing the model, half copy, compile
+        # cache), "reference" (the FP32 reference pass), each tier, "the rest" (batch buckets,
+        # cache save).
+        self._start_phases: dict[str, float] = {}
         self._cache: CompileCache | None = None
         self._path: StepPath | None = None
         self._batch_sizes = batch_sizes_for(policy, batch_sizes)
@@ -257,14 +261,16 @@ class Runner(RunnerInspection):
             }
             self._reference = EagerTier("eager_fp32", path.module, path.staging, None)
             observations = self._examples()
-            references = reference_at_start(path, self._reference, observations)
+            phases = self._start_phases = {"weights": time.perf_counter() - started}
+            reference = reference_at_start(path, self._reference, observations)
+            phases["reference"] = time.perf_counter() - started - sum(phases.values())
             ready = start_tiers(
                 path, self._tiers, self._reports, self._policy, self._config,
-                observations, references, say,
+                observations, reference, say, phases,
             )  # fmt: skip
             self._buckets = start_buckets(
                 path, self._batch_sizes, ready, path.module, half_module, config,
-                self._policy, observations, references, say,
+                self._policy, observations, reference.outputs, say,
             )  # fmt: skip
             if self._cache is not None and {"graph", "compiled"} & set(ready):
                 self._cache.save()
@@ -276,9 +282,11 @@ class Runner(RunnerInspection):
                     each.enable_telemetry(self._telemetry)
             self._ladder.begin(ready, {name: self._reports[name].step_s for name in ready})
             self._start_s = time.perf_counter() - started
+            phases["the rest"] = self._start_s - sum(phases.values())
             say(
                 f"policy started in {self._start_s:.1f} s: serving from {ready[0]} "
-                f"(fallbacks: {', '.join(ready[1:]) or 'none'})"
+                f"(fallbacks: {', '.join(ready[1:]) or 'none'}); "
+                + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items())
             )
 
     def _examples(self) -> list[Example]:

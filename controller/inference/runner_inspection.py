@@ -29,6 +29,7 @@ class RunnerInspection(BatchServing):
     _path: StepPath | None
     _cache: CompileCache | None
     _start_s: float | None
+    _start_phases: dict[str, float]
 
     @property
     def tier(self) -> str | None:
@@ -82,6 +83,7 @@ class RunnerInspection(BatchServing):
             "device": path.describe() if path else str(self._device),
             "channels_last": path.channels_last if path else None,
             "start_s": self._start_s,
+            "start_phases": dict(self._start_phases),
             **dict(self._counts),
             "overruns": self._ladder.overruns,
             "last_error": self._last_error,

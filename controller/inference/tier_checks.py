@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -19,7 +20,7 @@ from controller.inference.parity import NonFiniteOutput, check_parity, reference
 from controller.inference.progress import Progress, first_line, heartbeat
 from controller.inference.step_path import StepPath
 from controller.inference.tier_report import TierReport
-from controller.inference.tiers import Tier
+from controller.inference.tiers import EagerTier, Tier
 from controller.runner_config import TIER_ORDER, RunnerConfig, TierName
 from policies.tensor_policy import TensorPolicy
 
@@ -52,13 +53,23 @@ def skip(report: TierReport, reason: str, level: int = logging.WARNING) -> None:
     log.log(level, "tier %s skipped: %s", report.name, reason)
 
 
-def reference_at_start(
-    path: StepPath, reference: Tier, examples: list[Example]
-) -> list[list[np.ndarray]]:
-    """Eager FP32's outputs on the parity examples, which every tier is checked against; a
-    PolicyError when the reference itself fails, since then no tier can serve the model."""
+@dataclass(frozen=True)
+class ReferencePass:
+    """Eager FP32's outputs on the parity examples, which every tier is checked against, and
+    its median step time over them (the first step, which warms the model up, left out when
+    there are others)."""
+
+    outputs: list[list[np.ndarray]]
+    step_s: float
+
+
+def reference_at_start(path: StepPath, reference: Tier, examples: list[Example]) -> ReferencePass:
+    """The reference pass; a PolicyError when the reference itself fails, since then no tier
+    can serve the model."""
+    times: list[float] = []
     try:
-        return reference_outputs(path, reference, examples)
+        outputs = reference_outputs(path, reference, examples, times)
+        return ReferencePass(outputs, float(np.median(times[1:] or times)))
     except NonFiniteOutput as exc:
         raise PolicyError(str(exc)) from None
     except Exception as exc:
@@ -75,18 +86,27 @@ def start_tiers(
     policy: TensorPolicy,
     config: RunnerConfig,
     observations: list[Example],
-    references: list[list[np.ndarray]],
+    reference: ReferencePass,
     say: Progress,
+    phases: dict[str, float] | None = None,
 ) -> list[str]:
     """Start every tier in `tiers` (highest first); returns those that passed, in order. Raises
-    PolicyError, with every tier's reason, when none did."""
+    PolicyError, with every tier's reason, when none did. An eager_fp32 tier that is a plain
+    EagerTier computes exactly what the reference pass did, so that pass is its check (it
+    would take as long again: seconds for pi0). Each tier's start-up time goes in `phases`."""
     for name, tier in tiers.items():
         report = reports[name]
+        began = time.perf_counter()
         try:
-            start_tier(path, tier, report, policy, config, observations, references, say)
+            if name == "eager_fp32" and isinstance(tier, EagerTier):
+                reference_tier_ready(path, tier, report, policy, config, reference, say)
+            else:
+                start_tier(path, tier, report, policy, config, observations, reference.outputs, say)
         except Exception as exc:
             skip(report, first_line(exc))
             say(f"{name}: skipped: {report.reason}")
+        if phases is not None:
+            phases[name] = time.perf_counter() - began
     ready = [name for name in tiers if reports[name].state == "ready"]
     if not ready:
         reasons = "; ".join(f"{n}: {r.reason}" for n, r in reports.items())
@@ -139,6 +159,29 @@ def start_tier(
     say(
         f"{name}: ready ({report.precision}, parity error {report.parity_error:.1e}{against}, "
         f"{report.step_s * 1e3:.2f} ms/step, built in {report.build_s:.1f} s)"
+    )
+
+
+def reference_tier_ready(
+    path: StepPath,
+    tier: Tier,
+    report: TierReport,
+    policy: TensorPolicy,
+    config: RunnerConfig,
+    reference: ReferencePass,
+    say: Progress,
+) -> None:
+    """Fill eager_fp32's report from the reference pass (parity error 0 by definition); a
+    policy's own reference chunks are still checked."""
+    report.build_s, report.parity_error, report.step_s = 0.0, 0.0, reference.step_s
+    against = ""
+    if policy.reference is not None:
+        report.reference_error = reference_parity(path, tier, policy, config)
+        against = f", {report.reference_error:.1e} against {policy.reference.source}"
+    report.state = "ready"
+    say(
+        f"{report.name}: ready ({report.precision}, the reference itself{against}, "
+        f"{report.step_s * 1e3:.2f} ms/step)"
     )
 
 

@@ -270,6 +270,7 @@ def warm_child(args: argparse.Namespace) -> int:
     status = runner.status()
     ready_s = time.perf_counter() - SCRIPT_STARTED
     result = {"ready_s": ready_s, "start_s": start_s, "tier": runner.tier}
+    result["start_phases"] = status["start_phases"]
     result["compile_cache"] = status["compile_cache"]
     print("WARM " + json.dumps(result), flush=True)
     return 0
@@ -338,6 +339,7 @@ def run_bench(args: argparse.Namespace, out_dir: Path | None, cache_dir: Path) -
     runner, description, start_s = bench_runner(args, cache_dir)
     cold = {"ready_s": time.perf_counter() - SCRIPT_STARTED, "start_s": start_s}
     status = runner.status()
+    cold["start_phases"] = status["start_phases"]
     module = runner.module
     report: dict[str, Any] = {
         "policy": description,

@@ -19,6 +19,10 @@ def print_table(report: dict[str, Any]) -> None:
     if warm.get("ok"):
         line += f"; warm restart {warm['ready_s']:.1f} s (runner.start {warm['start_s']:.1f} s)"
     print(line)
+    for name, start in (("cold", cold), ("warm", warm)):
+        if start.get("start_phases"):
+            phases = ", ".join(f"{k} {v:.1f} s" for k, v in start["start_phases"].items())
+            print(f"  runner.start {name}: {phases}")
     header = f"{'tier':<11}{'prec':<6}{'step p50':>12}{'step p99':>12}{'model p50':>12}"
     header += f"{'model p99':>12}{'x fp32':>8}{'x fp32 mdl':>11}{'parity':>10}"
     print(header)

@@ -96,6 +96,31 @@ def test_fast_start_serves_eager_fp32_without_compiling(cache_dir) -> None:
     )
 
 
+def test_eager_fp32_is_checked_by_the_reference_pass_not_run_again(cache_dir) -> None:
+    # The reference pass is eager FP32 on the parity observations: running the eager_fp32
+    # tier over them again (plus warm-up) would double a slow model's start.
+    runner = make_runner(cache_dir, top_tier="eager_fp32", warmup_steps=2)
+    steps: list[int] = []
+    runner._policy.module.register_forward_hook(lambda *_: steps.append(1))
+    messages: list[str] = []
+    runner.start(progress=messages.append)
+    assert len(steps) == 3  # parity_observations, once
+    report = runner.status()["tiers"][0]  # type: ignore[index]
+    assert report["name"] == "eager_fp32" and report["state"] == "ready"
+    assert report["parity_error"] == 0.0 and report["step_s"] > 0
+    phases = runner.status()["start_phases"]  # type: ignore[index]
+    assert list(phases) == ["weights", "reference", "eager_fp32", "the rest"]
+    assert any("reference" in m and "eager_fp32" in m and "started in" in m for m in messages)
+
+
+def test_a_faulty_eager_fp32_is_still_checked_on_its_own(cache_dir) -> None:
+    runner = make_runner(
+        cache_dir, faults={"eager_fp32": FaultPlan(start_error=0.5)}, top_tier="eager_fp32"
+    )
+    with pytest.raises(PolicyError, match="eager_fp32"):
+        runner.start()
+
+
 def test_tier_forced_wrong_fails_parity_and_is_skipped(cache_dir) -> None:
     runner = started(cache_dir, faults={"compiled": FaultPlan(start_error=0.5)})
     assert runner.tier == "eager_fp32"
