@@ -2,7 +2,7 @@
 `mcap-ros2-support` package read as they are (schema encoding `ros2msg`, message encoding `cdr`).
 
 A frame's pixels go into the file as raw bytes: JSON with base64 pixels cost the writer thread
-about six times the CPU, which on a 2-core machine the control loop competes for.
+3 to 7 times the CPU (docs/recording.md), which on a 2-core machine the control loop competes for.
 
 The layout (XCDR1, little-endian). After the 4-byte encapsulation header 00 01 00 00, every
 primitive sits at a multiple of its own size counted from the end of that header; a string is a
