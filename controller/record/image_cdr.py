@@ -88,10 +88,10 @@ def encode_image(frame: np.ndarray, camera: str, wall_ns: int, scale: int = 1) -
     as long as the MCAP writer's own copy of the message into its chunk, so it is not sliced."""
     if scale > 1:
         frame = frame[::scale, ::scale]
-    frame = np.ascontiguousarray(frame, dtype=np.uint8)
+    frame = np.ascontiguousarray(frame)
+    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+        raise ValueError(f"a camera frame of {frame.dtype} {frame.shape}, not uint8 (h, w, 3)")
     height, width = frame.shape[:2]
-    if frame.shape != (height, width, 3):
-        raise ValueError(f"a camera frame of shape {frame.shape}, not (height, width, 3)")
     return b"".join((image_head(camera, wall_ns, height, width), frame.data.cast("B")))
 
 

@@ -56,6 +56,12 @@ def test_a_non_contiguous_frame_is_written_as_its_pixels() -> None:
     assert np.array_equal(frame_of(decode_image(encode_image(view, "c", WALL_NS))), view)
 
 
+@pytest.mark.parametrize("bad", [np.zeros((2, 3, 3), np.float32), np.zeros((2, 3), np.uint8)])
+def test_only_uint8_rgb_frames_are_encoded(bad) -> None:
+    with pytest.raises(ValueError, match=r"^a camera frame of .*, not uint8 \(h, w, 3\)$"):
+        encode_image(bad, "front", WALL_NS)
+
+
 def test_the_bytes_sit_where_a_cdr_reader_looks_for_them() -> None:
     """An independent reading at offsets worked out by hand from the XCDR1 rules: little-endian,
     each primitive at a multiple of its size from the end of the 4-byte encapsulation header."""
