@@ -1,5 +1,6 @@
 """One MCAP file being written: its schemas and channels registered as first used, its
-messages, its size so far (for rotation)."""
+messages, its size so far (for rotation). Camera frames are sensor_msgs/msg/Image in CDR
+(controller/record/image_cdr.py); every other record is JSON under its JSON schema."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import IO, Any
 
 from mcap.writer import CompressionType, Writer
 
+from controller.record import image_cdr
 from controller.record.schemas import METADATA, PROFILE, SCHEMAS
 
 # Chunks are compressed and written out at this size, so the file's size on disk follows its
@@ -37,14 +39,15 @@ class McapFile:
         self.messages = 0
 
     def write(self, topic: str, schema: str, log_ns: int, publish_ns: int, data: bytes) -> None:
+        """`schema`: image_cdr.SCHEMA (`data` from image_cdr.encode_image) or one of SCHEMAS."""
         channel = self._channels.get(topic)
         if channel is None:
             schema_id = self._schemas.get(schema)
             if schema_id is None:
-                body = json.dumps(SCHEMAS[schema]).encode()
-                schema_id = self._writer.register_schema(schema, "jsonschema", body)
+                schema_id = self._writer.register_schema(schema, *_schema_of(schema))
                 self._schemas[schema] = schema_id
-            channel = self._writer.register_channel(topic, "json", schema_id)
+            encoding = image_cdr.MESSAGE_ENCODING if schema == image_cdr.SCHEMA else "json"
+            channel = self._writer.register_channel(topic, encoding, schema_id)
             self._channels[topic] = channel
         self._sequence += 1
         self._writer.add_message(channel, log_ns, data, publish_ns, self._sequence & 0xFFFFFFFF)
@@ -60,6 +63,13 @@ class McapFile:
             self._writer.finish()
         finally:
             self._stream.close()
+
+
+def _schema_of(schema: str) -> tuple[str, bytes]:
+    """A schema's encoding and its text, as the file declares it."""
+    if schema == image_cdr.SCHEMA:
+        return image_cdr.SCHEMA_ENCODING, image_cdr.DEFINITION.encode()
+    return "jsonschema", json.dumps(SCHEMAS[schema]).encode()
 
 
 def metadata_of(values: dict[str, Any]) -> dict[str, str]:

@@ -22,6 +22,7 @@ from mcap.records import Channel, Message, Metadata, Schema
 from mcap.stream_reader import StreamReader
 
 from controller.errors import TempoError
+from controller.record import image_cdr
 from controller.record.schemas import METADATA
 
 # What a damaged or cut file raises from inside the reader (zstd and lz4 errors are these too).
@@ -59,10 +60,22 @@ class Recording:
     problem: str | None = None
 
 
+def _decode(data: bytes, schema: str, encoding: str) -> dict[str, Any]:
+    """A message's dict: a camera frame's from CDR (image_cdr.decode_image), the rest JSON."""
+    if encoding == image_cdr.MESSAGE_ENCODING and schema == image_cdr.SCHEMA:
+        return image_cdr.decode_image(data)
+    if encoding != "json":
+        raise ValueError(f"a message of schema {schema!r} encoded as {encoding!r}")
+    value = json.loads(data)
+    if not isinstance(value, dict):
+        raise ValueError("a JSON message that is not an object")
+    return value
+
+
 def read_recording(path: Path) -> Recording:
     recording = Recording(Path(path))
     schemas: dict[int, str] = {}
-    channels: dict[int, tuple[str, str]] = {}
+    channels: dict[int, tuple[str, str, str]] = {}  # id: topic, schema, message encoding
     try:
         stream = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
@@ -74,10 +87,11 @@ def read_recording(path: Path) -> Recording:
                 if isinstance(record, Schema):
                     schemas[record.id] = record.name
                 elif isinstance(record, Channel):
-                    channels[record.id] = (record.topic, schemas.get(record.schema_id, ""))
+                    schema = schemas.get(record.schema_id, "")
+                    channels[record.id] = (record.topic, schema, record.message_encoding)
                 elif isinstance(record, Message):
-                    topic, schema = channels[record.channel_id]
-                    data = json.loads(record.data)
+                    topic, schema, encoding = channels[record.channel_id]
+                    data = _decode(record.data, schema, encoding)
                     recording.messages.append(
                         RecordedMessage(topic, schema, record.log_time, record.publish_time, data)
                     )

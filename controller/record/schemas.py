@@ -1,8 +1,9 @@
-"""What a recording holds: its topics, their JSON schemas, and each record as JSON.
+"""What a recording holds: its topics, their JSON schemas, and each record as JSON (camera
+frames are binary: controller/record/image_cdr.py).
 
 Per robot R (docs/recording.md is the reference):
 
-    /R/camera/<name>        foxglove.RawImage  a frame as received (or downscaled), rgb8
+    /R/camera/<name>        sensor_msgs/msg/Image  a frame as received (or downscaled), rgb8, CDR
     /R/observation          tempo.Observation  obs_seq, step, state, teleop, driver time
     /R/session              tempo.Session      a session began (hello), with its task
     /R/episode              tempo.Episode      an episode began, with its task
@@ -19,7 +20,6 @@ float32 values survive the trip exactly.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,8 +30,6 @@ from controller.record.queue import Record
 
 PROFILE = "tempo"
 METADATA = "tempo.recording"  # the metadata record: frames mode, joints, control rate
-
-BASE64_SLICE = 3 * 16 * 1024  # bytes of a frame encoded per call (a multiple of 3)
 
 _NUMBERS = {"type": "array", "items": {"type": "number"}}
 _MATRIX = {"type": "array", "items": _NUMBERS}
@@ -49,25 +47,7 @@ def _object(title: str, properties: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# Foxglove's own schema for a raw image (https://docs.foxglove.dev/docs/sdk/schemas/raw-image).
-RAW_IMAGE = _object(
-    "foxglove.RawImage",
-    {
-        "timestamp": {
-            "type": "object",
-            "properties": {"sec": _INT, "nsec": _INT},
-        },
-        "frame_id": {"type": "string"},
-        "width": _INT,
-        "height": _INT,
-        "encoding": {"type": "string"},
-        "step": _INT,
-        "data": {"type": "string", "contentEncoding": "base64"},
-    },
-)
-
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "foxglove.RawImage": RAW_IMAGE,
     "tempo.Session": _object(
         "tempo.Session",
         {
@@ -184,41 +164,6 @@ def _list(array: np.ndarray | None) -> Any:
 
 def _dumps(value: Mapping[str, Any]) -> bytes:
     return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
-
-
-def raw_image(frame: np.ndarray, camera: str, wall_ns: int, scale: int = 1) -> bytes:
-    """A uint8 (height, width, 3) frame as a foxglove.RawImage message (rgb8), every
-    `scale`-th pixel of every `scale`-th row. Its base64 is encoded in slices and joined as
-    bytes (never through json.dumps): each call holds the interpreter, which the control
-    loop's thread waits for, only a few tens of microseconds."""
-    if scale > 1:
-        frame = frame[::scale, ::scale]
-    frame = np.ascontiguousarray(frame)
-    height, width = frame.shape[:2]
-    head = _dumps(
-        {
-            "timestamp": {"sec": wall_ns // 1_000_000_000, "nsec": wall_ns % 1_000_000_000},
-            "frame_id": camera,
-            "width": width,
-            "height": height,
-            "encoding": "rgb8",
-            "step": width * 3,
-        }
-    )
-    raw = np.ascontiguousarray(frame).data.cast("B")
-    # Slices of a multiple of 3 bytes encode to base64 that concatenates (no padding inside).
-    data = b"".join(
-        base64.b64encode(raw[i : i + BASE64_SLICE]) for i in range(0, len(raw), BASE64_SLICE)
-    )
-    return b"".join((head[:-1], b',"data":"', data, b'"}'))
-
-
-def frame_of(message: Mapping[str, Any]) -> np.ndarray:
-    """A foxglove.RawImage message (rgb8) back to a uint8 (height, width, 3) array."""
-    if message.get("encoding") != "rgb8":
-        raise ValueError(f"a frame encoded as {message.get('encoding')!r}, not rgb8")
-    data = np.frombuffer(base64.b64decode(message["data"]), dtype=np.uint8)
-    return data.reshape(int(message["height"]), int(message["width"]), 3)
 
 
 def context_json(context: Any) -> dict[str, Any]:

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from controller.errors import ConfigError
+from controller.record import image_cdr
 from controller.record.frame_pool import FramePool
 from controller.record.mcap_file import CHUNK_BYTES, McapFile, metadata_of
 from controller.record.queue import PolicyRecording, Record, RecordQueue, RobotRecording, Tier
-from controller.record.schemas import TOPICS, camera_topic, encode, raw_image, record_json, topic
+from controller.record.schemas import TOPICS, camera_topic, encode, record_json, topic
 from controller.record_config import RecordConfig
 
 log = logging.getLogger(__name__)
@@ -293,8 +294,8 @@ class Recorder:
     ) -> None:
         wall = self._wall(at)
         for camera, frame in frames:
-            data = raw_image(frame, camera, wall, self._scale)
-            file.write(camera_topic(robot, camera), "foxglove.RawImage", wall, at, data)
+            data = image_cdr.encode_image(frame, camera, wall, self._scale)
+            file.write(camera_topic(robot, camera), image_cdr.SCHEMA, wall, at, data)
         name, schema = TOPICS[kind]
         file.write(topic(robot, name), schema, wall, at, message)
         self.written += 1

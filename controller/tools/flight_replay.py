@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from controller.errors import ConfigError
+from controller.record.image_cdr import frame_of
 from controller.record.reading import RecordedMessage, Recording, RecordingError, read_recording
-from controller.record.schemas import frame_of
 from policies.base import Plan, Policy, PromptTokens, RobotContext
 
 

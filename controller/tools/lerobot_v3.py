@@ -22,7 +22,7 @@ from typing import Any, cast
 import numpy as np
 
 from controller.errors import ConfigError, TempoError
-from controller.record.schemas import frame_of
+from controller.record.image_cdr import frame_of
 
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -48,7 +48,7 @@ class Episode:
     action: list[np.ndarray | None] = field(default_factory=list)  # None: not yet known
     held: list[bool] = field(default_factory=list)
     teleop_joints: list[frozenset[str]] = field(default_factory=list)
-    frames: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # RawImage messages
+    frames: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # decoded frame messages
     last_ns: int = 0  # the last observation's receive time (joins files of one rotation)
     received_ns: list[int] = field(default_factory=list)
 

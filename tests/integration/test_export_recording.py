@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from controller.cli import main
+from controller.record.image_cdr import frame_of
 from controller.record.reading import read_recording
-from controller.record.schemas import frame_of
 from controller.wire.client import TempoClient
 from tests.conftest import ipc_config, running_daemon, wait_for
 

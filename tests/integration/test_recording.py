@@ -4,7 +4,6 @@ that it never holds up the tick, and marks."""
 from __future__ import annotations
 
 import collections
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from mcap.reader import make_reader
 
 from controller.errors import ProtocolError
+from controller.record import image_cdr
 from controller.record.reading import read_recording
 from controller.record.schemas import SCHEMAS
 from controller.record.writer import Recorder
@@ -74,11 +74,15 @@ def test_continuous_recording_has_the_documented_topics_and_reads_back(tmp_path)
         summary = reader.get_summary()
         assert summary is not None
         schemas = {s.name: s for s in summary.schemas.values()}
+        # Frames: ROS 2 images in CDR (what Foxglove reads natively); the rest JSON.
+        image = schemas.pop(image_cdr.SCHEMA)
+        assert image.encoding == "ros2msg" and image.data == image_cdr.DEFINITION.encode()
         assert all(s.encoding == "jsonschema" for s in schemas.values())
-        assert json.loads(schemas["foxglove.RawImage"].data)["title"] == "foxglove.RawImage"
         assert set(schemas) <= set(SCHEMAS)
         topics = {channel.topic for channel in summary.channels.values()}
-        assert all(ch.message_encoding == "json" for ch in summary.channels.values())
+        encodings = {ch.topic: ch.message_encoding for ch in summary.channels.values()}
+        assert encodings.pop("/arm0/camera/front") == "cdr"
+        assert set(encodings.values()) == {"json"}
     assert topics == {f"/arm0/{name}" for name in DOCUMENTED}
     recording = read_recording(files[0])
     assert recording.problem is None
@@ -88,7 +92,7 @@ def test_continuous_recording_has_the_documented_topics_and_reads_back(tmp_path)
     assert len(by_name["observation"]) == 60 == len(by_name["camera/front"])
     # Each frame as it was sent (observation i: every pixel i), though the driver reused
     # its ring's slots many times since.
-    from controller.record.schemas import frame_of
+    from controller.record.image_cdr import frame_of
 
     for i, image in enumerate(by_name["camera/front"]):
         assert (frame_of(image) == i).all()
@@ -167,7 +171,7 @@ def test_continuous_files_rotate_at_the_size_cap(tmp_path) -> None:
     config = ipc_config(tmp_path, "control.rate_hz=100", "record.mode=continuous",
                         f"record.dir={rec}", "record.max_file_mb=1")  # fmt: skip
     with running_daemon(config) as daemon, client(config) as c:
-        send(c, 120, noise=True)  # ~ 120 x 49 KB of base64 frames: several files
+        send(c, 120, noise=True)  # ~ 120 x 37 KB of raw frames: several files
         wait_for(lambda: daemon.status()["recording"]["queue_length"] == 0)
     files = recordings(rec, "tempo-")
     assert len(files) >= 3

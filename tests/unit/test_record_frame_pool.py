@@ -11,9 +11,9 @@ import weakref
 import numpy as np
 
 from controller.record.frame_pool import MAX_FREE_PER_SHAPE, FramePool
+from controller.record.image_cdr import frame_of
 from controller.record.queue import RecordQueue, RobotRecording
 from controller.record.reading import read_recording
-from controller.record.schemas import frame_of
 from controller.record.writer import Recorder
 from controller.record_config import RecordConfig
 

@@ -80,7 +80,7 @@ def test_jpeg_frames_are_refused_by_the_config() -> None:
 
 @pytest.mark.parametrize(("setting", "chunks"), [("lz4", "lz4"), ("zstd", "zstd"), ("none", "")])
 def test_the_files_chunks_are_compressed_as_configured(tmp_path, setting, chunks) -> None:
-    """zstd took 1.9 s of a core per second of three 30 Hz cameras: the choice is the user's."""
+    """zstd took 0.67 s of a core per second of three 30 Hz cameras, lz4 0.15 s: users choose."""
     from mcap.reader import make_reader
 
     from controller.record.reading import read_recording
