@@ -36,109 +36,46 @@ means the paper's correction moves the chunk less than the weighted error does.
 from __future__ import annotations
 
 import argparse
-import math
-import time
 
 import numpy as np
 import torch
+from smoothness_models import FAMILIES, JOINTS, SmoothnessModel, make_model
 
 from controller.action.guards_config import GuardsConfig
 from controller.action.pipeline import ActionPipeline
 from controller.action.teleop import TeleopConfig
 from controller.policy_sections import RTCConfig
 from policies.base import RobotContext
-from policies.demo import make_demo_flow_policy
-from policies.flow.codec import fill_noise, fill_prefix
 from policies.flow.model import Context, FlowMatchingPolicy
 from policies.flow.rtc import RealTimeChunking
 
 RATE_HZ = 50.0
-JOINTS = 2
-AMPLITUDE = 1.0  # normalized units: the task's chunks are sinusoids of random phase
-
-
-def make_policy(chunk: int, train_steps: int, seed: int) -> tuple[FlowMatchingPolicy, object]:
-    policy = make_demo_flow_policy(
-        cameras=(("front", 32, 32),),
-        joint_names=tuple(f"j{i}" for i in range(JOINTS)),
-        state_size=JOINTS,
-        chunk_size=chunk,
-        dim_model=32,
-        seed=seed,
-    )
-    module = policy.module
-    if not isinstance(module, FlowMatchingPolicy):
-        raise TypeError("the demo flow policy's module is a FlowMatchingPolicy")
-    if train_steps:
-        train(module, train_steps, seed)
-    return module.eval(), policy.spec
-
-
-def task_chunks(state: torch.Tensor, chunk: int, gen: torch.Generator) -> torch.Tensor:
-    """Normalized target chunks for normalized states (B, J): from the state, a half period of a
-    sinusoid with a random phase per sample."""
-    batch = state.shape[0]
-    phase = torch.rand(batch, 1, 1, generator=gen) * 2 * math.pi
-    i = torch.arange(chunk, dtype=torch.float32).view(1, -1, 1)
-    offsets = torch.arange(JOINTS, dtype=torch.float32).view(1, 1, -1)
-    wave = torch.sin(math.pi * i / chunk + phase + offsets) - torch.sin(phase + offsets)
-    return state.unsqueeze(1) + AMPLITUDE * wave
-
-
-def train(module: FlowMatchingPolicy, steps: int, seed: int, batch: int = 64) -> None:
-    """Flow matching on the task: v(t A + (1 - t) e, t) regressed on A - e, t on the Euler grid."""
-    gen = torch.Generator().manual_seed(seed)
-    n, chunk = module.config.n_steps, module.config.chunk_size
-    for p in module.backbone.parameters():
-        p.requires_grad_(False)
-    optimizer = torch.optim.Adam([p for p in module.parameters() if p.requires_grad], lr=2e-3)
-    images = torch.zeros(batch, 1, 32, 32, 3, dtype=torch.uint8)
-    module.train()
-    started = time.perf_counter()
-    for _ in range(steps):
-        state_n = torch.rand(batch, JOINTS, generator=gen) * 2 - 1
-        target = task_chunks(state_n, chunk, gen)
-        noise = torch.randn(target.shape, generator=gen)
-        step = torch.randint(0, n, (batch,), generator=gen)
-        t = (step.float() / n).view(-1, 1, 1)
-        state = module.state_norm.unnormalize(state_n).unsqueeze(1)
-        context = module.encode(images, state)
-        v = module.velocity(t * target + (1 - t) * noise, step, context)
-        loss = ((v - (target - noise)) ** 2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    print(f"trained {steps} steps in {time.perf_counter() - started:.0f} s, loss {loss.item():.3f}")
 
 
 def simulate(
-    module: FlowMatchingPolicy,
-    spec: object,
+    model: SmoothnessModel,
     method: str,
     delay: int,
     horizon: int,
     steps: int,
-    seed: int,
     rtc_config: RTCConfig,
     probes: list[tuple[torch.Tensor, ...]] | None = None,
+    chunks: list[tuple[int, np.ndarray]] | None = None,
 ) -> tuple[np.ndarray, list[int], list[float]]:
     """Executed actions (steps, J), the steps where a new chunk took over and the gap there
-    (max_j |new - old| at that step). `probes` collects the module inputs of every inference."""
+    (max_j |new - old| at that step). `probes` collects the sampler's inputs of every
+    inference, `chunks` every chunk as (its observation's step, actions (H, J))."""
     mode = method.removeprefix("rtc-") if method.startswith("rtc-") else "off"
-    rtc = RealTimeChunking(module, rtc_config.model_copy(update={"mode": mode}))
+    rtc = model.sampler(rtc_config.model_copy(update={"mode": mode}))
     ensemble = "temporal" if method == "ensembling" else "newest"
     pipeline = ActionPipeline(
-        spec,
+        model.spec,
         GuardsConfig(),
         TeleopConfig(),
         RATE_HZ,
         ensemble=ensemble,  # type: ignore[arg-type]
     )
-    chunk = module.config.chunk_size
-    image = torch.zeros(1, 1, 32, 32, 3, dtype=torch.uint8)
-    noise = np.zeros((chunk, JOINTS), np.float32)
-    prefix = np.zeros((chunk, JOINTS), np.float32)
-    position = module.action_norm.mean.detach().numpy().astype(np.float32).copy()
+    position = model.rest
     landing: dict[int, tuple[int, np.ndarray]] = {}
     executed = np.zeros((steps, JOINTS))
     boundaries, gaps = [], []
@@ -151,21 +88,14 @@ def simulate(
                 previous_plan=pipeline.plan(t),
                 inference_delay=delay,
             )
-            fill_noise(seed, t, noise)
-            valid = fill_prefix(context, prefix)
-            inputs = (
-                image,
-                torch.from_numpy(context.state_history[None]),
-                torch.from_numpy(noise[None].copy()),
-                torch.from_numpy(prefix[None].copy()),
-                torch.tensor([valid]),
-                torch.tensor([delay]),
-            )
+            inputs = model.inputs(context)
             if probes is not None:
                 probes.append(inputs)
             with torch.no_grad():
                 out = rtc(*inputs)
             landing[t + delay] = (t, out[0].numpy())
+            if chunks is not None:
+                chunks.append(landing[t + delay])
         if t in landing:
             start, actions = landing.pop(t)
             old = pipeline.plan(t)
@@ -234,7 +164,7 @@ def jacobian_profile(
         print(f"{step / n:>5.1f}{weight:>8.2f}{top:>11.3f}{median:>14.3f}{gain:>8.3f}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train-steps", type=int, default=400)
     parser.add_argument("--chunk", type=int, default=20, help="H")
@@ -243,7 +173,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--delays", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--beta", type=float, default=5.0, help="RTC's guidance bound")
+    parser.add_argument("--family", default="flow", choices=list(FAMILIES))
+    parser.add_argument(
+        "--beta",
+        type=float,
+        default=None,
+        help="RTC's guidance bound (default: the family's, 5 for flow, 10 for pi0)",
+    )
     parser.add_argument(
         "--methods",
         nargs="+",
@@ -255,27 +191,36 @@ def main() -> None:
     parser.add_argument(
         "--jacobian", action="store_true", help="RTC exact's Jacobian along its path (see above)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if max(args.delays) > args.horizon:
         parser.error("the execution horizon must be at least the largest delay (s >= d)")
+    if args.jacobian and args.family != "flow":
+        parser.error("--jacobian reads the flow family's model; leave it out for pi0")
     torch.set_num_threads(1)
-    module, spec = make_policy(args.chunk, args.train_steps, args.seed)
+    model = make_model(args.family, args.chunk, args.train_steps, args.seed)
     rtc_config = RTCConfig(beta=args.beta, schedule=args.schedule)
+    defaults = model.sampler(rtc_config)
     methods = ["switching", *[m for m in args.methods if m != "switching"]]
     print(
-        f"H {args.chunk}, s {args.horizon}, {args.steps} steps at {RATE_HZ:.0f} Hz, "
+        f"{args.family}: H {args.chunk}, s {args.horizon}, {args.steps} steps at "
+        f"{RATE_HZ:.0f} Hz, "
         f"{'trained ' + str(args.train_steps) + ' steps' if args.train_steps else 'random weights'}"
-        f", RTC beta {args.beta}, {args.schedule} mask"
+        f", RTC beta {defaults.beta}, overlap {defaults.overlap_rows} rows, {args.schedule} mask"
     )
     print(
         f"{'method':<15}{'d':>3}{'jump rad':>11}{'gap rad':>10}{'inside rad':>12}"
         f"{'jerk rad/s^3':>14}{'jump vs switching':>19}{'gap vs switching':>18}"
+        f"{'jump vs ensembling':>20}"
     )
     reductions: dict[str, list[float]] = {m: [] for m in methods}
     gap_reductions: dict[str, list[float]] = {m: [] for m in methods}
+    # Against ensembling: the methods after it (switching runs first, as the baseline).
+    after = methods[methods.index("ensembling") + 1 :] if "ensembling" in methods else []
+    against_ensembling: dict[str, list[float]] = {m: [] for m in after}
     probes: list[tuple[torch.Tensor, ...]] = []
     for d in args.delays:
         baseline: tuple[float, float] | None = None
+        ensembled = float("nan")
         for method in methods:
             probe = (
                 probes
@@ -283,29 +228,42 @@ def main() -> None:
                 else None
             )
             executed, boundaries, gaps = simulate(
-                module, spec, method, d, args.horizon, args.steps, args.seed, rtc_config, probe
+                model, method, d, args.horizon, args.steps, rtc_config, probe
             )
             jump, gap, inside, jerk = measure(executed, boundaries, gaps, args.warmup)
             baseline = (jump, gap) if baseline is None else baseline
+            ensembled = jump if method == "ensembling" else ensembled
             ratio = baseline[0] / jump if jump > 0 else float("inf")
             gap_ratio = baseline[1] / gap if gap > 0 else float("inf")
+            ensemble_ratio = ensembled / jump if jump > 0 else float("inf")
             if d >= 2:
                 reductions[method].append(ratio)
                 gap_reductions[method].append(gap_ratio)
+                if method in against_ensembling:
+                    against_ensembling[method].append(ensemble_ratio)
             print(
                 f"{method:<15}{d:>3}{jump:>11.4f}{gap:>10.4f}{inside:>12.4f}{jerk:>14.0f}"
                 f"{ratio:>18.1f}x{gap_ratio:>17.1f}x"
+                + (f"{ensemble_ratio:>19.1f}x" if method in against_ensembling else f"{'-':>20}")
             )
     if len(args.delays) and max(args.delays) >= 2:
         for method in methods[1:]:
+            versus = (
+                f"; the jump at least {min(against_ensembling[method]):.1f}x against "
+                "temporal ensembling"
+                if method in against_ensembling
+                else ""
+            )
             print(
                 f"d = 2..4: {method} reduces the boundary jump at least "
                 f"{min(reductions[method]):.1f}x and the gap at least "
-                f"{min(gap_reductions[method]):.1f}x against plain switching"
+                f"{min(gap_reductions[method]):.1f}x against plain switching{versus}"
                 + (" (target: jump >= 5x)" if method == "rtc-exact" else "")
             )
     if probes:
-        jacobian_profile(module, rtc_config, probes[len(probes) // 4 :])
+        if not isinstance(model.module, FlowMatchingPolicy):
+            raise TypeError("--jacobian reads a flow policy")
+        jacobian_profile(model.module, rtc_config, probes[len(probes) // 4 :])
 
 
 if __name__ == "__main__":
