@@ -1,14 +1,19 @@
 """How smooth is execution across chunk boundaries: plain chunk switching, temporal ensembling,
 and real-time chunking in each guidance mode, at inference delays d = 0..4 control steps.
 
-A tiny flow policy on the CPU drives a simulated position-controlled robot (its state is the last
+A tiny policy on the CPU (`--family flow`, the default, or `pi0`: scripts/smoothness_models.py
+builds and trains both) drives a simulated position-controlled robot (its state is the last
 commanded action). Every `--horizon` steps (the execution horizon s) an observation is taken at
 step t; its chunk lands d steps later, tagged with step t, and goes into the robot's
 ActionPipeline: `newest` execution for switching and RTC (the old chunk plays its first d actions,
 then the new one; no averaging), `temporal` for ensembling. RTC gets the robot's plan from step t
-on as its prefix and d as its delay, exactly as the daemon's session hands them over.
+on as its prefix and d as its delay, exactly as the daemon's session hands them over, through
+the family's RTC codec and sampler (policies.flow.rtc, policies.pi0.rtc; `switching` and
+`ensembling` run the sampler in mode off). beta and the overlap are the family's defaults
+(flow: 5, the whole plan; pi0: 10, 10 rows) unless `--beta` says otherwise.
 
-The policy is trained here for `--train-steps` steps (seconds) on smooth chunks whose phase is
+The policy is trained here for `--train-steps` steps (flow 400, pi0 3000 by default: a minute
+or two of one core either way) on smooth chunks whose phase is
 random (a multimodal task: two samples of the same observation disagree, which is what makes
 chunks jump at boundaries); `--train-steps 0` keeps random weights (chunks are then mostly the
 noise, rough inside as well as at boundaries).
@@ -29,8 +34,8 @@ Euler step, the guidance weight, J's largest and median singular values, and the
 ||J^T W e|| / ||W e|| of the exact correction over stop_grad's (e = Y - A1). A gain below 1
 means the paper's correction moves the chunk less than the weighted error does.
 
-    python scripts/rtc_smoothness.py [--train-steps 400] [--steps 240] [--delays 0 1 2 3 4]
-        [--jacobian]
+    python scripts/rtc_smoothness.py [--family flow|pi0] [--train-steps N] [--steps 240]
+        [--delays 0 1 2 3 4] [--jacobian (flow)]
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import argparse
 
 import numpy as np
 import torch
-from smoothness_models import FAMILIES, JOINTS, SmoothnessModel, make_model
+from smoothness_models import FAMILIES, JOINTS, TRAIN_STEPS, SmoothnessModel, make_model
 
 from controller.action.guards_config import GuardsConfig
 from controller.action.pipeline import ActionPipeline
@@ -166,7 +171,9 @@ def jacobian_profile(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--train-steps", type=int, default=400)
+    parser.add_argument(
+        "--train-steps", type=int, default=None, help="default: 400 for flow, 3000 for pi0"
+    )
     parser.add_argument("--chunk", type=int, default=20, help="H")
     parser.add_argument("--horizon", type=int, default=5, help="execution horizon s (>= max d)")
     parser.add_argument("--steps", type=int, default=240)
@@ -197,6 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.jacobian and args.family != "flow":
         parser.error("--jacobian reads the flow family's model; leave it out for pi0")
     torch.set_num_threads(1)
+    if args.train_steps is None:
+        args.train_steps = TRAIN_STEPS[args.family]
     model = make_model(args.family, args.chunk, args.train_steps, args.seed)
     rtc_config = RTCConfig(beta=args.beta, schedule=args.schedule)
     defaults = model.sampler(rtc_config)
