@@ -35,7 +35,7 @@ Euler step, the guidance weight, J's largest and median singular values, and the
 means the paper's correction moves the chunk less than the weighted error does.
 
     python scripts/rtc_smoothness.py [--family flow|pi0] [--train-steps N] [--steps 240]
-        [--delays 0 1 2 3 4] [--jacobian (flow)]
+        [--delays 0 1 2 3 4] [--jacobian]
 """
 
 from __future__ import annotations
@@ -51,8 +51,6 @@ from controller.action.pipeline import ActionPipeline
 from controller.action.teleop import TeleopConfig
 from controller.policy_sections import RTCConfig
 from policies.base import RobotContext
-from policies.flow.model import Context, FlowMatchingPolicy
-from policies.flow.rtc import RealTimeChunking
 
 RATE_HZ = 50.0
 
@@ -134,26 +132,26 @@ def measure(
 
 
 def jacobian_profile(
-    module: FlowMatchingPolicy, rtc_config: RTCConfig, probes: list[tuple[torch.Tensor, ...]]
+    model: SmoothnessModel, rtc_config: RTCConfig, probes: list[tuple[torch.Tensor, ...]]
 ) -> None:
     """Per Euler step, averaged over `probes` (exact's own inferences): the guidance weight,
     the singular values of J = dA1/dA^t and the gain of the exact correction over the weighted
-    error, along the exact sampler's path."""
-    rtc = RealTimeChunking(module, rtc_config.model_copy(update={"mode": "exact"}))
-    n, size = module.config.n_steps, module.config.chunk_size * JOINTS
+    error, along the exact sampler's path (pi0: over its padded action width)."""
+    rtc = model.sampler(rtc_config.model_copy(update={"mode": "exact"}))
+    n = rtc.n_steps
     rows = np.zeros((len(probes), n, 4))
-    for p, (image, state, noise, prefix, valid, delay) in enumerate(probes):
+    for p, inputs in enumerate(probes):
         with torch.no_grad():
-            context = module.encode(image, state)
-            target, mask = rtc.guidance_targets(prefix, valid, delay)
+            context, target, mask, noise = model.guidance(rtc, inputs)
+        size = noise.numel()
         actions = noise
         for step in range(n):
-            t = module.times[step]
+            t = step / n
 
             def predicted_end(
-                a: torch.Tensor, step: int = step, t: float = t, context: Context = context
+                a: torch.Tensor, step: int = step, t: float = t, context: object = context
             ) -> torch.Tensor:
-                return a + (1 - t) * module.velocity(a, step, context)
+                return a + (1 - t) * rtc.velocity(a, step, context)
 
             with torch.no_grad():
                 jac = torch.func.jacrev(predicted_end)(actions).reshape(size, size)
@@ -201,8 +199,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if max(args.delays) > args.horizon:
         parser.error("the execution horizon must be at least the largest delay (s >= d)")
-    if args.jacobian and args.family != "flow":
-        parser.error("--jacobian reads the flow family's model; leave it out for pi0")
     torch.set_num_threads(1)
     if args.train_steps is None:
         args.train_steps = TRAIN_STEPS[args.family]
@@ -270,9 +266,7 @@ def main(argv: list[str] | None = None) -> None:
                 + (" (target: jump >= 5x)" if method == "rtc-exact" else "")
             )
     if probes:
-        if not isinstance(model.module, FlowMatchingPolicy):
-            raise TypeError("--jacobian reads a flow policy")
-        jacobian_profile(model.module, rtc_config, probes[len(probes) // 4 :])
+        jacobian_profile(model, rtc_config, probes[len(probes) // 4 :])
 
 
 if __name__ == "__main__":

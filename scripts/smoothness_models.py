@@ -79,10 +79,12 @@ class SmoothnessModel:
     @property
     def rest(self) -> np.ndarray:
         """Robot units: where the robot starts, the centre of the action statistics."""
-        if isinstance(self.module, Pi0Step):
-            center = self.module.action_norm.center
-        else:
-            center = self.module.action_norm.mean
+        module = self.module
+        center = (
+            module.action_norm.center
+            if isinstance(module, Pi0Step)
+            else module.get_buffer("action_norm.mean")
+        )
         return center.detach().numpy().astype(np.float32).copy()
 
     def sampler(self, config: RTCSettings) -> GuidedChunkSampler:
@@ -98,6 +100,22 @@ class SmoothnessModel:
         out = [np.zeros(i.shape, i.dtype) for i in self.codec.inputs]
         self.codec.encode(context, out)
         return (*self.frames, *(torch.from_numpy(a[None]) for a in out))
+
+    def guidance(
+        self, sampler: GuidedChunkSampler, inputs: tuple[Tensor, ...]
+    ) -> tuple[Any, Tensor, Tensor, Tensor]:
+        """What `sampler` (this model's) makes of its `inputs` before the Euler steps: the
+        context, the normalized target, the mask and the noise."""
+        if isinstance(sampler, Pi0RealTimeChunking):
+            *frames, state, noise, prompt, prompt_mask, prefix, prefix_len, delay = inputs
+            context = sampler.encode(frames, state, prompt, prompt_mask)
+            target = sampler.guidance_target(prefix)
+            return context, target, sampler.guidance_mask(prefix_len, delay), noise
+        if not isinstance(sampler, RealTimeChunking):
+            raise TypeError(f"no guidance inputs for {type(sampler).__name__}")
+        image, state, noise, prefix, prefix_len, delay = inputs
+        target, mask = sampler.guidance_targets(prefix, prefix_len, delay)
+        return sampler.flow.encode(image, state), target, mask, noise
 
 
 def make_model(family: str, chunk: int, train_steps: int, seed: int) -> SmoothnessModel:
