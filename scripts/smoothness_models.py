@@ -52,8 +52,9 @@ from policies.pi0.step import Pi0Step, Pi0StepConfig
 from policies.settings import RTCSettings
 
 FAMILIES = ("flow", "pi0")
-# Default training steps: about 2 minutes of one core each here (pi0's expert is the cheaper per
-# step: its prefix is encoded once; its loss levels off by then, 0.17 at 200 steps, 0.11 at 3000).
+# Default training steps: 75-105 s of one core each on the 2-core machine of docs/rtc-smoothness.md
+# (pi0's step is the cheaper: its prefix is encoded once; its loss, 0.17 at 200 steps, is 0.105
+# at 3000).
 TRAIN_STEPS = {"flow": 400, "pi0": 3000}
 JOINTS = 2
 AMPLITUDE = 1.0  # normalized units: the task's chunks are sinusoids of random phase
