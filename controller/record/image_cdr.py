@@ -81,18 +81,23 @@ def image_head(camera: str, wall_ns: int, height: int, width: int) -> bytes:
 
 def encode_image(frame: np.ndarray, camera: str, wall_ns: int, scale: int = 1) -> bytes:
     """A uint8 (height, width, 3) frame as a sensor_msgs/msg/Image message (rgb8), every
-    `scale`-th pixel of every `scale`-th row.
+    `scale`-th pixel of every `scale`-th row: the head and the pixels joined (one copy)."""
+    return b"".join(image_parts(frame, camera, wall_ns, scale))
 
-    The message is the head and the frame's own buffer joined: one copy of the pixels. It holds
-    the interpreter (which the control loop's thread waits for) about 40 us for a 480x640 frame,
-    as long as the MCAP writer's own copy of the message into its chunk, so it is not sliced."""
+
+def image_parts(
+    frame: np.ndarray, camera: str, wall_ns: int, scale: int = 1
+) -> tuple[bytes, memoryview]:
+    """encode_image's message in two parts, not joined: the head, and the pixels as a view of
+    the frame (of a downscaled copy when `scale` > 1). The recorder hands both to its file
+    process as they are, so the pixels are never copied while this process holds the GIL."""
     if scale > 1:
         frame = frame[::scale, ::scale]
     frame = np.ascontiguousarray(frame)
     if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
         raise ValueError(f"a camera frame of {frame.dtype} {frame.shape}, not uint8 (h, w, 3)")
     height, width = frame.shape[:2]
-    return b"".join((image_head(camera, wall_ns, height, width), frame.data.cast("B")))
+    return image_head(camera, wall_ns, height, width), frame.data.cast("B")
 
 
 class _Cursor:

@@ -24,8 +24,9 @@ from typing import Any
 
 from controller.errors import ConfigError
 from controller.record import image_cdr
+from controller.record.file_client import RecordingFile, RecordingFiles
 from controller.record.frame_pool import FramePool
-from controller.record.mcap_file import CHUNK_BYTES, McapFile, metadata_of
+from controller.record.mcap_file import CHUNK_BYTES, metadata_of
 from controller.record.queue import PolicyRecording, Record, RecordQueue, RobotRecording, Tier
 from controller.record.schemas import TOPICS, camera_topic, encode, record_json, topic
 from controller.record_config import RecordConfig
@@ -81,7 +82,8 @@ class Recorder:
             }
         )
         self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
-        self._file: McapFile | None = None
+        self._files = RecordingFiles()  # the process that writes them
+        self._file: RecordingFile | None = None
         self._ring: collections.deque[RingEntry] = collections.deque()
         self._ring_bytes = 0
         self._ring_ns = int(config.ring_seconds * 1e9)
@@ -131,6 +133,8 @@ class Recorder:
                     "written may end early (what was written is readable)",
                     len(self.queue), timeout,
                 )  # fmt: skip
+                return
+        self._files.stop()
 
     def _run(self) -> None:
         try:
@@ -223,13 +227,13 @@ class Recorder:
     def _max_file_bytes(self) -> int:
         return self.config.max_file_mb * 1024 * 1024 - CHUNK_BYTES
 
-    def _open(self, name: str) -> McapFile:
+    def _open(self, name: str) -> RecordingFile:
         path = self.config.dir / name
         n = 1
         while path.exists():  # two files within a microsecond: never overwrite one
             path = self.config.dir / f"{Path(name).stem}-{n}.mcap"
             n += 1
-        file = McapFile(path, self._metadata, self.config.compression)
+        file = self._files.open(path, self._metadata, self.config.compression)
         self.files.append(str(path))
         return file
 
@@ -277,7 +281,7 @@ class Recorder:
     def _wall(self, monotonic_ns: int) -> int:
         return monotonic_ns + self._wall_offset_ns
 
-    def _write(self, file: McapFile, record: Record, tier: str | None) -> None:
+    def _write(self, file: RecordingFile, record: Record, tier: str | None) -> None:
         images = record.fields.get("images") if record.kind == "observation" else None
         message = encode(record_json(record, self._policy_of(record).joints, tier))
         frames = tuple(images.items()) if images else ()
@@ -285,7 +289,7 @@ class Recorder:
 
     def _write_entry(
         self,
-        file: McapFile,
+        file: RecordingFile,
         at: int,
         robot: str,
         kind: str,
@@ -294,10 +298,10 @@ class Recorder:
     ) -> None:
         wall = self._wall(at)
         for camera, frame in frames:
-            data = image_cdr.encode_image(frame, camera, wall, self._scale)
-            file.write(camera_topic(robot, camera), image_cdr.SCHEMA, wall, at, data)
+            parts = image_cdr.image_parts(frame, camera, wall, self._scale)
+            file.write(camera_topic(robot, camera), image_cdr.SCHEMA, wall, at, parts)
         name, schema = TOPICS[kind]
-        file.write(topic(robot, name), schema, wall, at, message)
+        file.write(topic(robot, name), schema, wall, at, (message,))
         self.written += 1
 
     # -- status ---------------------------------------------------------------------------------

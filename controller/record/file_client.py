@@ -1,0 +1,131 @@
+"""The recorder's side of its file process (controller.record.file_process): a file there is
+opened, written and closed through `RecordingFiles`. Messages go down a pipe as they are (a
+frame's pixels straight from its buffer, the lock released while the kernel copies them); only
+closing waits for an answer. Writes block while the process is behind, which holds the
+recorder's thread, never the control loop's: the recorder's bounded queue drops, and counts,
+what does not fit."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+
+from controller.record.file_process import CLOSE, COMMAND, OPEN, WRITE, WRITE_HEAD
+
+PIPE_BYTES = 1 << 20  # a 480x640 frame in one write where the system allows it
+F_SETPIPE_SZ = 1031  # Linux's fcntl to size a pipe (not in Python's fcntl before 3.10's docs)
+MESSAGE_OVERHEAD = 64  # bytes a message adds on disk besides its data (record, index entries)
+EXIT_WAIT_S = 30.0
+
+
+class FileProcessError(RuntimeError):
+    """The file process failed (what it said) or went away."""
+
+
+class RecordingFile:
+    """A file being written in the file process: its path, the messages sent to it and an
+    estimate of its size on disk (for rotation: at least what compression leaves)."""
+
+    def __init__(self, files: RecordingFiles, path: Path) -> None:
+        self._files, self.path = files, path
+        self.messages = 0
+        self.size = 0
+
+    def write(
+        self,
+        topic: str,
+        schema: str,
+        log_ns: int,
+        publish_ns: int,
+        parts: Sequence[bytes | memoryview],
+    ) -> None:
+        """One message, its data the concatenation of `parts`."""
+        names = topic.encode(), schema.encode()
+        length = sum(len(part) for part in parts)
+        head = WRITE_HEAD.pack(len(names[0]), len(names[1]), log_ns, publish_ns)
+        body = WRITE_HEAD.size + len(names[0]) + len(names[1]) + length
+        self._files.send(COMMAND.pack(WRITE, body) + head + names[0] + names[1], *parts)
+        self.messages += 1
+        # lz4 can grow data that does not compress by a fraction of a percent.
+        self.size += length + length // 100 + MESSAGE_OVERHEAD
+
+    def close(self) -> None:
+        self._files.close_file()
+
+
+class RecordingFiles:
+    """The file process, started on first use; one file open at a time."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def open(self, path: Path, metadata: dict[str, str], compression: str) -> RecordingFile:
+        spec = json.dumps({"path": str(path), "metadata": metadata, "compression": compression})
+        body = spec.encode()
+        self.send(COMMAND.pack(OPEN, len(body)) + body)
+        return RecordingFile(self, path)
+
+    def close_file(self) -> None:
+        """Finish the open file; returns once it is complete on disk."""
+        self.send(COMMAND.pack(CLOSE, 0))
+        answer = self._answer()
+        if not answer.startswith("closed"):
+            raise FileProcessError(answer)
+
+    def send(self, *parts: bytes | memoryview) -> None:
+        process = self._started()
+        fd = process.stdin.fileno()  # type: ignore[union-attr]
+        try:
+            for part in parts:
+                view = memoryview(part).cast("B")
+                while view:
+                    view = view[os.write(fd, view) :]
+        except (BrokenPipeError, OSError):
+            raise FileProcessError(self._answer()) from None
+
+    def stop(self) -> None:
+        """End of input: the process finishes the open file and exits."""
+        process, self._process = self._process, None
+        if process is not None:
+            _end(process)
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self._process is None:
+            command = [sys.executable, "-m", "controller.record.file_process"]
+            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            try:
+                fcntl.fcntl(process.stdin.fileno(), F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[union-attr]
+            except OSError:
+                pass  # the system's cap is lower: writes are split, nothing else changes
+            weakref.finalize(self, _end, process)
+            self._process = process
+        return self._process
+
+    def _answer(self) -> str:
+        """The process's next line; what it said before it went away, or that it did."""
+        process = self._process
+        line = process.stdout.readline() if process is not None else b""  # type: ignore[union-attr]
+        if line:
+            return line.decode(errors="replace").strip().removeprefix("error ")
+        code = process.wait(EXIT_WAIT_S) if process is not None else None
+        return f"the recording's file process ended (exit status {code})"
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    try:
+        process.stdin.close()  # type: ignore[union-attr]
+    except OSError:
+        pass
+    try:
+        process.wait(EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if process.stdout is not None:
+        process.stdout.close()

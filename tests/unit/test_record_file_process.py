@@ -1,0 +1,83 @@
+"""The recorder's file process (controller.record.file_process, driven through
+controller.record.file_client): what is sent comes back from the file as sent, a frame's head
+and pixels sent apart make one message, the size estimate never falls below the file's size
+(rotation keeps files under the cap), and a failure there is a FileProcessError saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from controller.record import image_cdr
+from controller.record.file_client import FileProcessError, RecordingFiles
+from controller.record.reading import read_recording
+
+WALL_NS = 1_764_264_000_000_000_000
+
+
+@pytest.fixture
+def files():  # type: ignore[no-untyped-def]
+    files = RecordingFiles()
+    yield files
+    files.stop()
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd", "none"])
+def test_messages_and_frames_read_back_as_sent(files, tmp_path, compression) -> None:
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(3)]
+    path = tmp_path / "a.mcap"
+    file = files.open(path, {"joints": json.dumps(["a", "b"])}, compression)
+    for i, frame in enumerate(frames):
+        parts = image_cdr.image_parts(frame, "front", WALL_NS + i)
+        file.write("/arm/camera/front", image_cdr.SCHEMA, WALL_NS + i, i, parts)
+        file.write(
+            "/arm/observation", "tempo.Observation", WALL_NS + i, i, (b'{"obs_seq":', b"%d}" % i)
+        )
+    file.close()
+    assert file.messages == 6
+    recording = read_recording(path)
+    assert recording.problem is None and recording.metadata == {"joints": ["a", "b"]}
+    cameras = [m for m in recording.messages if m.name == "camera/front"]
+    observations = [m for m in recording.messages if m.name == "observation"]
+    assert [m.data["obs_seq"] for m in observations] == [0, 1, 2]
+    for message, frame in zip(cameras, frames, strict=True):
+        np.testing.assert_array_equal(image_cdr.frame_of(message.data), frame)
+    assert [m.publish_ns for m in cameras] == [0, 1, 2]
+    assert os.path.getsize(path) <= file.size + 64 * 1024  # the summary is written at close
+
+
+def test_files_follow_one_another_in_one_process(files, tmp_path) -> None:
+    for name in ("one.mcap", "two.mcap"):
+        file = files.open(tmp_path / name, {}, "lz4")
+        file.write(
+            "/arm/mark", "tempo.Mark", WALL_NS, 0, (name.encode().join((b'{"reason":"', b'"}')),)
+        )
+        file.close()
+    for name in ("one.mcap", "two.mcap"):
+        assert read_recording(tmp_path / name).messages[0].data == {"reason": name}
+
+
+def test_a_file_that_cannot_be_made_is_an_error_saying_why(files, tmp_path) -> None:
+    (tmp_path / "taken.mcap").write_bytes(b"someone else's")
+    files.open(tmp_path / "taken.mcap", {}, "lz4")
+    with pytest.raises(FileProcessError, match="exists"):
+        files.close_file()
+    assert (tmp_path / "taken.mcap").read_bytes() == b"someone else's"
+
+
+def test_a_killed_file_process_is_an_error_not_a_hang(files, tmp_path) -> None:
+    file = files.open(tmp_path / "a.mcap", {}, "none")
+    file.write("/arm/mark", "tempo.Mark", WALL_NS, 0, (b'{"reason":"x"}',))
+    os.kill(files._process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    files._process.wait()  # type: ignore[union-attr]
+    big = np.zeros((480, 640, 3), np.uint8)
+    with pytest.raises(FileProcessError, match="ended"):
+        for _ in range(10):  # past the pipe's buffer
+            file.write(
+                "/arm/camera/f", image_cdr.SCHEMA, WALL_NS, 0, image_cdr.image_parts(big, "f", 0)
+            )
