@@ -154,6 +154,7 @@ def soak(
         "latency_ms_p50": driver.get("latency_ms_p50"),
         "latency_ms_p99": driver.get("latency_ms_p99"),
         "reconnects": driver.get("reconnects"),
+        "frames_on_socket": driver.get("frames_on_socket"),
     }
 
 

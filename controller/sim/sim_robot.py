@@ -106,6 +106,8 @@ class DriverStats:
             "duplicated": client.counters.duplicated,
             "errors": client.counters.errors,
             "last_error": client.counters.last_error,
+            # Frames meant for the shared slots that went on the socket: every slot was held.
+            "frames_on_socket": client.counters.frames_on_socket,
         }
 
 
