@@ -240,5 +240,18 @@ def record_json(record: Record, joints: Sequence[str], tier: str | None) -> dict
 
 
 def encode(value: Mapping[str, Any]) -> bytes:
-    """JSON bytes of a message (no NaN: everything recorded was checked finite)."""
-    return _dumps(value)
+    """JSON bytes of a message (no NaN: everything recorded was checked finite), the same bytes
+    json.dumps gives, made a row at a time: one json.dumps call holds the interpreter lock
+    throughout, and an ACT chunk (100 x 14 floats) took 1.6 ms on a 2-core machine, which the
+    control loop's thread waited for (tick lateness p99 about 900 us on an H100 host, against
+    under 300 us with recording off). Between rows the lock can pass to the loop."""
+    return _text(value).encode()
+
+
+def _text(value: Any) -> str:
+    if type(value) is dict and all(type(key) is str for key in value):
+        items = (f"{json.dumps(key)}:{_text(item)}" for key, item in value.items())
+        return "{" + ",".join(items) + "}"
+    if type(value) is list and value and type(value[0]) is list:
+        return "[" + ",".join(_text(row) for row in value) + "]"
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
