@@ -98,7 +98,8 @@ def start_tiers(
         report = reports[name]
         began = time.perf_counter()
         try:
-            if name == "eager_fp32" and isinstance(tier, EagerTier):
+            # With one observation the reference's only step is a cold one: no step time.
+            if name == "eager_fp32" and isinstance(tier, EagerTier) and len(observations) > 1:
                 reference_tier_ready(path, tier, report, policy, config, reference, say)
             else:
                 start_tier(path, tier, report, policy, config, observations, reference.outputs, say)

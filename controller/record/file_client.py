@@ -64,6 +64,7 @@ class RecordingFiles:
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
+        self._failure: str | None = None  # what the process said when it failed, kept
 
     def open(self, path: Path, metadata: dict[str, str], compression: str) -> RecordingFile:
         spec = json.dumps({"path": str(path), "metadata": metadata, "compression": compression})
@@ -76,9 +77,13 @@ class RecordingFiles:
         self.send(COMMAND.pack(CLOSE, 0))
         answer = self._answer()
         if not answer.startswith("closed"):
-            raise FileProcessError(answer)
+            raise self._failed(answer)
 
     def send(self, *parts: bytes | memoryview) -> None:
+        """Every byte of `parts` into the pipe. After a failure, every call raises it again:
+        the process said why once, and what came after would only say that it ended."""
+        if self._failure is not None:
+            raise FileProcessError(self._failure)
         process = self._started()
         fd = process.stdin.fileno()  # type: ignore[union-attr]
         try:
@@ -86,8 +91,19 @@ class RecordingFiles:
                 view = memoryview(part).cast("B")
                 while view:
                     view = view[os.write(fd, view) :]
-        except (BrokenPipeError, OSError):
-            raise FileProcessError(self._answer()) from None
+        except OSError:  # BrokenPipeError: the process ended
+            raise self._failed(self._answer()) from None
+
+    def _failed(self, reason: str) -> FileProcessError:
+        self._failure = reason
+        return FileProcessError(reason)
+
+    def check(self) -> None:
+        """FileProcessError if the process has ended (it ends only on an error, or when told)."""
+        if self._failure is not None:
+            raise FileProcessError(self._failure)
+        if self._process is not None and self._process.poll() is not None:
+            raise self._failed(self._answer())
 
     def stop(self) -> None:
         """End of input: the process finishes the open file and exits."""
@@ -98,7 +114,11 @@ class RecordingFiles:
     def _started(self) -> subprocess.Popen[bytes]:
         if self._process is None:
             command = [sys.executable, "-m", "controller.record.file_process"]
-            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            # A session of its own: a terminal's Ctrl-C is for the daemon, which ends this
+            # process (closing its input) once the recorder has sent what it holds.
+            process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+            )
             try:
                 fcntl.fcntl(process.stdin.fileno(), F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[union-attr]
             except OSError:

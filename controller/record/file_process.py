@@ -13,12 +13,14 @@ command is an operation byte and a body length (little-endian "<BQ"), then the b
     CLOSE  empty: finish the open file; answers "closed <messages>"
 
 An error (a full disk, a path that cannot be written) is answered "error <one sentence>" and
-ends the process; end of input finishes the open file and ends it too.
+ends the process; end of input finishes the open file and ends it too. SIGINT and SIGTERM are
+ignored: the daemon ends it, by closing its input, once the recorder has written what it holds.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import struct
 import sys
 from pathlib import Path
@@ -83,6 +85,11 @@ def serve(commands: BinaryIO, answers: BinaryIO) -> None:
 
 
 def main() -> int:
+    # Ctrl-C and systemd's stop reach every process of the group: this one must outlive them
+    # until the daemon's recorder has sent what it holds, then ends at the end of its input
+    # (also when the daemon dies: the pipe closes).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         serve(sys.stdin.buffer, sys.stdout.buffer)
     except Exception as exc:

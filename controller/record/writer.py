@@ -139,25 +139,28 @@ class Recorder:
     def _run(self) -> None:
         try:
             self._write_until_stopped()
+            self._close_file()  # a full disk can first show when the last chunk is written
+            return
         except Exception as exc:  # a full disk, a bug: say so once, in the log and in status
             self.error = f"{type(exc).__name__}: {exc}"
             log.exception("the recorder stopped writing; records are dropped from now on")
-        else:
-            self._close_file()
-            return
+        self._file = None  # the file process failed with it: nothing to close
         # Past the except block: its exception, whose traceback held the failed batch (and
         # any slot not yet copied), is gone.
         queue = self.queue
-        while not self._stop.wait(IDLE_WAIT_S):
-            for record in queue.take_all():
+        while True:
+            stopping = self._stop.wait(IDLE_WAIT_S)
+            for record in queue.take_all():  # also what came just before the stop
                 queue.dropped[record.kind] += 1
-        self._close_file()
+            if stopping:
+                return
 
     def _write_until_stopped(self) -> None:
         queue = self.queue
         while True:
             records = queue.take_all()
             if not records:
+                self._files.check()  # a file process that ended is said at once, not later
                 if self._stop.is_set():
                     return
                 time.sleep(IDLE_WAIT_S)
@@ -168,8 +171,13 @@ class Recorder:
             for record in records:
                 if record.kind == "observation":
                     self._own_frames(record)
-            for record in records:
-                self._take(record)
+            for index, record in enumerate(records):
+                try:
+                    self._take(record)
+                except Exception:
+                    for lost in records[index:]:  # this batch's rest is never written
+                        queue.dropped[lost.kind] += 1
+                    raise
 
     def _take(self, record: Record) -> None:
         if record.kind == "observation":
@@ -266,11 +274,9 @@ class Recorder:
         incident's file has its own last seconds)."""
         now = self._wall(time.monotonic_ns())
         file = self._open(f"incident-{_stamp(now)}-{trigger}-{_file_part(robot)}.mcap")
-        try:
-            for at, robot_of, kind, message, frames, *_ in list(self._ring):
-                self._write_entry(file, at, robot_of, kind, message, frames)
-        finally:
-            file.close()
+        for at, robot_of, kind, message, frames, *_ in list(self._ring):
+            self._write_entry(file, at, robot_of, kind, message, frames)
+        file.close()  # not after a failure: the file process has ended, having said why
         self.incidents += 1
         # A robot's name is plain ASCII (checked at hello): safe in a log line as it is.
         log.warning("recording: %s of robot %s, the last %.1f s written to %s", trigger,

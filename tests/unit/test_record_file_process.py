@@ -81,3 +81,26 @@ def test_a_killed_file_process_is_an_error_not_a_hang(files, tmp_path) -> None:
             file.write(
                 "/arm/camera/f", image_cdr.SCHEMA, WALL_NS, 0, image_cdr.image_parts(big, "f", 0)
             )
+
+
+def test_sigterm_and_sigint_leave_the_file_process_writing(files, tmp_path) -> None:
+    # Ctrl-C and systemd's stop signal the whole group; the daemon ends this process itself.
+    files.open(tmp_path / "first.mcap", {}, "lz4").close()  # the process is up and answering
+    path = tmp_path / "a.mcap"
+    file = files.open(path, {}, "lz4")
+    file.write("/arm/mark", "tempo.Mark", WALL_NS, 0, (b'{"reason":"before"}',))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        os.kill(files._process.pid, sig)  # type: ignore[union-attr]
+    file.write("/arm/mark", "tempo.Mark", WALL_NS, 1, (b'{"reason":"after"}',))
+    file.close()
+    assert [m.data["reason"] for m in read_recording(path).messages] == ["before", "after"]
+
+
+def test_after_a_failure_every_call_says_the_first_reason(files, tmp_path) -> None:
+    (tmp_path / "taken.mcap").write_bytes(b"")
+    files.open(tmp_path / "taken.mcap", {}, "lz4")
+    with pytest.raises(FileProcessError, match="exists") as first:
+        files.close_file()
+    with pytest.raises(FileProcessError) as again:
+        files.open(tmp_path / "free.mcap", {}, "lz4")
+    assert str(again.value) == str(first.value)

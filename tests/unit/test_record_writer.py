@@ -4,6 +4,8 @@ memory; an unusable directory is one sentence."""
 from __future__ import annotations
 
 import gc
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -95,3 +97,29 @@ def test_the_files_chunks_are_compressed_as_configured(tmp_path, setting, chunks
     assert summary is not None
     assert {index.compression for index in summary.chunk_indexes} == {chunks}
     assert [m.name for m in read_recording(path).messages] == ["observation"]
+
+
+@pytest.mark.parametrize("mode", ["continuous", "ring"])
+def test_a_failed_file_process_is_one_error_and_stop_is_quiet(tmp_path, mode, monkeypatch) -> None:
+    """A file the process cannot make: the recorder says why once (in status), drops what comes
+    after, and stops without a second error (a traceback from its thread)."""
+    (tmp_path / "blocked").write_bytes(b"a file where the directory should be")
+    config = RecordConfig(mode=mode, dir=tmp_path, compression="none")
+    recorder = Recorder(config, JOINTS, 50.0)
+    crashes: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", crashes.append)
+    recorder.start()
+    # After start's mkdir: the file process is the one to find the directory unusable.
+    recorder.config = config.model_copy(update={"dir": tmp_path / "blocked"})
+    recorder.queue.put(observation(1))
+    recorder.queue.put(Record("mark", "arm", 2, {"reason": "look"}))
+    deadline = time.monotonic() + 30
+    while recorder.error is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    recorder.queue.put(observation(3))
+    recorder.stop()
+    assert (
+        recorder.error is not None and "FileExistsError" in recorder.error
+    )  # the reason, not "it ended"
+    assert crashes == []
+    assert recorder.queue.dropped["observation"] >= 1
