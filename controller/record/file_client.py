@@ -19,7 +19,6 @@ from pathlib import Path
 from controller.record.file_process import CLOSE, COMMAND, OPEN, WRITE, WRITE_HEAD
 
 PIPE_BYTES = 1 << 20  # a 480x640 frame in one write where the system allows it
-F_SETPIPE_SZ = 1031  # Linux's fcntl to size a pipe (not in Python's fcntl before 3.10's docs)
 MESSAGE_OVERHEAD = 64  # bytes a message adds on disk besides its data (record, index entries)
 EXIT_WAIT_S = 30.0
 
@@ -120,7 +119,7 @@ class RecordingFiles:
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
             )
             try:
-                fcntl.fcntl(process.stdin.fileno(), F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[union-attr]
+                fcntl.fcntl(process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[union-attr]
             except OSError:
                 pass  # the system's cap is lower: writes are split, nothing else changes
             weakref.finalize(self, _end, process)
