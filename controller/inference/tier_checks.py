@@ -149,18 +149,10 @@ def start_tier(
     report.build_s = time.perf_counter() - built
     for _ in range(config.warmup_steps):
         path.execute(tier, *observations[0])
-    report.parity_error, report.step_s = tier_parity(
-        path, tier, policy, config, observations, references
-    )
-    against = ""
-    if policy.reference is not None:
-        report.reference_error = reference_parity(path, tier, policy, config)
-        against = f", {report.reference_error:.1e} against {policy.reference.source}"
-    report.state = "ready"
-    say(
-        f"{name}: ready ({report.precision}, parity error {report.parity_error:.1e}{against}, "
-        f"{report.step_s * 1e3:.2f} ms/step, built in {report.build_s:.1f} s)"
-    )
+    report.parity_error, step_s = tier_parity(path, tier, policy, config, observations, references)
+    parity = f"parity error {report.parity_error:.1e}"
+    built_in = f", built in {report.build_s:.1f} s"
+    ready(path, tier, report, policy, config, say, step_s, parity, built_in)
 
 
 def reference_tier_ready(
@@ -174,15 +166,32 @@ def reference_tier_ready(
 ) -> None:
     """Fill eager_fp32's report from the reference pass (parity error 0 by definition); a
     policy's own reference chunks are still checked."""
-    report.build_s, report.parity_error, report.step_s = 0.0, 0.0, reference.step_s
+    report.build_s, report.parity_error = 0.0, 0.0
+    ready(path, tier, report, policy, config, say, reference.step_s, "the reference itself", "")
+
+
+def ready(
+    path: StepPath,
+    tier: Tier,
+    report: TierReport,
+    policy: TensorPolicy,
+    config: RunnerConfig,
+    say: Progress,
+    step_s: float,
+    parity: str,
+    built: str,
+) -> None:
+    """The last start-up check (against the policy's own reference chunks, when it carries
+    some), then the tier marked ready, with its step time, and said so."""
+    report.step_s = step_s
     against = ""
     if policy.reference is not None:
         report.reference_error = reference_parity(path, tier, policy, config)
         against = f", {report.reference_error:.1e} against {policy.reference.source}"
     report.state = "ready"
     say(
-        f"{report.name}: ready ({report.precision}, the reference itself{against}, "
-        f"{report.step_s * 1e3:.2f} ms/step)"
+        f"{report.name}: ready ({report.precision}, {parity}{against}, "
+        f"{step_s * 1e3:.2f} ms/step{built})"
     )
 
 
