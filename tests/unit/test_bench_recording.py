@@ -3,26 +3,15 @@ its table, without running a daemon."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from tests.script_modules import load_script
 
 
 def _bench():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "bench_recording", SCRIPTS / "bench_recording.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    return load_script("bench_recording")
 
 
 def test_modes_alternate_in_the_order_given_and_unknown_ones_are_refused():

@@ -3,26 +3,14 @@ at its token counts, and a shape's table line."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 from policies.pi0.config import Pi0Config
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from tests.script_modules import load_script
 
 
 def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    return load_script(name)
 
 
 def test_pi0s_prefix_gemms_run_at_three_cameras_and_the_prompt() -> None:

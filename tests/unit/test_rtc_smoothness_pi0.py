@@ -5,10 +5,7 @@ onto the previous plan, and the command line runs end to end."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
@@ -16,8 +13,8 @@ import pytest
 import torch
 
 from controller.policy_sections import RTCConfig
+from tests.script_modules import load_script
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 CHUNK, HORIZON, STEPS, WARMUP, DELAY = 8, 4, 28, 8, 2
 METHODS = ("switching", "ensembling", "rtc-exact", "rtc-stop_grad", "rtc-inpaint")
 
@@ -29,17 +26,7 @@ def _one_thread() -> None:
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    sys.path.insert(0, str(SCRIPTS))  # the script imports smoothness_models beside it
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "rtc_smoothness", SCRIPTS / "rtc_smoothness.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    return load_script("rtc_smoothness")  # it imports smoothness_models beside it
 
 
 @pytest.fixture(scope="module")
