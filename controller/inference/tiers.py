@@ -53,6 +53,12 @@ Outputs = tuple[torch.Tensor, ...]
 
 log = logging.getLogger(__name__)
 
+# A compiled region (one function every layer of a kind calls) is one code object, and dynamo
+# keeps one compiled entry per (call shape, tier, batch bucket) on it; its default limit of 8
+# held pi0's joint layer for two buckets only, and with fullgraph the third bucket's compile
+# failed. 64 covers the buckets 1-16 of a family with a few call shapes each.
+REGION_RECOMPILE_LIMIT = 64
+
 
 def step_outputs(
     module: nn.Module, half: torch.dtype | None, device_type: str, inputs: tuple[torch.Tensor, ...]
@@ -177,6 +183,8 @@ class CompiledStep:
         on_device = matmul_weights_on(self._module, self._inputs.device)
         if compiles_regions(self._module) and not config.freezing and on_device:
             regional = copy_sharing_tensors(self._module)
+            dynamo_config = torch._dynamo.config
+            dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, REGION_RECOMPILE_LIMIT)
             if hooks_of(regional).compile_regions(compile_fn):
                 log.info("compiling the model's repeated blocks, not the whole step")
                 return _Step(regional, self._half, self._inputs.device.type)

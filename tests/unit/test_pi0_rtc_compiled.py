@@ -68,3 +68,23 @@ def test_pi0_exact_compiles_by_regions_and_is_the_eager_reference(
     pi0 = read_pi0_policy(write_demo_checkpoint(tmp_path / "pi0", "pi0"), None).policy
     compiled_tier_serves_the_eager_reference(pi0, "exact")
     assert REGIONAL in caplog.text
+
+
+def test_pi0_compiled_by_regions_serves_every_bucket(tmp_path: Path) -> None:
+    """Every bucket compiles pi0's regions on the same few functions: dynamo's default limit of
+    8 compiled entries a function held two buckets and dropped the compiled tier from the
+    third, so four robots were served as two steps of two."""
+    torch.set_num_threads(1)
+    pi0 = read_pi0_policy(write_demo_checkpoint(tmp_path / "pi0", "pi0"), None).policy
+    config = RunnerConfig(top_tier="compiled", step_budget_ms=None, cache_dir=None)
+    runner = Runner(pi0, config, "cpu", batch_sizes=(1, 2, 4))
+    runner.start()
+    assert runner.tier == "compiled"
+    buckets = runner.status()["buckets"]
+    assert [b["size"] for b in buckets] == [2, 4]
+    assert all("compiled" in b["step_ms"] for b in buckets), buckets
+    items = [(example_frames(pi0.spec, k), pi0.codec.example(k)) for k in range(4)]
+    batch = runner.predict_batch(items)
+    assert runner.status()["steps_by_bucket"] == {"4": 1}
+    for item, result in zip(items, batch, strict=True):
+        assert relative_error(result.actions, runner.predict(*item).actions) < 1e-5
