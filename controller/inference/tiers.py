@@ -183,8 +183,8 @@ class CompiledStep:
         on_device = matmul_weights_on(self._module, self._inputs.device)
         if compiles_regions(self._module) and not config.freezing and on_device:
             regional = copy_sharing_tensors(self._module)
-            dynamo_config = torch._dynamo.config
-            dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, REGION_RECOMPILE_LIMIT)
+            dynamo = torch._dynamo.config
+            dynamo.recompile_limit = max(dynamo.recompile_limit, REGION_RECOMPILE_LIMIT)
             if hooks_of(regional).compile_regions(compile_fn):
                 log.info("compiling the model's repeated blocks, not the whole step")
                 return _Step(regional, self._half, self._inputs.device.type)
