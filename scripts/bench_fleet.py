@@ -217,7 +217,10 @@ def admission(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
     if not row["refused"]:
         print("  no hello was refused")
     print(f"  admitted {row['admitted']}: {row['admitted_actions']} actions, "
-          f"{row['admitted_lost']} lost, {row['admitted_reconnects']} reconnects, missed ticks "
+          f"{row['admitted_lost']} lost, {row['admitted_expired']} expired (past their deadline "
+          f"at the robot), worst robot's observation-to-action p99 "
+          f"{shown(row['admitted_worst_p99_ms'])} ms, {row['admitted_reconnects']} reconnects, "
+          f"missed ticks "
           f"{row['missed_ticks']}; chunks after the "
           f"refusal per robot: {shown(row['admitted_chunks_after_refusal'])}")  # fmt: skip
     return row

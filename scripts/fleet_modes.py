@@ -11,11 +11,10 @@
 from __future__ import annotations
 
 import math
-import threading
 import time
 from typing import Any
 
-from fleet_robots import SimulatedRobot, paced, percentile, run_robots
+from fleet_robots import RobotProcess, percentile, run_robots
 from fleet_serving import GpuSampler, bucket_step_ms, serving, start_policies, stop_policies
 
 from controller.config import TempoConfig, policy_views
@@ -30,8 +29,8 @@ def _query_period(view: TempoConfig, policy: Any) -> int:
 
 
 def _robots_of(endpoint: str, policy: Any, name: str | None, count: int, period_s: float,
-               prefix: str) -> list[SimulatedRobot]:  # fmt: skip
-    return [SimulatedRobot(endpoint, f"{prefix}{k}", policy.spec, name, period_s)
+               prefix: str, eager: bool = False) -> list[RobotProcess]:  # fmt: skip
+    return [RobotProcess(endpoint, f"{prefix}{k}", policy.spec, name, period_s, eager)
             for k in range(count)]  # fmt: skip
 
 
@@ -59,8 +58,8 @@ def fleet_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
         with serving(config, policies) as daemon, GpuSampler() as gpu:
             view = policy_views(config)[0][1]
             period = _query_period(view, policies[0]) / config.control.rate_hz
-            fleet = _robots_of(daemon.endpoint, policies[0], None, robots, period, "r")
-            status = run_robots(fleet, seconds, eager_robots=eager, status=daemon.status)
+            fleet = _robots_of(daemon.endpoint, policies[0], None, robots, period, "r", eager)
+            status = run_robots(fleet, seconds, status=daemon.status)
     finally:
         stop_policies(policies, tiny)
     runs = [robot.run.summary() for robot in fleet]
@@ -91,7 +90,7 @@ def mixed_run(config: TempoConfig, robots: dict[str, int], seconds: float,
                          f"({sorted(views)}) do not include")  # fmt: skip
     policies = start_policies(config, tiny)
     served = dict(zip(views, policies, strict=True))
-    fleets: dict[str, list[SimulatedRobot]] = {}
+    fleets: dict[str, list[RobotProcess]] = {}
     try:
         with serving(config, policies) as daemon, GpuSampler() as gpu:
             for name, count in robots.items():
@@ -130,13 +129,16 @@ def mixed_run(config: TempoConfig, robots: dict[str, int], seconds: float,
 
 def admission_limit(config: TempoConfig, policy: Any, robots: int) -> dict[str, Any]:
     """The policy's load (controller.daemon.admission) with `robots` and one more, from the
-    step times its runner measured, and a max_load between the two (their geometric mean)."""
+    step times its runner measured, and a max_load between the two (the geometric mean of the
+    first and of the second capped at 1: a max_load above 1 would admit robots past capacity)."""
     view = policy_views(config)[0][1]
     query_hz = config.control.rate_hz / _query_period(view, policy)
     sizes = policy.status().get("batch_sizes") or view.inference.batch_sizes
     capacity = Capacity("default", query_hz, sizes, None, lambda: step_times_of(policy.status()))
     now, more = capacity.load(robots), capacity.load(robots + 1)
-    between = math.sqrt(now * more) if now is not None and more is not None else None
+    between = None
+    if now is not None and more is not None and now < min(more, 1.0):
+        between = math.sqrt(now * min(more, 1.0))
     return {"load_n": now, "load_n_plus_1": more, "max_load": between}
 
 
@@ -157,27 +159,28 @@ def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
             )
         inference = config.inference.model_copy(update={"max_load": chosen})
         config = config.model_copy(update={"inference": inference})
-        stop = threading.Event()
         with serving(config, policies) as daemon:
             period = _query_period(config, policies[0]) / config.control.rate_hz
             fleet = _robots_of(daemon.endpoint, policies[0], None, robots + 1, period, "r")
-            threads, refused_at = [], None
+            driven, refused_at = [], None
             for robot in fleet:
                 if not robot.connect():
                     refused_at = time.monotonic() if refused_at is None else refused_at
                     continue
-                threads.append(threading.Thread(target=paced, args=(robot, stop)))
-                threads[-1].start()
+                robot.start()
+                driven.append(robot)
             time.sleep(seconds)
             status = daemon.status()  # while the admitted robots are still served
-            stop.set()
-            for thread in threads:
-                thread.join()
+            for robot in driven:
+                robot.stop()
+            for robot in driven:
+                robot.join()
     finally:
         stop_policies(policies, tiny)
     refused = [{"robot": robot.run.name, "hello": k + 1, "sentence": robot.run.refused}
                for k, robot in enumerate(fleet) if robot.run.refused is not None]  # fmt: skip
     admitted = [robot.run for robot in fleet if robot.run.refused is None]
+    summaries = [run.summary() for run in admitted]
     after = refused_at if refused_at is not None else math.inf
     return {
         "mode": "admission",
@@ -192,8 +195,10 @@ def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
         },
         "admitted_actions": sum(run.actions for run in admitted),
         "admitted_lost": sum(run.lost for run in admitted),
+        "admitted_expired": sum(run.expired for run in admitted),
+        "admitted_worst_p99_ms": max((r["p99_ms"] for r in summaries if r["p99_ms"]), default=None),
         "admitted_reconnects": sum(run.reconnects for run in admitted),
         "missed_ticks": status.get("missed_ticks"),
         "status_load": status.get("policies", {}).get("default", {}).get("load"),
-        "per_robot": [run.summary() for run in admitted],
+        "per_robot": summaries,
     }

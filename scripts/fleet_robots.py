@@ -1,4 +1,12 @@
-"""Simulated robots for scripts/bench_fleet.py, each a thread with its own TempoClient.
+"""Simulated robots for scripts/bench_fleet.py, each in its own Python process with its own
+TempoClient, as drivers run on real robots. (As threads of the benchmark's process they shared
+its interpreter lock with the daemon: on an H100 host, 16 ACT-ALOHA robots writing three
+480x640 frames each at 50 Hz held it long enough that chunks reached them 2-4 s late and the
+daemon missed ticks.)
+
+    robot = RobotProcess(endpoint, "r0", spec, policy=None, period_s=0.02)
+    robot.connect()          # False: refused (robot.run.refused holds the daemon's sentence)
+    robot.start(); ...; robot.stop(); robot.join()   # robot.run: what it saw
 
 A paced robot sends an observation every one of its own periods (its rate, which may be below
 the daemon's: a 10 Hz robot on a 50 Hz daemon whose policy has query_period 5); an eager robot
@@ -14,17 +22,24 @@ only arrives after the one the robot is asking for next.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import subprocess
+import sys
 import threading
 import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from controller.errors import HandshakeRefused
-from controller.wire.client import TempoClient
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the child is run as a file
+from controller.errors import HandshakeRefused  # noqa: E402
+from controller.wire.client import TempoClient  # noqa: E402
 
 DEADLINE_RULE = (
     "a chunk is on time when its first action reaches the robot within the robot's own period "
@@ -158,25 +173,108 @@ def eager(robot: SimulatedRobot, stop: threading.Event) -> None:
         robot.close()
 
 
-def run_robots(robots: list[SimulatedRobot], seconds: float, eager_robots: bool = False,
+class RobotProcess:
+    """A SimulatedRobot in a child process (this file run with --child), driven paced or eager.
+    The two talk in JSON lines: the plan, then `connect`, `go` and `stop` down the child's
+    stdin; the refusal (or none) and at the end the RobotRun up its stdout."""
+
+    def __init__(self, endpoint: str, name: str, spec: Any, policy: str | None,
+                 period_s: float, eager: bool = False) -> None:  # fmt: skip
+        self.run = RobotRun(name, policy or "default", period_s)
+        plan = {
+            "endpoint": endpoint, "name": name, "policy": policy, "period_s": period_s,
+            "eager": eager, "state_size": spec.state_size, "joint_names": list(spec.joint_names),
+            "cameras": [[c.name, c.height, c.width] for c in spec.cameras],
+            "prompt": getattr(spec, "prompt", None) is not None,
+        }  # fmt: skip
+        self._child = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--child"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self._to, self._from = self._child.stdin, self._child.stdout  # both piped, never None
+        self._say(json.dumps(plan))
+
+    def _say(self, line: str) -> None:
+        self._to.write(line + "\n")  # type: ignore[union-attr]
+        self._to.flush()  # type: ignore[union-attr]
+
+    def _hear(self) -> dict[str, Any]:
+        line = self._from.readline()  # type: ignore[union-attr]
+        if not line:
+            raise RuntimeError(f"robot {self.run.name}'s process ended (code {self._child.wait()})")
+        return dict(json.loads(line))
+
+    def connect(self) -> bool:
+        """Handshake; False (the refusal recorded, the process ended) when refused."""
+        self._say("connect")
+        self.run.refused = self._hear()["refused"]
+        if self.run.refused is not None:
+            self._child.wait()
+            return False
+        return True
+
+    def start(self) -> None:
+        self._say("go")
+
+    def stop(self) -> None:
+        self._say("stop")
+
+    def join(self) -> None:
+        """Wait for the child's RobotRun and take it as this robot's."""
+        self.run = RobotRun(**self._hear())
+        self._child.wait()
+
+
+def _child() -> int:
+    """The child's side of RobotProcess."""
+    plan = json.loads(sys.stdin.readline())
+    cameras = [SimpleNamespace(name=n, height=h, width=w) for n, h, w in plan["cameras"]]
+    spec = SimpleNamespace(
+        cameras=cameras,
+        state_size=plan["state_size"],
+        joint_names=plan["joint_names"],
+        prompt=plan["prompt"] or None,
+    )
+    robot = SimulatedRobot(plan["endpoint"], plan["name"], spec, plan["policy"], plan["period_s"])
+    sys.stdin.readline()  # connect
+    connected = robot.connect()
+    print(json.dumps({"refused": robot.run.refused}), flush=True)
+    if not connected:
+        return 0
+    sys.stdin.readline()  # go
+    stop = threading.Event()
+
+    def wait_for_stop() -> None:
+        sys.stdin.readline()
+        stop.set()
+
+    threading.Thread(target=wait_for_stop, daemon=True).start()
+    (eager if plan["eager"] else paced)(robot, stop)
+    print(json.dumps(dataclasses.asdict(robot.run)), flush=True)
+    return 0
+
+
+def run_robots(robots: list[RobotProcess], seconds: float,
                status: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Connect every robot, drive them all for `seconds`, close them; `status()` read just
+    """Connect every robot, drive them all for `seconds`, stop them; `status()` read just
     before they stop (while every robot is still served), returned."""
     for robot in robots:
         if not robot.connect():
             raise RuntimeError(f"robot {robot.run.name} was refused: {robot.run.refused}")
-    stop = threading.Event()
-    drive = eager if eager_robots else paced
-    threads = [threading.Thread(target=drive, args=(robot, stop)) for robot in robots]
-    for thread in threads:
-        thread.start()
+    for robot in robots:
+        robot.start()
     time.sleep(seconds)
     snapshot = status() if status is not None else {}
-    stop.set()
-    for thread in threads:
-        thread.join()
+    for robot in robots:
+        robot.stop()
+    for robot in robots:
+        robot.join()
     return snapshot
 
 
 def percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--child"]:
+    sys.exit(_child())
