@@ -111,8 +111,14 @@ FLEET_COLUMNS = [
     ("p99 ms", "obs_to_action_p99_ms"), ("worst p99", "worst_robot_p99_ms"),
     ("late", "late_chunks"), ("missed", "missed_ticks"), ("lost", "lost"),
     ("steps/s", "robot_steps_per_s"), ("steps by bucket", "steps_by_bucket"),
-    ("gpu %", "gpu_util"),
+    ("wait p99", "daemon_wait_p99_ms"), ("infer p99", "daemon_inference_p99_ms"),
+    ("daemon o->a p99", "daemon_obs_to_action_p99_ms"), ("gpu %", "gpu_util"),
 ]  # fmt: skip
+DAEMON_NOTE = (
+    "daemon side (its telemetry, ms): wait = observation received -> inference starts; infer = "
+    "the policy call with the trips to its process; daemon o->a = received -> first action "
+    "sent, which includes the wait for the next control tick (up to one control period)"
+)
 SATURATE_COLUMNS = [*FLEET_COLUMNS[:3], ("p99 ms", "obs_to_action_p99_ms"),
                     ("demand/s", "demand_per_s"), ("1-by-1/s", "one_by_one_can_serve_per_s"),
                     ("steps/s", "robot_steps_per_s"), ("missed", "missed_ticks"),
@@ -170,6 +176,8 @@ def pairs(args: argparse.Namespace, tmp: str, eager: bool) -> list[dict[str, Any
             rows.append(row)
     print(f"\n{'saturation' if eager else 'fleet'}: {rate:g} Hz, {args.seconds:g} s a run")
     table(rows, SATURATE_COLUMNS if eager else FLEET_COLUMNS)
+    if not eager:
+        print(f"  {DAEMON_NOTE}")
     ratios = compare_pairs(rows)
     table(ratios, [("robots", "robots"), ("throughput batched / one-by-one",
                                           "throughput_vs_one_after_another"),
@@ -201,6 +209,9 @@ def mixed(args: argparse.Namespace, tmp: str) -> list[dict[str, Any]]:
                   f"({row['watchdog_hold_ms']:g}): they get holds between chunks")  # fmt: skip
     print(f"  missed ticks (the daemon's one loop): {daemon['missed_ticks']}; "
           f"GPU utilisation: {shown(daemon['gpu_util'])}")  # fmt: skip
+    p99s = [key for key in daemon if key.endswith("_p99_ms")]
+    split = ", ".join(f"{key[7:-7]} {shown(daemon[key])}" for key in p99s)  # daemon_X_p99_ms
+    print(f"  every policy together, p99: {split}; {DAEMON_NOTE}")
     return rows
 
 

@@ -34,6 +34,27 @@ def _robots_of(endpoint: str, policy: Any, name: str | None, count: int, period_
             for k in range(count)]  # fmt: skip
 
 
+# The daemon's own telemetry sections on the same path (every policy together), ms.
+DAEMON_SPLIT = (
+    ("daemon_wait", "mailbox_wait"),  # observation received -> the inference feed starts on it
+    ("daemon_inference", "inference"),  # one policy call: the trips to the process and the step
+    ("daemon_obs_to_action", "obs_to_action"),  # received -> first action sent (tick wait too)
+)
+
+
+def daemon_split(status: dict[str, Any]) -> dict[str, float | None]:
+    """p50/p99 of the daemon's sections in DAEMON_SPLIT: where an observation's time goes
+    inside the daemon; the robot's observation-to-action minus the last is its socket trips."""
+    sections = (status.get("telemetry") or {}).get("sections") or {}
+    out: dict[str, float | None] = {}
+    for field, name in DAEMON_SPLIT:
+        entry = sections.get(name) or {}
+        for stat in ("p50", "p99"):
+            value = entry.get(f"{stat}_s")
+            out[f"{field}_{stat}_ms"] = None if value is None else value * 1e3
+    return out
+
+
 def _totals(runs: list[dict[str, Any]], latencies: list[float]) -> dict[str, Any]:
     """What a group of robots saw, added up: p50/p99 over all chunks, the worst robot's p99."""
     worst = [r["p99_ms"] for r in runs if r["p99_ms"] is not None]
@@ -72,6 +93,7 @@ def fleet_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
         "robot_steps_per_s": sum(r["chunks"] for r in runs) / seconds,
         "policy_steps_per_s": status.get("inferences", 0) / seconds,
         "missed_ticks": status.get("missed_ticks"),
+        **daemon_split(status),
         "steps_by_bucket": status.get("policy", {}).get("steps_by_bucket"),
         "step_ms_by_bucket": bucket_step_ms(status.get("policy", {})),
         "gpu_util": gpu.summary(),
@@ -123,7 +145,7 @@ def mixed_run(config: TempoConfig, robots: dict[str, int], seconds: float,
         })  # fmt: skip
     daemon_row = {"mode": "mixed", "policy": "(daemon)", "control_hz": config.control.rate_hz}
     rows.append({**daemon_row, "missed_ticks": status.get("missed_ticks"),
-                 "gpu_util": gpu.summary()})  # fmt: skip
+                 **daemon_split(status), "gpu_util": gpu.summary()})  # fmt: skip
     return rows
 
 
@@ -199,6 +221,7 @@ def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
         "admitted_worst_p99_ms": max((r["p99_ms"] for r in summaries if r["p99_ms"]), default=None),
         "admitted_reconnects": sum(run.reconnects for run in admitted),
         "missed_ticks": status.get("missed_ticks"),
+        **daemon_split(status),
         "status_load": status.get("policies", {}).get("default", {}).get("load"),
         "per_robot": summaries,
     }

@@ -226,7 +226,7 @@ class RobotProcess:
 
 
 def _child() -> int:
-    """The child's side of RobotProcess."""
+    """The child's side of RobotProcess; the end of its input (the benchmark gone) ends it."""
     plan = json.loads(sys.stdin.readline())
     cameras = [SimpleNamespace(name=n, height=h, width=w) for n, h, w in plan["cameras"]]
     spec = SimpleNamespace(
@@ -236,12 +236,15 @@ def _child() -> int:
         prompt=plan["prompt"] or None,
     )
     robot = SimulatedRobot(plan["endpoint"], plan["name"], spec, plan["policy"], plan["period_s"])
-    sys.stdin.readline()  # connect
+    if not sys.stdin.readline():  # connect
+        return 0
     connected = robot.connect()
     print(json.dumps({"refused": robot.run.refused}), flush=True)
     if not connected:
         return 0
-    sys.stdin.readline()  # go
+    if not sys.stdin.readline():  # go
+        robot.close()
+        return 0
     stop = threading.Event()
 
     def wait_for_stop() -> None:

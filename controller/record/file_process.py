@@ -20,6 +20,7 @@ ignored: the daemon ends it, by closing its input, once the recorder has written
 from __future__ import annotations
 
 import json
+import os
 import signal
 import struct
 import sys
@@ -29,6 +30,7 @@ from typing import BinaryIO
 from controller.record.mcap_file import McapFile
 
 COMMAND = struct.Struct("<BQ")
+NICENESS = 10  # added to the daemon's: the file process yields the CPU to the control loop
 WRITE_HEAD = struct.Struct("<HHqq")
 OPEN, WRITE, CLOSE = 1, 2, 3
 
@@ -90,6 +92,9 @@ def main() -> int:
     # (also when the daemon dies: the pipe closes).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Below the control loop on a busy CPU: a recording that falls behind fills its queue and
+    # drops (counted, said in status); a tick waiting for the CPU would be late.
+    os.nice(NICENESS)
     try:
         serve(sys.stdin.buffer, sys.stdout.buffer)
     except Exception as exc:

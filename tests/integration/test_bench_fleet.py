@@ -68,6 +68,11 @@ def test_admission_refuses_the_extra_robot_with_numbers_and_mixed_reports_each_p
         assert {r["policy"] for r in row["per_robot"]} == {row["policy"]}
     assert isinstance(policies["(daemon)"]["missed_ticks"], int)
     assert "deadline: a chunk is on time" in out
+    # The daemon's own split of the path, from its telemetry (the robots' chunks went through it).
+    daemon = policies["(daemon)"]
+    assert daemon["daemon_inference_p99_ms"] > 0 and daemon["daemon_obs_to_action_p99_ms"] > 0
+    assert daemon["daemon_wait_p99_ms"] >= 0
+    assert "every policy together, p99: wait" in out
 
 
 def test_saturation_reports_the_throughput_ratio_and_bucket_step_times(tmp_path: Path) -> None:
