@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from controller.errors import InputFault, PolicyError
 from controller.inference.buckets import Bucket, batch_sizes_for, start_buckets
@@ -107,6 +108,9 @@ class Runner(RunnerInspection):
         self._start_phases: dict[str, float] = {}
         self._cache: CompileCache | None = None
         self._path: StepPath | None = None
+        # The module the half-precision tiers run (its weights cast once, at start); the
+        # profile's eager phase timing runs it too, as served. None before start.
+        self.half_module: nn.Module | None = None
         self._batch_sizes = batch_sizes_for(policy, batch_sizes)
         self._buckets: dict[int, Bucket] = {}
         self._window_us = batch_window_us
@@ -251,7 +255,7 @@ class Runner(RunnerInspection):
             self._cache = open_compile_cache(names, self.spec, path.module, config, device)
             if self._cache is not None:
                 say(f"compile cache: {self._cache.outcome} ({self._cache.file})")
-            half_module = half_tier_weights(names, path.module, config, device)
+            half_module = self.half_module = half_tier_weights(names, path.module, config, device)
             tiers = build_tiers(names, path.module, path.staging, config, half_module)
             if host_weights:  # after the half copy is made, which must not take the hooks along
                 stream_host_weights(path.module, device)

@@ -15,6 +15,7 @@ static inputs filled from the codec's example contexts (they carry a previous pl
 so the guidance has a prefix to work on): CUDA events on a GPU, wall clock on a CPU (a
 `DeviceTimer`, controller.inference.device_timer). The serving
 tier fuses kernels across these phases; read their shares, and the step rows for absolute time.
+Which module, and for how long: controller.tools.phase_timing.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ import numpy as np
 import torch
 
 from controller.inference.device_timer import DeviceTimer
-from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.inference.tiers import precision_dtype
+from controller.tools.phase_timing import eager_module, timed_rounds
 from controller.tools.profile_result import Row, rtc_phase_rows
 from policies.flow.model import FlowMatchingPolicy
 from policies.flow.rtc import RealTimeChunking
@@ -120,8 +121,7 @@ def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row
     """Rows (group "phases", shares of the eager RTC or flow forward) for a flow policy."""
     path = runner.step_path
     half = precision_dtype(precision) if path.device.type == "cuda" else None
-    # The weights as the half tiers hold them.
-    module = half_tier_module(path.module, half, path.device)
+    module = eager_module(runner, half)
     parts = flow_parts(module)
     if parts is None:
         return []
@@ -139,7 +139,7 @@ def flow_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row
         return torch.autocast(path.device.type, dtype=half)
 
     with torch.no_grad(), path.on_stream(), autocast():
-        for i in range(iterations + 2):
+        for i in timed_rounds(iterations):
             seed = 7 + i % 4
             path.upload(example_frames(runner.spec, seed), codec.example(seed))
             measured = _measure_once(module, path.staging.tensors, flow, rtc, timer)

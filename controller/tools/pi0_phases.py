@@ -27,10 +27,10 @@ import numpy as np
 import torch
 
 from controller.inference.device_timer import DeviceTimer
-from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 from controller.inference.tiers import precision_dtype
 from controller.policy_sections import RTCConfig
+from controller.tools.phase_timing import eager_module, timed_rounds
 from controller.tools.profile_result import Row, rtc_phase_rows
 from policies.inputs import example_frames
 from policies.pi0.rtc import Pi0RealTimeChunking
@@ -129,7 +129,7 @@ def pi0_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row]
     """Rows (group "phases", shares of the eager forward) for a pi0 / pi0.5 policy."""
     path = runner.step_path
     half = precision_dtype(precision) if path.device.type == "cuda" else None
-    module = half_tier_module(path.module, half)  # the weights as the half tiers hold them
+    module = eager_module(runner, half)
     parts = pi0_parts(module)
     if parts is None:
         return []
@@ -144,7 +144,7 @@ def pi0_phase_rows(runner: Runner, precision: str, iterations: int) -> list[Row]
         return torch.autocast(path.device.type, dtype=half)
 
     with torch.no_grad(), path.on_stream(), autocast():
-        for i in range(iterations + 2):
+        for i in timed_rounds(iterations):
             seed = 7 + i % 4
             path.upload(example_frames(runner.spec, seed), runner.codec.example(seed))
             measured = _measure_once(module, path.staging.tensors, sampler, rtc_on, timer)
