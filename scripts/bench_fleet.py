@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fleet_modes import admission_run, fleet_run, mixed_run  # noqa: E402
+from fleet_modes import DAEMON_SPLIT, admission_run, fleet_run, mixed_run  # noqa: E402
 from fleet_robots import DEADLINE_RULE  # noqa: E402
 
 from controller.config import TempoConfig, load_config  # noqa: E402
@@ -209,8 +209,8 @@ def mixed(args: argparse.Namespace, tmp: str) -> list[dict[str, Any]]:
                   f"({row['watchdog_hold_ms']:g}): they get holds between chunks")  # fmt: skip
     print(f"  missed ticks (the daemon's one loop): {daemon['missed_ticks']}; "
           f"GPU utilisation: {shown(daemon['gpu_util'])}")  # fmt: skip
-    p99s = [key for key in daemon if key.endswith("_p99_ms")]
-    split = ", ".join(f"{key[7:-7]} {shown(daemon[key])}" for key in p99s)  # daemon_X_p99_ms
+    split = ", ".join(f"{label} {shown(daemon[f'{field}_p99_ms'])}"
+                      for field, _, label in DAEMON_SPLIT)  # fmt: skip
     print(f"  every policy together, p99: {split}; {DAEMON_NOTE}")
     return rows
 

@@ -29,16 +29,16 @@ def _query_period(view: TempoConfig, policy: Any) -> int:
 
 
 def _robots_of(endpoint: str, policy: Any, name: str | None, count: int, period_s: float,
-               prefix: str, eager: bool = False) -> list[RobotProcess]:  # fmt: skip
-    return [RobotProcess(endpoint, f"{prefix}{k}", policy.spec, name, period_s, eager)
+               prefix: str, never_waits: bool = False) -> list[RobotProcess]:  # fmt: skip
+    return [RobotProcess(endpoint, f"{prefix}{k}", policy.spec, name, period_s, never_waits)
             for k in range(count)]  # fmt: skip
 
 
 # The daemon's own telemetry sections on the same path (every policy together), ms.
-DAEMON_SPLIT = (
-    ("daemon_wait", "mailbox_wait"),  # observation received -> the inference feed starts on it
-    ("daemon_inference", "inference"),  # one policy call: the trips to the process and the step
-    ("daemon_obs_to_action", "obs_to_action"),  # received -> first action sent (tick wait too)
+DAEMON_SPLIT = (  # (row field, section, label as bench_fleet prints it)
+    ("daemon_wait", "mailbox_wait", "wait"),  # observation received -> the feed starts on it
+    ("daemon_inference", "inference", "infer"),  # one policy call, the process trips with it
+    ("daemon_obs_to_action", "obs_to_action", "daemon o->a"),  # received -> first action sent
 )
 
 
@@ -47,7 +47,7 @@ def daemon_split(status: dict[str, Any]) -> dict[str, float | None]:
     inside the daemon; the robot's observation-to-action minus the last is its socket trips."""
     sections = (status.get("telemetry") or {}).get("sections") or {}
     out: dict[str, float | None] = {}
-    for field, name in DAEMON_SPLIT:
+    for field, name, _ in DAEMON_SPLIT:
         entry = sections.get(name) or {}
         for stat in ("p50", "p99"):
             value = entry.get(f"{stat}_s")
@@ -185,18 +185,22 @@ def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
             period = _query_period(config, policies[0]) / config.control.rate_hz
             fleet = _robots_of(daemon.endpoint, policies[0], None, robots + 1, period, "r")
             driven, refused_at = [], None
-            for robot in fleet:
-                if not robot.connect():
-                    refused_at = time.monotonic() if refused_at is None else refused_at
-                    continue
-                robot.start()
-                driven.append(robot)
-            time.sleep(seconds)
-            status = daemon.status()  # while the admitted robots are still served
-            for robot in driven:
-                robot.stop()
-            for robot in driven:
-                robot.join()
+            try:
+                for robot in fleet:
+                    if not robot.connect():
+                        refused_at = time.monotonic() if refused_at is None else refused_at
+                        continue
+                    robot.start()
+                    driven.append(robot)
+                time.sleep(seconds)
+                status = daemon.status()  # while the admitted robots are still served
+                for robot in driven:
+                    robot.stop()
+                for robot in driven:
+                    robot.join()
+            finally:
+                for robot in fleet:
+                    robot.close()
     finally:
         stop_policies(policies, tiny)
     refused = [{"robot": robot.run.name, "hello": k + 1, "sentence": robot.run.refused}

@@ -179,24 +179,30 @@ class RobotProcess:
     stdin; the refusal (or none) and at the end the RobotRun up its stdout."""
 
     def __init__(self, endpoint: str, name: str, spec: Any, policy: str | None,
-                 period_s: float, eager: bool = False) -> None:  # fmt: skip
+                 period_s: float, never_waits: bool = False) -> None:  # fmt: skip
         self.run = RobotRun(name, policy or "default", period_s)
         plan = {
             "endpoint": endpoint, "name": name, "policy": policy, "period_s": period_s,
-            "eager": eager, "state_size": spec.state_size, "joint_names": list(spec.joint_names),
+            "eager": never_waits, "state_size": spec.state_size,
+            "joint_names": list(spec.joint_names),
             "cameras": [[c.name, c.height, c.width] for c in spec.cameras],
             "prompt": getattr(spec, "prompt", None) is not None,
         }  # fmt: skip
+        # A session of its own: a terminal's Ctrl-C is for the benchmark, which ends its robots
+        # by closing their input (close()).
         self._child = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--child"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
         self._to, self._from = self._child.stdin, self._child.stdout  # both piped, never None
         self._say(json.dumps(plan))
 
     def _say(self, line: str) -> None:
-        self._to.write(line + "\n")  # type: ignore[union-attr]
-        self._to.flush()  # type: ignore[union-attr]
+        try:
+            self._to.write(line + "\n")  # type: ignore[union-attr]
+            self._to.flush()  # type: ignore[union-attr]
+        except OSError:  # BrokenPipeError: the child ended; _hear says how
+            pass
 
     def _hear(self) -> dict[str, Any]:
         line = self._from.readline()  # type: ignore[union-attr]
@@ -223,6 +229,19 @@ class RobotProcess:
         """Wait for the child's RobotRun and take it as this robot's."""
         self.run = RobotRun(**self._hear())
         self._child.wait()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """End the child whatever state it is in: the end of its input stops it (it stops
+        driving and exits), else it is killed."""
+        try:
+            self._to.close()  # type: ignore[union-attr]
+        except OSError:
+            pass
+        try:
+            self._child.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self._child.kill()
+            self._child.wait()
 
 
 def _child() -> int:
@@ -253,7 +272,10 @@ def _child() -> int:
 
     threading.Thread(target=wait_for_stop, daemon=True).start()
     (eager if plan["eager"] else paced)(robot, stop)
-    print(json.dumps(dataclasses.asdict(robot.run)), flush=True)
+    try:
+        print(json.dumps(dataclasses.asdict(robot.run)), flush=True)
+    except BrokenPipeError:  # the benchmark is gone: nobody to tell
+        pass
     return 0
 
 
@@ -261,17 +283,21 @@ def run_robots(robots: list[RobotProcess], seconds: float,
                status: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
     """Connect every robot, drive them all for `seconds`, stop them; `status()` read just
     before they stop (while every robot is still served), returned."""
-    for robot in robots:
-        if not robot.connect():
-            raise RuntimeError(f"robot {robot.run.name} was refused: {robot.run.refused}")
-    for robot in robots:
-        robot.start()
-    time.sleep(seconds)
-    snapshot = status() if status is not None else {}
-    for robot in robots:
-        robot.stop()
-    for robot in robots:
-        robot.join()
+    try:
+        for robot in robots:
+            if not robot.connect():
+                raise RuntimeError(f"robot {robot.run.name} was refused: {robot.run.refused}")
+        for robot in robots:
+            robot.start()
+        time.sleep(seconds)
+        snapshot = status() if status is not None else {}
+        for robot in robots:
+            robot.stop()
+        for robot in robots:
+            robot.join()
+    finally:
+        for robot in robots:
+            robot.close()
     return snapshot
 
 

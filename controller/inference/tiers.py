@@ -56,7 +56,9 @@ log = logging.getLogger(__name__)
 # A compiled region (one function every layer of a kind calls) is one code object, and dynamo
 # keeps one compiled entry per (call shape, tier, batch bucket) on it; its default limit of 8
 # held pi0's joint layer for two buckets only, and with fullgraph the third bucket's compile
-# failed. 64 covers the buckets 1-16 of a family with a few call shapes each.
+# failed. 64 covers the buckets 1-16 of a family with a few call shapes each. The setting is
+# dynamo's, for the whole process (the inference process serves one policy), and stays raised:
+# a bucket's first call after start would compile again too.
 REGION_RECOMPILE_LIMIT = 64
 
 

@@ -18,7 +18,7 @@ import torch
 from controller.inference.half_weights import half_tier_module
 from controller.inference.runner import Runner
 
-PHASE_BUDGET_S = 30.0  # of eager phase timing, after the first PHASE_MIN samples
+PHASE_BUDGET_S = 30.0  # of eager phase timing, from its first round (warm-up included)
 PHASE_MIN = 5
 
 

@@ -23,6 +23,9 @@ def test_half_precision_phases_run_the_half_tiers_own_module() -> None:
     config = RunnerConfig(top_tier="eager_fp32", cache_dir=None, step_budget_ms=None)
     runner = Runner(policy, config, device="cpu")
     runner.start()
+    # On the CPU the half tiers' module is the FP32 one itself (no half weights); the runner
+    # keeps whatever the tiers were built with.
+    assert runner.half_module is runner.step_path.module
     runner.half_module = torch.nn.Linear(2, 2)  # stands for the half tiers' copy on a GPU
     assert eager_module(runner, torch.float16) is runner.half_module
     assert eager_module(runner, None) is runner.step_path.module  # FP32: the reference's

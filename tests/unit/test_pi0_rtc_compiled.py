@@ -70,7 +70,9 @@ def test_pi0_exact_compiles_by_regions_and_is_the_eager_reference(
     assert REGIONAL in caplog.text
 
 
-def test_pi0_compiled_by_regions_serves_every_bucket(tmp_path: Path) -> None:
+def test_pi0_compiled_by_regions_serves_every_bucket(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Every bucket compiles pi0's regions on the same few functions: dynamo's default limit of
     8 compiled entries a function held two buckets and dropped the compiled tier from the
     third, so four robots were served as two steps of two."""
@@ -78,7 +80,9 @@ def test_pi0_compiled_by_regions_serves_every_bucket(tmp_path: Path) -> None:
     pi0 = read_pi0_policy(write_demo_checkpoint(tmp_path / "pi0", "pi0"), None).policy
     config = RunnerConfig(top_tier="compiled", step_budget_ms=None, cache_dir=None)
     runner = Runner(pi0, config, "cpu", batch_sizes=(1, 2, 4))
-    runner.start()
+    with caplog.at_level(logging.INFO):
+        runner.start()
+    assert REGIONAL in caplog.text  # the regions' path, where the limit applies
     assert runner.tier == "compiled"
     buckets = runner.status()["buckets"]
     assert [b["size"] for b in buckets] == [2, 4]
