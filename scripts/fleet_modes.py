@@ -14,7 +14,7 @@ import math
 import time
 from typing import Any
 
-from fleet_robots import RobotProcess, percentile, run_robots
+from fleet_robots import RobotProcess, all_closed, percentile, run_robots, stop_and_join
 from fleet_serving import GpuSampler, bucket_step_ms, serving, start_policies, stop_policies
 
 from controller.config import TempoConfig, policy_views
@@ -185,7 +185,7 @@ def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
             period = _query_period(config, policies[0]) / config.control.rate_hz
             fleet = _robots_of(daemon.endpoint, policies[0], None, robots + 1, period, "r")
             driven, refused_at = [], None
-            try:
+            with all_closed(fleet):
                 for robot in fleet:
                     if not robot.connect():
                         refused_at = time.monotonic() if refused_at is None else refused_at
@@ -194,13 +194,7 @@ def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
                     driven.append(robot)
                 time.sleep(seconds)
                 status = daemon.status()  # while the admitted robots are still served
-                for robot in driven:
-                    robot.stop()
-                for robot in driven:
-                    robot.join()
-            finally:
-                for robot in fleet:
-                    robot.close()
+                stop_and_join(driven)
     finally:
         stop_policies(policies, tiny)
     refused = [{"robot": robot.run.name, "hello": k + 1, "sentence": robot.run.refused}

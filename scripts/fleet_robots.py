@@ -22,6 +22,7 @@ only arrives after the one the robot is asking for next.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import subprocess
@@ -29,7 +30,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -283,7 +284,7 @@ def run_robots(robots: list[RobotProcess], seconds: float,
                status: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
     """Connect every robot, drive them all for `seconds`, stop them; `status()` read just
     before they stop (while every robot is still served), returned."""
-    try:
+    with all_closed(robots):
         for robot in robots:
             if not robot.connect():
                 raise RuntimeError(f"robot {robot.run.name} was refused: {robot.run.refused}")
@@ -291,14 +292,26 @@ def run_robots(robots: list[RobotProcess], seconds: float,
             robot.start()
         time.sleep(seconds)
         snapshot = status() if status is not None else {}
-        for robot in robots:
-            robot.stop()
-        for robot in robots:
-            robot.join()
+        stop_and_join(robots)
+    return snapshot
+
+
+@contextlib.contextmanager
+def all_closed(robots: list[RobotProcess]) -> Iterator[None]:
+    """Every robot's process ended on the way out, however the run ended."""
+    try:
+        yield
     finally:
         for robot in robots:
             robot.close()
-    return snapshot
+
+
+def stop_and_join(robots: list[RobotProcess]) -> None:
+    """Tell every robot to stop, then take each one's RobotRun (they stop together)."""
+    for robot in robots:
+        robot.stop()
+    for robot in robots:
+        robot.join()
 
 
 def percentile(values: list[float], q: float) -> float | None:
