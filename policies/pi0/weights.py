@@ -144,7 +144,13 @@ def load_weights(network: nn.Module, tensors: Mapping[str, Tensor]) -> None:
         for key, tensor in tensors.items():
             if key in HOST_TABLE_KEYS:
                 holder = network.get_submodule(key.rsplit(".", 1)[0])
-                holder.weight = nn.Parameter(tensor.detach().to("cpu"), requires_grad=False)
+                # The checkpoint's tensors are mapped from its file. The token table, read for
+                # every new prompt while serving, is copied into memory the process owns: with
+                # a file overwritten in place, the next prompt read the mapped table and died of
+                # SIGBUS. The LM heads, never read while serving, stay mapped (no 1.6 GB copy at
+                # the real size).
+                table = tensor.detach().to("cpu", copy=key == EMBED_TOKENS_KEY)
+                holder.weight = nn.Parameter(table, requires_grad=False)
             else:
                 targets[key].copy_(tensor)
 

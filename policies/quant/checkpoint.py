@@ -169,6 +169,8 @@ def _reference(
     missing = {"images", "state", "chunks"} - set(tensors)
     if missing:
         raise CheckpointError(f"{source}: {REFERENCE_PREFIX}{sorted(missing)[0]} is missing")
+    # Copies (images) and astype (the rest) own their memory: the tensors are mapped from the
+    # file, which may be overwritten in place while the policy is served.
     images, state, chunks = (tensors[k].numpy() for k in ("images", "state", "chunks"))
     n = chunks.shape[0]
     expected = {
@@ -190,7 +192,7 @@ def _reference(
     if images.dtype != np.uint8 or not np.isfinite(chunks).all():
         raise CheckpointError(f"{source}: the FP32 reference chunks are malformed")
     return ReferenceChunks(
-        images=images,
+        images=images.copy(),
         state=state.astype(np.float32),
         chunks=chunks.astype(np.float32),
         prompts=_reference_prompts(tensors, spec, n, source),
