@@ -89,11 +89,12 @@ class RunnerConfig(BaseModel):
     reference_weights: Literal["device", "host"] = Field(
         default="device",
         description="Where the FP32 reference tier (eager_fp32) keeps its matmul weights. host: "
-        "in pinned host memory, each layer's uploaded while it runs, so the device holds only "
-        "the half copy the serving tiers run (pi0 on an H100: 16.7 -> about 6 GB); the "
-        "reference then reads every weight over PCIe once per step (seconds more at start-up "
-        "and for each fault check). Needs a model that keeps a half copy (precast_half_weights) "
-        "on a CUDA device; elsewhere it is refused at start.",
+        "in host memory, each layer's brought to the device while it runs, so the device holds "
+        "only the half copy the serving tiers run (pi0 on an H100: 16.7 -> about 6 GB). A "
+        "weight the half copy holds exactly (a checkpoint stored in BF16) is cast back from "
+        "that copy; the others are pinned and read over PCIe once per reference step (seconds "
+        "more at start-up and for each fault check). Needs a model that keeps a half copy "
+        "(precast_half_weights) on a CUDA device; elsewhere it is refused at start.",
     )
     cudnn_benchmark: bool = Field(
         default=False,

@@ -35,19 +35,32 @@ def precasts_half_weights(module: nn.Module) -> bool:
 
 
 def half_weight_copy(
-    module: nn.Module, dtype: torch.dtype, device: torch.device | None = None
+    module: nn.Module,
+    dtype: torch.dtype,
+    device: torch.device | None = None,
+    exact: dict[int, torch.Tensor] | None = None,
 ) -> nn.Module:
     """A copy of `module` whose matmul and convolution parameters are stored in `dtype` (memory
     format kept, no gradients); every other tensor, buffers included, is shared with `module`,
     not copied (nothing writes them while serving), and a parameter tied to several layers
     stays one tensor. `device`: where the cast weights go (default: where each one is; the
-    FP32 weights may be on the host, controller.inference.host_weights)."""
+    FP32 weights may be on the host, controller.inference.host_weights). `exact`, when given,
+    collects id(original parameter) -> its cast copy for every weight the cast left unchanged
+    (a checkpoint stored in `dtype`): the FP32 reference can read those copies instead of
+    its own (controller.inference.host_weights.stream_host_weights)."""
     memo: dict[int, object] = {}
     for sub in module.modules():
         for name in matmul_parameter_names(sub):
             param = sub._parameters.get(name)
             if param is not None and param.is_floating_point() and id(param) not in memo:
-                half = param.detach().to(device=device or param.device, dtype=dtype)
+                target = device or param.device
+                if exact is None:
+                    half = param.detach().to(device=target, dtype=dtype)
+                else:  # uploaded as it is and cast there, where the comparison then runs
+                    source = param.detach().to(target)
+                    half = source.to(dtype)
+                    if torch.equal(half.to(source.dtype), source):
+                        exact[id(param)] = half
                 memo[id(param)] = nn.Parameter(half, requires_grad=False)
     return copy_sharing_tensors(module, memo)
 
@@ -63,10 +76,14 @@ def copy_sharing_tensors(module: nn.Module, memo: dict[int, object] | None = Non
 
 
 def half_tier_module(
-    module: nn.Module, half: torch.dtype | None, device: torch.device | None = None
+    module: nn.Module,
+    half: torch.dtype | None,
+    device: torch.device | None = None,
+    exact: dict[int, torch.Tensor] | None = None,
 ) -> nn.Module:
     """The module as the half-precision tiers run it: the half-weight copy when `half` is set
-    and the module asks for it, else `module` itself (tools that time what is served)."""
+    and the module asks for it, else `module` itself (tools that time what is served).
+    `exact`: as half_weight_copy's."""
     if half is None or not precasts_half_weights(module):
         return module
-    return half_weight_copy(module, half, device)
+    return half_weight_copy(module, half, device, exact)

@@ -255,10 +255,13 @@ class Runner(RunnerInspection):
             self._cache = open_compile_cache(names, self.spec, path.module, config, device)
             if self._cache is not None:
                 say(f"compile cache: {self._cache.outcome} ({self._cache.file})")
-            half_module = self.half_module = half_tier_weights(names, path.module, config, device)
+            exact: dict[int, torch.Tensor] | None = {} if host_weights else None
+            half_module = self.half_module = half_tier_weights(
+                names, path.module, config, device, exact
+            )
             tiers = build_tiers(names, path.module, path.staging, config, half_module)
             if host_weights:  # after the half copy is made, which must not take the hooks along
-                stream_host_weights(path.module, device)
+                say(stream_host_weights(path.module, device, exact).describe())
             self._tiers = {
                 name: FaultyTier(tier, self._faults[name]) if name in self._faults else tier
                 for name, tier in tiers.items()

@@ -322,18 +322,23 @@ def half_dtype(config: RunnerConfig) -> torch.dtype:
 
 
 def half_tier_weights(
-    names: list[TierName], module: nn.Module, config: RunnerConfig, device: torch.device
+    names: list[TierName],
+    module: nn.Module,
+    config: RunnerConfig,
+    device: torch.device,
+    exact: dict[int, torch.Tensor] | None = None,
 ) -> nn.Module:
     """The module the reduced-precision tiers among `names` run on `device`: a copy whose
     weights are already in the half type where that works (controller.inference.half_weights),
-    else `module` itself. Made once and shared by every batch-size bucket's tiers."""
+    else `module` itself. Made once and shared by every batch-size bucket's tiers. `exact`:
+    as half_weight_copy's (the weights the cast left unchanged)."""
     half = half_dtype(config) if device.type == "cuda" else None
     if all(name == "eager_fp32" for name in names):
         return module
     try:
         # FP32 weights kept on the host (runner.reference_weights): cast straight to the device.
         target = device if config.reference_weights == "host" else None
-        return half_tier_module(module, half, target)
+        return half_tier_module(module, half, target, exact)
     except Exception as exc:  # noqa: BLE001 - out of GPU memory, say: autocast still works
         log.warning(
             "could not hold the weights in half precision (%s); the half-precision tiers "

@@ -27,14 +27,26 @@ from policies.pi0.siglip import MultiModalProjector, SiglipVisionTower
 KEY_ALIGNMENT = 8
 
 
+class SuffixAttention(NamedTuple):
+    """What every expert layer of every denoising step shares: the suffix's rotary cos/sin
+    (B, S, head_dim) and the additive mask over the cached prefix's keys and its own."""
+
+    cos: Tensor
+    sin: Tensor
+    mask: Tensor
+
+
 class PrefixCache(NamedTuple):
     """The prefix's keys and values, (depth, B, kv heads, P, head_dim) each, after rotary, and
     its padding mask (B, P) (False: a padded prompt token, an empty camera, or one of the spare
-    slots that make P + the suffix's length a multiple of KEY_ALIGNMENT)."""
+    slots that make P + the suffix's length a multiple of KEY_ALIGNMENT). `suffix`: the
+    suffix's SuffixAttention, made once per observation (PaliGemmaFlowNetwork.encode_prefix)
+    instead of at each of the ten steps; None: run_suffix makes it."""
 
     keys: Tensor
     values: Tensor
     pad: Tensor
+    suffix: SuffixAttention | None = None
 
 
 class PaliGemmaModel(nn.Module):
@@ -125,22 +137,28 @@ class PaliGemmaWithExpert(nn.Module):
         returns the final-normed hidden states (B, S, W)."""
         expert = self.gemma_expert.model
         hidden = suffix.to(expert.compute_dtype)
-        batch, length = suffix.shape[:2]
-        offsets = cache.pad.sum(dim=1, keepdim=True)
-        positions = offsets + torch.arange(length, device=suffix.device)[None]
-        cos, sin = expert.rotary_emb(positions, hidden.dtype)
-        own = block_causal_mask(
-            torch.ones(batch, length, dtype=torch.bool, device=suffix.device),
-            blocks[None].expand(batch, length),
-        )
-        prefix_part = cache.pad[:, None, :].expand(batch, length, cache.pad.shape[1])
-        allowed = torch.cat([prefix_part, own], dim=2)
-        mask = additive_mask(allowed, hidden.dtype, expert.query_groups)
+        cos, sin, mask = cache.suffix or self.suffix_attention(cache.pad, blocks)
         for index, layer in enumerate(expert.decoder_layers()):
             past = (cache.keys[index], cache.values[index])
             outputs, _, _ = self.layer_call([layer], [hidden], [cond], cos, sin, mask, past=past)
             hidden = outputs[0]
         return expert.norm(hidden, cond)[0]
+
+    def suffix_attention(self, pad: Tensor, blocks: Tensor) -> SuffixAttention:
+        """The suffix's rotary and mask against a prefix of padding `pad` (B, P): the suffix's
+        tokens follow the prefix's valid ones; `blocks` (S,) its block starts."""
+        expert = self.gemma_expert.model
+        dtype = expert.compute_dtype
+        batch, length = pad.shape[0], blocks.shape[0]
+        positions = pad.sum(dim=1, keepdim=True) + torch.arange(length, device=pad.device)[None]
+        cos, sin = expert.rotary_emb(positions, dtype)
+        own = block_causal_mask(
+            torch.ones(batch, length, dtype=torch.bool, device=pad.device),
+            blocks[None].expand(batch, length),
+        )
+        prefix_part = pad[:, None, :].expand(batch, length, pad.shape[1])
+        allowed = torch.cat([prefix_part, own], dim=2)
+        return SuffixAttention(cos, sin, additive_mask(allowed, dtype, expert.query_groups))
 
     def run_joint(
         self,

@@ -96,8 +96,11 @@ class PaliGemmaFlowNetwork(nn.Module):
         return embeddings, pad
 
     def encode_prefix(self, embeddings: Tensor, pad: Tensor) -> PrefixCache:
-        """The language model over the prefix, once: every layer's keys and values."""
-        return self.paligemma_with_expert.encode_prefix(embeddings, pad)
+        """The language model over the prefix, once: every layer's keys and values, and the
+        suffix's rotary and mask that every denoising step shares."""
+        tower = self.paligemma_with_expert
+        cache = tower.encode_prefix(embeddings, pad)
+        return cache._replace(suffix=tower.suffix_attention(cache.pad, self.suffix_blocks))
 
     def embed_suffix(
         self, x_t: Tensor, time: Tensor, state: Tensor | None

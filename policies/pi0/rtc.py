@@ -35,7 +35,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
 from policies.flow.guided_sampling import GuidedChunkSampler, differentiation_disabled
-from policies.pi0.backbone import PrefixCache
+from policies.pi0.backbone import PrefixCache, SuffixAttention
 from policies.pi0.step import Pi0Step
 from policies.settings import RTCSettings
 from policies.tensor_policy import TensorPolicy
@@ -143,11 +143,17 @@ class Pi0RealTimeChunking(GuidedChunkSampler):
 
     def context_tensors(self, context: Pi0Context) -> tuple[Tensor, ...]:
         cache, state = context
-        return (*cache, state) if state is not None else tuple(cache)
+        network = self.step.network
+        suffix = cache.suffix or network.paligemma_with_expert.suffix_attention(
+            cache.pad, network.suffix_blocks
+        )
+        tensors = (cache.keys, cache.values, cache.pad, *suffix)
+        return (*tensors, state) if state is not None else tensors
 
     def context_from(self, tensors: Sequence[Tensor]) -> Pi0Context:
-        state = tensors[3] if len(tensors) > 3 else None
-        return PrefixCache(tensors[0], tensors[1], tensors[2]), state
+        state = tensors[6] if len(tensors) > 6 else None
+        suffix = SuffixAttention(tensors[3], tensors[4], tensors[5])
+        return PrefixCache(tensors[0], tensors[1], tensors[2], suffix), state
 
     def state_bounds(self, limit: float) -> tuple[Tensor, Tensor]:
         return self.step.state_bounds(limit)

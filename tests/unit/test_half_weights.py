@@ -107,3 +107,20 @@ def test_compiled_and_graph_tiers_get_the_copy_too_and_the_cache_key_says_so(act
         assert cache_key(spec, act.module, config, torch.device("cpu")) != asked
     finally:
         type(act.module).precast_half_weights = True
+
+
+def test_the_copy_names_the_weights_it_holds_exactly() -> None:
+    """`exact` collects the weights the cast left unchanged (stored in BF16 already), so the
+    FP32 reference can read those from the copy; a weight with more precision than BF16 is
+    not among them."""
+    stored_in_bf16, full_precision = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+    with torch.no_grad():
+        stored_in_bf16.weight.copy_(stored_in_bf16.weight.bfloat16().float())
+        full_precision.weight.copy_(torch.full((8, 8), 1.0 + 2.0**-12))
+    module = torch.nn.Sequential(stored_in_bf16, full_precision)
+    exact: dict[int, torch.Tensor] = {}
+    twin = half_weight_copy(module, torch.bfloat16, exact=exact)
+    held = exact[id(stored_in_bf16.weight)]
+    assert held.data_ptr() == twin[0].weight.data_ptr()  # the copy's own tensor, not another
+    assert id(full_precision.weight) not in exact
+    assert torch.equal(held.float(), stored_in_bf16.weight)
