@@ -247,27 +247,46 @@ class Runner(RunnerInspection):
             host_weights = self._config.reference_weights == "host"
             if host_weights:
                 check_host_weights(self._policy.module, self._device)
+            # The "weights" phase's parts, logged: where a big model's start goes.
+            parts: list[tuple[str, float]] = [("", started)]
+
+            def part(name: str) -> None:
+                parts.append((name, time.perf_counter()))
+
             self._path = path = StepPath(
                 self.spec, self._policy.module, self._device, self._config, self._codec
             )
+            part("placing")
             names = tier_names(self._device, self._config, self._reports)
             config, device = self._config, self._device
             self._cache = open_compile_cache(names, self.spec, path.module, config, device)
             if self._cache is not None:
                 say(f"compile cache: {self._cache.outcome} ({self._cache.file})")
+            part("compile cache")
             exact: dict[int, torch.Tensor] | None = {} if host_weights else None
             half_module = self.half_module = half_tier_weights(
                 names, path.module, config, device, exact
             )
+            part("half copy")
             tiers = build_tiers(names, path.module, path.staging, config, half_module)
+            part("tiers")
             if host_weights:  # after the half copy is made, which must not take the hooks along
                 say(stream_host_weights(path.module, device, exact).describe())
+                part("reference hooks")
             self._tiers = {
                 name: FaultyTier(tier, self._faults[name]) if name in self._faults else tier
                 for name, tier in tiers.items()
             }
             self._reference = EagerTier("eager_fp32", path.module, path.staging, None)
             observations = self._examples()
+            part("examples")
+            log.info(
+                "weights phase: %s",
+                ", ".join(
+                    f"{name} {now - before:.2f} s"
+                    for (_, before), (name, now) in zip(parts, parts[1:], strict=False)
+                ),
+            )
             phases = self._start_phases = {"weights": time.perf_counter() - started}
             reference = reference_at_start(path, self._reference, observations)
             phases["reference"] = time.perf_counter() - started - sum(phases.values())
