@@ -55,14 +55,19 @@ def half_weight_copy(
             if param is not None and param.is_floating_point() and id(param) not in memo:
                 target = device or param.device
                 if exact is None:
-                    half = param.detach().to(device=target, dtype=dtype)
-                else:  # uploaded as it is and cast there, where the comparison then runs
-                    source = param.detach().to(target)
-                    half = source.to(dtype)
-                    if torch.equal(half.to(source.dtype), source):
-                        exact[id(param)] = half
-                memo[id(param)] = nn.Parameter(half, requires_grad=False)
+                    memo[id(param)] = _frozen(param.detach().to(device=target, dtype=dtype))
+                    continue
+                source = param.detach().to(target)  # uploaded as it is, compared where it is
+                held = memo[id(param)] = _frozen(source.to(dtype))
+                if torch.equal(held.to(source.dtype), source):
+                    # The parameter, not its tensor: a compiled tier fusing projections points
+                    # it at the fused matrix, and a kept tensor would hold the old storage too.
+                    exact[id(param)] = held
     return copy_sharing_tensors(module, memo)
+
+
+def _frozen(tensor: torch.Tensor) -> nn.Parameter:
+    return nn.Parameter(tensor, requires_grad=False)
 
 
 def copy_sharing_tensors(module: nn.Module, memo: dict[int, object] | None = None) -> nn.Module:

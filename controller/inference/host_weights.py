@@ -76,6 +76,7 @@ def stream_host_weights(
     any copy of the module is made (a deep copy would take the hooks along)."""
     exact = exact or {}
     placed = HostWeights()
+    counted: set[int] = set()  # a weight tied to several layers counts once
     for sub in module.modules():
         found = {n: sub._parameters.get(n) for n in matmul_parameter_names(sub)}
         params = {n: p for n, p in found.items() if p is not None}
@@ -83,15 +84,19 @@ def stream_host_weights(
             continue
         twins: dict[str, torch.Tensor] = {}
         for name, param in params.items():
+            if param.device == device:
+                continue  # nothing to bring: the hook leaves it alone
             twin = exact.get(id(param))
+            first = id(param) not in counted
+            counted.add(id(param))
             if twin is not None and twin.device == device and twin.shape == param.shape:
                 twins[name] = twin
-                placed.from_half_copy += 1
-            elif param.device != device:
+                placed.from_half_copy += first
+            else:
                 if device.type == "cuda" and not param.data.is_pinned():
                     param.data = param.data.pin_memory()
-                placed.pinned_bytes += param.numel() * param.element_size()
-                placed.uploaded += 1
+                placed.pinned_bytes += first * param.numel() * param.element_size()
+                placed.uploaded += first
         layer = _LayerUpload(tuple(params), device, twins)
         placed.handles.append(sub.register_forward_pre_hook(layer.upload))
         placed.handles.append(sub.register_forward_hook(layer.release))

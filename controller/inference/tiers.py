@@ -338,7 +338,12 @@ def half_tier_weights(
     try:
         # FP32 weights kept on the host (runner.reference_weights): cast straight to the device.
         target = device if config.reference_weights == "host" else None
-        return half_tier_module(module, half, target, exact)
+        # Filled only when the copy is whole: a failed one leaves no tensors to the reference.
+        found: dict[int, torch.Tensor] = {}
+        copy = half_tier_module(module, half, target, None if exact is None else found)
+        if exact is not None:
+            exact.update(found)
+        return copy
     except Exception as exc:  # noqa: BLE001 - out of GPU memory, say: autocast still works
         log.warning(
             "could not hold the weights in half precision (%s); the half-precision tiers "

@@ -66,3 +66,21 @@ def test_weights_off_the_device_are_compiled_whole_not_by_region() -> None:
     with torch.no_grad():
         step.warm(1)
     assert step.compiled.module is module  # type: ignore[union-attr]
+
+
+def test_a_failed_half_copy_leaves_the_reference_nothing_to_read(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A half copy that fails part-way (out of GPU memory) serves with autocast instead, and
+    the tensors it had made are not handed to the reference, which would keep them held."""
+    from controller.inference import tiers
+
+    module = nn.Linear(2, 2)
+
+    def fails_part_way(module, half, device, exact):  # type: ignore[no-untyped-def]
+        exact[id(module.weight)] = torch.zeros(2, 2)
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(tiers, "half_tier_module", fails_part_way)
+    exact: dict[int, torch.Tensor] = {}
+    config = RunnerConfig(reference_weights="host")
+    got = tiers.half_tier_weights(["eager_half"], module, config, torch.device("cuda"), exact)
+    assert got is module and exact == {}
