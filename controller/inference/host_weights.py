@@ -71,8 +71,9 @@ def stream_host_weights(
     module: nn.Module, device: torch.device, exact: Mapping[int, torch.Tensor] | None = None
 ) -> HostWeights:
     """Hooks that bring each matmul layer's weights to the device for its call and drop them
-    after: from `exact` (id(host parameter) -> a device tensor holding its value in another
-    dtype, half_weight_copy's), else uploaded from the host, which is pinned here. Call after
+    after: from `exact` (id(host parameter) -> the half copy's parameter on the device,
+    holding the same values in another dtype: half_weight_copy's), else uploaded from the
+    host, which is pinned here. Call after
     any copy of the module is made (a deep copy would take the hooks along)."""
     exact = exact or {}
     placed = HostWeights()
