@@ -39,14 +39,8 @@ def started(cache_dir: Path, weights: str, in_bf16: bool = False) -> tuple[Runne
     return runner, torch.cuda.memory_allocated() - before
 
 
-def test_host_reference_weights_serve_the_same_with_less_device_memory(
-    gpu_cache_dir: Path,
-) -> None:
-    on_device, device_bytes = started(gpu_cache_dir, "device")
-    on_host, host_bytes = started(gpu_cache_dir, "host")
-    assert on_host.ready_tiers == ["eager_half", "eager_fp32"]
-    linear = next(m for m in on_host.module.modules() if isinstance(m, torch.nn.Linear))
-    assert linear.weight.device.type == "cpu" and linear.weight.is_pinned()
+def assert_serve_the_same(on_device: Runner, on_host: Runner) -> None:
+    """Both runners' reference and half tiers give the same chunks on two observations."""
     for seed in (1, 2):
         images, state = random_observation(on_device.spec, seed)
         for tier in ("eager_fp32", "eager_half"):
@@ -55,6 +49,17 @@ def test_host_reference_weights_serve_the_same_with_less_device_memory(
             expected = on_device.predict_chunk(images, state)
             got = on_host.predict_chunk(images, state)
             np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+
+
+def test_host_reference_weights_serve_the_same_with_less_device_memory(
+    gpu_cache_dir: Path,
+) -> None:
+    on_device, device_bytes = started(gpu_cache_dir, "device")
+    on_host, host_bytes = started(gpu_cache_dir, "host")
+    assert on_host.ready_tiers == ["eager_half", "eager_fp32"]
+    linear = next(m for m in on_host.module.modules() if isinstance(m, torch.nn.Linear))
+    assert linear.weight.device.type == "cpu" and linear.weight.is_pinned()
+    assert_serve_the_same(on_device, on_host)
     assert linear.weight.device.type == "cpu"  # dropped from the device after each call
     assert host_bytes < device_bytes
 
@@ -64,14 +69,7 @@ def test_weights_stored_in_bf16_are_read_from_the_half_copy(gpu_cache_dir: Path)
     on_host, _ = started(gpu_cache_dir, "host", in_bf16=True)
     linears = [m for m in on_host.module.modules() if isinstance(m, torch.nn.Linear)]
     assert all(m.weight.device.type == "cpu" and not m.weight.is_pinned() for m in linears)
-    for seed in (1, 2):
-        images, state = random_observation(on_device.spec, seed)
-        for tier in ("eager_fp32", "eager_half"):
-            on_device.use_tier(tier)
-            on_host.use_tier(tier)
-            expected = on_device.predict_chunk(images, state)
-            got = on_host.predict_chunk(images, state)
-            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert_serve_the_same(on_device, on_host)
     assert all(m.weight.device.type == "cpu" for m in linears)
 
 
