@@ -73,8 +73,8 @@ def stream_host_weights(
     """Hooks that bring each matmul layer's weights to the device for its call and drop them
     after: from `exact` (id(host parameter) -> the half copy's parameter on the device,
     holding the same values in another dtype: half_weight_copy's), else uploaded from the
-    host, which is pinned here. Call after
-    any copy of the module is made (a deep copy would take the hooks along)."""
+    host, which is pinned here. Call after any copy of the module is made (a deep copy would
+    take the hooks along)."""
     exact = exact or {}
     placed = HostWeights()
     counted: set[int] = set()  # a weight tied to several layers counts once
