@@ -35,32 +35,44 @@ WRITE_HEAD = struct.Struct("<HHqq")
 OPEN, WRITE, CLOSE = 1, 2, 3
 
 
-def _read_exactly(stream: BinaryIO, size: int) -> bytearray | None:
-    """`size` bytes, or None at end of input (a partial command: the daemon went away)."""
-    buffer = bytearray(size)
-    view, got = memoryview(buffer), 0
-    while got < size:
-        n = stream.readinto(view[got:])  # type: ignore[attr-defined]
-        if not n:
-            return None
-        got += n
-    return buffer
+class Receiver:
+    """Reads commands into one buffer used again for each (grown when a body is larger): a
+    fresh 0.9 MB buffer per frame would be zero-filled and its pages first touched every time.
+    A body stays valid until the next read; McapFile.write copies what it keeps."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._buffer = bytearray(1 << 16)
+
+    def read(self, size: int) -> memoryview | None:
+        """The next `size` bytes, or None at end of input (a partial command: the daemon went
+        away)."""
+        if size > len(self._buffer):
+            self._buffer = bytearray(size)
+        view, got = memoryview(self._buffer)[:size], 0
+        while got < size:
+            n = self._stream.readinto(view[got:])  # type: ignore[attr-defined]
+            if not n:
+                return None
+            got += n
+        return view
 
 
 def serve(commands: BinaryIO, answers: BinaryIO) -> None:
     """Carry out commands until end of input."""
     file: McapFile | None = None
+    receiver = Receiver(commands)
     try:
         while True:
-            head = _read_exactly(commands, COMMAND.size)
+            head = receiver.read(COMMAND.size)
             if head is None:
                 return
             op, size = COMMAND.unpack(head)
-            body = _read_exactly(commands, size)
+            body = receiver.read(size)
             if body is None:
                 return
             if op == OPEN:
-                spec = json.loads(body)
+                spec = json.loads(bytes(body))
                 if file is not None:
                     file.close()
                 file = McapFile(Path(spec["path"]), spec["metadata"], spec["compression"])
@@ -69,10 +81,9 @@ def serve(commands: BinaryIO, answers: BinaryIO) -> None:
                     raise RuntimeError("a message came before any file was opened")
                 topic_n, schema_n, log_ns, publish_ns = WRITE_HEAD.unpack_from(body)
                 at = WRITE_HEAD.size
-                topic = body[at : at + topic_n].decode()
-                schema = body[at + topic_n : at + topic_n + schema_n].decode()
-                data = bytes(memoryview(body)[at + topic_n + schema_n :])  # mcap takes bytes
-                file.write(topic, schema, log_ns, publish_ns, data)
+                topic = bytes(body[at : at + topic_n]).decode()
+                schema = bytes(body[at + topic_n : at + topic_n + schema_n]).decode()
+                file.write(topic, schema, log_ns, publish_ns, body[at + topic_n + schema_n :])
             elif op == CLOSE:
                 closing, file = file, None
                 if closing is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from mcap.writer import CompressionType, Writer
 
@@ -38,8 +38,12 @@ class McapFile:
         self._sequence = 0
         self.messages = 0
 
-    def write(self, topic: str, schema: str, log_ns: int, publish_ns: int, data: bytes) -> None:
-        """`schema`: image_cdr.SCHEMA (`data` from image_cdr.encode_image) or one of SCHEMAS."""
+    def write(
+        self, topic: str, schema: str, log_ns: int, publish_ns: int, data: bytes | memoryview
+    ) -> None:
+        """`schema`: image_cdr.SCHEMA (`data` from image_cdr.encode_image) or one of SCHEMAS.
+        `data` is copied before this returns (into the chunk being built), so its buffer can
+        be used again."""
         channel = self._channels.get(topic)
         if channel is None:
             schema_id = self._schemas.get(schema)
@@ -50,7 +54,10 @@ class McapFile:
             channel = self._writer.register_channel(topic, encoding, schema_id)
             self._channels[topic] = channel
         self._sequence += 1
-        self._writer.add_message(channel, log_ns, data, publish_ns, self._sequence & 0xFFFFFFFF)
+        # mcap's add_message is typed for bytes and writes any buffer into the chunk's BytesIO.
+        self._writer.add_message(
+            channel, log_ns, cast(bytes, data), publish_ns, self._sequence & 0xFFFFFFFF
+        )
         self.messages += 1
 
     @property

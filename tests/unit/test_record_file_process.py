@@ -5,6 +5,7 @@ and pixels sent apart make one message, the size estimate never falls below the 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import pytest
 
 from controller.record import image_cdr
 from controller.record.file_client import FileProcessError, RecordingFiles
+from controller.record.file_process import Receiver
 from controller.record.reading import read_recording
 
 WALL_NS = 1_764_264_000_000_000_000
@@ -104,3 +106,12 @@ def test_after_a_failure_every_call_says_the_first_reason(files, tmp_path) -> No
     with pytest.raises(FileProcessError) as again:
         files.open(tmp_path / "free.mcap", {}, "lz4")
     assert str(again.value) == str(first.value)
+
+
+def test_the_receive_buffer_grows_and_a_partial_command_is_end_of_input() -> None:
+    big, small = bytes(range(256)) * 400, b"tail"  # 100 KB: past the first buffer
+    receiver = Receiver(io.BytesIO(small + big + small + b"par"))
+    assert bytes(receiver.read(4)) == small  # type: ignore[arg-type]
+    assert bytes(receiver.read(len(big))) == big  # type: ignore[arg-type]
+    assert bytes(receiver.read(4)) == small  # type: ignore[arg-type]
+    assert receiver.read(8) is None
