@@ -41,8 +41,11 @@ from policies.base import PolicySpec
 log = logging.getLogger(__name__)
 
 # Python hands the GIL between threads every 5 ms by default; a tick that wakes while another
-# thread holds it would wait that long. 100 us bounds that wait (measured in bench_loop.py).
-GIL_SWITCH_INTERVAL_S = 1e-4
+# thread holds it would wait that long. 25 us bounds that wait: with 100 us, recording (whose
+# writer thread runs Python beside the loop) raised the 200 Hz tick lateness p99 on an H200
+# host from 77-212 us to 163-170 us; with 25 us it was 89-97 us off and 122 us recording
+# (bench_recording.py, one 12 s run each, alternating).
+GIL_SWITCH_INTERVAL_S = 2.5e-5
 FINAL_HOLD_LINGER_MS = 100
 
 
