@@ -11,6 +11,7 @@ from typing import IO, Any, cast
 from mcap.writer import CompressionType, Writer
 
 from controller.record import image_cdr
+from controller.record.direct_file import DirectFile
 from controller.record.schemas import METADATA, PROFILE, SCHEMAS
 
 # Chunks are compressed and written out at this size, so the file's size on disk follows its
@@ -27,9 +28,11 @@ class McapFile:
         """`compression`: of the chunks, record.compression's name."""
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._stream: IO[bytes] = open(path, "xb")  # noqa: SIM115 - closed by close()
-        self._writer = Writer(
-            self._stream, chunk_size=CHUNK_BYTES, compression=COMPRESSION[compression]
+        self._stream = DirectFile(path)
+        self._writer = Writer(  # the writer takes any stream with write, tell, flush, close
+            cast(IO[bytes], self._stream),
+            chunk_size=CHUNK_BYTES,
+            compression=COMPRESSION[compression],
         )
         self._writer.start(profile=PROFILE, library="tempo")
         self._writer.add_metadata(METADATA, metadata)
@@ -62,7 +65,8 @@ class McapFile:
 
     @property
     def size(self) -> int:
-        """Bytes on disk so far (the chunk being built is not counted: at most CHUNK_BYTES)."""
+        """Bytes written so far: on disk, or in the block DirectFile gathers (the chunk being
+        built is not counted: at most CHUNK_BYTES)."""
         return self._stream.tell()
 
     def close(self) -> None:
