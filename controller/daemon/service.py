@@ -41,10 +41,10 @@ from policies.base import PolicySpec
 log = logging.getLogger(__name__)
 
 # Python hands the GIL between threads every 5 ms by default; a tick that wakes while another
-# thread holds it would wait that long. 25 us bounds that wait: with 100 us, recording (whose
-# writer thread runs Python beside the loop) raised the 200 Hz tick lateness p99 on an H200
-# host from 77-212 us to 163-170 us; with 25 us it was 89-97 us off and 122 us recording
-# (bench_recording.py, one 12 s run each, alternating).
+# thread holds it would wait that long. 25 us bounds that wait: on an H200 host, recording
+# (whose writer thread runs Python beside the loop) had a 200 Hz tick lateness p99 of 163 and
+# 170 us with 100 us here, and 122 and 122 us with 25 us; off, 212 and 77 us, and 89 and 97 us
+# (bench_recording.py, two 12 s runs of each mode for each value, alternating, in one call).
 GIL_SWITCH_INTERVAL_S = 2.5e-5
 FINAL_HOLD_LINGER_MS = 100
 

@@ -25,7 +25,7 @@ EXIT_WAIT_S = 30.0
 # and its record in fresh ones, about five per frame) come from a heap it keeps instead of each
 # being mapped, first touched page by page and unmapped. 300 480x640 frames took 2.2 s of CPU
 # (1.3 s of it in the kernel) without these and 0.9 s with them, on a 2-core machine. Other C
-# libraries ignore the names.
+# libraries ignore the names; values already in the environment are kept.
 MALLOC_SETTINGS = {
     "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
     "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
@@ -130,7 +130,7 @@ class RecordingFiles:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 start_new_session=True,
-                env={**os.environ, **MALLOC_SETTINGS},
+                env={**MALLOC_SETTINGS, **os.environ},  # an operator's own win
             )
             try:
                 fcntl.fcntl(process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[union-attr]

@@ -5,6 +5,7 @@ messages, its size so far (for rotation). Camera frames are sensor_msgs/msg/Imag
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -17,6 +18,9 @@ from controller.record.schemas import METADATA, PROFILE, SCHEMAS
 # Chunks are compressed and written out at this size, so the file's size on disk follows its
 # content closely enough to rotate on (a chunk is at most this plus one message).
 CHUNK_BYTES = 256 * 1024
+# How often the chunks finished so far go from DirectFile's block into the file: a process
+# killed mid-file loses about this much besides the chunk being built.
+FLUSH_S = 1.0
 
 
 COMPRESSION = {"lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD,
@@ -29,13 +33,18 @@ class McapFile:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._stream = DirectFile(path)
-        self._writer = Writer(  # the writer takes any stream with write, tell, flush, close
-            cast(IO[bytes], self._stream),
-            chunk_size=CHUNK_BYTES,
-            compression=COMPRESSION[compression],
-        )
-        self._writer.start(profile=PROFILE, library="tempo")
-        self._writer.add_metadata(METADATA, metadata)
+        try:
+            self._writer = Writer(  # the writer takes any stream with write and tell
+                cast(IO[bytes], self._stream),
+                chunk_size=CHUNK_BYTES,
+                compression=COMPRESSION[compression],
+            )
+            self._writer.start(profile=PROFILE, library="tempo")
+            self._writer.add_metadata(METADATA, metadata)
+        except BaseException:
+            self._stream.close()
+            raise
+        self._flushed = time.monotonic()
         self._schemas: dict[str, int] = {}
         self._channels: dict[str, int] = {}
         self._sequence = 0
@@ -62,6 +71,10 @@ class McapFile:
             channel, log_ns, cast(bytes, data), publish_ns, self._sequence & 0xFFFFFFFF
         )
         self.messages += 1
+        now = time.monotonic()
+        if now - self._flushed >= FLUSH_S:  # finished chunks into the file, not only the block
+            self._stream.flush()
+            self._flushed = now
 
     @property
     def size(self) -> int:
