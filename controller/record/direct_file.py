@@ -34,8 +34,8 @@ class DirectFile:
 
     def __init__(self, path: Path, direct: bool = True) -> None:
         """Creates `path` (FileExistsError if it exists: a recording never overwrites one)."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        self._fd = os.open(path, flags, 0o666)
+        # os.open's descriptors are not inherited by children already (PEP 446).
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             # Turned on after the file exists: an open with O_DIRECT on a file system without
             # it creates the file and then fails, and a second open would find it there.

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from controller.errors import PolicyError
+from controller.inference import tiers
 from controller.inference.host_weights import check_host_weights
 from controller.inference.runner import Runner
 from controller.runner_config import RunnerConfig
@@ -71,8 +72,6 @@ def test_weights_off_the_device_are_compiled_whole_not_by_region() -> None:
 def test_a_failed_half_copy_leaves_the_reference_nothing_to_read(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A half copy that fails part-way (out of GPU memory) serves with autocast instead, and
     the tensors it had made are not handed to the reference, which would keep them held."""
-    from controller.inference import tiers
-
     module = nn.Linear(2, 2)
 
     def fails_part_way(module, half, device, exact):  # type: ignore[no-untyped-def]
