@@ -4,10 +4,12 @@ Every run starts the daemon afresh on the same machine; the modes (any together;
 fleet run):
 
   fleet (default)  for each robot count, the daemon twice: `inference.batch_sizes: [1]` (the
-                   robots served one after another) and the batch sizes given. Robots send an
-                   observation every control period. Per run: observation-to-action (sending an
-                   observation -> the first action of the chunk computed from it) p50 and p99
-                   over all robots and the worst robot's p99, chunks past their deadline,
+                   robots served one after another) and the batch sizes given. Robots ask
+                   for a chunk every query period, timed as --drive says (tick: as the
+                   daemon's tick reaches them; clock: by their own clock). Per run:
+                   observation-to-action (sending an observation -> the first action of the
+                   chunk computed from it) p50 and p99 over all robots and the worst robot's
+                   p99, chunks past their deadline (counted in control ticks),
                    missed ticks, actions lost, robot steps (chunks) per second, the steps per
                    batch size, GPU utilisation (nvidia-smi, else n/a).
   --saturate       the same pairs at --saturate-rate (500 Hz) with robots that send the next
@@ -46,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet_modes import DAEMON_SPLIT, admission_run, fleet_run, mixed_run  # noqa: E402
-from fleet_robots import DEADLINE_RULE  # noqa: E402
+from fleet_robots import DEADLINE_RULE, DRIVES  # noqa: E402
 
 from controller.config import TempoConfig, load_config  # noqa: E402
 from controller.errors import TempoError  # noqa: E402
@@ -126,16 +128,18 @@ SATURATE_COLUMNS = [*FLEET_COLUMNS[:3], ("p99 ms", "obs_to_action_p99_ms"),
                     ("steps by bucket", "steps_by_bucket"), ("gpu %", "gpu_util")]  # fmt: skip
 MIXED_COLUMNS = [
     ("policy", "policy"), ("robots", "robots"), ("rate Hz", "rate_hz"),
-    ("deadline ms", "deadline_ms"), ("p50 ms", "obs_to_action_p50_ms"),
-    ("p99 ms", "obs_to_action_p99_ms"), ("worst p99", "worst_robot_p99_ms"),
-    ("chunks", "chunks"), ("late", "late_chunks"), ("all on time", "all_on_time"),
+    ("deadline ms", "deadline_ms"), ("ticks", "deadline_ticks"),
+    ("p50 ms", "obs_to_action_p50_ms"), ("p99 ms", "obs_to_action_p99_ms"),
+    ("worst p99", "worst_robot_p99_ms"), ("chunks", "chunks"), ("late", "late_chunks"),
+    ("all on time", "all_on_time"),
     ("lost", "lost"), ("load", "load"), ("bucket step ms", "step_ms_by_bucket"),
 ]  # fmt: skip
 
 ROBOT_COLUMNS = [
     ("robot", "robot"), ("policy", "policy"), ("rate Hz", "rate_hz"),
     ("deadline ms", "deadline_ms"), ("p50 ms", "p50_ms"), ("p99 ms", "p99_ms"),
-    ("chunks", "chunks"), ("late", "late_chunks"), ("actions", "actions"), ("lost", "lost"),
+    ("chunks", "chunks"), ("late", "late_chunks"), ("late at s", "late_at_s"),
+    ("actions", "actions"), ("lost", "lost"),
 ]  # fmt: skip
 
 
@@ -167,14 +171,16 @@ def pairs(args: argparse.Namespace, tmp: str, eager: bool) -> list[dict[str, Any
     for robots in args.robots:
         for sizes in ([1], args.batch_sizes):
             config = fleet_config(args, tmp, robots, sizes, rate)
-            row = fleet_run(config, robots, args.seconds, args.tiny, eager=eager)
+            row = fleet_run(config, robots, args.seconds, args.tiny,
+                            "eager" if eager else args.drive)  # fmt: skip
             one_step = row["step_ms_by_bucket"].get(1)
             # An eager robot gets at most a chunk a control period: what it can ask for, and
             # what robots served one after another can get at most.
             row["demand_per_s"] = robots * rate
             row["one_by_one_can_serve_per_s"] = 1e3 / one_step if one_step else None
             rows.append(row)
-    print(f"\n{'saturation' if eager else 'fleet'}: {rate:g} Hz, {args.seconds:g} s a run")
+    drive = "" if eager else f", robots driven by {args.drive}"
+    print(f"\n{'saturation' if eager else 'fleet'}: {rate:g} Hz, {args.seconds:g} s a run{drive}")
     table(rows, SATURATE_COLUMNS if eager else FLEET_COLUMNS)
     if not eager:
         print(f"  {DAEMON_NOTE}")
@@ -195,8 +201,9 @@ def mixed(args: argparse.Namespace, tmp: str) -> list[dict[str, Any]]:
         name, _, count = item.partition("=")
         counts[name] = int(count)
     config = mixed_config(args, tmp, sum(counts.values()))
-    rows = mixed_run(config, counts, args.seconds, args.tiny)
-    print(f"\nmixed: one daemon at {args.rate:g} Hz, {args.seconds:g} s")
+    rows = mixed_run(config, counts, args.seconds, args.tiny, args.drive)
+    print(f"\nmixed: one daemon at {args.rate:g} Hz, {args.seconds:g} s, robots driven by "
+          f"{args.drive}")  # fmt: skip
     table(rows[:-1], MIXED_COLUMNS)
     print("  each robot:")
     table([robot for row in rows[:-1] for robot in row["per_robot"]], ROBOT_COLUMNS)
@@ -219,7 +226,7 @@ def admission(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
     n = args.admission
     sizes = [size for size in args.batch_sizes if size <= n] or [1]
     config = fleet_config(args, tmp, n + 1, sizes)
-    row = admission_run(config, n, args.seconds, args.tiny, max_load=args.max_load)
+    row = admission_run(config, n, args.seconds, args.tiny, args.drive, max_load=args.max_load)
     print(f"\nadmission: {n} robots, then one more; {args.rate:g} Hz, batch sizes {sizes}")
     print(f"  load of {n} robots {shown(row['load_n'])}, of {n + 1} {shown(row['load_n_plus_1'])}"
           f"; inference.max_load {shown(row['max_load'])}")  # fmt: skip
@@ -244,6 +251,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--window-us", type=int, default=0)
     parser.add_argument("--rate", type=float, default=50.0, help="control rate, Hz")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--drive", choices=DRIVES[:2], default="tick",
+                        help="tick: a robot sends its observation as the daemon's tick reaches "
+                             "it (a driver stepped by the stream); clock: by its own clock, at "
+                             "whatever phase against the daemon's tick")  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="the tiny policy, in this process")
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], dest="sets")

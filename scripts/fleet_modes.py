@@ -1,9 +1,11 @@
 """The runs of scripts/bench_fleet.py, each returning the rows it reports (JSON-able dicts).
 
-    fleet_run(config, robots, seconds, tiny)              # paced robots on one policy
-    fleet_run(config, robots, seconds, tiny, eager=True)  # saturation: robots never wait
-    mixed_run(config, {"act": 8, "pi0": 2}, seconds, tiny)
-    admission_run(config, n, seconds, tiny, max_load=None)
+    fleet_run(config, robots, seconds, tiny, drive)       # robots at their rate, on one policy
+    fleet_run(config, robots, seconds, tiny, "eager")     # saturation: robots never wait
+    mixed_run(config, {"act": 8, "pi0": 2}, seconds, tiny, drive)
+    admission_run(config, n, seconds, tiny, drive, max_load=None)
+
+`drive` is how each robot times its observations (fleet_robots.DRIVES).
 
 `config` is a whole daemon config (load_config); the callers set its sockets and rates.
 """
@@ -28,9 +30,12 @@ def _query_period(view: TempoConfig, policy: Any) -> int:
     return resolve_execution(view.inference, policy.spec)[0].query_period
 
 
-def _robots_of(endpoint: str, policy: Any, name: str | None, count: int, period_s: float,
-               prefix: str, never_waits: bool = False) -> list[RobotProcess]:  # fmt: skip
-    return [RobotProcess(endpoint, f"{prefix}{k}", policy.spec, name, period_s, never_waits)
+def _robots_of(endpoint: str, view: TempoConfig, policy: Any, name: str | None, count: int,
+               prefix: str, drive: str) -> list[RobotProcess]:  # fmt: skip
+    """`count` robots on `policy`, each asking every query period (of `view`'s control rate)."""
+    ticks = _query_period(view, policy)
+    period = 0.0 if drive == "eager" else ticks / view.control.rate_hz
+    return [RobotProcess(endpoint, f"{prefix}{k}", policy.spec, name, period, ticks, drive)
             for k in range(count)]  # fmt: skip
 
 
@@ -72,21 +77,21 @@ def _totals(runs: list[dict[str, Any]], latencies: list[float]) -> dict[str, Any
 
 
 def fleet_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
-              eager: bool = False) -> dict[str, Any]:  # fmt: skip
-    """`robots` robots on the config's one policy: paced at the control rate, or eager."""
+              drive: str) -> dict[str, Any]:  # fmt: skip
+    """`robots` robots on the config's one policy, driven as `drive`."""
     policies = start_policies(config, tiny)
     try:
         with serving(config, policies) as daemon, GpuSampler() as gpu:
             view = policy_views(config)[0][1]
-            period = _query_period(view, policies[0]) / config.control.rate_hz
-            fleet = _robots_of(daemon.endpoint, policies[0], None, robots, period, "r", eager)
+            fleet = _robots_of(daemon.endpoint, view, policies[0], None, robots, "r", drive)
             status = run_robots(fleet, seconds, status=daemon.status)
     finally:
         stop_policies(policies, tiny)
     runs = [robot.run.summary() for robot in fleet]
     latencies = [x for robot in fleet for x in robot.run.latencies_ms]
     return {
-        "mode": "saturate" if eager else "fleet",
+        "mode": "saturate" if drive == "eager" else "fleet",
+        "drive": drive,
         "batch_sizes": list(config.inference.batch_sizes),
         "rate_hz": config.control.rate_hz,
         **_totals(runs, latencies),
@@ -101,10 +106,10 @@ def fleet_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
     }
 
 
-def mixed_run(config: TempoConfig, robots: dict[str, int], seconds: float,
-              tiny: bool) -> list[dict[str, Any]]:  # fmt: skip
+def mixed_run(config: TempoConfig, robots: dict[str, int], seconds: float, tiny: bool,
+              drive: str) -> list[dict[str, Any]]:  # fmt: skip
     """One daemon serving the config's policies, `robots[name]` robots on each, every robot
-    paced at its policy's query rate. A row per policy, then one for the daemon."""
+    at its policy's query rate, driven as `drive`. A row per policy, then one for the daemon."""
     views = dict(policy_views(config))
     unknown = sorted(set(robots) - set(views))
     if unknown:
@@ -116,9 +121,8 @@ def mixed_run(config: TempoConfig, robots: dict[str, int], seconds: float,
     try:
         with serving(config, policies) as daemon, GpuSampler() as gpu:
             for name, count in robots.items():
-                period = _query_period(views[name], served[name]) / config.control.rate_hz
-                fleets[name] = _robots_of(daemon.endpoint, served[name], name, count, period,
-                                          f"{name}-")  # fmt: skip
+                fleets[name] = _robots_of(daemon.endpoint, views[name], served[name], name,
+                                          count, f"{name}-", drive)  # fmt: skip
             everyone = [robot for fleet in fleets.values() for robot in fleet]
             status = run_robots(everyone, seconds, status=daemon.status)
     finally:
@@ -130,9 +134,11 @@ def mixed_run(config: TempoConfig, robots: dict[str, int], seconds: float,
         totals = _totals(runs, [x for robot in fleet for x in robot.run.latencies_ms])
         rows.append({
             "mode": "mixed",
+            "drive": drive,
             "policy": name,
             "rate_hz": runs[0]["rate_hz"] if runs else None,
             "deadline_ms": runs[0]["deadline_ms"] if runs else None,
+            "deadline_ticks": runs[0]["deadline_ticks"] if runs else None,
             **totals,
             "all_on_time": totals["late_chunks"] == 0 and all(r["chunks"] > 0 for r in runs),
             "late_actions_dropped": lane.get("late_actions_dropped"),
@@ -164,7 +170,7 @@ def admission_limit(config: TempoConfig, policy: Any, robots: int) -> dict[str, 
     return {"load_n": now, "load_n_plus_1": more, "max_load": between}
 
 
-def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
+def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool, drive: str,
                   max_load: float | None = None) -> dict[str, Any]:  # fmt: skip
     """With inference.max_load set, robots connect one by one up to `robots` + 1; the admitted
     ones keep being served for `seconds` after the last hello. `max_load` None: between the
@@ -182,8 +188,7 @@ def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
         inference = config.inference.model_copy(update={"max_load": chosen})
         config = config.model_copy(update={"inference": inference})
         with serving(config, policies) as daemon:
-            period = _query_period(config, policies[0]) / config.control.rate_hz
-            fleet = _robots_of(daemon.endpoint, policies[0], None, robots + 1, period, "r")
+            fleet = _robots_of(daemon.endpoint, config, policies[0], None, robots + 1, "r", drive)
             driven, refused_at = [], None
             with all_closed(fleet):
                 for robot in fleet:

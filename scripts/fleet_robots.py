@@ -4,20 +4,29 @@ its interpreter lock with the daemon: on an H100 host, 16 ACT-ALOHA robots writi
 480x640 frames each at 50 Hz held it long enough that chunks reached them 2-4 s late and the
 daemon missed ticks.)
 
-    robot = RobotProcess(endpoint, "r0", spec, policy=None, period_s=0.02)
+    robot = RobotProcess(endpoint, "r0", spec, None, period_s=0.02, ticks_per_request=1,
+                         drive="tick")
     robot.connect()          # False: refused (robot.run.refused holds the daemon's sentence)
     robot.start(); ...; robot.stop(); robot.join()   # robot.run: what it saw
 
-A paced robot sends an observation every one of its own periods (its rate, which may be below
-the daemon's: a 10 Hz robot on a 50 Hz daemon whose policy has query_period 5); an eager robot
-sends the next observation as soon as the chunk for the last one arrives (demand without a
-rate, for saturation). Both record, per chunk, the observation-to-action time: from sending an
-observation to the first action computed from it reaching the robot.
+How a robot times its observations (`drive`):
+- "tick": it sends one each time an action or hold of a newer control tick reaches it, as a
+  driver stepped by the daemon's stream publishes each cycle's reading; the daemon asks its
+  policy every query period with the newest;
+- "clock": it sends one every robot period (control period x query period) by its own clock.
+  Its phase against the daemon's tick is then whatever it happens to be, and the daemon cannot
+  choose it: a chunk computed in t ms misses the next tick whenever the observation lands
+  within t ms before that tick, however fast the GPU;
+- "eager": it sends the next one as soon as the chunk for the last one arrives (demand
+  without a rate, for saturation).
+Each records, per chunk, the observation-to-action time: from sending an observation to the
+first action computed from it reaching the robot.
 
-The deadline rule (printed with the results): a chunk is on time when its first action
-reaches the robot within the robot's own period (control period x query period) of sending
-its observation; by then the robot has sent the next observation, and a chunk later than that
-only arrives after the one the robot is asking for next.
+The deadline rule (printed with the results) counts control ticks, not milliseconds, so a
+robot process that is itself late under load is not blamed on the daemon: a chunk is on time
+when its first action comes with one of the first Q ticks the robot receives after sending its
+observation, Q being the robot's period in control ticks (its policy's query period). A chunk
+later than that only arrives after the robot has asked for the next one.
 """
 
 from __future__ import annotations
@@ -43,9 +52,11 @@ from controller.errors import HandshakeRefused  # noqa: E402
 from controller.wire.client import TempoClient  # noqa: E402
 
 DEADLINE_RULE = (
-    "a chunk is on time when its first action reaches the robot within the robot's own period "
-    "(control period x query period) of sending the observation it was computed from"
+    "a chunk is on time when its first action comes with one of the first Q control ticks the "
+    "robot receives after sending the observation it was computed from (Q: the robot's period "
+    "in ticks, its policy's query period)"
 )
+DRIVES = ("tick", "clock", "eager")
 # An eager robot whose observation got no chunk (skipped for a newer one) sends again after this.
 EAGER_RESEND_S = 1.0
 
@@ -57,9 +68,12 @@ class RobotRun:
     name: str
     policy: str
     period_s: float
+    ticks_per_request: int = 1  # Q of DEADLINE_RULE
+    drive: str = "tick"  # one of DRIVES
     latencies_ms: list[float] = field(default_factory=list)
     arrivals_s: list[float] = field(default_factory=list)  # monotonic, each chunk's arrival
     late: int = 0  # chunks past the deadline (DEADLINE_RULE)
+    late_at_s: list[float] = field(default_factory=list)  # each one's arrival, s into the run
     actions: int = 0
     lost: int = 0  # gaps in the daemon's action/hold sequence numbers
     expired: int = 0  # actions that reached the client past their own deadline
@@ -73,10 +87,13 @@ class RobotRun:
             "policy": self.policy,
             "rate_hz": 1.0 / self.period_s if self.period_s > 0 else None,
             "deadline_ms": self.period_s * 1e3 if self.period_s > 0 else None,
+            "deadline_ticks": self.ticks_per_request if self.period_s > 0 else None,
+            "drive": self.drive,
             "chunks": len(times),
             "p50_ms": float(np.percentile(times, 50)) if times else None,
             "p99_ms": float(np.percentile(times, 99)) if times else None,
             "late_chunks": self.late,
+            "late_at_s": [round(t, 3) for t in self.late_at_s],
             "actions": self.actions,
             "lost": self.lost,
             "expired": self.expired,
@@ -86,11 +103,12 @@ class RobotRun:
 
 
 class SimulatedRobot:
-    """A robot of `spec` (the policy's PolicySpec) served by `policy` (None: the default)."""
+    """A robot of `spec` (the policy's PolicySpec) served by `policy` (None: the default),
+    asking for a chunk every `ticks_per_request` control ticks (`period_s`: 0 when eager)."""
 
     def __init__(self, endpoint: str, name: str, spec: Any, policy: str | None,
-                 period_s: float) -> None:  # fmt: skip
-        self.run = RobotRun(name, policy or "default", period_s)
+                 period_s: float, ticks_per_request: int, drive: str) -> None:  # fmt: skip
+        self.run = RobotRun(name, policy or "default", period_s, ticks_per_request, drive)
         rng = np.random.default_rng(zlib.crc32(name.encode()))  # the same frames every run
         cameras = {c.name: (c.height, c.width) for c in spec.cameras}
         self._frames = {n: rng.integers(0, 256, (*hw, 3), np.uint8) for n, hw in cameras.items()}
@@ -99,8 +117,10 @@ class SimulatedRobot:
         self.client = TempoClient(endpoint, name, list(spec.joint_names), cameras,
                                   spec.state_size, handshake_timeout_s=60, policy=policy,
                                   task=task)  # fmt: skip
-        self._sent: dict[int, int] = {}
+        # Per observation in flight: when it was sent and the newest tick seen then.
+        self._sent: dict[int, tuple[int, int]] = {}
         self._tick = 0
+        self.last_step = -1  # the newest control tick (the daemon's step) an action or hold had
 
     def connect(self) -> bool:
         """Handshake; False (the refusal recorded) when the daemon refused this robot."""
@@ -117,12 +137,13 @@ class SimulatedRobot:
         self._tick += 1
         seq = self.client.send_observation(self._frames, state)
         if seq is not None:
-            self._sent[seq] = time.monotonic_ns()
+            self._sent[seq] = (time.monotonic_ns(), self.last_step)
         return seq
 
     def receive(self, timeout_s: float) -> int | None:
         """Wait up to `timeout_s`; the observation whose chunk just arrived, if one did."""
         command = self.client.receive(timeout_s=timeout_s)
+        self.last_step = max(self.last_step, command.step)
         if command.kind != "action" or command.obs_seq is None:
             return None
         sent = self._sent.pop(command.obs_seq, None)
@@ -131,11 +152,14 @@ class SimulatedRobot:
         for older in [seq for seq in self._sent if seq < command.obs_seq]:
             del self._sent[older]  # skipped for a newer observation: never answered
         now = time.monotonic_ns()
-        latency_ms = (now - sent) / 1e6
-        self.run.latencies_ms.append(latency_ms)
+        sent_ns, step_then = sent
+        self.run.latencies_ms.append((now - sent_ns) / 1e6)
         self.run.arrivals_s.append(now / 1e9)
-        if self.run.period_s > 0 and latency_ms > self.run.period_s * 1e3:
-            self.run.late += 1
+        # Judged only once the robot has had a tick to count from (DEADLINE_RULE).
+        if self.run.period_s > 0 and step_then >= 0:
+            if command.step - step_then > self.run.ticks_per_request:
+                self.run.late += 1
+                self.run.late_at_s.append(now / 1e9 - self.run.arrivals_s[0])
         return command.obs_seq
 
     def close(self) -> None:
@@ -145,8 +169,22 @@ class SimulatedRobot:
         self.client.close()
 
 
+def on_ticks(robot: SimulatedRobot, stop: threading.Event) -> None:
+    """drive "tick": an observation at once, then one each time the daemon's stream brings a
+    newer tick, until `stop`; the daemon asks its policy every query period with the newest."""
+    sent_at: int | None = None  # the tick of the last observation; -1: before any tick
+    try:
+        while not stop.is_set():
+            if sent_at is None or robot.last_step > sent_at:
+                sent_at = robot.last_step
+                robot.send()
+            robot.receive(0.002)
+    finally:
+        robot.close()
+
+
 def paced(robot: SimulatedRobot, stop: threading.Event) -> None:
-    """An observation every robot period until `stop`; chunks recorded as they come."""
+    """drive "clock": an observation every robot period by its own clock until `stop`."""
     period = robot.run.period_s
     start = time.monotonic()
     ticks = 0
@@ -162,7 +200,7 @@ def paced(robot: SimulatedRobot, stop: threading.Event) -> None:
 
 
 def eager(robot: SimulatedRobot, stop: threading.Event) -> None:
-    """The next observation as soon as the chunk for the last one arrived, until `stop`."""
+    """drive "eager": the next observation as soon as the chunk for the last one arrived."""
     try:
         while not stop.is_set():
             seq = robot.send()
@@ -174,17 +212,23 @@ def eager(robot: SimulatedRobot, stop: threading.Event) -> None:
         robot.close()
 
 
+DRIVEN_BY = {"tick": on_ticks, "clock": paced, "eager": eager}
+
+
 class RobotProcess:
-    """A SimulatedRobot in a child process (this file run with --child), driven paced or eager.
+    """A SimulatedRobot in a child process (this file run with --child), driven as `drive`.
     The two talk in JSON lines: the plan, then `connect`, `go` and `stop` down the child's
     stdin; the refusal (or none) and at the end the RobotRun up its stdout."""
 
     def __init__(self, endpoint: str, name: str, spec: Any, policy: str | None,
-                 period_s: float, never_waits: bool = False) -> None:  # fmt: skip
-        self.run = RobotRun(name, policy or "default", period_s)
+                 period_s: float, ticks_per_request: int, drive: str) -> None:  # fmt: skip
+        if drive not in DRIVES:
+            raise ValueError(f"drive {drive!r} is not one of {DRIVES}")
+        self.run = RobotRun(name, policy or "default", period_s, ticks_per_request, drive)
         plan = {
             "endpoint": endpoint, "name": name, "policy": policy, "period_s": period_s,
-            "eager": never_waits, "state_size": spec.state_size,
+            "ticks_per_request": ticks_per_request, "drive": drive,
+            "state_size": spec.state_size,
             "joint_names": list(spec.joint_names),
             "cameras": [[c.name, c.height, c.width] for c in spec.cameras],
             "prompt": getattr(spec, "prompt", None) is not None,
@@ -255,7 +299,9 @@ def _child() -> int:
         joint_names=plan["joint_names"],
         prompt=plan["prompt"] or None,
     )
-    robot = SimulatedRobot(plan["endpoint"], plan["name"], spec, plan["policy"], plan["period_s"])
+    robot = SimulatedRobot(plan["endpoint"], plan["name"], spec, plan["policy"],
+                           plan["period_s"], plan["ticks_per_request"],
+                           plan["drive"])  # fmt: skip
     if not sys.stdin.readline():  # connect
         return 0
     connected = robot.connect()
@@ -272,7 +318,7 @@ def _child() -> int:
         stop.set()
 
     threading.Thread(target=wait_for_stop, daemon=True).start()
-    (eager if plan["eager"] else paced)(robot, stop)
+    DRIVEN_BY[plan["drive"]](robot, stop)
     try:
         print(json.dumps(dataclasses.asdict(robot.run)), flush=True)
     except BrokenPipeError:  # the benchmark is gone: nobody to tell

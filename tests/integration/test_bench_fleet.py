@@ -62,6 +62,9 @@ def test_admission_refuses_the_extra_robot_with_numbers_and_mixed_reports_each_p
     # Each robot at its own policy's rate, its deadline one of its periods.
     assert (act["rate_hz"], pi0["rate_hz"]) == (10.0, 5.0)
     assert (act["deadline_ms"], pi0["deadline_ms"]) == (100.0, 200.0)
+    # The deadline counted in control ticks: each policy's query period.
+    assert (act["deadline_ticks"], pi0["deadline_ticks"]) == (1, 2)
+    assert act["drive"] == pi0["drive"] == "tick"
     for row in (act, pi0):
         assert row["chunks"] > 0 and row["obs_to_action_p99_ms"] > 0, row
         assert isinstance(row["all_on_time"], bool) and row["lost"] >= 0
