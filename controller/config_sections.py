@@ -100,11 +100,7 @@ class InferenceConfig(Section):
     set in the file or with --set always wins (see controller.daemon.execution)."""
 
     query_period: int = Field(
-        default=1,
-        ge=1,
-        le=1000,
-        description="Ask the policy about a robot's observation N control steps after the one "
-        "last asked about (at once if it came later; the newest, at the tick, if earlier).",
+        default=1, ge=1, le=1000, description="Ask the policy at most every N control steps."
     )
     ensemble: Literal["temporal", "newest"] = Field(
         default="temporal",

@@ -77,10 +77,7 @@ class Session:
         self._last_observation_ns = 0  # when its last accepted observation came (0: none yet)
         self._last_obs_seq = -1
         self._send_seq = 0
-        # The control step of the observation last asked about: the next is due a query period
-        # of observations later (not of requests, so a robot sending at the query rate just
-        # after a due tick is asked at once from its next observation on, not a tick late each).
-        self._asked_step = NEVER
+        self._last_request_step = NEVER
         self._pending: PendingObservation | None = None  # the newest not yet asked about
         self._context = EpisodeContext(robot, spec)  # what the policy is told of this robot
         self._newest_chunk_obs_seq = -1
@@ -258,18 +255,18 @@ class Session:
         self._queues.requests.take()
         self._queues.chunks.clear()
         self._pending = None
-        self._asked_step = NEVER
+        self._last_request_step = NEVER
 
     def request_if_due(self, step: int, query_period: int) -> InferenceRequest | None:
-        """The pending observation as a request with this robot's context as it is now (and no
-        longer pending), once `query_period` steps have passed since the step of the observation
-        last asked about; None when not due or nothing new came since the last request."""
-        if step - self._asked_step < query_period:
+        """At most every `query_period` steps, the pending observation as a request with this
+        robot's context as it is now (and no longer pending); None when not due or nothing new
+        came since the last request."""
+        if step - self._last_request_step < query_period:
             return None
         observation, self._pending = self._pending, None
         if observation is None:
             return None
-        self._asked_step = observation.step
+        self._last_request_step = step
         context = self._context.robot_context(observation, self._pipeline.plan(observation.step))
         return InferenceRequest(
             observation.obs_seq,
