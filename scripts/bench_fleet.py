@@ -111,7 +111,8 @@ def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:
 FLEET_COLUMNS = [
     ("robots", "robots"), ("batch", "batch_sizes"), ("p50 ms", "obs_to_action_p50_ms"),
     ("p99 ms", "obs_to_action_p99_ms"), ("worst p99", "worst_robot_p99_ms"),
-    ("late", "late_chunks"), ("missed", "missed_ticks"), ("lost", "lost"),
+    ("late", "late_chunks"), ("unserved", "unserved_periods"), ("missed", "missed_ticks"),
+    ("lost", "lost"),
     ("steps/s", "robot_steps_per_s"), ("steps by bucket", "steps_by_bucket"),
     ("wait p99", "daemon_wait_p99_ms"), ("infer p99", "daemon_inference_p99_ms"),
     ("daemon o->a p99", "daemon_obs_to_action_p99_ms"), ("gpu %", "gpu_util"),
@@ -131,7 +132,7 @@ MIXED_COLUMNS = [
     ("deadline ms", "deadline_ms"), ("ticks", "deadline_ticks"),
     ("p50 ms", "obs_to_action_p50_ms"), ("p99 ms", "obs_to_action_p99_ms"),
     ("worst p99", "worst_robot_p99_ms"), ("chunks", "chunks"), ("late", "late_chunks"),
-    ("all on time", "all_on_time"),
+    ("unserved", "unserved_periods"), ("all on time", "all_on_time"),
     ("lost", "lost"), ("load", "load"), ("bucket step ms", "step_ms_by_bucket"),
 ]  # fmt: skip
 
@@ -139,7 +140,7 @@ ROBOT_COLUMNS = [
     ("robot", "robot"), ("policy", "policy"), ("rate Hz", "rate_hz"),
     ("deadline ms", "deadline_ms"), ("p50 ms", "p50_ms"), ("p99 ms", "p99_ms"),
     ("chunks", "chunks"), ("late", "late_chunks"), ("late at s", "late_at_s"),
-    ("actions", "actions"), ("lost", "lost"),
+    ("unserved", "unserved_periods"), ("actions", "actions"), ("lost", "lost"),
 ]  # fmt: skip
 
 

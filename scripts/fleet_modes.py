@@ -70,6 +70,7 @@ def _totals(runs: list[dict[str, Any]], latencies: list[float]) -> dict[str, Any
         "obs_to_action_p99_ms": percentile(latencies, 99),
         "worst_robot_p99_ms": max(worst) if worst else None,
         "late_chunks": sum(r["late_chunks"] for r in runs),
+        "unserved_periods": sum(r["unserved_periods"] for r in runs),
         "lost": sum(r["lost"] for r in runs),
         "expired": sum(r["expired"] for r in runs),
         "reconnects": sum(r["reconnects"] for r in runs),
@@ -140,7 +141,8 @@ def mixed_run(config: TempoConfig, robots: dict[str, int], seconds: float, tiny:
             "deadline_ms": runs[0]["deadline_ms"] if runs else None,
             "deadline_ticks": runs[0]["deadline_ticks"] if runs else None,
             **totals,
-            "all_on_time": totals["late_chunks"] == 0 and all(r["chunks"] > 0 for r in runs),
+            "all_on_time": totals["late_chunks"] == 0 and totals["unserved_periods"] == 0
+            and all(r["chunks"] > 0 for r in runs),
             "late_actions_dropped": lane.get("late_actions_dropped"),
             "load": lane.get("load"),
             # Observations further apart than this get holds between chunks (the watchdog).

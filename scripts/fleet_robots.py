@@ -22,11 +22,14 @@ How a robot times its observations (`drive`):
 Each records, per chunk, the observation-to-action time: from sending an observation to the
 first action computed from it reaching the robot.
 
-The deadline rule (printed with the results) counts control ticks, not milliseconds, so a
-robot process that is itself late under load is not blamed on the daemon: a chunk is on time
-when its first action comes with one of the first Q ticks the robot receives after sending its
-observation, Q being the robot's period in control ticks (its policy's query period). A chunk
-later than that only arrives after the robot has asked for the next one.
+The deadline rule (printed with the results) counts the daemon's control steps, not
+milliseconds, so the verdict does not swing with the machine's timing noise: a chunk is on time
+when its first action is for one of the Q control steps after the newest step the robot had
+seen when it sent the observation, Q being the robot's period in steps (its policy's query
+period). A chunk later than that only arrives after the robot has asked for the next one. (A
+robot process that polls late can still see a later action of the chunk first and count it
+late.) Observations the daemon never asks about (it takes the newest once a query period) are
+not chunks; a period that brought the robot no new chunk is counted apart (`unserved_periods`).
 """
 
 from __future__ import annotations
@@ -52,9 +55,9 @@ from controller.errors import HandshakeRefused  # noqa: E402
 from controller.wire.client import TempoClient  # noqa: E402
 
 DEADLINE_RULE = (
-    "a chunk is on time when its first action comes with one of the first Q control ticks the "
-    "robot receives after sending the observation it was computed from (Q: the robot's period "
-    "in ticks, its policy's query period)"
+    "a chunk is on time when its first action is for one of the Q control steps after the newest "
+    "step the robot had seen when it sent the observation the chunk was computed from (Q: the "
+    "robot's period in steps, its policy's query period)"
 )
 DRIVES = ("tick", "clock", "eager")
 # An eager robot whose observation got no chunk (skipped for a newer one) sends again after this.
@@ -74,6 +77,7 @@ class RobotRun:
     arrivals_s: list[float] = field(default_factory=list)  # monotonic, each chunk's arrival
     late: int = 0  # chunks past the deadline (DEADLINE_RULE)
     late_at_s: list[float] = field(default_factory=list)  # each one's arrival, s into the run
+    unserved_periods: int = 0  # robot periods between two chunks' first actions with no chunk
     actions: int = 0
     lost: int = 0  # gaps in the daemon's action/hold sequence numbers
     expired: int = 0  # actions that reached the client past their own deadline
@@ -94,6 +98,7 @@ class RobotRun:
             "p99_ms": float(np.percentile(times, 99)) if times else None,
             "late_chunks": self.late,
             "late_at_s": [round(t, 3) for t in self.late_at_s],
+            "unserved_periods": self.unserved_periods,
             "actions": self.actions,
             "lost": self.lost,
             "expired": self.expired,
@@ -121,6 +126,7 @@ class SimulatedRobot:
         self._sent: dict[int, tuple[int, int]] = {}
         self._tick = 0
         self.last_step = -1  # the newest control tick (the daemon's step) an action or hold had
+        self._last_chunk_step = -1  # the step of the last new chunk's first action
 
     def connect(self) -> bool:
         """Handshake; False (the refusal recorded) when the daemon refused this robot."""
@@ -153,6 +159,10 @@ class SimulatedRobot:
             del self._sent[older]  # skipped for a newer observation: never answered
         now = time.monotonic_ns()
         sent_ns, step_then = sent
+        if self._last_chunk_step >= 0 and self.run.period_s > 0:
+            gap = command.step - self._last_chunk_step
+            self.run.unserved_periods += max(0, gap // self.run.ticks_per_request - 1)
+        self._last_chunk_step = command.step
         self.run.latencies_ms.append((now - sent_ns) / 1e6)
         self.run.arrivals_s.append(now / 1e9)
         # Judged only once the robot has had a tick to count from (DEADLINE_RULE).

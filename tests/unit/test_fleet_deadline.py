@@ -1,5 +1,6 @@
-"""The fleet benchmark's deadline rule counts the daemon's control ticks the robot received,
-not milliseconds; and a robot driven by ticks sends an observation per tick it receives."""
+"""The fleet benchmark's deadline rule counts the daemon's control steps, not milliseconds; a
+period that brought no new chunk is counted; a robot driven by ticks sends an observation per
+tick it receives."""
 
 from __future__ import annotations
 
@@ -66,6 +67,22 @@ def test_a_chunk_is_late_only_past_its_query_period_in_ticks() -> None:
     assert robot.receive(0) == 2  # first action at tick 16: three ticks, late
     assert robot.run.late == 1
     assert len(robot.run.latencies_ms) == 2
+
+
+def test_a_period_that_brought_no_new_chunk_is_counted() -> None:
+    robot = _robot(ticks_per_request=5)
+    # Chunks whose first actions are for steps 10, 15 and 25, each sent for just before it
+    # (on time): the period 15..25 had one chunk where two were due.
+    script = []
+    for seq, first_step in ((1, 10), (2, 15), (3, 25)):
+        script += [_tick(first_step - 1), _tick(first_step, seq)]
+    robot.client = _ScriptedClient(script)
+    for _ in range(3):
+        robot.receive(0)
+        robot.send()
+        robot.receive(0)
+    assert robot.run.late == 0
+    assert robot.run.unserved_periods == 1
 
 
 def test_an_observation_sent_before_any_tick_is_not_judged() -> None:
