@@ -4,7 +4,8 @@ query step (PendingObservation), and the asking itself: at most every `query_per
 robot's newest observation, with that robot's context as it is then (InferenceRequests).
 
     requests = InferenceRequests(feed, query_period)   # feed: the policy's (ServedPolicy.feed)
-    requests.submit_if_due(session, step)              # from an observation, and the tick's write
+    requests.submit_if_due(session, step)              # from an observation's arrival
+    requests.submit_if_due(session, step, at_tick=True)  # from the tick's write
 
 The feed takes requests from a robot's `queues` and hands back chunks and refusals through them
 (controller.link.inference_feed); the session reads those on the loop thread.
@@ -26,6 +27,7 @@ class PendingObservation:
     """An accepted observation waiting for the query period to come round."""
 
     step: int  # the control step it belongs to
+    since_previous: int  # control steps since this robot's previous observation (NEVER: none)
     obs_seq: int
     received_ns: int
     images: dict[str, np.ndarray]
@@ -62,7 +64,9 @@ class Requester(Protocol):
 
     recording: RobotRecording | None  # the flight recorder's handle (None: off)
 
-    def request_if_due(self, step: int, query_period: int) -> InferenceRequest | None: ...
+    def request_if_due(
+        self, step: int, query_period: int, at_tick: bool = False
+    ) -> InferenceRequest | None: ...
 
 
 class InferenceRequests:
@@ -77,9 +81,11 @@ class InferenceRequests:
         self.query_period = query_period
         self.budget_ns = period_ns * query_period if period_ns is not None else None
 
-    def submit_if_due(self, session: Requester, step: int) -> None:
-        """With the robot's context as it is now (its plan from the observation's step on)."""
-        request = session.request_if_due(step, self.query_period)
+    def submit_if_due(self, session: Requester, step: int, at_tick: bool = False) -> None:
+        """With the robot's context as it is now (its plan from the observation's step on).
+        at_tick: from the tick's write (an observation that came while none was due), not from
+        the observation's arrival."""
+        request = session.request_if_due(step, self.query_period, at_tick)
         if request is not None:
             request.budget_ns = self.budget_ns
             self.feed.submit(session.queues, request)

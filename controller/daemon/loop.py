@@ -119,7 +119,7 @@ class ControlLoop:
         for session in sessions:
             if not session.closed:
                 try:
-                    self.requests.submit_if_due(session, step)
+                    self.requests.submit_if_due(session, step, at_tick=True)
                 except Exception:
                     self._failed(session, step)
 

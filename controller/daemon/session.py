@@ -39,7 +39,7 @@ from controller.link.inference_feed import Chunk, InferenceQueues, InferenceRequ
 from controller.record.queue import RobotRecording
 from policies.base import PolicySpec
 
-NEVER = -(10**18)  # the step of the last request before any was made
+NEVER = -(10**18)  # the step of the last request (or observation) before there was one
 # Why a tick holds, by the guard chain's watchdog state (anything else: no action this step).
 HOLD_REASONS = {"stop": "stopped", "hold": "stale_observation"}
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ class Session:
         self._clock = ClockOffset()
         self._last_observation_ns = 0  # when its last accepted observation came (0: none yet)
         self._last_obs_seq = -1
+        self._last_obs_step = NEVER  # the control step of its last accepted observation
         self._send_seq = 0
         self._last_request_step = NEVER
         self._pending: PendingObservation | None = None  # the newest not yet asked about
@@ -233,11 +234,13 @@ class Session:
             self._counters["plans_dropped_after_watchdog"] += 1
         self._pending = PendingObservation(
             step=step,
+            since_previous=step - self._last_obs_step,
             obs_seq=obs_seq,
             received_ns=received_ns,
             images=images,
             state_window=self._context.push_state(state),
         )
+        self._last_obs_step = step
 
     def own_joints(self, joints: Sequence[str]) -> tuple[str, ...]:
         """The operator now owns `joints` (teleop); raises ValueError for unknown ones."""
@@ -257,15 +260,23 @@ class Session:
         self._pending = None
         self._last_request_step = NEVER
 
-    def request_if_due(self, step: int, query_period: int) -> InferenceRequest | None:
+    def request_if_due(
+        self, step: int, query_period: int, at_tick: bool = False
+    ) -> InferenceRequest | None:
         """At most every `query_period` steps, the pending observation as a request with this
         robot's context as it is now (and no longer pending); None when not due or nothing new
-        came since the last request."""
+        came since the last request. `at_tick`: asked from the tick's write, not on arrival."""
         if step - self._last_request_step < query_period:
             return None
-        observation, self._pending = self._pending, None
+        observation = self._pending
         if observation is None:
             return None
+        if at_tick and observation.since_previous >= query_period:
+            # A robot sending once a query period or slower, whose observation came just before
+            # a request was due: asked now it is already old, and so would each later one be
+            # (the request's phase stays ahead of the robot's). Its next one is asked on arrival.
+            return None
+        self._pending = None
         self._last_request_step = step
         context = self._context.robot_context(observation, self._pipeline.plan(observation.step))
         return InferenceRequest(

@@ -28,7 +28,9 @@ def chunk(start: int, episode: int, memory: dict[str, np.ndarray] | None) -> Chu
 
 def observation(context: EpisodeContext, state: float) -> PendingObservation:
     window = context.push_state(np.full(2, state, np.float32))
-    return PendingObservation(step=7, obs_seq=1, received_ns=0, images={}, state_window=window)
+    return PendingObservation(
+        step=7, since_previous=1, obs_seq=1, received_ns=0, images={}, state_window=window
+    )
 
 
 def test_a_landed_chunk_sets_memory_delay_and_ends_the_episode_start() -> None:
