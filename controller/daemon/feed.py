@@ -27,7 +27,7 @@ class PendingObservation:
     """An accepted observation waiting for the query period to come round."""
 
     step: int  # the control step it belongs to
-    since_previous: int  # control steps since this robot's previous observation (NEVER: none)
+    since_previous: int  # steps since this robot's previous observation (about 1e18: none)
     obs_seq: int
     received_ns: int
     images: dict[str, np.ndarray]

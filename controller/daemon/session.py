@@ -271,10 +271,12 @@ class Session:
         observation = self._pending
         if observation is None:
             return None
-        if at_tick and observation.since_previous >= query_period:
-            # A robot sending once a query period or slower, whose observation came just before
-            # a request was due: asked now it is already old, and so would each later one be
-            # (the request's phase stays ahead of the robot's). Its next one is asked on arrival.
+        gap, age = observation.since_previous, step - observation.step
+        if at_tick and gap >= query_period and 2 * age > gap:
+            # It came a query period or more after the robot's previous one, before a request
+            # was due, and its robot's next one is nearer than this one is old: asked now, each
+            # later one would be as old (the requests' phase stays ahead of the robot's). The
+            # next one is asked on arrival instead.
             return None
         self._pending = None
         self._last_request_step = step
