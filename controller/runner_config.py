@@ -157,8 +157,8 @@ class RunnerConfig(BaseModel):
         "not writable, or artefacts_dir), the compiled tiers load them instead of tracing and "
         "compiling; one built for another GPU, torch, Tempo or runner settings, or corrupt, is "
         "refused and rebuilt there. Without such a folder nothing changes. On CUDA, auto takes "
-        "the compile-cache route (AOTInductor's loader killed the process, SIGSEGV, on every "
-        "package tried on an H100 with torch 2.11+cu130); aot: AOTInductor packages on CUDA "
+        "the compile-cache route (ACT's AOTInductor package did not serve on an H200 with torch "
+        "2.11+cu130: README, tempo build); aot: AOTInductor packages on CUDA "
         "too, each new one first loaded by a fresh process, and one that fails there recorded "
         "for the compile-cache route. off: never.",
     )

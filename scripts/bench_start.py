@@ -33,6 +33,7 @@ from typing import Any
 
 CHECKPOINT_POLICIES = ("act-demo", "act-aloha", "tdmpc2", "flow-aloha")
 POLICIES = ("tiny", *CHECKPOINT_POLICIES, "pi0")
+MODES = ("cold", "warm", "mega", "built")
 NOTES = ("built artefacts:", "compile cache:", "policy started in")
 
 
@@ -92,7 +93,7 @@ def child(plan: dict[str, Any]) -> int:
 # ---- the parent: starts, timed from outside ------------------------------------------------
 
 
-def one_start(plan: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def one_start(plan: dict[str, Any], timeout_s: float, log_to: Path | None = None) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", json.dumps(plan)]
     result: dict[str, Any] = {"ok": False}
     with tempfile.TemporaryFile("w+") as log_file:  # a file: a full pipe would stall the child
@@ -119,6 +120,8 @@ def one_start(plan: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     result["notes"] = notes
     if not result["ok"]:
         result["stderr_tail"] = err[-3000:]
+    if log_to is not None:  # the whole log: which tiers failed and why
+        log_to.write_text(err)
     return result
 
 
@@ -140,24 +143,31 @@ def run(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
 
     def measure(mode: str, plan: dict[str, Any]) -> None:
-        result = one_start(plan, args.timeout)
+        log_to = None
+        if args.logs is not None:
+            args.logs.mkdir(parents=True, exist_ok=True)
+            log_to = args.logs / f"{len(rows):02d}-{mode}.log"
+        result = one_start(plan, args.timeout, log_to)
         result["mode"] = mode
         rows.append(result)
         print(f"{mode}: {summary(result)}", file=sys.stderr, flush=True)
 
     warm_cache = work / "cache-cold-0"
-    for i in range(args.repeats):  # the first cold start leaves the cache the warm ones use
+    for i in range(args.repeats if "cold" in args.modes else 0):  # the first leaves warm's cache
         measure("cold", plan_for(args, checkpoint, cache_dir=work / f"cache-cold-{i}",
                                  built_artefacts="off"))  # fmt: skip
-    for _ in range(args.repeats):
+    for _ in range(args.repeats if "warm" in args.modes else 0):
         measure("warm", plan_for(args, checkpoint, cache_dir=warm_cache, built_artefacts="off"))
-    for i in range(args.repeats):  # a fresh cache holding only the warm one's mega-cache files
+    for i in range(args.repeats if "mega" in args.modes else 0):  # only warm's mega-cache files
         cache = work / f"cache-mega-{i}"
         cache.mkdir(mode=0o700)
         for saved in warm_cache.glob("megacache-*.bin"):
             shutil.copy(saved, cache / saved.name)
         measure("mega", plan_for(args, checkpoint, cache_dir=cache, built_artefacts="off"))
-    built = plan_for(args, checkpoint, cache_dir=work / "cache-built", artefacts_dir=work / "built")
+    if "built" not in args.modes:
+        return rows
+    built = plan_for(args, checkpoint, cache_dir=work / "cache-built", artefacts_dir=work / "built",
+                     built_artefacts=args.built_artefacts)  # fmt: skip
     measure("build", built)  # what `tempo build` does: a start that builds the artefacts
     for _ in range(args.repeats):
         measure("built", built)
@@ -180,6 +190,8 @@ def print_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     for mode in ("cold", "warm", "mega", "build", "built"):
         done = [r for r in rows if r["mode"] == mode and r["ok"]]
         failed = sum(1 for r in rows if r["mode"] == mode and not r["ok"])
+        if not done and not failed:  # a mode not asked for
+            continue
         if not done:
             print(f"{mode:<6} {0:>6} {'-':>20} {'-':>20}  ({failed} failed)")
             continue
@@ -209,7 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=3, help="starts per mode (default 3)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per start")
+    parser.add_argument(
+        "--modes", nargs="+", default=list(MODES), choices=MODES,
+        help="which starts (default all; warm and mega need cold, which leaves their cache; "
+        "built includes the build)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--built-artefacts",
+        default="auto",
+        choices=["auto", "aot"],
+        help="runner.built_artefacts of the build and built starts (aot: AOTInductor on CUDA)",
+    )
     parser.add_argument("--work", type=Path, help="keep caches and artefacts here (default: tmp)")
+    parser.add_argument("--logs", type=Path, help="write each start's log into this folder")
     parser.add_argument("--json", dest="json_out", type=Path, help="write every start here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -217,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         return child(json.loads(args.child))
     if args.policy is None and args.checkpoint is None:
         parser.error("name a --policy or a --checkpoint")
+    if {"warm", "mega"} & set(args.modes) and "cold" not in args.modes:
+        parser.error("warm and mega starts use the cache the first cold start leaves: add cold")
     if args.policy == "pi0":
         parser.error("--policy pi0 needs a real checkpoint: pass --checkpoint DIR instead")
     args.top_tier = args.top_tier or ("compiled" if args.device == "cpu" else "auto")

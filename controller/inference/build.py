@@ -82,7 +82,11 @@ def build_policy(
     device = resolve_device(policy.device)
     runner = with_built_artefacts(runner, policy)
     if model is None:
-        tensor_policy = build_tensor_policy(policy, robot, device=device)
+        # With the reference's weights on the host, a checkpoint is read there: the runner keeps
+        # its matmul weights on the host anyway, and loading it onto the GPU first uploaded the
+        # whole FP32 model only to copy most of it back (pi0: 9 s of a 31 s start, H200).
+        load_to = "cpu" if runner.reference_weights == "host" else device
+        tensor_policy = build_tensor_policy(policy, robot, device=load_to)
     else:
         tensor_policy = model
     planner = policy.planner

@@ -18,10 +18,14 @@ A model that torch.export cannot export, or that compiles by regions (pi0), take
 compile-cache route (torch.compile and the mega-cache, controller.inference.compile_cache); its
 manifest says so, so the next start does not try to export it again.
 
-On CUDA a package is first loaded by a fresh process (`_load_in_a_child`): AOTInductor's loader
-killed the process (SIGSEGV) on an H100 with torch 2.11+cu130 for every package tried, a
-one-layer model's too, and such a crash must not be the inference process's. A package that
-fails there is recorded as taking the compile-cache route, with the reason.
+On CUDA a package is first loaded by a fresh process (`_load_in_a_child`), so that a crashing
+loader is not the inference process's crash. A package that fails there is recorded as taking
+the compile-cache route, with the reason. On the GPU machines this was measured on (H100, H200,
+torch 2.11+cu130) every package killed its loader (SIGSEGV, in std::regex while the model is
+made): their CXX, /opt/gcc/bin/g++, linked libstdc++ into the package statically, and that copy's
+locale does not match the process's. Built with the system's g++ the package loaded, but ACT's
+did not serve on CUDA (its load took 43 s, its run inside a CUDA graph capture failed, and its
+results missed the reference's parity), so `auto` takes the compile-cache route on CUDA.
 
 A package is code: it is loaded only from the checkpoint's `tempo_build/` folder or the private
 compile cache, never from a folder other users may write, and must be trusted like the checkpoint.
@@ -250,11 +254,25 @@ def _load_in_a_child(package: Path) -> tuple[str, bool] | None:
     if done.returncode == 0:
         return None
     if done.returncode < 0:
-        return f"the loading process was killed by signal {-done.returncode}", True
+        return (
+            f"the loading process was killed by signal {-done.returncode} (compiled by "
+            f"{_cpp_compiler()}; a compiler that links libstdc++ into the package statically "
+            "makes the loader crash, and CXX picks another)"
+        ), True
     lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
     last = lines[-1][:200] if lines else "no message"
     out_of_memory = "OutOfMemoryError" in last or "out of memory" in last.lower()
     return f"exit {done.returncode}: {last}", not out_of_memory
+
+
+def _cpp_compiler() -> str:
+    """The C++ compiler inductor builds packages with (CXX, else what it finds)."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        return str(get_cpp_compiler())
+    except Exception:  # noqa: BLE001 - only named in a message
+        return "the C++ compiler inductor picks"
 
 
 def _may_pass_next_time(exc: BaseException) -> bool:

@@ -94,8 +94,8 @@ def test_a_built_package_is_loaded_without_tracing_and_serves_the_modules_weight
 def test_a_package_that_kills_its_loader_is_never_loaded_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """On an H100 (torch 2.11+cu130) AOTInductor's loader died with SIGSEGV on every package:
-    a new package is loaded by a fresh process first (on CUDA; here on the CPU, with a loader
+    """On GPU hosts whose compiler linked libstdc++ statically AOTInductor's loader died with
+    SIGSEGV on every package: a new package is loaded by a fresh process first (on CUDA; here on the CPU, with a loader
     made to die the same way), and one that fails there is recorded for the compile cache."""
     monkeypatch.setattr(ba, "_checks_load_in_a_child", lambda device_type: True)
     monkeypatch.setattr(ba, "LOAD_CHECK", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
@@ -109,6 +109,7 @@ def test_a_package_that_kills_its_loader_is_never_loaded_here(
     record = json.loads(manifest.read_text())
     assert record["route"] == "compile cache"
     assert "the loading process was killed by signal 11" in record["reason"]
+    assert "(compiled by " in record["reason"]  # the compiler: what crashed loaders on GPU hosts
     assert not list((tmp_path / "built").glob("*.pt2"))  # nothing loadable is left there
     served_matches_reference(first, 0, config)
 
