@@ -25,7 +25,8 @@ torch 2.11+cu130) every package killed its loader (SIGSEGV, in std::regex while 
 made): their CXX, /opt/gcc/bin/g++, linked libstdc++ into the package statically, and that copy's
 locale does not match the process's. Built with the system's g++ the package loaded, but ACT's
 did not serve on CUDA (its load took 43 s, its run inside a CUDA graph capture failed, and its
-results missed the reference's parity), so `auto` takes the compile-cache route on CUDA.
+results then missed the reference's parity), so `auto` takes the compile-cache route on CUDA.
+Packages are loaded single-threaded since (see _load_package), not yet measured on a GPU.
 
 A package is code: it is loaded only from the checkpoint's `tempo_build/` folder or the private
 compile cache, never from a folder other users may write, and must be trusted like the checkpoint.
@@ -302,7 +303,11 @@ def _load_package(package: Path, step: nn.Module) -> Step:
     from torch._inductor import aoti_load_package
 
     try:
-        loaded = aoti_load_package(str(package))
+        # Single-threaded: without the container's pool of model instances, whose bookkeeping
+        # queries and waits on CUDA events, which a CUDA graph capture forbids (ACT's package
+        # failed its capture so: "operation not permitted when stream is capturing"). The
+        # runner's lock lets one thread at a time step it.
+        loaded = aoti_load_package(str(package), run_single_threaded=True)
         mine = _constants_of(step)
         wanted = loaded.get_constant_fqns()
     except Exception as exc:  # noqa: BLE001 - a truncated or foreign archive

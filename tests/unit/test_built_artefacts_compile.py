@@ -95,8 +95,9 @@ def test_a_package_that_kills_its_loader_is_never_loaded_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """On GPU hosts whose compiler linked libstdc++ statically AOTInductor's loader died with
-    SIGSEGV on every package: a new package is loaded by a fresh process first (on CUDA; here on the CPU, with a loader
-    made to die the same way), and one that fails there is recorded for the compile cache."""
+    SIGSEGV on every package: a new package is loaded by a fresh process first (on CUDA; here
+    on the CPU, with a loader made to die the same way), and one that fails there is recorded
+    for the compile cache."""
     monkeypatch.setattr(ba, "_checks_load_in_a_child", lambda device_type: True)
     monkeypatch.setattr(ba, "LOAD_CHECK", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     caplog.set_level(logging.INFO, logger="controller.inference.built_artefacts")
