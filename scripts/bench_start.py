@@ -6,6 +6,8 @@ and with built artefacts (what `tempo build` makes), several starts each, as a t
     python scripts/bench_start.py --policy act-aloha --device cuda --repeats 3
     python scripts/bench_start.py --policy tiny --device cpu             # CPU: compiled tier
     python scripts/bench_start.py --checkpoint DIR --device cuda         # any checkpoint (pi0)
+    python scripts/bench_start.py --policy act-aloha --device cuda --modes built \
+        --built-artefacts aot --logs LOGS      # AOTInductor packages on CUDA, each start's log
 
 Policies: tiny (the tiny conv+MLP test policy, made in code), act-demo, act-aloha, tdmpc2 (the
 5M planner at humanoid shapes) and flow-aloha, each with random weights written as a Tempo

@@ -1,0 +1,54 @@
+"""scripts/bench_start.py: the starts its --modes ask for, with the built-artefacts setting and
+each start's log where --logs says, without starting a policy."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.script_modules import load_script
+
+
+def _args(tmp_path: Path, modes: list[str], **more: Any) -> argparse.Namespace:
+    values = {"policy": "tiny", "checkpoint": None, "device": "cpu", "top_tier": "compiled",
+              "repeats": 2, "timeout": 5.0, "modes": modes, "built_artefacts": "auto",
+              "logs": None} | more  # fmt: skip
+    return argparse.Namespace(**values)
+
+
+def test_only_the_modes_asked_for_are_started(tmp_path: Path, monkeypatch) -> None:
+    bench = load_script("bench_start")
+    started: list[tuple[dict[str, Any], Path | None]] = []
+
+    def fake_start(plan: dict[str, Any], timeout_s: float, log_to: Path | None = None):
+        started.append((plan, log_to))
+        if log_to is not None:
+            log_to.write_text("the start's log")
+        return {"ok": True, "ready_s": 1.0, "first_action_s": 1.0, "tier": "compiled", "notes": []}
+
+    monkeypatch.setattr(bench, "one_start", fake_start)
+    logs = tmp_path / "logs"
+    rows = bench.run(_args(tmp_path, ["built"], built_artefacts="aot", logs=logs), tmp_path)
+    assert [row["mode"] for row in rows] == ["build", "built", "built"]
+    assert all(plan["runner"]["built_artefacts"] == "aot" for plan, _ in started)
+    assert sorted(p.name for p in logs.iterdir()) == [
+        "00-build.log",
+        "01-built.log",
+        "02-built.log",
+    ]
+
+    started.clear()
+    rows = bench.run(_args(tmp_path, ["cold", "warm"]), tmp_path)
+    assert [row["mode"] for row in rows] == ["cold", "cold", "warm", "warm"]
+    assert all(log_to is None for _, log_to in started)
+    warm_cache = started[0][0]["runner"]["cache_dir"]  # the first cold start's cache
+    assert [plan["runner"]["cache_dir"] for plan, _ in started[2:]] == [warm_cache, warm_cache]
+
+
+def test_warm_or_mega_without_cold_is_refused() -> None:
+    bench = load_script("bench_start")
+    with pytest.raises(SystemExit):
+        bench.main(["--policy", "tiny", "--modes", "warm", "built"])
