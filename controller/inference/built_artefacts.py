@@ -20,10 +20,11 @@ manifest says so, so the next start does not try to export it again.
 
 On CUDA a package is first loaded by a fresh process (`_load_in_a_child`), so that a crashing
 loader is not the inference process's crash. A package that fails there is recorded as taking
-the compile-cache route, with the reason. On the GPU machines this was measured on (H100, H200,
-torch 2.11+cu130) every package killed its loader (SIGSEGV, in std::regex while the model is
-made): their CXX, /opt/gcc/bin/g++, linked libstdc++ into the package statically, and that copy's
-locale does not match the process's. Built with the system's g++ the package loaded, but ACT's
+the compile-cache route, with the reason. On the H100 and H200 machines measured (torch
+2.11+cu130) every package killed its loader (SIGSEGV). On the H200 the cause was found: it died
+in std::regex while the model was made, because the machine's CXX, /opt/gcc/bin/g++, had linked
+libstdc++ into the package statically, and that copy's locale does not match the process's.
+Built with the system's g++ the package loaded, but ACT's
 did not serve on CUDA (its load took 43 s, its run inside a CUDA graph capture failed, and its
 results then missed the reference's parity), so `auto` takes the compile-cache route on CUDA.
 Packages are loaded single-threaded since (see _load_package), not yet measured on a GPU.
@@ -257,8 +258,8 @@ def _load_in_a_child(package: Path) -> tuple[str, bool] | None:
     if done.returncode < 0:
         return (
             f"the loading process was killed by signal {-done.returncode} (compiled by "
-            f"{_cpp_compiler()}; a compiler that links libstdc++ into the package statically "
-            "makes the loader crash, and CXX picks another)"
+            f"{_cpp_compiler()}; loaders crashed so where the compiler had linked libstdc++ "
+            "into the package statically, and CXX names another compiler)"
         ), True
     lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
     last = lines[-1][:200] if lines else "no message"
