@@ -6,7 +6,8 @@
     check(now)                                  teleop mix -> guard chain -> verdict, `command`
     step(step, now, laps)                       propose + check (laps: when a caller times each)
     delivered() / not_delivered()               what the robot actually received
-    drop_plan()                                 forget every chunk (new episode, back from a stop)
+    drop_plan(hand_over)                        forget every chunk (new episode, back from a stop;
+                                                hand_over: a new policy process, blended in)
 
 The daemon's loop and the profiling tools drive the same object, so what a profile times is what
 the daemon serves. Buffers are allocated once; no call allocates per tick except `plan()`, which
@@ -60,6 +61,8 @@ class ActionPipeline:
         self.last_command: np.ndarray | None = None  # the last command the robot received
         self.teleop_values: np.ndarray | None = None
         self.last_observation_ns = 0  # 0: no observation yet
+        self._position = np.zeros(dim, dtype=np.float32)  # the last observed state, if position
+        self._has_position = False
         self._has_proposal = False
         self._plan_start = 0
         self._plan: np.ndarray | None = None  # the newest chunk that still had steps ahead
@@ -86,8 +89,13 @@ class ActionPipeline:
         dropped = self.guards.state != "ok"
         if dropped:
             self.drop_plan()
-        if self.last_command is None and self._state_is_position:
-            self.guards.seed(state)
+        if self._state_is_position:
+            np.copyto(self._position, state)
+            self._has_position = True
+            if self.last_command is None:
+                self.guards.seed(state)
+            if self.teleop.handing_over:  # the blend starts from the robot's newest position
+                self.teleop.hand_over(self._position)
         self.guards.on_fresh_observation()
         if resume:
             self.guards.resume()  # leaves the stop state when guards.resume is 'explicit'
@@ -95,9 +103,19 @@ class ActionPipeline:
         self.last_observation_ns = now_ns
         return dropped
 
-    def drop_plan(self) -> None:
+    def drop_plan(self, hand_over: bool = False) -> None:
         """Forget every chunk and where the robot was commanded last: rate limits restart from
-        the next observation."""
+        the next observation. `hand_over`: another policy process serves from now on (a
+        restart, a take-over, a swap at once), so the policy's first actions are blended in
+        from where the robot is (its last state when that is its joint positions, else its
+        last command) as a teleop hand-over is (teleop.blend_s); otherwise (a new episode, back
+        from a stop) no blend."""
+        if not hand_over:
+            self.teleop.cancel_hand_over()
+        elif self._has_position:
+            self.teleop.hand_over(self._position)
+        elif self.last_command is not None:  # not yet forgotten: the first drop since serving
+            self.teleop.hand_over(self.last_command)
         self.ensembler.reset()
         self.last_command = None
         self._plan, self._plan_start = None, 0

@@ -15,6 +15,10 @@ the source from tick blend_ticks on. A joint that switches again mid-blend start
 where it is. blend_s = 0 (or a blend shorter than one tick) switches at once; the guards' velocity
 limit still applies. Blends advance per successful `mix` call (tick-based: tests need no clock).
 
+The policy's joints change source too when another policy process starts serving the robot (a
+restart, a hot standby's take-over, a swap at once): `hand_over(start)` blends them the same way,
+from `start` (where the robot is) to the new policy's first actions.
+
 The mixer only picks and blends; the guards (`controller.action.guards`) then clamp whatever
 comes out, teleop values included. Not thread-safe: call from the control-loop thread.
 """
@@ -74,6 +78,8 @@ class TeleopMixer:
         self._factor = np.zeros(n)
         self._any_pending = False
         self._blending = False
+        self._hand_over_from = np.zeros(n)  # where a hand-over's blend starts
+        self._has_hand_over = False
         self._mask[self._indices(config.joints, "teleop.joints")] = True
         self._any_operator = bool(self._mask.any())
         self._any_policy = not bool(self._mask.all())
@@ -116,6 +122,31 @@ class TeleopMixer:
         if self.blend_ticks > 0 and changed.any():
             self._pending |= changed
             self._any_pending = True
+
+    def hand_over(self, start: np.ndarray) -> None:
+        """The policy's joints get a new source (another policy process serves from now on):
+        at the next mix that forms a command they blend from `start`, as joints changing hands
+        do. Called again before that mix, the newer `start` counts."""
+        if start.shape != self._mask.shape:
+            raise ValueError(
+                f"hand-over start has shape {start.shape}, expected {self._mask.shape}"
+            )
+        if self.blend_ticks == 0 or not self._any_policy:
+            return
+        np.copyto(self._hand_over_from, start)
+        self._has_hand_over = True
+        self._pending |= ~self._mask
+        self._any_pending = True
+
+    @property
+    def handing_over(self) -> bool:
+        """True while a hand-over's start waits for the mix that begins its blend."""
+        return self._has_hand_over
+
+    def cancel_hand_over(self) -> None:
+        """No blend from the hand-over's start (the robot may have been moved since, or begins
+        an episode); joints still pending switch at once, as after any dropped plan."""
+        self._has_hand_over = False
 
     def mix(
         self,
@@ -163,6 +194,8 @@ class TeleopMixer:
     def _start_blends(self, last_command: np.ndarray | None, source: np.ndarray) -> None:
         """Take the offsets of joints that changed hands (runs only on a switch tick)."""
         pending = self._pending
+        if self._has_hand_over:
+            last_command, self._has_hand_over = self._hand_over_from, False
         if last_command is not None:
             offset = np.where(pending, last_command - source, self._offset)
             offset[~np.isfinite(offset)] = 0.0  # a NaN source is the guards' business

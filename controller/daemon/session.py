@@ -330,10 +330,10 @@ class Session:
     def drop_plan_for_restart(self) -> None:
         """The policy's process is restarting or was switched: chunks it planned are never
         executed, an observation received before now is never asked about (it may predate the
-        fault), and this tick holds."""
+        fault), and this tick holds. The new process's first actions are blended in."""
         self._queues.chunks.clear()
         self._pending = None
-        self._pipeline.drop_plan()
+        self._pipeline.drop_plan(hand_over=True)
         self._hold_reason = "inference_restarting"
 
     # -- one control tick: update and write ---------------------------------------------------
