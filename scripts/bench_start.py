@@ -16,7 +16,9 @@ checkpoint into the work folder; pi0 needs --checkpoint (a LeRobot or openpi pi0
 Each start is a fresh Python process doing what the inference process does: its imports,
 `build_policy` (checkpoint load, every tier built, warmed up, captured and parity-checked),
 then one step on a random observation. The clock starts just before the process is spawned.
-The build for the "built" rows is timed once, apart. --json FILE keeps every start's figures.
+The build for the "built" rows is timed once, apart. "imports done" is when the child had
+imported what the inference process imports (torch and its compiler among them). --json FILE
+keeps every start's figures.
 """
 
 from __future__ import annotations
@@ -64,11 +66,13 @@ def make_checkpoint(name: str, directory: Path) -> Path:
 
 
 def child(plan: dict[str, Any]) -> int:
-    """One start as `plan` says; prints READY and ACTION lines (JSON) as they happen."""
+    """One start as `plan` says; prints IMPORTED, READY and ACTION lines as they happen."""
     import logging
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     import controller.inference.process_main  # noqa: F401 - the inference process's imports
+
+    print("IMPORTED", flush=True)  # the imports alone took seconds on some GPU hosts
     from controller.inference.build import build_policy, planner_runner
     from controller.inference.examples import random_observation
     from controller.policy_sections import PolicyConfig, RobotConfig
@@ -108,7 +112,9 @@ def one_start(plan: dict[str, Any], timeout_s: float, log_to: Path | None = None
         timer.start()
         for line in process.stdout or ():
             now = time.perf_counter() - began
-            if line.startswith("READY "):
+            if line.startswith("IMPORTED"):
+                result["imported_s"] = now
+            elif line.startswith("READY "):
                 result.update(ready_s=now, **json.loads(line[6:]))
             elif line.startswith("ACTION "):
                 result.update(first_action_s=now, ok=True)
@@ -180,6 +186,7 @@ def summary(result: dict[str, Any]) -> str:
     if not result["ok"]:
         return "FAILED: " + result.get("stderr_tail", "")[-500:]
     return (
+        f"imports {result.get('imported_s', float('nan')):.1f} s, "
         f"ready {result['ready_s']:.1f} s, first action {result['first_action_s']:.1f} s "
         f"({result.get('tier')}); {' | '.join(result['notes'][:2])}"
     )
@@ -188,19 +195,23 @@ def summary(result: dict[str, Any]) -> str:
 def print_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     print(f"\n{args.policy or args.checkpoint} on {args.device}, top tier {args.top_tier}: "
           f"seconds from process start (median, min-max of {args.repeats})")  # fmt: skip
-    print(f"{'mode':<6} {'starts':>6} {'to ready':>20} {'to first action':>20}  tier")
+    print(f"{'mode':<6} {'starts':>6} {'imports done':>20} {'to ready':>20} "
+          f"{'to first action':>20}  tier")  # fmt: skip
     for mode in ("cold", "warm", "mega", "build", "built"):
         done = [r for r in rows if r["mode"] == mode and r["ok"]]
         failed = sum(1 for r in rows if r["mode"] == mode and not r["ok"])
         if not done and not failed:  # a mode not asked for
             continue
         if not done:
-            print(f"{mode:<6} {0:>6} {'-':>20} {'-':>20}  ({failed} failed)")
+            print(f"{mode:<6} {0:>6} {'-':>20} {'-':>20} {'-':>20}  ({failed} failed)")
             continue
-        cells = [_spread([r[key] for r in done]) for key in ("ready_s", "first_action_s")]
+        keys = ("imported_s", "ready_s", "first_action_s")
+        cells = [_spread([r[key] for r in done if key in r]) for key in keys]
         tier = done[-1].get("tier")
         more = f" ({failed} failed)" if failed else ""
-        print(f"{mode:<6} {len(done):>6} {cells[0]:>20} {cells[1]:>20}  {tier}{more}")
+        print(
+            f"{mode:<6} {len(done):>6} {cells[0]:>20} {cells[1]:>20} {cells[2]:>20}  {tier}{more}"
+        )
     last = [r for r in rows if r["mode"] == "built" and r["ok"]]
     notes = last[-1]["notes"] if last else []
     said = [note for note in notes if note.startswith("built artefacts")]
@@ -209,6 +220,8 @@ def print_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
 
 
 def _spread(values: list[float]) -> str:
+    if not values:
+        return "-"
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 

@@ -19,7 +19,7 @@ def _args(tmp_path: Path, modes: list[str], **more: Any) -> argparse.Namespace:
     return argparse.Namespace(**values)
 
 
-def test_only_the_modes_asked_for_are_started(tmp_path: Path, monkeypatch) -> None:
+def test_only_the_modes_asked_for_are_started(tmp_path: Path, monkeypatch, capsys) -> None:
     bench = load_script("bench_start")
     started: list[tuple[dict[str, Any], Path | None]] = []
 
@@ -27,7 +27,8 @@ def test_only_the_modes_asked_for_are_started(tmp_path: Path, monkeypatch) -> No
         started.append((plan, log_to))
         if log_to is not None:
             log_to.write_text("the start's log")
-        return {"ok": True, "ready_s": 1.0, "first_action_s": 1.0, "tier": "compiled", "notes": []}
+        return {"ok": True, "imported_s": 0.5, "ready_s": 1.0, "first_action_s": 1.25,
+                "tier": "compiled", "notes": []}  # fmt: skip
 
     monkeypatch.setattr(bench, "one_start", fake_start)
     logs = tmp_path / "logs"
@@ -46,6 +47,13 @@ def test_only_the_modes_asked_for_are_started(tmp_path: Path, monkeypatch) -> No
     assert all(log_to is None for _, log_to in started)
     warm_cache = started[0][0]["runner"]["cache_dir"]  # the first cold start's cache
     assert [plan["runner"]["cache_dir"] for plan, _ in started[2:]] == [warm_cache, warm_cache]
+
+    bench.print_table(_args(tmp_path, ["cold", "warm"]), rows)
+    table = capsys.readouterr().out.splitlines()
+    header = next(line for line in table if line.startswith("mode"))
+    assert header.split()[2:4] == ["imports", "done"]
+    cold = next(line for line in table if line.startswith("cold"))
+    assert cold.split()[:3] == ["cold", "2", "0.50"] and "1.25" in cold
 
 
 def test_warm_or_mega_without_cold_is_refused() -> None:
