@@ -44,17 +44,17 @@ class RestartLedger:
 
     def failed(self, cause: str, detail: str) -> None:
         """The serving process failed (`cause`: exited, hung, fatal); a restart follows."""
-        self.count += 1
-        self.restarts.append(Restart(time.time(), cause, detail))
         log.error("inference process %s: %s; holding every robot and restarting", cause, detail)
+        self.restarts.append(Restart(time.time(), cause, detail))
+        self.count += 1  # logged first, as for restart_failed
 
     def restart_failed(self, detail: str, next_s: float) -> None:
         """A restart failed; the next try is in `next_s`. The same failure again counts up."""
         now = time.time()
         failing = self.failure
         count = failing["count"] + 1 if failing is not None and failing["detail"] == detail else 1
-        self.failure = {"detail": detail, "count": count, "next_try": now + next_s}
-        self.restarts.append(Restart(now, "restart_failed", detail))
+        # Logged before status shows it: status (read from other threads) never reports a
+        # failure the log does not have yet.
         log.error(
             "restarting the inference process failed (%d time%s in a row): %s; next try in %.1f s",
             count,
@@ -62,6 +62,8 @@ class RestartLedger:
             detail,
             next_s,
         )
+        self.restarts.append(Restart(now, "restart_failed", detail))
+        self.failure = {"detail": detail, "count": count, "next_try": now + next_s}
 
     def took_over(self, pid: int) -> None:
         """The hot standby (process `pid`) serves in place of the failed process: no build."""
