@@ -24,10 +24,10 @@ the compile-cache route, with the reason. On the H100 and H200 machines measured
 2.11+cu130) every package killed its loader (SIGSEGV). On the H200 the cause was found: it died
 in std::regex while the model was made, because the machine's CXX, /opt/gcc/bin/g++, had linked
 libstdc++ into the package statically, and that copy's locale does not match the process's.
-Built with the system's g++ the package loaded, but ACT's
-did not serve on CUDA (its load took 43 s, its run inside a CUDA graph capture failed, and its
-results then missed the reference's parity), so `auto` takes the compile-cache route on CUDA.
-Packages are loaded single-threaded since (see _load_package), not yet measured on a GPU.
+Built with the system's g++ the package loaded, but ACT's did not serve on CUDA (its load took
+43 s, its run inside a CUDA graph capture failed, and its results then missed the reference's
+parity), so `auto` takes the compile-cache route on CUDA. Packages are loaded single-threaded
+since (see _load_package), not yet measured on a GPU.
 
 A package is code: it is loaded only from the checkpoint's `tempo_build/` folder or the private
 compile cache, never from a folder other users may write, and must be trusted like the checkpoint.
