@@ -8,10 +8,12 @@
    = 816 tokens for pi0: 2048 -> 2048 / 256 / 16384, 16384 -> 2048; the expert's at the chunk's
    tokens): one layer, compiled and captured in a CUDA graph on a GPU (compiled on a CPU),
    BF16 nn.Linear (the baseline, timed in the same run) against QuantLinear with each compute
-   path: int8 (torch._int_mm) and dequant (weights dequantized to BF16 in forward). Weight bytes:
+   path: int8 (torch._int_mm), fused (the same integers in Tempo's Triton kernels, also with the
+   weights packed two codes a byte; where triton runs) and dequant (weights dequantized to BF16
+   in forward). Weight bytes:
    packed 4-bit codes and scales against BF16. Measured by scripts/quant_pi0_shapes.py.
 2. The whole step through Tempo's tier ladder: the FP32 model served by its graph tier in BF16
-   (the baseline) against the W4A8 model (int8, then dequant) served the same way, each tier's
+   (the baseline) against the W4A8 model (int8, fused, dequant) served the same way, each tier's
    action error against the FP32 model (reference chunks) and the W4A8 model's memory.
 
 The model is built on the meta device and materialized with seeded random weights on the
@@ -39,7 +41,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from quant_pi0_shapes import bench_shapes, shape_line  # noqa: E402
+from quant_pi0_shapes import bench_shapes, compute_paths, shape_line  # noqa: E402
 
 from controller.inference.build import build_runner, resolve_device  # noqa: E402
 from controller.inference.examples import random_example  # noqa: E402
@@ -216,7 +218,7 @@ def bench_step(
             float(np.linalg.norm(q - r) / np.linalg.norm(r))
             for q, r in zip(fake_quant, chunks, strict=True)
         )
-        for path in ("int8", "dequant"):
+        for path in [p for p in compute_paths(torch_device) if p != "fused packed"]:
             for layer in policy.module.modules():
                 if isinstance(layer, QuantLinear):
                     layer.compiled_path = path
@@ -252,10 +254,9 @@ def model_bytes(module: nn.Module) -> dict[str, int]:
 
 def print_report(report: dict[str, Any]) -> None:
     print(f"\n{report['model']} on {report.get('gpu', report['device'])}")
-    print(
-        f"\n{'GEMM':<20} {'tokens x in -> out':>21} {'bf16 ms':>9} {'int8 ms':>9} {'speed':>6} "
-        f"{'deq ms':>9} {'speed':>6} {'bytes':>6}"
-    )
+    paths = report["shapes"][0]["paths"] if report["shapes"] else []
+    columns = "".join(f" {p[:9] + ' ms':>12} {'speed':>5}" for p in paths)
+    print(f"\n{'GEMM':<20} {'tokens x in -> out':>21} {'bf16 ms':>9}{columns} {'bytes':>6}")
     for row in report["shapes"]:
         print(shape_line(row))
     print("speed: BF16 time / W4A8 time (same run); bytes: packed 4-bit codes + scales / BF16")
@@ -265,7 +266,7 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"\n{'whole step':<14} {'tier':<9} {'prec':<5} {'median ms':>9} {'p99 ms':>8} "
           f"{'vs bf16':>8} {'vs FP32':>8} {'start s':>8}")  # fmt: skip
     base = step["bf16"]["model"]["median_ms"]
-    for name in ("bf16", "w4a8 int8", "w4a8 dequant"):
+    for name in [n for n in step if n == "bf16" or n.startswith("w4a8 ")]:
         row = step[name]
         model = row["model"]
         print(

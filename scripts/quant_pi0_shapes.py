@@ -1,7 +1,8 @@
 """The per GEMM shape half of scripts/bench_quant_pi0.py: each of pi0's GEMM shapes as one layer,
-BF16 nn.Linear (the baseline) against QuantLinear's int8 and dequant compute paths, timed in the
-same run (compiled and captured in a CUDA graph on a GPU, compiled on a CPU), with its weight
-bytes; and the table line of one shape.
+BF16 nn.Linear (the baseline) against QuantLinear's compute paths (int8; fused and fused with
+packed 4-bit weights where the Triton kernels run; dequant), timed in the same run (compiled
+and captured in a CUDA graph on a GPU, compiled on a CPU), with its weight bytes; and the table
+line of one shape.
 
     rows = bench_shapes(config, cameras, device, settings, iters)   # prints each row as it goes
     print(shape_line(rows[0]))
@@ -18,6 +19,7 @@ from torch import nn
 
 from controller.tools.bench_policy import percentiles_ms
 from policies.pi0.config import Pi0Config
+from policies.quant import kernels
 from policies.quant.config import QuantSettings
 from policies.quant.duquant import StatsCollector, duquant_plan
 from policies.quant.layer import QuantLinear
@@ -51,6 +53,27 @@ def quant_layer(linear: nn.Linear, x: torch.Tensor, settings: QuantSettings) -> 
     )
     peak = float(plan.transform_input(x.double().cpu()).abs().max())
     return QuantLinear.from_plan(linear.weight, linear.bias, plan, peak / 127, "int8")
+
+
+def compute_paths(device: torch.device) -> list[str]:
+    """The variants timed against BF16 on `device`: the fused ones only where the Triton
+    kernels run (elsewhere they would time the int8 path again)."""
+    if kernels.available(device):
+        return ["int8", "fused", "fused packed", "dequant"]
+    return ["int8", "dequant"]
+
+
+def variant(quant: QuantLinear, path: str) -> QuantLinear:
+    """The layer running `path`; "fused packed" is a twin holding the codes two per byte."""
+    if path != "fused packed":
+        quant.compiled_path = path  # type: ignore[assignment]
+        return quant
+    twin = QuantLinear(quant.layout, "fused", packed=True)
+    state = dict(quant.state_dict())
+    codes = state.pop("weight_q")
+    twin.load_state_dict(state, strict=False)
+    twin.set_codes(codes)
+    return twin.to(codes.device).eval()
 
 
 def timed(fn: Callable[[], torch.Tensor], iters: int, device: torch.device) -> dict[str, float]:
@@ -87,8 +110,8 @@ def timed(fn: Callable[[], torch.Tensor], iters: int, device: torch.device) -> d
 def bench_shapes(
     config: Pi0Config, cameras: int, device: torch.device, settings: QuantSettings, iters: int
 ) -> list[dict[str, Any]]:
-    """Each GEMM shape's row (printed as it is measured): median and percentiles in ms for BF16,
-    int8 and dequant, and the weight bytes."""
+    """Each GEMM shape's row (printed as it is measured): median and percentiles in ms for BF16
+    and each of `compute_paths`, and the weight bytes."""
     half = torch.bfloat16 if device.type == "cuda" else torch.float32
     backend = "inductor" if device.type == "cuda" else "eager"
     rows = []
@@ -105,6 +128,7 @@ def bench_shapes(
         x_half = x.to(half)
         baseline = linear.to(device, half).eval()
         row: dict[str, Any] = {"layer": name, "tokens": tokens, "in": fan_in, "out": fan_out}
+        row["paths"] = compute_paths(device)
         with torch.no_grad():
             compiled = torch.compile(baseline, fullgraph=True, dynamic=False, backend=backend)
 
@@ -112,10 +136,10 @@ def bench_shapes(
                 return c(x)  # type: ignore[no-any-return]
 
             row["bf16"] = timed(run_baseline, iters, device)
-            for path in ("int8", "dequant"):
-                quant.compiled_path = path
+            for path in row["paths"]:
                 torch._dynamo.reset()
-                qc = torch.compile(quant, fullgraph=True, dynamic=False, backend=backend)
+                layer = variant(quant, path)
+                qc = torch.compile(layer, fullgraph=True, dynamic=False, backend=backend)
 
                 def run(qc: Any = qc, x: torch.Tensor = x_half) -> torch.Tensor:
                     with torch.autocast(device.type, dtype=half, enabled=device.type == "cuda"):
@@ -134,8 +158,8 @@ def shape_line(row: dict[str, Any]) -> str:
     base = row["bf16"]["median_ms"]
     parts = [f"{row['layer']:<20} {row['tokens']:>5} x {row['in']:>5} -> {row['out']:>5}"]
     parts.append(f"{base:>9.4f}")
-    for path in ("int8", "dequant"):
+    for path in row.get("paths", ["int8", "dequant"]):
         ms = row[path]["median_ms"]
-        parts.append(f"{ms:>9.4f} {base / ms:>5.2f}x")
+        parts.append(f"{ms:>12.4f} {base / ms:>5.2f}x")
     parts.append(f"{row['bytes']['w4_packed'] / row['bytes']['bf16']:>6.3f}")
     return " ".join(parts)

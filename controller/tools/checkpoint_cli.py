@@ -91,9 +91,10 @@ def add_checkpoint_parsers(sub: Any, setup_logging: Callable[[str], None]) -> No
     )
     quantize.add_argument(
         "--compiled-path",
-        choices=["int8", "dequant"],
+        choices=["int8", "fused", "dequant"],
         default="int8",
-        help="what the compiled and graph tiers run (int8 GEMM or dequantized weights)",
+        help="what the compiled and graph tiers run: int8 GEMM (torch ops), the same in Triton "
+        "kernels on CUDA (fused), or dequantized weights",
     )
     quantize.add_argument(
         "--packed-weights", action="store_true", help="hold 4-bit codes two per byte in memory"

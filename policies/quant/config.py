@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 LayerSelection = Literal["transformer", "transformer+head"]
-ComputePath = Literal["int8", "dequant"]
+ComputePath = Literal["int8", "fused", "dequant"]
 
 
 class QuantSettings(BaseModel):
@@ -73,8 +73,11 @@ class QuantSettings(BaseModel):
     compiled_path: ComputePath = Field(
         default="int8",
         description="What the compiled and graph tiers run: int8 (int8 x int8 -> int32 GEMM, "
-        "torch._int_mm) or dequant (weights dequantized to the serving precision in forward). "
-        "eager_half always runs dequant, eager_fp32 the FP32 fake-quant reference.",
+        "torch._int_mm), fused (the same integers in Tempo's Triton kernels on CUDA: the "
+        "transform in two kernels, the scales and 4-bit unpacking inside the GEMM; where triton "
+        "or CUDA is missing, int8's torch ops) or dequant (weights dequantized to the serving "
+        "precision in forward). eager_half always runs dequant, eager_fp32 the FP32 fake-quant "
+        "reference.",
     )
     packed_weights: bool = Field(
         default=False,

@@ -10,7 +10,9 @@ depends on data, so torch.compile(fullgraph=True) traces it once and a CUDA grap
 Forward picks its arithmetic from how it is being run (never from the data):
 
     under torch.compile (graph, compiled tiers)   `compiled_path`: int8 (int8 x int8 -> int32
-                                                  GEMM, torch._int_mm) or dequant
+                                                  GEMM, torch._int_mm), fused (the same
+                                                  integers in Triton kernels, scales in the
+                                                  GEMM: policies.quant.kernels) or dequant
     eager under autocast (eager_half)             dequant: FP16/BF16 GEMM with the weights
                                                   dequantized in forward
     eager, no autocast (eager_fp32)               the fake-quant reference: dequantized values,
@@ -27,6 +29,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from policies.quant import kernels
 from policies.quant.config import ComputePath, LayerLayout
 from policies.quant.duquant import Plan
 from policies.quant.numerics import (
@@ -69,6 +72,11 @@ class QuantLinear(nn.Module):
         if self.width % 8:
             raise ValueError(f"block {layout.block}: the padded width must be a multiple of 8")
         self.out_padded = padded(layout.out_features)
+        if compiled_path == "fused" and not kernels.block_supported(layout.block):
+            raise ValueError(
+                f"the fused compute path needs a block size that is a power of two from 16, "
+                f"got {layout.block}"
+            )
         self.compiled_path = compiled_path
         n_blocks, block = self.width // layout.block, layout.block
         self.packed = packed
@@ -191,7 +199,9 @@ class QuantLinear(nn.Module):
             path = "dequant"
         else:
             path = "reference"
-        if path == "int8":
+        if path == "fused" and kernels.available(x.device):
+            y = self.fused_product(flat)
+        elif path in ("int8", "fused"):
             y = self.int8_product(flat)
         elif path == "dequant":
             y = self.dequant_product(flat)
@@ -226,6 +236,20 @@ class QuantLinear(nn.Module):
             acc = int8_matmul(q.to(torch.int8), self.codes().t())
             y = acc.to(torch.float32) * (scale * self.weight_scale)
         return y.to(x.dtype)
+
+    def fused_product(self, x: torch.Tensor) -> torch.Tensor:
+        """int8_product's integers and scales in three Triton kernels (see kernels)."""
+        q, scale = kernels.transform_quantize(
+            x,
+            self.rot_in,
+            self.perm,
+            self.rot_mix,
+            self.act_scale,
+            self.width,
+            self.layout.block,
+        )
+        weights = self.weight_packed if self.packed else self.weight_q
+        return kernels.w4a8_matmul(q, weights, self.packed, scale, self.weight_scale, x.dtype)
 
     def dequant_product(self, x: torch.Tensor) -> torch.Tensor:
         """Dequantized activations and weights in the serving precision (autocast's half type,

@@ -1,5 +1,6 @@
 """W4A8 layers on a GPU: the naive layer's CUDA graph error, Tempo's layer through the whole
-ladder (graph tier included) without recompiles, and the int8 GEMM's numerics on CUDA."""
+ladder (graph tier included) without recompiles, and the int8 GEMM's numerics on CUDA, in
+torch ops and in Tempo's Triton kernels."""
 
 from __future__ import annotations
 
@@ -54,6 +55,26 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
+def test_the_triton_kernels_compute_the_int8_paths_integers_on_cuda():
+    pytest.importorskip("triton")
+    from tests.quant_kernel_cases import check_all
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        assert check_all("cuda", dtype) == 24
+
+
+def test_fp32_fused_path_compiles_once_and_equals_the_int8_path():
+    pytest.importorskip("triton")
+    torch._dynamo.reset()
+    layer, x = _layer("fused")
+    with torch.no_grad():
+        expected = layer.int8_product(x)[:, : layer.out_features] + layer.bias
+        compiled = torch.compile(layer, fullgraph=True, dynamic=False)
+        assert _relative(compiled(x), expected) < 1e-5
+        with torch.compiler.set_stance("fail_on_recompile"):
+            compiled(x * 0.5)
+
+
 @pytest.mark.parametrize("m", [1, 5, 16, 17, 300])
 def test_int_mm_padding_keeps_the_int32_accumulator_exact_on_cuda(m):
     gen = torch.Generator().manual_seed(m)
@@ -80,7 +101,7 @@ def test_fp32_int8_path_equals_the_fake_quant_reference_eager_and_compiled():
     assert _relative(half, layer(x)) < 1e-2
 
 
-@pytest.mark.parametrize("compiled_path", ["int8", "dequant"])
+@pytest.mark.parametrize("compiled_path", ["int8", "fused", "dequant"])
 def test_a_quantized_act_serves_from_the_graph_tier_without_recompiles(
     gpu_cache_dir, compiled_path
 ):

@@ -31,7 +31,7 @@ REPLAYS = 1000
 PARITY_RTOL = 5e-2
 
 
-@pytest.mark.parametrize("compiled_path", ["int8", "dequant"])
+@pytest.mark.parametrize("compiled_path", ["int8", "fused", "dequant"])
 def test_a_quantized_pi0_captured_replays_1000_observations_equal_to_eager_fake_quant(
     tmp_path, gpu_cache_dir, compiled_path
 ):
