@@ -238,14 +238,12 @@ class Arena:
         )
         transit_ms = self.transit_ms_since(mark)
         evidence += f"; the longest an observation spent in the sockets: {transit_ms:.0f} ms"
-        if (
-            not strict
-            and handled_ms < PERIOD_MS / 4
-            and silent_ms + transit_ms >= HOLD_AFTER_MS * 0.9
-        ):
+        if not strict and handled_ms < PERIOD_MS and silent_ms + transit_ms >= HOLD_AFTER_MS * 0.9:
             # The good driver's own thread went quiet, or its observations sat in the sockets,
-            # past the watchdog (starved, not attacked: the loop handled every message fast):
-            # it is held, as it should be, for want of fresh observations; steps stay whole.
+            # past the watchdog (starved, not attacked: the loop handled every message within a
+            # period, and the watchdog waits 20): it is held, as it should be, for want of fresh
+            # observations; steps stay whole. (A CI run held it 21 ticks with its observations
+            # 385 ms in the sockets and no message handled in over 4.4 ms.)
             holds = [r for r in holds if r.reason not in ("stale_observation", "no_action")]
         if strict or missed == 0 or handled_ms >= PERIOD_MS / 4:
             assert not gaps, f"the good driver missed ticks {gaps}; {evidence}"
