@@ -285,6 +285,8 @@ COLUMNS = (
     ("tick_lateness_us_p99", "{:.0f}", 8),
     ("tick_lateness_us_max", "{:.0f}", 9),
     ("missed_ticks", "{:.0f}", 7),
+    ("gc_pauses", "{:.0f}", 7),
+    ("gc_pause_us_max", "{:.0f}", 8),
     ("records_queued", "{:.0f}", 9),
     ("records_written", "{:.0f}", 9),
     ("ran_s", "{:.1f}", 7),
@@ -295,8 +297,8 @@ COLUMNS = (
     ("records_dropped", "", 0),
 )
 HEADERS = (
-    "mode", "p50 us", "p99 us", "max us", "missed", "queued", "written", "ran s", "MB",
-    "MB/s", "raw MB", "raw MB/s",
+    "mode", "p50 us", "p99 us", "max us", "missed", "gcs", "gc us", "queued", "written", "ran s",
+    "MB", "MB/s", "raw MB", "raw MB/s",
 )  # fmt: skip
 
 
@@ -323,8 +325,9 @@ def table(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
         f"{args.seconds:g} s per run at {args.rate:g} Hz, {cameras} "
         f"at {args.camera_hz:g} Hz ({args.frames} frames), "
         f"policy {args.policy}, {args.load} busy background processes",
-        "tick lateness in us (whole run); records and drops from the daemon's status; MB: on "
-        "disk (compressed), raw MB: before compression;",
+        "tick lateness in us (whole run); gcs, gc us: the daemon's garbage collections and the "
+        "longest (each stops the loop's thread too); records and drops from the daemon's status; "
+        "MB: on disk (compressed), raw MB: before compression;",
         "ran s: the robot's session (commands sent / rate, as of the last status), what MB/s "
         "divide by",
         header + "  dropped",
