@@ -96,6 +96,13 @@ class QuantSettings(BaseModel):
             raise ValueError(
                 f"block_size must be a multiple of 8 (int8 GEMM tiles), got {self.block_size}"
             )
+        # The fused path's tiles (policies.quant.kernels.block_supported; not imported here:
+        # this module stays free of torch).
+        if self.compiled_path == "fused" and self.block_size & (self.block_size - 1):
+            raise ValueError(
+                f"compiled_path fused needs a block_size that is a power of two (16, 32, 64 or "
+                f"128), got {self.block_size}"
+            )
         return self
 
 

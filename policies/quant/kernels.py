@@ -34,6 +34,8 @@ from policies.quant.numerics import ACT_QMAX, dynamic_scale, quantize_activation
 
 # torch.library.triton_op came with torch 2.6.
 HAVE_TRITON = importlib.util.find_spec("triton") is not None and hasattr(torch.library, "triton_op")
+# Read once, as triton does when it is imported (and never inside traced code).
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 ROWS_PER_PROGRAM = 32  # rows of x per transform program (tl.dot wants at least 16)
 
 
@@ -47,7 +49,7 @@ def available(device: torch.device) -> bool:
     any device under Triton's interpreter (the CPU tests)."""
     if not HAVE_TRITON:
         return False
-    return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+    return device.type == "cuda" or INTERPRETED
 
 
 def gemm_config(m: int, n: int, k: int) -> tuple[int, int, int, int, int]:
@@ -154,7 +156,9 @@ if HAVE_TRITON:
             v = tl.dot(v, rot, input_precision="ieee")
         at = out_ptr + r[:, None] * width + c[None, :]
         if ROUND:
-            q = tl.clamp(v / tl.load(scale_ptr), -_QMAX, _QMAX)
+            # div_rn: `/` is an approximate division on a GPU, which can move a value across a
+            # rounding boundary that torch's exact division leaves where it is.
+            q = tl.clamp(tl.div_rn(v, tl.load(scale_ptr)), -_QMAX, _QMAX)
             tl.store(at, ((q + _ROUNDER) - _ROUNDER).to(tl.int8), mask=row_ok)
         else:
             tl.store(at, v, mask=row_ok)
@@ -222,6 +226,9 @@ if HAVE_TRITON:
         """int8 codes (m, width) with a static act_scale; else the FP32 transformed x."""
         if x.stride(-1) != 1:
             x = x.contiguous()
+        # tl.dot takes two operands of one type: the rotations in FP32 whatever the model's.
+        rot_in = None if rot_in is None else rot_in.float().contiguous()
+        rot_mix = None if rot_mix is None else rot_mix.float().contiguous()
         rows, columns = x.shape
         grid = (triton.cdiv(rows, ROWS_PER_PROGRAM), width // block)
         source = x
@@ -253,6 +260,7 @@ if HAVE_TRITON:
         weight_scale: torch.Tensor,
         out_dtype: torch.dtype,
     ) -> torch.Tensor:
+        codes, weights = codes.contiguous(), weights.contiguous()  # the kernel takes no strides
         rows, depth = codes.shape
         columns = weights.shape[0]
         out = torch.empty(rows, columns, device=codes.device, dtype=out_dtype)

@@ -78,6 +78,7 @@ class QuantLinear(nn.Module):
                 f"got {layout.block}"
             )
         self.compiled_path = compiled_path
+        self.block = layout.block  # an int for traced code (the layout is a pydantic model)
         n_blocks, block = self.width // layout.block, layout.block
         self.packed = packed
         if packed:
@@ -246,7 +247,7 @@ class QuantLinear(nn.Module):
             self.rot_mix,
             self.act_scale,
             self.width,
-            self.layout.block,
+            self.block,
         )
         weights = self.weight_packed if self.packed else self.weight_q
         return kernels.w4a8_matmul(q, weights, self.packed, scale, self.weight_scale, x.dtype)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from policies.quant import kernels
-from policies.quant.config import LayerLayout
+from policies.quant.config import LayerLayout, QuantSettings
 from policies.quant.layer import QuantLinear
 from tests.quant_kernel_cases import layer_cases
 
@@ -44,6 +44,9 @@ def test_a_block_the_kernels_cannot_tile_is_refused_for_the_fused_path():
     with pytest.raises(ValueError, match="power of two"):
         QuantLinear(layout, "fused")
     assert QuantLinear(layout, "int8").layout.block == 24
+    with pytest.raises(ValueError, match="power of two"):
+        QuantSettings(block_size=24, compiled_path="fused")
+    assert QuantSettings(block_size=24).compiled_path == "int8"
 
 
 @pytest.mark.skipif(
