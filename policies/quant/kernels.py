@@ -1,4 +1,4 @@
-"""W4A8's product in three Triton kernels, for QuantLinear's `fused` compute path on CUDA.
+"""W4A8's product in two Triton kernels, for QuantLinear's `fused` compute path on CUDA.
 
     codes, scale = transform_quantize(x, rot_in, perm, rot_mix, act_scale, width, block)
     y = w4a8_matmul(codes, weights, packed, scale, weight_scale, out_dtype)
@@ -6,9 +6,9 @@
 The `int8` path runs the same arithmetic in torch ops: the transform as two batched GEMMs and a
 gather, the rounding as elementwise ops, then `torch._int_mm` writes an int32 (m, n) product
 that one more pass reads back to rescale. Here:
-- the transform is two kernels: the first rotation, then the second, whose tiles are loaded
-  through the permutation, with the rounding to int8 (a static scale; per-token scales need the
-  row's peak, so those are rounded by torch ops after the second kernel);
+- the transform is one block kernel launched twice: the first rotation, then the second, whose
+  tiles are loaded through the permutation, with the rounding to int8 (a static scale;
+  per-token scales need the row's peak, so those are rounded by torch ops after it);
 - the GEMM reads int8 activations and int8 or packed 4-bit weights (unpacked in registers),
   accumulates in int32 and writes the output type with the scales applied: no int32 (m, n)
   tensor in memory.
@@ -112,34 +112,15 @@ if HAVE_TRITON:
     _ROUNDER = tl.constexpr(12582912.0)
 
     @triton.jit
-    def _rotate_kernel(  # type: ignore[no-untyped-def]
-        x_ptr, stride_x, rot_ptr, out_ptr, rows, columns, width,
-        BM: tl.constexpr, BB: tl.constexpr,
-    ):  # fmt: skip
-        # One (BM rows, one block) tile of x times its block's rotation, in FP32. Columns past
-        # x's width (padding) are zeros.
-        r = tl.program_id(0) * BM + tl.arange(0, BM)
-        b = tl.program_id(1)
-        c = b * BB + tl.arange(0, BB)
-        row_ok = r[:, None] < rows
-        x = tl.load(
-            x_ptr + r[:, None] * stride_x + c[None, :],
-            mask=row_ok & (c[None, :] < columns),
-            other=0.0,
-        ).to(tl.float32)
-        i = tl.arange(0, BB)
-        rot = tl.load(rot_ptr + b * BB * BB + i[:, None] * BB + i[None, :])
-        x = tl.dot(x, rot, input_precision="ieee")
-        tl.store(out_ptr + r[:, None] * width + c[None, :], x, mask=row_ok)
-
-    @triton.jit
-    def _permute_rotate_round_kernel(  # type: ignore[no-untyped-def]
+    def _block_kernel(  # type: ignore[no-untyped-def]
         u_ptr, stride_u, perm_ptr, rot_ptr, scale_ptr, out_ptr, rows, columns, width,
         HAS_PERM: tl.constexpr, HAS_ROT: tl.constexpr, ROUND: tl.constexpr,
         BM: tl.constexpr, BB: tl.constexpr,
     ):  # fmt: skip
-        # One tile of the permuted columns (loaded through perm), through the second rotation,
-        # then (ROUND: a static scale) rounded to int8 codes; else stored in FP32.
+        # One (BM rows, one block) tile of the output: u's columns (through perm, if any; past
+        # u's width, zeros), times the block's rotation (if any), in FP32, then (ROUND: a static
+        # scale) rounded to int8 codes, else stored in FP32. The transform launches it twice:
+        # the first rotation, then the permutation, second rotation and rounding.
         r = tl.program_id(0) * BM + tl.arange(0, BM)
         b = tl.program_id(1)
         c = b * BB + tl.arange(0, BB)
@@ -234,15 +215,16 @@ if HAVE_TRITON:
         source = x
         if rot_in is not None:
             source = torch.empty(rows, width, device=x.device, dtype=torch.float32)
-            torch.library.wrap_triton(_rotate_kernel)[grid](
-                x, x.stride(0), rot_in, source, rows, columns, width,
+            torch.library.wrap_triton(_block_kernel)[grid](
+                x, x.stride(0), x, rot_in, x, source, rows, columns, width,
+                HAS_PERM=False, HAS_ROT=True, ROUND=False,
                 BM=ROWS_PER_PROGRAM, BB=block, num_warps=4,
             )  # fmt: skip
         static = act_scale is not None
         out = torch.empty(
             rows, width, device=x.device, dtype=torch.int8 if static else torch.float32
         )
-        torch.library.wrap_triton(_permute_rotate_round_kernel)[grid](
+        torch.library.wrap_triton(_block_kernel)[grid](
             source, source.stride(0), source if perm is None else perm,
             source if rot_mix is None else rot_mix, source if act_scale is None else act_scale,
             out, rows, source.shape[1], width,
