@@ -5,12 +5,6 @@ path's torch ops, on every kind of layer."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -18,8 +12,7 @@ from policies.quant import kernels
 from policies.quant.config import LayerLayout, QuantSettings
 from policies.quant.layer import QuantLinear
 from tests.quant_kernel_cases import layer_cases
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.triton_interpreter import needs_triton, run_interpreted
 
 
 def test_without_the_kernels_the_fused_path_computes_the_int8_paths_integers():
@@ -49,10 +42,7 @@ def test_a_block_the_kernels_cannot_tile_is_refused_for_the_fused_path():
     assert QuantSettings(block_size=24).compiled_path == "int8"
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None or not hasattr(torch.library, "triton_op"),
-    reason="needs triton (it ships with torch's CUDA wheels) and torch >= 2.6",
-)
+@needs_triton
 def test_triton_kernels_under_the_interpreter():
     script = (
         "import torch\n"
@@ -60,9 +50,5 @@ def test_triton_kernels_under_the_interpreter():
         "for dtype in (torch.float32, torch.bfloat16):\n"
         "    print('checked', check_all('cpu', dtype))\n"
     )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=900,
-    )  # fmt: skip
+    done = run_interpreted(script, timeout_s=900)
     assert done.returncode == 0 and "checked 24" in done.stdout, done.stderr[-3000:]

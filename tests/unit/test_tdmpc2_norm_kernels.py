@@ -5,18 +5,11 @@ first imported) in FP32 and FP16, in every layout the planner passes."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from policies.tdmpc2 import norm_kernels
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.triton_interpreter import needs_triton, run_interpreted
 
 
 def test_cpu_input_takes_torch_ops_and_equals_layer_norm_then_mish() -> None:
@@ -36,10 +29,7 @@ def test_a_weight_of_the_wrong_size_is_refused() -> None:
         norm_kernels.norm_act(x, None, torch.ones(16), torch.zeros(16))
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None or not hasattr(torch.library, "triton_op"),
-    reason="needs triton (it ships with torch's CUDA wheels) and torch >= 2.6",
-)
+@needs_triton
 def test_triton_kernels_under_the_interpreter() -> None:
     script = (
         "import torch\n"
@@ -48,9 +38,5 @@ def test_triton_kernels_under_the_interpreter() -> None:
         "    check_all('cpu', dtype, widths=(40, 64), samples=5)\n"
         "print('checked')\n"
     )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
+    done = run_interpreted(script, timeout_s=600)
     assert done.returncode == 0 and "checked" in done.stdout, done.stderr[-3000:]
