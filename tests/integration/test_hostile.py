@@ -886,6 +886,7 @@ def test_flood_of_10000_messages_in_about_a_second(arena: Arena) -> None:
 
 
 @pytest.mark.parametrize("socket_type", ["DEALER", "REQ"])
+@rerun_on_stall
 def test_status_answers_after_any_request(arena: Arena, socket_type: str) -> None:
     """A request of several parts (it killed the old REP-based status thread for good), an
     empty one, and an oversize one; then `tempo status` still answers, and the good driver
