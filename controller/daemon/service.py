@@ -24,6 +24,7 @@ from controller.action.pipeline import ActionPipeline
 from controller.config import TempoConfig, policy_views
 from controller.daemon.daemon_status import daemon_status
 from controller.daemon.execution import resolve_execution
+from controller.daemon.helper_threads import REALTIME_POLICY, HelperThreads
 from controller.daemon.lanes import Lanes, Shared, build_lane, widest
 from controller.daemon.pacer import Pacer
 from controller.daemon.registry import PipelineFactory
@@ -210,6 +211,8 @@ class Daemon:
         self.endpoint = ""
         self.started_ns = 0
         self._gc_pauses = GcPauses(self.telemetry)
+        # The threads that run Python beside the loop: real-time below it once it is.
+        self.helpers = HelperThreads()
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -227,6 +230,7 @@ class Daemon:
             self.transport.narrow(self.limits)  # the policy's frame size, now that it is known
             if self.recorder is not None:
                 self.recorder.start()  # ConfigError when record.dir cannot be made
+                self.helpers.add(self.recorder.thread)
         except Exception:
             self.transport.close()
             if self.curve is not None:
@@ -253,8 +257,9 @@ class Daemon:
         if priority is None:
             return
         try:
-            # pid 0 is the calling thread on Linux: only the loop thread gets real-time priority.
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+            # pid 0 is the calling thread on Linux: only the loop thread gets real-time priority
+            # (not what it starts: REALTIME_POLICY).
+            os.sched_setscheduler(0, REALTIME_POLICY, os.sched_param(priority))
         except (OSError, AttributeError) as exc:
             raise SecurityError(
                 f"control.realtime_priority={priority} needs SCHED_FIFO, which was refused "
@@ -262,6 +267,7 @@ class Daemon:
                 "unset control.realtime_priority"
             ) from None
         log.info("control loop runs under SCHED_FIFO priority %d", priority)
+        self.helpers.follow_loop(priority)
 
     def _run(self) -> None:
         try:

@@ -122,6 +122,11 @@ class Recorder:
         self._thread = threading.Thread(target=self._run, name="tempo-recorder", daemon=True)
         self._thread.start()
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The writer thread, once started."""
+        return self._thread
+
     def stop(self, timeout: float = 5.0) -> None:
         """Write what is queued (continuous), close the file, end the thread."""
         self._stop.set()
