@@ -154,7 +154,6 @@ def _serve_policy(
         daemon.stop()
         status.stop()
         raise
-    daemon.helpers.add(status.thread)
     log.info(
         "ready: serving %s on %s (status on %s%s)",
         ", ".join(f"{name} ({view.policy.kind})" for name, view in policy_views(config))

@@ -2,7 +2,7 @@
 it once the loop runs under SCHED_FIFO itself (`control.realtime_priority`).
 
     helpers = HelperThreads()
-    helpers.add(recorder.thread)          # started threads: the recorder's writer, status
+    helpers.add(recorder.thread)          # started threads: the recorder's writer
     helpers.follow_loop(priority)         # from the loop's thread, once it is real-time
 
 Why: the GIL has no priority inheritance. A helper that holds it and is then preempted by an
@@ -10,15 +10,14 @@ ordinary process (the inference process, the recorder's file process) leaves the
 waiting for the GIL until the OS runs that helper again: milliseconds on a busy machine. Under
 SCHED_FIFO at HELPER_PRIORITY no ordinary process takes a helper's core while it holds the GIL,
 and the loop, higher still, gets the GIL back at the next switch interval. A helper's work is
-bounded by what comes in (records, status requests) and it sleeps between, so it cannot starve
-the machine; the kernel's real-time throttling is the backstop. (/metrics answers each scrape in
-a thread of its own, started per connection: those stay ordinary, so a flood of scrapes runs at
-the machine's pace, not the loop's.)
+bounded by what the daemon itself records and it sleeps between, so it cannot starve the machine;
+the kernel's real-time throttling is the backstop. Threads whose work a client decides (the
+status thread, /metrics' per-connection threads) stay ordinary: a flood of requests runs at the
+machine's pace, not the loop's.
 
 Measured (scripts/bench_recording.py, the demo ACT on a 2-core CPU, 200 Hz, three 480x640
 cameras at 30 Hz, loop at SCHED_FIFO 50, continuous recording): waits between ticks that ended
-over 0.5 ms late with the loop blocked more than once (the GIL) fell from 539 and 407 in two
-runs to 136 and 68; recording off had 55-104.
+over 0.5 ms late with the loop blocked more than once (the GIL): docs/recording.md.
 """
 
 from __future__ import annotations

@@ -61,11 +61,6 @@ class StatusServer:
             raise self._error
         return self.endpoint
 
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The thread that answers, once started."""
-        return self._thread
-
     def _run(self) -> None:
         socket = self._open()
         self._ready.set()
