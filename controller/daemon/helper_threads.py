@@ -38,13 +38,14 @@ HELPER_PRIORITY = 1  # the lowest real-time priority: below any loop's
 REALTIME_POLICY = getattr(os, "SCHED_FIFO", 0) | getattr(os, "SCHED_RESET_ON_FORK", 0)
 
 
-def _set_fifo(native_id: int, priority: int) -> None:
-    # On Linux a thread's native id is a pid for sched_setscheduler: only that thread changes.
+def set_realtime(native_id: int, priority: int) -> None:
+    """Thread `native_id` (0: the calling one) under REALTIME_POLICY at `priority`. On Linux a
+    thread's native id is a pid for sched_setscheduler: only that thread changes."""
     os.sched_setscheduler(native_id, REALTIME_POLICY, os.sched_param(priority))
 
 
 class HelperThreads:
-    def __init__(self, set_fifo: Callable[[int, int], None] = _set_fifo) -> None:
+    def __init__(self, set_fifo: Callable[[int, int], None] = set_realtime) -> None:
         self._set_fifo = set_fifo
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []

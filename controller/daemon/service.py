@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import gc
 import logging
-import os
 import sys
 import threading
 import time
@@ -24,7 +23,7 @@ from controller.action.pipeline import ActionPipeline
 from controller.config import TempoConfig, policy_views
 from controller.daemon.daemon_status import daemon_status
 from controller.daemon.execution import resolve_execution
-from controller.daemon.helper_threads import REALTIME_POLICY, HelperThreads
+from controller.daemon.helper_threads import HelperThreads, set_realtime
 from controller.daemon.lanes import Lanes, Shared, build_lane, widest
 from controller.daemon.pacer import Pacer
 from controller.daemon.registry import PipelineFactory
@@ -257,9 +256,8 @@ class Daemon:
         if priority is None:
             return
         try:
-            # pid 0 is the calling thread on Linux: only the loop thread gets real-time priority
-            # (not what it starts: REALTIME_POLICY).
-            os.sched_setscheduler(0, REALTIME_POLICY, os.sched_param(priority))
+            # Only the loop thread gets real-time priority (not what it starts: REALTIME_POLICY).
+            set_realtime(0, priority)
         except (OSError, AttributeError) as exc:
             raise SecurityError(
                 f"control.realtime_priority={priority} needs SCHED_FIFO, which was refused "
