@@ -40,7 +40,7 @@ def test_helpers_follow_the_loop_once_it_is_real_time(waiting) -> None:  # type:
     assert calls == []  # the loop is not real-time: helpers stay ordinary
     helpers.follow_loop(50)
     assert calls == [(before.native_id, HELPER_PRIORITY)]
-    after = started(waiting, "tempo-status")
+    after = started(waiting, "tempo-helper")
     helpers.add(after)  # added once the loop is real-time: raised at once
     assert calls[-1] == (after.native_id, HELPER_PRIORITY)
 
@@ -68,7 +68,7 @@ def test_a_refused_helper_is_logged_and_the_rest_follow(waiting, caplog) -> None
             raise ProcessLookupError(3, "No such process")
 
     helpers = HelperThreads(set_fifo=refuse_the_first)
-    first, second = started(waiting, "tempo-recorder"), started(waiting, "tempo-status")
+    first, second = started(waiting, "tempo-recorder"), started(waiting, "tempo-helper")
     helpers.add(first)
     helpers.add(second)
     helpers.follow_loop(50)
