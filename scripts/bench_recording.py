@@ -221,6 +221,7 @@ def one_run(
         "records_queued": recording.get("queued"),
         "records_written": recording.get("written"),
         "records_dropped": recording.get("dropped"),
+        "torn_frames": recording.get("torn_frames"),
         "recording_error": recording.get("error"),
         "files": len(files),
         "mb_written": mb,
@@ -289,6 +290,7 @@ COLUMNS = (
     ("gc_pause_us_max", "{:.0f}", 8),
     ("records_queued", "{:.0f}", 9),
     ("records_written", "{:.0f}", 9),
+    ("torn_frames", "{:.0f}", 6),
     ("ran_s", "{:.1f}", 7),
     ("mb_written", "{:.1f}", 9),
     ("mb_per_s", "{:.2f}", 7),
@@ -297,8 +299,8 @@ COLUMNS = (
     ("records_dropped", "", 0),
 )
 HEADERS = (
-    "mode", "p50 us", "p99 us", "max us", "missed", "gcs", "gc us", "queued", "written", "ran s",
-    "MB", "MB/s", "raw MB", "raw MB/s",
+    "mode", "p50 us", "p99 us", "max us", "missed", "gcs", "gc us", "queued", "written", "torn",
+    "ran s", "MB", "MB/s", "raw MB", "raw MB/s",
 )  # fmt: skip
 
 
@@ -327,6 +329,7 @@ def table(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
         f"policy {args.policy}, {args.load} busy background processes",
         "tick lateness in us (whole run); gcs, gc us: the daemon's garbage collections and the "
         "longest (each stops the loop's thread too); records and drops from the daemon's status; "
+        "torn: observations whose frames the driver wrote over before the writer copied them; "
         "MB: on disk (compressed), raw MB: before compression;",
         "ran s: the robot's session (commands sent / rate, as of the last status), what MB/s "
         "divide by",
