@@ -72,6 +72,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--rotation-steps", type=int, default=8)
     parser.add_argument(
+        "--vision", action="store_true", help="quantize the vision tower's layers too"
+    )
+    parser.add_argument(
         "--skip-step", action="store_true", help="per-shape GEMMs only, not the whole step"
     )
     parser.add_argument("--json", dest="json_out", type=Path, help="write the results here")
@@ -230,8 +233,9 @@ def bench_step(
 
 
 def model_bytes(module: nn.Module) -> dict[str, int]:
-    """Bytes of the whole model's weights served: BF16 everywhere, against the quantized
-    layers packed (4-bit codes, FP32 scales and transforms) and the rest in BF16."""
+    """Bytes of the whole model's weights: BF16 everywhere, against the quantized layers packed
+    (4-bit codes, FP32 scales and transforms) and the rest in BF16; and how many of those bytes
+    are the vocabulary tables, which stay in host memory (HostTable), not on the GPU."""
     quantized = {id(t) for m in module.modules() if isinstance(m, QuantLinear) for t in m.buffers()}
     rest = sum(
         t.numel() * 2
@@ -246,7 +250,8 @@ def model_bytes(module: nn.Module) -> dict[str, int]:
         for name in ("rot_in", "perm", "rot_mix", "out_rot", "act_scale", "bias"):
             t = getattr(m, name)
             packed += 0 if t is None else t.numel() * t.element_size()
-    return {"bf16": bf16, "w4a8_packed": packed}
+    host = sum(m.weight.numel() * 2 for m in module.modules() if isinstance(m, HostTable))
+    return {"bf16": bf16, "w4a8_packed": packed, "host_tables": host}
 
 
 # ---- output ------------------------------------------------------------------------------------
@@ -280,9 +285,13 @@ def print_report(report: dict[str, Any]) -> None:
         f"\nW4A8 fake-quant (FP32) action error against FP32: {step['fake_quant_error']:.2e}; "
         f"calibration {step['calibration_s']:.1f} s"
     )
+    host = total.get("host_tables", 0)
+    packed, bf16 = total["w4a8_packed"] - host, total["bf16"] - host
     print(
         f"weights: whole model {total['w4a8_packed'] / 1e6:.1f} MB packed vs "
         f"{total['bf16'] / 1e6:.1f} MB BF16 ({total['w4a8_packed'] / total['bf16']:.3f}x); "
+        f"on the GPU (the vocabulary tables, {host / 1e6:.0f} MB, stay on the host) "
+        f"{packed / 1e6:.1f} vs {bf16 / 1e6:.1f} MB ({packed / bf16:.3f}x); "
         f"quantized layers as held {step['memory_vs_fp16']['weights']:.3f}x BF16"
     )
 
@@ -292,7 +301,9 @@ def main() -> int:
     args = parse_args()
     device = resolve_device(args.device, setting="--device")
     config = network_config(args.tiny)
-    settings = QuantSettings(block_size=args.block_size, rotation_steps=args.rotation_steps)
+    settings = QuantSettings(
+        block_size=args.block_size, rotation_steps=args.rotation_steps, vision=args.vision
+    )
     report: dict[str, Any] = {
         "model": f"pi0 {'tiny widths' if args.tiny else 'gemma_2b + gemma_300m'}, random weights",
         "device": device,
