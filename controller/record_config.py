@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class RecordConfig(BaseModel):
@@ -28,6 +28,14 @@ class RecordConfig(BaseModel):
         ge=1,
         le=1_000_000,
         description="continuous: a file ends and the next begins once it reaches about this size.",
+    )
+    max_total_mb: int = Field(
+        default=0,
+        ge=0,
+        le=100_000_000,
+        description="continuous: as a file ends, the oldest files this run wrote are deleted "
+        "until those left and the next file (max_file_mb) fit in this much; at least twice "
+        "max_file_mb. 0: no limit.",
     )
     ring_seconds: float = Field(
         default=30.0, gt=0, le=3600, description="ring: how many seconds of records are kept."
@@ -58,3 +66,14 @@ class RecordConfig(BaseModel):
         "(3 cameras for 1 s at 30 Hz) took 0.67 s of one core with zstd, 0.15 s with lz4 and "
         "0.10 s with none on a 2-core machine. lz4 shrinks the other records at little cost.",
     )
+
+    @model_validator(mode="after")
+    def _total_holds_two_files(self) -> RecordConfig:
+        # The newest finished file stays beside the open one: a smaller cap could not keep it.
+        if self.max_total_mb and self.max_total_mb < 2 * self.max_file_mb:
+            raise ValueError(
+                f"record.max_total_mb {self.max_total_mb} is below twice record.max_file_mb "
+                f"({self.max_file_mb}): set it to 0 (no limit) or at least "
+                f"{2 * self.max_file_mb}, room for a finished file beside the one being written"
+            )
+        return self

@@ -220,6 +220,18 @@ class TempoCollector:
             "Ring recordings written on a mark or a guard stop.",
             recording.get("incidents"),
         )
+        yield from self._scalar(
+            "counter",
+            "recording_files_deleted",
+            "Oldest continuous recordings deleted to stay within record.max_total_mb.",
+            recording.get("files_deleted"),
+        )
+        yield from self._scalar(
+            "counter",
+            "recording_deleted_bytes",
+            "Bytes of the recordings deleted to stay within record.max_total_mb.",
+            recording.get("bytes_deleted"),
+        )
         dropped = recording.get("dropped")
         if isinstance(dropped, dict):
             family = self._family(

@@ -23,7 +23,8 @@ Exported (base units, Prometheus naming conventions):
     (every code, 0 until it happens), tempo_daemon_guard_interventions_total{guard} (all robots
     since start, those gone included)
     tempo_recording_records_written_total, tempo_recording_incidents_total,
-    tempo_recording_dropped_total{kind} (with the flight recorder on: record.mode)
+    tempo_recording_dropped_total{kind}, tempo_recording_files_deleted_total,
+    tempo_recording_deleted_bytes_total (with the flight recorder on: record.mode)
     tempo_robots_connected, tempo_robot_last_observation_age_seconds{robot},
     tempo_robot_guard_state{robot,state}, tempo_guard_interventions_total{robot,guard},
     tempo_robot_held_ticks_total{robot}, tempo_robot_events_total{robot,event}

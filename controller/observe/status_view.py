@@ -218,7 +218,8 @@ def _robot_lines(robots: list[dict[str, Any]]) -> list[str]:
 
 
 def recording_line(recording: dict[str, Any]) -> str:
-    """The flight recorder: records written, dropped (by kind), files, incidents, error."""
+    """The flight recorder: records written, dropped (by kind), files, incidents, files
+    deleted, error."""
     dropped = {k: v for k, v in (recording.get("dropped") or {}).items() if v}
     drops = ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
     line = (
@@ -228,6 +229,11 @@ def recording_line(recording: dict[str, Any]) -> str:
         + (f" ({drops})" if drops else "")
         + f", {_num(recording.get('files'))} files, {_num(recording.get('incidents'))} incidents"
     )
+    if recording.get("files_deleted"):  # record.max_total_mb at work
+        line += (
+            f"; {_num(recording['files_deleted'])} oldest files deleted "
+            f"({(recording.get('bytes_deleted') or 0) / 2**20:.0f} MiB) to stay within max_total_mb"
+        )
     if recording.get("torn_frames"):
         line += (
             f"; {_num(recording['torn_frames'])} observations' frames left out (the driver "

@@ -6,9 +6,11 @@
     recorder.start(); ...; recorder.stop()             # stop writes what is queued, then closes
 
 continuous: every record goes to the current file, which ends once it reaches `max_file_mb`
-(files named by the time they began). ring: records of the last `ring_seconds` (and at most
-`ring_max_mb`) are kept in memory; a driver's `mark`, or a robot's guard stop (its first
-`stopped` hold), writes them all to a file of their own, so every incident is kept.
+(files named by the time they began); with `max_total_mb`, the oldest files this recorder
+finished are deleted as each file ends, so that they and the next file fit. ring: records of
+the last `ring_seconds` (and at most `ring_max_mb`) are kept in memory; a driver's `mark`, or a
+robot's guard stop (its first `stopped` hold), writes them all to a file of their own, so every
+incident is kept.
 """
 
 from __future__ import annotations
@@ -93,6 +95,12 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self.written = 0  # records written to a file
         self.files: list[str] = []
+        # continuous: the files this recorder finished, oldest first, with their sizes on disk:
+        # the only ones max_total_mb deletes (never another program's, nor the open file).
+        self._finished: collections.deque[tuple[Path, int]] = collections.deque()
+        self._finished_bytes = 0
+        self.files_deleted = 0
+        self.bytes_deleted = 0
         self.incidents = 0
         self.torn_frames = 0  # observations whose frames the driver wrote over before the copy
         self.error: str | None = None
@@ -230,6 +238,7 @@ class Recorder:
         file = self._file
         if file is not None and file.size + 2 * _nbytes(record) >= self._max_file_bytes:
             self._close_file()
+            self._make_room()  # here, on the writer thread: the tick path never waits for it
             file = None
         if file is None:
             file = self._file = self._open(f"tempo-{_stamp(self._wall(record.time_ns))}.mcap")
@@ -253,8 +262,33 @@ class Recorder:
     def _close_file(self) -> None:
         if self._file is not None:
             file, self._file = self._file, None
-            file.close()
+            file.close()  # returns once the file is complete on disk: its size is final
             log.info("recording %s written (%d messages)", file.path, file.messages)
+            self._finished_file(file.path)
+
+    def _finished_file(self, path: Path) -> None:
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:  # removed already (by an operator): nothing to account for
+            return
+        self._finished.append((path, size))
+        self._finished_bytes += size
+
+    def _make_room(self) -> None:
+        """Delete this recorder's oldest finished files until the rest and the next file (at
+        most max_file_mb) fit in max_total_mb (0: no limit)."""
+        limit = self.config.max_total_mb * 1024 * 1024
+        reserved = self.config.max_file_mb * 1024 * 1024  # the next file, opened next
+        while limit and self._finished and self._finished_bytes + reserved > limit:
+            path, size = self._finished.popleft()
+            self._finished_bytes -= size
+            try:
+                path.unlink()
+            except FileNotFoundError:  # an operator removed it first: its bytes are free
+                continue
+            self.files_deleted += 1
+            self.bytes_deleted += size
+            log.info("recording %s deleted (record.max_total_mb)", path)
 
     # -- ring -----------------------------------------------------------------------------------
 
@@ -331,6 +365,8 @@ class Recorder:
             "files": len(self.files),
             "current_file": str(current.path) if current is not None else None,
             "incidents": self.incidents,
+            "files_deleted": self.files_deleted,
+            "bytes_deleted": self.bytes_deleted,
             "torn_frames": self.torn_frames,
             "error": self.error,
         }

@@ -1,4 +1,5 @@
-"""The flight recorder in `tempo status` and /metrics: written, dropped by kind, incidents."""
+"""The flight recorder in `tempo status` and /metrics: written, dropped by kind, incidents,
+files deleted to stay within record.max_total_mb."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def test_status_shows_what_the_recorder_wrote_and_dropped() -> None:
     assert failed.endswith("; stopped writing: OSError: disk full")
     torn = recording_line({**RECORDING, "torn_frames": 2})
     assert "; 2 observations' frames left out (the driver wrote over its slot" in torn
+    assert "deleted" not in line  # only once a cap has deleted something
+    deleted = recording_line({**RECORDING, "files_deleted": 3, "bytes_deleted": 3 * 2**20})
+    assert "; 3 oldest files deleted (3 MiB) to stay within max_total_mb" in deleted
 
 
 def test_metrics_export_the_recorders_counters() -> None:
@@ -43,3 +47,9 @@ def test_metrics_export_the_recorders_counters() -> None:
     assert dropped == {"observation": 3, "command": 2, "chunk": 0}
     assert families["tempo_recording_records_written"].samples[0].value == 100
     assert families["tempo_recording_incidents"].samples[0].value == 1
+    deleted = {**RECORDING, "files_deleted": 2, "bytes_deleted": 5_000}
+    families = {
+        f.name: f for f in TempoCollector(lambda: {}, lambda: {"recording": deleted}).collect()
+    }
+    assert families["tempo_recording_files_deleted"].samples[0].value == 2
+    assert families["tempo_recording_deleted_bytes"].samples[0].value == 5_000

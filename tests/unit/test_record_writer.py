@@ -1,21 +1,25 @@
 """The recorder's queue and ring on their own (no daemon): bounded by count, by seconds and by
-memory; an unusable directory is one sentence."""
+memory; continuous files bounded in total; an unusable directory is one sentence."""
 
 from __future__ import annotations
 
 import gc
+import logging
+import os
 import threading
 import time
 
 import numpy as np
 import pytest
 
+from controller.config import load_config
 from controller.errors import ConfigError
 from controller.record.queue import Record, RecordQueue
 from controller.record.writer import Recorder
 from controller.record_config import RecordConfig
 
 JOINTS = ["a", "b"]
+MIB = 1024 * 1024
 
 
 def observation(time_ns: int, frame_bytes: int = 0) -> Record:
@@ -123,3 +127,87 @@ def test_a_failed_file_process_is_one_error_and_stop_is_quiet(tmp_path, mode, mo
     )  # the reason, not "it ended"
     assert crashes == []
     assert recorder.queue.dropped["observation"] >= 1
+
+
+def framed(time_ns: int) -> Record:
+    """An observation with a 90 KB camera frame: about seven fill a 1 MB file."""
+    record = observation(time_ns)
+    record.fields["images"] = {"front": np.zeros((100, 300, 3), np.uint8)}  # type: ignore[index]
+    return record
+
+
+def finished_sizes(recorder: Recorder, sizes: dict[str, int]) -> None:
+    """The size of every file the recorder has finished (all but the open one) and not deleted."""
+    for path in recorder.files[:-1]:
+        if path not in sizes and os.path.exists(path):
+            sizes[path] = os.path.getsize(path)
+
+
+def test_max_total_mb_deletes_the_oldest_files_this_recorder_wrote(tmp_path) -> None:
+    """Only the newest files remain, within the cap; files another program put in the same
+    directory, a recording-like name among them, are left as they were."""
+    foreign = {
+        "notes.txt": b"an operator's notes",
+        "tempo-20000101T000000.000000Z.mcap": b"x" * 4096,
+    }
+    for name, content in foreign.items():
+        (tmp_path / name).write_bytes(content)
+    config = RecordConfig(
+        mode="continuous", dir=tmp_path, max_file_mb=1, max_total_mb=3, compression="none"
+    )
+    recorder = Recorder(config, JOINTS, 50.0)
+    sizes: dict[str, int] = {}
+    for i in range(80):
+        recorder._take(framed(i * 1_000_000))
+        finished_sizes(recorder, sizes)
+    recorder._close_file()
+    recorder.stop()
+    left = [path for path in recorder.files if os.path.exists(path)]
+    gone = [path for path in recorder.files if path not in left]
+    assert len(recorder.files) >= 8 and len(left) >= 3 and gone
+    assert left == recorder.files[-len(left) :]  # the newest, every one of them
+    assert sum(os.path.getsize(path) for path in left) <= 3 * MIB
+    status = recorder.status()
+    assert status["files_deleted"] == recorder.files_deleted == len(gone)
+    assert status["bytes_deleted"] == sum(sizes[path] for path in gone)
+    for name, content in foreign.items():
+        assert (tmp_path / name).read_bytes() == content
+
+
+def test_an_old_file_already_removed_is_skipped(tmp_path, caplog) -> None:
+    """An operator removed the oldest recording: the writer skips it, neither failing nor
+    counting it, and deletes the next oldest when its turn comes."""
+    config = RecordConfig(
+        mode="continuous", dir=tmp_path, max_file_mb=1, max_total_mb=2, compression="none"
+    )
+    recorder = Recorder(config, JOINTS, 50.0)
+    sizes: dict[str, int] = {}
+    i = 0
+    while len(recorder.files) < 4:
+        recorder._take(framed(i * 1_000_000))
+        finished_sizes(recorder, sizes)
+        if len(recorder.files) == 2 and os.path.exists(recorder.files[0]):
+            os.remove(recorder.files[0])  # the first file finished, then removed by hand
+        i += 1
+    recorder._close_file()
+    recorder.stop()
+    assert [os.path.exists(path) for path in recorder.files] == [False, False, True, True]
+    # The second file deleted by the cap; the first, removed by hand, counted by neither.
+    assert recorder.files_deleted == 1 and recorder.bytes_deleted == sizes[recorder.files[1]]
+    assert recorder.error is None
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+
+
+def test_a_total_cap_below_two_files_is_refused(tmp_path) -> None:
+    """A cap must hold a finished file beside the open one; 0 is no cap."""
+    refusal = r"record.max_total_mb 3 is below twice record.max_file_mb \(2\): set it to 0 \(no"
+    with pytest.raises(ValueError, match=refusal + r" limit\) or at least 4, room for a finished"):
+        RecordConfig(max_file_mb=2, max_total_mb=3)
+    assert RecordConfig(max_file_mb=2, max_total_mb=4).max_total_mb == 4
+    assert RecordConfig(max_file_mb=2, max_total_mb=0).max_total_mb == 0
+    path = tmp_path / "tempo.yaml"
+    path.write_text("record:\n  mode: continuous\n  max_file_mb: 100\n  max_total_mb: 150\n")
+    with pytest.raises(
+        ConfigError, match=r"record: .*max_total_mb 150 is below twice record.max_file_mb \(100\)"
+    ):
+        load_config(path)
