@@ -70,6 +70,9 @@ class RecordConfig(BaseModel):
     @model_validator(mode="after")
     def _total_holds_two_files(self) -> RecordConfig:
         # The newest finished file stays beside the open one: a smaller cap could not keep it.
+        # Only continuous mode rotates files; ring mode keeps every incident file.
+        if self.mode != "continuous":
+            return self
         if self.max_total_mb and self.max_total_mb < 2 * self.max_file_mb:
             raise ValueError(
                 f"record.max_total_mb {self.max_total_mb} is below twice record.max_file_mb "

@@ -279,12 +279,17 @@ class Recorder:
         most max_file_mb) fit in max_total_mb (0: no limit)."""
         limit = self.config.max_total_mb * 1024 * 1024
         reserved = self.config.max_file_mb * 1024 * 1024  # the next file, opened next
-        while limit and self._finished and self._finished_bytes + reserved > limit:
+        # The newest finished file is always kept: a single record larger than max_file_mb
+        # makes a file past the reserve, which would otherwise go the moment it closed.
+        while limit and len(self._finished) > 1 and self._finished_bytes + reserved > limit:
             path, size = self._finished.popleft()
             self._finished_bytes -= size
             try:
                 path.unlink()
             except FileNotFoundError:  # an operator removed it first: its bytes are free
+                continue
+            except OSError as exc:  # the recording goes on; the cap is not kept for this file
+                log.warning("record.max_total_mb: could not delete %s (%s)", path, exc)
                 continue
             self.files_deleted += 1
             self.bytes_deleted += size
