@@ -36,6 +36,21 @@ SPECIAL_HISTOGRAMS = {
     ),
 }
 TIER_LEVEL = {"graph": 0, "compiled": 1, "eager_half": 2, "eager_fp32": 3}
+# The flight recorder's counters: (metric name, help, key in the recorder's status).
+RECORDING_COUNTERS = (
+    ("recording_records_written", "Records the flight recorder wrote to files.", "written"),
+    ("recording_incidents", "Ring recordings written on a mark or a guard stop.", "incidents"),
+    (
+        "recording_files_deleted",
+        "Oldest continuous recordings deleted to stay within record.max_total_mb.",
+        "files_deleted",
+    ),
+    (
+        "recording_deleted_bytes",
+        "Bytes of the recordings deleted to stay within record.max_total_mb.",
+        "bytes_deleted",
+    ),
+)
 
 
 # -- the collector --------------------------------------------------------------------------------
@@ -208,30 +223,8 @@ class TempoCollector:
 
     def _recording(self, recording: dict[str, Any]) -> Iterator[Any]:
         """The flight recorder's counters (controller.record)."""
-        yield from self._scalar(
-            "counter",
-            "recording_records_written",
-            "Records the flight recorder wrote to files.",
-            recording.get("written"),
-        )
-        yield from self._scalar(
-            "counter",
-            "recording_incidents",
-            "Ring recordings written on a mark or a guard stop.",
-            recording.get("incidents"),
-        )
-        yield from self._scalar(
-            "counter",
-            "recording_files_deleted",
-            "Oldest continuous recordings deleted to stay within record.max_total_mb.",
-            recording.get("files_deleted"),
-        )
-        yield from self._scalar(
-            "counter",
-            "recording_deleted_bytes",
-            "Bytes of the recordings deleted to stay within record.max_total_mb.",
-            recording.get("bytes_deleted"),
-        )
+        for name, help_text, key in RECORDING_COUNTERS:
+            yield from self._scalar("counter", name, help_text, recording.get(key))
         dropped = recording.get("dropped")
         if isinstance(dropped, dict):
             family = self._family(

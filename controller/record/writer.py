@@ -98,7 +98,6 @@ class Recorder:
         # continuous: the files this recorder finished, oldest first, with their sizes on disk:
         # the only ones max_total_mb deletes (never another program's, nor the open file).
         self._finished: collections.deque[tuple[Path, int]] = collections.deque()
-        self._finished_bytes = 0
         self.files_deleted = 0
         self.bytes_deleted = 0
         self.incidents = 0
@@ -272,7 +271,6 @@ class Recorder:
         except FileNotFoundError:  # removed already (by an operator): nothing to account for
             return
         self._finished.append((path, size))
-        self._finished_bytes += size
 
     def _make_room(self) -> None:
         """Delete this recorder's oldest finished files until the rest and the next file (at
@@ -281,9 +279,9 @@ class Recorder:
         reserved = self.config.max_file_mb * 1024 * 1024  # the next file, opened next
         # The newest finished file is always kept: a single record larger than max_file_mb
         # makes a file past the reserve, which would otherwise go the moment it closed.
-        while limit and len(self._finished) > 1 and self._finished_bytes + reserved > limit:
-            path, size = self._finished.popleft()
-            self._finished_bytes -= size
+        finished = self._finished
+        while limit and len(finished) > 1 and sum(s for _, s in finished) + reserved > limit:
+            path, size = finished.popleft()
             try:
                 path.unlink()
             except FileNotFoundError:  # an operator removed it first: its bytes are free
