@@ -14,6 +14,10 @@
    the daemon's action/hold numbers at the driver), holds at the switch, and the first action
    from the new policy relative to the switch (the first action of an observation sent after
    the daemon switched).
+3. A swap at episode starts under the same robot (`tempo swap`, no --now): from the robot's
+   episode-start observation to the episode's first action, the first from the new policy,
+   against the same measure at episode starts just before the swap; and missed ticks, lost
+   messages and holds across it.
 
 Each policy is made here with random weights (two seeds: the served one and the swapped-in
 one) as Tempo checkpoints in a temporary directory. `bench_failover.failover` and
@@ -125,6 +129,8 @@ class Driver:
         self.log: list[Received] = []
         self.client._inbox = _Recorder(self.client, self.log)
         self.sent: dict[int, int] = {}
+        self.episode_starts: list[int] = []  # seqs of the observations that started one
+        self._start_episode = threading.Event()
         self.period_s = 1.0 / obs_hz
         self.images = {c.name: np.zeros(c.shape, np.uint8) for c in spec.cameras}
         self.state = np.zeros(spec.state_size, np.float32)
@@ -146,11 +152,32 @@ class Driver:
         while not self._stop.is_set():
             now = time.monotonic()
             if now >= next_obs:
-                seq = self.client.send_observation(self.images, self.state)
+                start = self._start_episode.is_set()
+                seq = self.client.send_observation(self.images, self.state, episode_start=start)
                 if seq is not None:
                     self.sent[seq] = time.monotonic_ns()
+                    if start:
+                        self._start_episode.clear()
+                        self.episode_starts.append(seq)
                 next_obs = max(next_obs + self.period_s, now)
             self.client.receive(timeout_s=0.001)
+
+    def episode_start_to_action(self, timeout_s: float) -> tuple[float, int]:
+        """Starts an episode with the next observation; seconds from its sending to the first
+        action at the robot from it or a later observation (the daemon plans from the newest
+        it holds when it asks the policy), and the holds the robot got in between (its plan is
+        cleared at an episode start)."""
+        started = len(self.episode_starts)
+        self._start_episode.set()
+        _wait(lambda: len(self.episode_starts) > started, timeout_s, "no episode started")
+        seq = self.episode_starts[-1]
+        sent_ns = self.sent[seq]
+        first = self.first_action_after(seq - 1, timeout_s)
+        if first is None:
+            raise SystemExit("bench_failover: no action in the episode")
+        holds = sum(1 for r in list(self.log) if r.kind == "hold"
+                    and sent_ns <= r.received_ns <= first.received_ns)  # fmt: skip
+        return (first.received_ns - sent_ns) / 1e9, holds
 
     def last_seq(self) -> int:
         return max(self.sent, default=0)
@@ -294,6 +321,65 @@ def swap(
     }
 
 
+def episode_swap(
+    checkpoint: Path,
+    new_checkpoint: Path,
+    spec: Any,
+    rate_hz: float,
+    settings: list[str],
+    episodes: int = 5,
+) -> dict[str, Any]:
+    """`tempo swap` (at the robot's next episode start) while a robot is served at `rate_hz`:
+    episode start to its first action, before the swap and at the switch."""
+    sets = [*settings, f"control.rate_hz={rate_hz}"]
+    with daemon(checkpoint, sets) as (bind, status_at):
+        with Driver(bind, spec, rate_hz) as driver:
+            _wait(driver.served_lately, 60, "no action reached the robot")
+            time.sleep(1.0)  # steady state
+            baseline = []
+            for _ in range(episodes):
+                baseline.append(driver.episode_start_to_action(10.0))
+                time.sleep(0.2)
+            baseline_holds = max(holds for _, holds in baseline)
+            before = request_status(status_at, 2.0) or {}
+            lost_before, log_before = driver.client.counters.lost, len(driver.log)
+            reply = request_command(status_at, {"kind": "swap", "path": str(new_checkpoint),
+                                                "now": False, "policy": None})  # fmt: skip
+            if not reply or "error" in reply:
+                raise SystemExit(f"bench_failover: the swap was refused: {reply}")
+            state = _wait(
+                lambda: (s := _process(status_at).get("swap")) and s["phase"] != "building" and s,
+                START_TIMEOUT_S,
+                "the swap did not finish building",
+            )
+            if state["phase"] != "switching":
+                raise SystemExit(f"bench_failover: the swap is {state['phase']}: {state['detail']}")
+            built_s = time.time() - state["started"]  # within the poll's 20 ms
+            time.sleep(0.5)  # the old policy goes on serving meanwhile
+            at_switch, switch_holds = driver.episode_start_to_action(10.0)
+            done = _wait(
+                lambda: (s := _process(status_at).get("swap")) and s["phase"] != "switching" and s,
+                30,
+                "the swap did not end after the episode start",
+            )
+            time.sleep(1.0)
+            after = request_status(status_at, 2.0) or {}
+            holds = [r for r in driver.log[log_before:] if r.kind == "hold"]  # starts' too
+            lost = driver.client.counters.lost - lost_before
+    return {
+        "phase": done["phase"],
+        "build_and_check_s": built_s,
+        "episode_start_to_action_before_s": [seconds for seconds, _ in baseline],
+        "episode_start_to_action_at_switch_s": at_switch,
+        "holds_at_episode_start_before": baseline_holds,  # the most of any start before
+        "holds_at_switch": switch_holds,
+        "missed_ticks": after.get("missed_ticks", 0) - before.get("missed_ticks", 0),
+        "lost_messages": lost,
+        "holds": len(holds),
+        "period_s": 1.0 / rate_hz,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", choices=list(POLICIES), default="tiny")
@@ -303,6 +389,7 @@ def main() -> int:
     parser.add_argument("--standby", action="append", choices=["hot", "spare", "off"],
                         help="modes to time (default: all three)")  # fmt: skip
     parser.add_argument("--no-swap", action="store_true")
+    parser.add_argument("--no-episode-swap", action="store_true")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -312,12 +399,16 @@ def main() -> int:
         make = POLICIES[args.policy]
         served, swapped_in = make(Path(tmp) / "a", 0), make(Path(tmp) / "b", 1)
         spec = load_checkpoint(served).spec  # the robot the driver plays
-        results: dict[str, Any] = {"policy": args.policy, "failover": [], "swap": None}
+        results: dict[str, Any] = {"policy": args.policy, "failover": [], "swap": None,
+                                   "episode_swap": None}  # fmt: skip
         for mode in args.standby or ["hot", "spare", "off"]:
             row = failover(served, spec, mode, args.repeats, args.overrides, args.obs_hz)
             results["failover"].append(row)
         if not args.no_swap:
             results["swap"] = swap(served, swapped_in, spec, args.rate, args.overrides)
+        if not args.no_episode_swap:
+            results["episode_swap"] = episode_swap(served, swapped_in, spec, args.rate,
+                                                   args.overrides)  # fmt: skip
     if args.json:
         print(json.dumps(results))
         return 0
@@ -337,6 +428,16 @@ def main() -> int:
               f"messages {s['lost_messages']}, holds after the switch {s['holds_after_switch']}, "
               f"first action from the new policy {first:.4f} s after the switch "
               f"(one period: {s['period_s']:.4f} s)")  # fmt: skip
+    if (e := results["episode_swap"]) is not None:
+        before = e["episode_start_to_action_before_s"]
+        print(f"swap at the episode start under a {args.rate:.0f} Hz robot ({e['phase']}): "
+              f"episode start -> its first action {e['episode_start_to_action_at_switch_s']:.4f} s "
+              f"from the new policy, {statistics.median(before):.4f} s median "
+              f"({min(before):.4f}-{max(before):.4f}) at {len(before)} episode starts before "
+              f"(one period: {e['period_s']:.4f} s); holds in that wait {e['holds_at_switch']} "
+              f"(at most {e['holds_at_episode_start_before']} before); from the swap to its "
+              f"end: missed ticks {e['missed_ticks']}, lost messages {e['lost_messages']}, "
+              f"holds {e['holds']}")  # fmt: skip
     return 0
 
 
