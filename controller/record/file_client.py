@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
-from controller.record.file_process import CLOSE, COMMAND, OPEN, WRITE, WRITE_HEAD
+from controller.record.file_process import CLOSE, COMMAND, OPEN, WRITE, WRITE_HEAD, WRITE_JSON
 
 PIPE_BYTES = 1 << 20  # a 480x640 frame in one write where the system allows it
 MESSAGE_OVERHEAD = 64  # bytes a message adds on disk besides its data (record, index entries)
@@ -55,11 +55,34 @@ class RecordingFile:
         parts: Sequence[bytes | memoryview],
     ) -> None:
         """One message, its data the concatenation of `parts`."""
+        length = self._send(WRITE, topic, schema, log_ns, publish_ns, parts)
+        self._count(length)
+
+    def write_json(
+        self, topic: str, schema: str, log_ns: int, publish_ns: int, packed: tuple[bytes, int]
+    ) -> None:
+        """One message whose data is the JSON of `packed` (controller.record.packed_json.pack's
+        bytes and bound), made by the file process."""
+        self._send(WRITE_JSON, topic, schema, log_ns, publish_ns, (packed[0],))
+        self._count(packed[1])
+
+    def _send(
+        self,
+        op: int,
+        topic: str,
+        schema: str,
+        log_ns: int,
+        publish_ns: int,
+        parts: Sequence[bytes | memoryview],
+    ) -> int:
         names = topic.encode(), schema.encode()
         length = sum(len(part) for part in parts)
         head = WRITE_HEAD.pack(len(names[0]), len(names[1]), log_ns, publish_ns)
         body = WRITE_HEAD.size + len(names[0]) + len(names[1]) + length
-        self._files.send(COMMAND.pack(WRITE, body) + head + names[0] + names[1], *parts)
+        self._files.send(COMMAND.pack(op, body) + head + names[0] + names[1], *parts)
+        return length
+
+    def _count(self, length: int) -> None:
         self.messages += 1
         # lz4 can grow data that does not compress by a fraction of a percent.
         self.size += length + length // 100 + MESSAGE_OVERHEAD

@@ -10,6 +10,8 @@ command is an operation byte and a body length (little-endian "<BQ"), then the b
     OPEN   JSON {"path", "metadata", "compression"}: start a file (never overwriting one)
     WRITE  "<HHqq" topic and schema lengths, log and publish time (ns); topic; schema; the
            message (for a camera frame, its CDR head and pixels, sent as they are)
+    WRITE_JSON  as WRITE, the message a value packed by controller.record.packed_json,
+           written as its compact JSON: the JSON is made here, not in the daemon
     CLOSE  empty: finish the open file; answers "closed <messages>"
 
 An error (a full disk, a path that cannot be written) is answered "error <one sentence>" and
@@ -28,11 +30,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from controller.record.mcap_file import McapFile
+from controller.record.packed_json import to_json
 
 COMMAND = struct.Struct("<BQ")
 NICENESS = 10  # added to the daemon's: the file process yields the CPU to the control loop
 WRITE_HEAD = struct.Struct("<HHqq")
-OPEN, WRITE, CLOSE = 1, 2, 3
+OPEN, WRITE, CLOSE, WRITE_JSON = 1, 2, 3, 4
 
 
 class Receiver:
@@ -76,14 +79,17 @@ def serve(commands: BinaryIO, answers: BinaryIO) -> None:
                 if file is not None:
                     file.close()
                 file = McapFile(Path(spec["path"]), spec["metadata"], spec["compression"])
-            elif op == WRITE:
+            elif op in (WRITE, WRITE_JSON):
                 if file is None:
                     raise RuntimeError("a message came before any file was opened")
                 topic_n, schema_n, log_ns, publish_ns = WRITE_HEAD.unpack_from(body)
                 at = WRITE_HEAD.size
                 topic = bytes(body[at : at + topic_n]).decode()
                 schema = bytes(body[at + topic_n : at + topic_n + schema_n]).decode()
-                file.write(topic, schema, log_ns, publish_ns, body[at + topic_n + schema_n :])
+                data = body[at + topic_n + schema_n :]
+                if op == WRITE_JSON:
+                    data = memoryview(to_json(data))
+                file.write(topic, schema, log_ns, publish_ns, data)
             elif op == CLOSE:
                 closing, file = file, None
                 if closing is not None:

@@ -20,8 +20,7 @@ float32 values survive the trip exactly.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -158,12 +157,9 @@ def camera_topic(robot: str, camera: str) -> str:
     return f"/{robot}/camera/{camera}"
 
 
-def _list(array: np.ndarray | None) -> Any:
-    return None if array is None else np.asarray(array).tolist()
-
-
-def _dumps(value: Mapping[str, Any]) -> bytes:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+def _array(array: np.ndarray | None) -> Any:
+    """An array as it is (packed_json writes it as a list), or None."""
+    return None if array is None else np.asarray(array)
 
 
 def context_json(context: Any) -> dict[str, Any]:
@@ -173,22 +169,22 @@ def context_json(context: Any) -> dict[str, Any]:
     return {
         "step": context.step,
         "episode_start": bool(context.episode_start),
-        "state_history": _list(context.state_history),
+        "state_history": _array(context.state_history),
         "inference_delay": int(context.inference_delay),
         "previous_plan": None
         if plan is None
-        else {"start_step": plan.start_step, "actions": _list(plan.actions)},
+        else {"start_step": plan.start_step, "actions": _array(plan.actions)},
         "memory": {
             name: {
                 "dtype": str(value.dtype),
                 "shape": list(value.shape),
-                "data": _list(value.ravel()),
+                "data": _array(value.ravel()),
             }
             for name, value in context.memory.items()
         },
         "prompt": None
         if prompt is None
-        else {"ids": _list(prompt.ids), "mask": _list(prompt.mask)},
+        else {"ids": _array(prompt.ids), "mask": _array(prompt.mask)},
     }
 
 
@@ -202,7 +198,8 @@ def clamped(
 
 
 def record_json(record: Record, joints: Sequence[str], tier: str | None) -> dict[str, Any]:
-    """A record (not its frames) as its schema's JSON; `tier`: the tier serving now (chunks)."""
+    """A record (not its frames) as its schema's value, its arrays kept as arrays (the file
+    process writes them as JSON lists: packed_json); `tier`: the tier serving now (chunks)."""
     f = record.fields
     kind = record.kind
     if kind == "observation":
@@ -212,8 +209,8 @@ def record_json(record: Record, joints: Sequence[str], tier: str | None) -> dict
             "received_ns": record.time_ns,
             "driver_time_ns": f["driver_time_ns"],
             "episode": f["episode"],
-            "state": _list(f["state"]),
-            "teleop": _list(f["teleop"]),
+            "state": _array(f["state"]),
+            "teleop": _array(f["teleop"]),
             "cameras": list(f["images"]),
         }
     if kind == "request":
@@ -225,33 +222,15 @@ def record_json(record: Record, joints: Sequence[str], tier: str | None) -> dict
         }
     if kind == "chunk":
         return {**{k: v for k, v in f.items() if k not in ("actions", "_policy")},
-                "tier": tier, "actions": _list(f["actions"])}  # fmt: skip
+                "tier": tier, "actions": _array(f["actions"])}  # fmt: skip
     if kind == "command":
         return {
             "step": f["step"],
             "kind": "hold" if f["reason"] is not None else "action",
             "reason": f["reason"],
-            "action": _list(f["command"]),
-            "proposed": _list(f["proposed"]),
+            "action": _array(f["command"]),
+            "proposed": _array(f["proposed"]),
             "clamped_joints": clamped(f["proposed"], f["command"], joints),
             "teleop_joints": list(f["teleop_joints"]),
         }
     return dict(f)
-
-
-def encode(value: Mapping[str, Any]) -> bytes:
-    """JSON bytes of a message (no NaN: everything recorded was checked finite), the same bytes
-    json.dumps gives, made a row at a time: one json.dumps call holds the interpreter lock
-    throughout, and an ACT chunk (100 x 14 floats) took 1.6 ms on a 2-core machine, which the
-    control loop's thread waited for (tick lateness p99 about 900 us on an H100 host, against
-    under 300 us with recording off). Between rows the lock can pass to the loop."""
-    return _text(value).encode()
-
-
-def _text(value: Any) -> str:
-    if type(value) is dict and all(type(key) is str for key in value):
-        items = (f"{json.dumps(key)}:{_text(item)}" for key, item in value.items())
-        return "{" + ",".join(items) + "}"
-    if type(value) is list and value and type(value[0]) is list:
-        return "[" + ",".join(_text(row) for row in value) + "]"
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)

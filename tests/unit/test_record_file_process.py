@@ -16,6 +16,7 @@ import pytest
 from controller.record import image_cdr
 from controller.record.file_client import FileProcessError, RecordingFiles
 from controller.record.file_process import Receiver
+from controller.record.packed_json import pack
 from controller.record.reading import read_recording
 
 WALL_NS = 1_764_264_000_000_000_000
@@ -51,6 +52,23 @@ def test_messages_and_frames_read_back_as_sent(files, tmp_path, compression) -> 
         np.testing.assert_array_equal(image_cdr.frame_of(message.data), frame)
     assert [m.publish_ns for m in cameras] == [0, 1, 2]
     assert os.path.getsize(path) <= file.size + 64 * 1024  # the summary is written at close
+
+
+def test_json_messages_are_made_in_the_file_process_within_the_size_counted(
+    files, tmp_path
+) -> None:
+    rng = np.random.default_rng(1)
+    chunks = [rng.standard_normal((100, 14)).astype(np.float32) for _ in range(20)]
+    path = tmp_path / "json.mcap"
+    file = files.open(path, {}, "none")
+    for i, chunk in enumerate(chunks):
+        file.write_json(
+            "/arm/chunk", "tempo.Chunk", WALL_NS + i, i, pack({"step": i, "actions": chunk})
+        )
+    file.close()
+    data = [m.data for m in read_recording(path).messages]
+    assert data == [{"step": i, "actions": c.tolist()} for i, c in enumerate(chunks)]
+    assert os.path.getsize(path) <= file.size + 64 * 1024
 
 
 def test_files_follow_one_another_in_one_process(files, tmp_path) -> None:
