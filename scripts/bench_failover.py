@@ -298,7 +298,8 @@ def swap(
                 raise SystemExit(f"bench_failover: the swap failed: {done['detail']}")
             # The switch, on this clock: the daemon stamps it with the wall clock.
             switched_ns = time.monotonic_ns() - int((time.time() - done["switched"]) * 1e9)
-            seq = max((s for s, at in driver.sent.items() if at <= switched_ns), default=0)
+            sent = list(driver.sent.items())  # the driver's thread adds to it meanwhile
+            seq = max((s for s, at in sent if at <= switched_ns), default=0)
             first = driver.first_action_after(seq, 60)
             time.sleep(1.0)
             after = request_status(status_at, 2.0) or {}
@@ -354,7 +355,7 @@ def episode_swap(
             )
             if state["phase"] != "switching":
                 raise SystemExit(f"bench_failover: the swap is {state['phase']}: {state['detail']}")
-            built_s = time.time() - state["started"]  # within the poll's 20 ms
+            built_s = (state["switched"] or time.time()) - state["started"]
             time.sleep(0.5)  # the old policy goes on serving meanwhile
             at_switch, switch_holds = driver.episode_start_to_action(10.0)
             done = _wait(
@@ -362,6 +363,8 @@ def episode_swap(
                 30,
                 "the swap did not end after the episode start",
             )
+            if done["phase"] != "done":  # the robot is back on the old policy
+                raise SystemExit(f"bench_failover: the swap failed: {done['detail']}")
             time.sleep(1.0)
             after = request_status(status_at, 2.0) or {}
             holds = [r for r in driver.log[log_before:] if r.kind == "hold"]  # starts' too

@@ -14,9 +14,10 @@ command is an operation byte and a body length (little-endian "<BQ"), then the b
            written as its compact JSON: the JSON is made here, not in the daemon
     CLOSE  empty: finish the open file; answers "closed <messages>"
 
-An error (a full disk, a path that cannot be written) is answered "error <one sentence>" and
-ends the process; end of input finishes the open file and ends it too. SIGINT and SIGTERM are
-ignored: the daemon ends it, by closing its input, once the recorder has written what it holds.
+An error (a full disk, a path that cannot be written, a message that cannot be JSON) is
+answered "error <one sentence>" and ends the process; end of input finishes the open file and
+ends it too. SIGINT and SIGTERM are ignored: the daemon ends it, by closing its input, once
+the recorder has written what it holds.
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ def serve(commands: BinaryIO, answers: BinaryIO) -> None:
                 schema = bytes(body[at + topic_n : at + topic_n + schema_n]).decode()
                 data = body[at + topic_n + schema_n :]
                 if op == WRITE_JSON:
-                    data = memoryview(to_json(data))
+                    try:
+                        data = memoryview(to_json(data))
+                    except (ValueError, TypeError) as exc:  # the recorder refuses these first
+                        raise RuntimeError(f"the {topic} message is not JSON: {exc}") from None
                 file.write(topic, schema, log_ns, publish_ns, data)
             elif op == CLOSE:
                 closing, file = file, None

@@ -163,7 +163,8 @@ def _array(array: np.ndarray | None) -> Any:
 
 
 def context_json(context: Any) -> dict[str, Any]:
-    """A policies.base.RobotContext as JSON (everything the policy's codec reads)."""
+    """A policies.base.RobotContext as its schema's value (everything the policy's codec reads),
+    arrays kept as arrays, as record_json's."""
     plan = context.previous_plan
     prompt = context.prompt
     return {

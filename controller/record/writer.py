@@ -236,14 +236,18 @@ class Recorder:
     # -- continuous ---------------------------------------------------------------------------
 
     def _write_continuous(self, record: Record, tier: str | None) -> None:
+        message = pack(record_json(record, self._policy_of(record).joints, tier))
         file = self._file
-        if file is not None and file.size + 2 * _nbytes(record) >= self._max_file_bytes:
+        next_bytes = 2 * _nbytes(record) + message[1]  # frames twice over, its JSON's bound
+        if file is not None and file.size + next_bytes >= self._max_file_bytes:
             self._close_file()
             self._make_room()  # here, on the writer thread: the tick path never waits for it
             file = None
         if file is None:
             file = self._file = self._open(f"tempo-{_stamp(self._wall(record.time_ns))}.mcap")
-        self._write(file, record, tier)
+        images = record.fields.get("images") if record.kind == "observation" else None
+        frames = tuple(images.items()) if images else ()
+        self._write_entry(file, record.time_ns, record.robot, record.kind, message, frames)
         self._frames.give_back(record.pooled_frames())
 
     @property
@@ -331,12 +335,6 @@ class Recorder:
 
     def _wall(self, monotonic_ns: int) -> int:
         return monotonic_ns + self._wall_offset_ns
-
-    def _write(self, file: RecordingFile, record: Record, tier: str | None) -> None:
-        images = record.fields.get("images") if record.kind == "observation" else None
-        message = pack(record_json(record, self._policy_of(record).joints, tier))
-        frames = tuple(images.items()) if images else ()
-        self._write_entry(file, record.time_ns, record.robot, record.kind, message, frames)
 
     def _write_entry(
         self,

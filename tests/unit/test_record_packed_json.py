@@ -78,10 +78,33 @@ def test_a_chunk_a_context_and_the_worst_cases_of_the_bound() -> None:
     assert json.loads(written)["actions"] == chunk.tolist()  # float32 values exactly
 
 
-def test_a_non_finite_number_is_refused_and_so_is_an_array_json_cannot_hold() -> None:
-    with pytest.raises(ValueError):
-        to_json(pack({"actions": np.array([[0.0, 1.0], [math.nan, 2.0]], np.float32)})[0])
-    with pytest.raises(TypeError, match="cannot be JSON"):
-        pack({"names": np.array(["a", "b"])})
+def test_an_empty_array_with_leading_dimensions_stays_within_the_bound() -> None:
+    for shape in [(1000, 0), (10, 10, 0), (0,), (3, 0, 5)]:
+        packed, bound = pack({"a": np.zeros(shape, np.float32)})
+        assert len(to_json(packed)) <= bound
+
+
+def test_what_json_cannot_hold_is_refused_where_it_is_packed() -> None:
+    with pytest.raises(ValueError, match="NaN or an infinity"):
+        pack({"actions": np.array([[0.0, 1.0], [math.nan, 2.0]], np.float32)})
+    with pytest.raises(ValueError, match="NaN or an infinity"):
+        pack({"memory": {"data": np.array([np.inf], np.float16)}})
+    for array in (np.array(["a", "b"]), np.zeros(2, np.longdouble), np.zeros(2, complex)):
+        with pytest.raises(TypeError, match="cannot be JSON"):
+            pack({"x": array})
     with pytest.raises(TypeError, match="cannot be JSON"):
         pack({"what": object()})
+
+
+def test_a_message_that_is_not_json_ends_the_file_process_naming_its_topic(tmp_path) -> None:
+    from controller.record.file_client import FileProcessError, RecordingFiles
+
+    files = RecordingFiles()
+    try:
+        file = files.open(tmp_path / "a.mcap", {}, "none")
+        nan, _ = pack({"step_ms": math.nan})  # a Python float: checked by the file process
+        file.write_json("/arm/chunk", "tempo.Chunk", 0, 0, (nan, 100))
+        with pytest.raises(FileProcessError, match="/arm/chunk message is not JSON"):
+            file.close()
+    finally:
+        files.stop()
