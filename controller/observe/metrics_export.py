@@ -50,6 +50,11 @@ RECORDING_COUNTERS = (
         "Bytes of the recordings deleted to stay within record.max_total_mb.",
         "bytes_deleted",
     ),
+    (
+        "recording_not_json",
+        "Records left out because they held a value JSON cannot hold (a NaN in memory).",
+        "not_json",
+    ),
 )
 
 

@@ -239,6 +239,11 @@ def recording_line(recording: dict[str, Any]) -> str:
             f"; {_num(recording['torn_frames'])} observations' frames left out (the driver "
             "wrote over its slot before they were copied)"
         )
+    if recording.get("not_json"):
+        line += (
+            f"; {_num(recording['not_json'])} records left out (a value JSON cannot hold, "
+            "such as a NaN in a policy's memory)"
+        )
     if recording.get("error"):
         line += f"; stopped writing: {recording['error']}"
     return line

@@ -104,6 +104,7 @@ class Recorder:
         self.bytes_deleted = 0
         self.incidents = 0
         self.torn_frames = 0  # observations whose frames the driver wrote over before the copy
+        self.not_json = 0  # records left out: a value JSON cannot hold (a NaN in memory)
         self.error: str | None = None
         self._frames = FramePool()
 
@@ -235,8 +236,23 @@ class Recorder:
 
     # -- continuous ---------------------------------------------------------------------------
 
+    def _packed(self, record: Record, tier: str | None) -> tuple[bytes, int] | None:
+        """The record's message packed, or None where it holds what JSON cannot (said once,
+        counted in status): that record is left out and recording goes on."""
+        try:
+            return pack(record_json(record, self._policy_of(record).joints, tier))
+        except (ValueError, TypeError) as exc:
+            if not self.not_json:
+                log.warning("recording: a %s record of robot %s left out (%s); later ones "
+                            "are counted in status", record.kind, record.robot, exc)  # fmt: skip
+            self.not_json += 1
+            self._frames.give_back(record.pooled_frames())
+            return None
+
     def _write_continuous(self, record: Record, tier: str | None) -> None:
-        message = pack(record_json(record, self._policy_of(record).joints, tier))
+        message = self._packed(record, tier)
+        if message is None:
+            return
         file = self._file
         next_bytes = 2 * _nbytes(record) + message[1]  # frames twice over, its JSON's bound
         if file is not None and file.size + next_bytes >= self._max_file_bytes:
@@ -305,7 +321,10 @@ class Recorder:
         ring = self._ring
         images = record.fields.get("images") if record.kind == "observation" else None
         frames = tuple(images.items()) if images else ()
-        message, bound = pack(record_json(record, self._policy_of(record).joints, tier))
+        packed = self._packed(record, tier)
+        if packed is None:
+            return
+        message, bound = packed
         size = _nbytes(record) + len(message)
         pooled = bool(record.pooled_frames())
         entry = (record.time_ns, record.robot, record.kind, message, bound, frames, size, pooled)
@@ -372,6 +391,7 @@ class Recorder:
             "files_deleted": self.files_deleted,
             "bytes_deleted": self.bytes_deleted,
             "torn_frames": self.torn_frames,
+            "not_json": self.not_json,
             "error": self.error,
         }
 

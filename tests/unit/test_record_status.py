@@ -38,6 +38,9 @@ def test_status_shows_what_the_recorder_wrote_and_dropped() -> None:
     assert "deleted" not in line  # only once a cap has deleted something
     deleted = recording_line({**RECORDING, "files_deleted": 3, "bytes_deleted": 3 * 2**20})
     assert "; 3 oldest files deleted (3 MiB) to stay within max_total_mb" in deleted
+    assert "; 4 records left out (a value JSON cannot hold" in recording_line(
+        {**RECORDING, "not_json": 4}
+    )
 
 
 def test_metrics_export_the_recorders_counters() -> None:
@@ -47,9 +50,10 @@ def test_metrics_export_the_recorders_counters() -> None:
     assert dropped == {"observation": 3, "command": 2, "chunk": 0}
     assert families["tempo_recording_records_written"].samples[0].value == 100
     assert families["tempo_recording_incidents"].samples[0].value == 1
-    deleted = {**RECORDING, "files_deleted": 2, "bytes_deleted": 5_000}
+    deleted = {**RECORDING, "files_deleted": 2, "bytes_deleted": 5_000, "not_json": 1}
     families = {
         f.name: f for f in TempoCollector(lambda: {}, lambda: {"recording": deleted}).collect()
     }
     assert families["tempo_recording_files_deleted"].samples[0].value == 2
     assert families["tempo_recording_deleted_bytes"].samples[0].value == 5_000
+    assert families["tempo_recording_not_json"].samples[0].value == 1

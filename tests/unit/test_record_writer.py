@@ -247,3 +247,21 @@ def test_a_file_that_cannot_be_deleted_is_said_and_recording_goes_on(
     assert all(os.path.exists(path) for path in recorder.files)
     refused = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert refused and "record.max_total_mb: could not delete" in refused[0]
+
+
+@pytest.mark.parametrize("mode", ["continuous", "ring"])
+def test_a_record_json_cannot_hold_is_left_out_and_recording_goes_on(tmp_path, mode) -> None:
+    """A NaN in a record (a policy's memory, say) is refused as the record is packed: that
+    record is left out and counted, the ones after it are recorded."""
+    from controller.record.reading import read_recording
+
+    recorder = Recorder(RecordConfig(mode=mode, dir=tmp_path), JOINTS, 50.0)
+    bad = observation(2)
+    bad.fields["state"] = np.array([np.nan, 1.0], np.float32)
+    for record in (observation(1), bad, observation(3), Record("mark", "arm", 4, {"reason": "x"})):
+        recorder._take(record)
+    recorder._close_file()
+    assert recorder.not_json == 1 and recorder.status()["not_json"] == 1
+    (path,) = recorder.files
+    kept = [m for m in read_recording(path).messages if m.name == "observation"]
+    assert [m.publish_ns for m in kept] == [1, 3]
