@@ -269,6 +269,19 @@ def failover(
     }
 
 
+def _request_swap(status_at: str, new_checkpoint: Path, now: bool) -> dict[str, Any]:
+    """Ask the daemon for a swap; its state once the new policy is built and checked."""
+    reply = request_command(status_at, {"kind": "swap", "path": str(new_checkpoint),
+                                        "now": now, "policy": None})  # fmt: skip
+    if not reply or "error" in reply:
+        raise SystemExit(f"bench_failover: the swap was refused: {reply}")
+    return _wait(
+        lambda: (s := _process(status_at).get("swap")) and s["phase"] != "building" and s,
+        START_TIMEOUT_S,
+        "the swap did not finish building",
+    )
+
+
 def swap(
     checkpoint: Path, new_checkpoint: Path, spec: Any, rate_hz: float, settings: list[str]
 ) -> dict[str, Any]:
@@ -285,15 +298,7 @@ def swap(
             quiet_s = time.monotonic() - quiet_started
             lost_before = driver.client.counters.lost
             swap_started = time.monotonic()
-            reply = request_command(status_at, {"kind": "swap", "path": str(new_checkpoint),
-                                                "now": True, "policy": None})  # fmt: skip
-            if not reply or "error" in reply:
-                raise SystemExit(f"bench_failover: the swap was refused: {reply}")
-            done = _wait(
-                lambda: (s := _process(status_at).get("swap")) and s["phase"] != "building" and s,
-                START_TIMEOUT_S,
-                "the swap did not finish",
-            )
+            done = _request_swap(status_at, new_checkpoint, now=True)
             if done["phase"] != "done":
                 raise SystemExit(f"bench_failover: the swap failed: {done['detail']}")
             # The switch, on this clock: the daemon stamps it with the wall clock.
@@ -344,15 +349,7 @@ def episode_swap(
             baseline_holds = max(holds for _, holds in baseline)
             before = request_status(status_at, 2.0) or {}
             lost_before, log_before = driver.client.counters.lost, len(driver.log)
-            reply = request_command(status_at, {"kind": "swap", "path": str(new_checkpoint),
-                                                "now": False, "policy": None})  # fmt: skip
-            if not reply or "error" in reply:
-                raise SystemExit(f"bench_failover: the swap was refused: {reply}")
-            state = _wait(
-                lambda: (s := _process(status_at).get("swap")) and s["phase"] != "building" and s,
-                START_TIMEOUT_S,
-                "the swap did not finish building",
-            )
+            state = _request_swap(status_at, new_checkpoint, now=False)
             if state["phase"] != "switching":
                 raise SystemExit(f"bench_failover: the swap is {state['phase']}: {state['detail']}")
             built_s = (state["switched"] or time.time()) - state["started"]
@@ -370,7 +367,6 @@ def episode_swap(
             holds = [r for r in driver.log[log_before:] if r.kind == "hold"]  # starts' too
             lost = driver.client.counters.lost - lost_before
     return {
-        "phase": done["phase"],
         "build_and_check_s": built_s,
         "episode_start_to_action_before_s": [seconds for seconds, _ in baseline],
         "episode_start_to_action_at_switch_s": at_switch,
@@ -433,7 +429,7 @@ def main() -> int:
               f"(one period: {s['period_s']:.4f} s)")  # fmt: skip
     if (e := results["episode_swap"]) is not None:
         before = e["episode_start_to_action_before_s"]
-        print(f"swap at the episode start under a {args.rate:.0f} Hz robot ({e['phase']}): "
+        print(f"swap at the episode start under a {args.rate:.0f} Hz robot: "
               f"episode start -> its first action {e['episode_start_to_action_at_switch_s']:.4f} s "
               f"from the new policy, {statistics.median(before):.4f} s median "
               f"({min(before):.4f}-{max(before):.4f}) at {len(before)} episode starts before "

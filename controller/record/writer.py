@@ -46,9 +46,14 @@ def _stamp(wall_ns: int) -> str:
     return moment.strftime("%Y%m%dT%H%M%S.%fZ")
 
 
-def _nbytes(record: Record) -> int:
+def _frames_of(record: Record) -> tuple[tuple[str, Any], ...]:
+    """An observation's (camera, frame) pairs; nothing for other records."""
     images = record.fields.get("images") if record.kind == "observation" else None
-    frames = sum(frame.nbytes for frame in images.values()) if images else 0
+    return tuple(images.items()) if images else ()
+
+
+def _nbytes(record: Record) -> int:
+    frames = sum(frame.nbytes for _, frame in _frames_of(record))
     return frames + RECORD_OVERHEAD_BYTES
 
 
@@ -236,19 +241,6 @@ class Recorder:
 
     # -- continuous ---------------------------------------------------------------------------
 
-    def _packed(self, record: Record, tier: str | None) -> tuple[bytes, int] | None:
-        """The record's message packed, or None where it holds what JSON cannot (said once,
-        counted in status): that record is left out and recording goes on."""
-        try:
-            return pack(record_json(record, self._policy_of(record).joints, tier))
-        except (ValueError, TypeError) as exc:
-            if not self.not_json:
-                log.warning("recording: a %s record of robot %s left out (%s); later ones "
-                            "are counted in status", record.kind, record.robot, exc)  # fmt: skip
-            self.not_json += 1
-            self._frames.give_back(record.pooled_frames())
-            return None
-
     def _write_continuous(self, record: Record, tier: str | None) -> None:
         message = self._packed(record, tier)
         if message is None:
@@ -261,8 +253,7 @@ class Recorder:
             file = None
         if file is None:
             file = self._file = self._open(f"tempo-{_stamp(self._wall(record.time_ns))}.mcap")
-        images = record.fields.get("images") if record.kind == "observation" else None
-        frames = tuple(images.items()) if images else ()
+        frames = _frames_of(record)
         self._write_entry(file, record.time_ns, record.robot, record.kind, message, frames)
         self._frames.give_back(record.pooled_frames())
 
@@ -319,12 +310,11 @@ class Recorder:
 
     def _keep(self, record: Record, tier: str | None) -> None:
         ring = self._ring
-        images = record.fields.get("images") if record.kind == "observation" else None
-        frames = tuple(images.items()) if images else ()
         packed = self._packed(record, tier)
         if packed is None:
             return
         message, bound = packed
+        frames = _frames_of(record)
         size = _nbytes(record) + len(message)
         pooled = bool(record.pooled_frames())
         entry = (record.time_ns, record.robot, record.kind, message, bound, frames, size, pooled)
@@ -354,6 +344,19 @@ class Recorder:
 
     def _wall(self, monotonic_ns: int) -> int:
         return monotonic_ns + self._wall_offset_ns
+
+    def _packed(self, record: Record, tier: str | None) -> tuple[bytes, int] | None:
+        """The record's message packed, or None where it holds what JSON cannot (said once,
+        counted in status): that record is left out and recording goes on."""
+        try:
+            return pack(record_json(record, self._policy_of(record).joints, tier))
+        except (ValueError, TypeError) as exc:
+            if not self.not_json:
+                log.warning("recording: a %s record of robot %s left out (%s); later ones "
+                            "are counted in status", record.kind, record.robot, exc)  # fmt: skip
+            self.not_json += 1
+            self._frames.give_back(record.pooled_frames())
+            return None
 
     def _write_entry(
         self,
