@@ -152,17 +152,15 @@ class RunnerConfig(BaseModel):
         "temporary cache. Default: $XDG_CACHE_HOME/tempo/compile when XDG_CACHE_HOME is set, "
         "else ~/.cache/tempo/compile.",
     )
-    built_artefacts: Literal["auto", "aot", "off"] = Field(
+    built_artefacts: Literal["auto", "off"] = Field(
         default="auto",
         description="auto: where `tempo build` made artefacts for this policy (the checkpoint's "
         "tempo_build/ folder, or the compile cache's built/ folder when the checkpoint's was "
         "not writable, or artefacts_dir), the compiled tiers load them instead of tracing and "
         "compiling; one built for another GPU, torch, Tempo or runner settings, or corrupt, is "
-        "refused and rebuilt there. Without such a folder nothing changes. On CUDA, auto takes "
-        "the compile-cache route (ACT's AOTInductor package did not serve on an H200 with torch "
-        "2.11+cu130: README, tempo build); aot: AOTInductor packages on CUDA "
-        "too, each new one first loaded by a fresh process, and one that fails there recorded "
-        "for the compile-cache route. off: never.",
+        "refused and rebuilt there. On CUDA each new package is first loaded by a fresh "
+        "process, and one that fails there is recorded for the compile-cache route. Without "
+        "such a folder nothing changes. off: never.",
     )
     artefacts_dir: Path | None = Field(
         default=None,

@@ -6,8 +6,7 @@ and with built artefacts (what `tempo build` makes), several starts each, as a t
     python scripts/bench_start.py --policy act-aloha --device cuda --repeats 3
     python scripts/bench_start.py --policy tiny --device cpu             # CPU: compiled tier
     python scripts/bench_start.py --checkpoint DIR --device cuda         # any checkpoint (pi0)
-    python scripts/bench_start.py --policy act-aloha --device cuda --modes built \
-        --built-artefacts aot --logs LOGS      # AOTInductor packages on CUDA, each start's log
+    python scripts/bench_start.py --policy act-aloha --device cuda --modes built --logs LOGS
 
 Policies: tiny (the tiny conv+MLP test policy, made in code), act-demo, act-aloha, tdmpc2 (the
 5M planner at humanoid shapes) and flow-aloha, each with random weights written as a Tempo
@@ -175,7 +174,7 @@ def run(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     if "built" not in args.modes:
         return rows
     built = plan_for(args, checkpoint, cache_dir=work / "cache-built", artefacts_dir=work / "built",
-                     built_artefacts=args.built_artefacts)  # fmt: skip
+                     built_artefacts="auto")  # fmt: skip
     measure("build", built)  # what `tempo build` does: a start that builds the artefacts
     for _ in range(args.repeats):
         measure("built", built)
@@ -241,12 +240,6 @@ def main(argv: list[str] | None = None) -> int:
         help="which starts (default all; warm and mega need cold, which leaves their cache; "
         "built includes the build)",
     )  # fmt: skip
-    parser.add_argument(
-        "--built-artefacts",
-        default="auto",
-        choices=["auto", "aot"],
-        help="runner.built_artefacts of the build and built starts (aot: AOTInductor on CUDA)",
-    )
     parser.add_argument("--work", type=Path, help="keep caches and artefacts here (default: tmp)")
     parser.add_argument("--logs", type=Path, help="write each start's log into this folder")
     parser.add_argument("--json", dest="json_out", type=Path, help="write every start here")

@@ -21,7 +21,9 @@ from controller.inference.half_weights import precasts_half_weights
 from controller.runner_config import RunnerConfig
 from policies.model_hooks import hooks_of
 
-MANIFEST_FORMAT = 1
+# 2: packages built without inductor's layout optimisation (built_artefacts.package_options);
+# a format-1 package built on CUDA may be wrong, so it is refused and rebuilt.
+MANIFEST_FORMAT = 2
 # Runner settings that change the compiled code (the rest only choose tiers and checks).
 CODE_SETTINGS = {"precision", "compile_mode", "compile_backend", "freezing"}
 

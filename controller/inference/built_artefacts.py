@@ -2,7 +2,7 @@
 instead of tracing and compiling it.
 
 An artefact is an AOTInductor package of the whole step (`torch.export`, then
-`aoti_compile_and_package`), loaded with `aoti_load_package`: no dynamo tracing at start. The
+`aoti_compile_and_package`), loaded by AOTInductor's C++ loader: no dynamo tracing at start. The
 package does not embed the weights (`aot_inductor.package_constants_in_so` off): at load the
 module's own parameters and buffers are handed to it (`load_constants`, user managed), so the
 package does not depend on the checkpoint's weight values, only on its structure. The graph tier
@@ -21,13 +21,14 @@ manifest says so, so the next start does not try to export it again.
 On CUDA a package is first loaded by a fresh process (`_load_in_a_child`), so that a crashing
 loader is not the inference process's crash. A package that fails there is recorded as taking
 the compile-cache route, with the reason. On the H100 and H200 machines measured (torch
-2.11+cu130) every package killed its loader (SIGSEGV). On the H200 the cause was found: it died
-in std::regex while the model was made, because the machine's CXX, /opt/gcc/bin/g++, had linked
-libstdc++ into the package statically, and that copy's locale does not match the process's.
-Built with the system's g++ the package loaded, but ACT's did not serve on CUDA (its load took
-43 s, its run inside a CUDA graph capture failed, and its results then missed the reference's
-parity), so `auto` takes the compile-cache route on CUDA. Packages are loaded single-threaded
-since (see _load_package), not yet measured on a GPU.
+2.11+cu130) the loader died (SIGSEGV, in std::regex) where the machine's CXX,
+/opt/gcc/bin/g++, had linked libstdc++ into the package statically; built with the system's g++
+the packages load. Three more faults, each found on an H200 and fixed here: the container's
+pool of model instances waits on CUDA events, which a graph capture forbids (loaded
+single-threaded: _open_package); aoti_load_package spent 44 s describing the machine (the C++
+loader is made directly: _open_package); inductor's layout optimisation made ACT-ALOHA's FP16
+package 0.162 off the eager step (turned off: package_options). Since, ACT-ALOHA, TD-MPC2 and
+flow-aloha serve their graph tier from packages on an H200, loaded in 0.1-0.2 s.
 
 A package is code: it is loaded only from the checkpoint's `tempo_build/` folder or the private
 compile cache, never from a folder other users may write, and must be trusted like the checkpoint.
@@ -67,7 +68,8 @@ Step = Callable[..., Outputs]
 
 # What the fresh process runs on a new package (its path in argv[1]).
 LOAD_CHECK = (
-    "import sys; from torch._inductor import aoti_load_package; aoti_load_package(sys.argv[1])"
+    "import sys; from controller.inference.built_artefacts import _open_package; "
+    "_open_package(sys.argv[1])"
 )
 LOAD_CHECK_TIMEOUT_S = 300.0
 
@@ -118,9 +120,6 @@ class BuiltArtefacts:
         the compiled step; `module` the model inside it); (None, why) where the compile-cache
         route must be taken instead."""
         reason = _not_exportable_reason(module, config)
-        on_cuda = bool(inputs) and inputs[0].device.type == "cuda"
-        if reason is None and on_cuda and config.built_artefacts == "auto":
-            reason = "AOTInductor packages are used on CUDA only under built_artefacts: aot"
         if reason is not None:
             return None, f"{reason}, so it takes the compile-cache route"
         try:
@@ -230,6 +229,10 @@ def package_options(module: nn.Module, config: RunnerConfig) -> dict[str, Any]:
     options.pop("triton.cudagraphs", None)  # the graph tier captures its own graph
     options.update(hooks_of(module).compile_options())
     options["aot_inductor.package_constants_in_so"] = False
+    # Inductor's layout optimisation (on CUDA, convolutions moved to channels-last where it
+    # judges it pays) made ACT-ALOHA's FP16 package wrong on an H200: 0.162 off the eager step,
+    # its weights handed over or inside; 9.8e-4 with it off (scripts/check_aoti_package.py).
+    options["layout_optimization"] = False
     return options
 
 
@@ -299,16 +302,27 @@ def _constants_of(step: nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor.detach() for name, tensor in named}
 
 
+def _open_package(package: Path) -> Any:
+    """The package's model, its weights not yet set. The C++ loader is made directly, not by
+    aoti_load_package, which first describes this machine to compare with the package's
+    metadata, for a warning only (the manifest's identity already refuses another machine): in
+    torch 2.11 that starts a Python importing torch per CPU instruction set, 44 s of a 49 s load
+    of ACT-ALOHA's package on an H200 (scripts/check_aoti_package.py).
+
+    Single-threaded: without the container's pool of model instances, whose bookkeeping
+    queries and waits on CUDA events, which a CUDA graph capture forbids (ACT's package failed
+    its capture so: "operation not permitted when stream is capturing"). The runner's lock
+    lets one thread at a time step it."""
+    from torch._inductor.package import AOTICompiledModel
+
+    loader = torch._C._aoti.AOTIModelPackageLoader(str(package), "model", True, 1, -1)
+    return AOTICompiledModel(loader)
+
+
 def _load_package(package: Path, step: nn.Module) -> Step:
     """The package loaded with the module's own tensors as its weights."""
-    from torch._inductor import aoti_load_package
-
     try:
-        # Single-threaded: without the container's pool of model instances, whose bookkeeping
-        # queries and waits on CUDA events, which a CUDA graph capture forbids (ACT's package
-        # failed its capture so: "operation not permitted when stream is capturing"). The
-        # runner's lock lets one thread at a time step it.
-        loaded = aoti_load_package(str(package), run_single_threaded=True)
+        loaded = _open_package(package)
         mine = _constants_of(step)
         wanted = loaded.get_constant_fqns()
     except Exception as exc:  # noqa: BLE001 - a truncated or foreign archive

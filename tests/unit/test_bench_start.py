@@ -1,5 +1,6 @@
-"""scripts/bench_start.py: the starts its --modes ask for, with the built-artefacts setting and
-each start's log where --logs says, without starting a policy."""
+"""scripts/bench_start.py: the starts its --modes ask for, the built starts with built artefacts
+on and the others with them off, and each start's log where --logs says, without starting a
+policy."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from tests.script_modules import load_script
 
 def _args(tmp_path: Path, modes: list[str], **more: Any) -> argparse.Namespace:
     values = {"policy": "tiny", "checkpoint": None, "device": "cpu", "top_tier": "compiled",
-              "repeats": 2, "timeout": 5.0, "modes": modes, "built_artefacts": "auto",
-              "logs": None} | more  # fmt: skip
+              "repeats": 2, "timeout": 5.0, "modes": modes, "logs": None} | more  # fmt: skip
     return argparse.Namespace(**values)
 
 
@@ -32,9 +32,9 @@ def test_only_the_modes_asked_for_are_started(tmp_path: Path, monkeypatch, capsy
 
     monkeypatch.setattr(bench, "one_start", fake_start)
     logs = tmp_path / "logs"
-    rows = bench.run(_args(tmp_path, ["built"], built_artefacts="aot", logs=logs), tmp_path)
+    rows = bench.run(_args(tmp_path, ["built"], logs=logs), tmp_path)
     assert [row["mode"] for row in rows] == ["build", "built", "built"]
-    assert all(plan["runner"]["built_artefacts"] == "aot" for plan, _ in started)
+    assert all(plan["runner"]["built_artefacts"] == "auto" for plan, _ in started)
     assert sorted(p.name for p in logs.iterdir()) == [
         "00-build.log",
         "01-built.log",
@@ -45,6 +45,7 @@ def test_only_the_modes_asked_for_are_started(tmp_path: Path, monkeypatch, capsy
     rows = bench.run(_args(tmp_path, ["cold", "warm"]), tmp_path)
     assert [row["mode"] for row in rows] == ["cold", "cold", "warm", "warm"]
     assert all(log_to is None for _, log_to in started)
+    assert all(plan["runner"]["built_artefacts"] == "off" for plan, _ in started)
     warm_cache = started[0][0]["runner"]["cache_dir"]  # the first cold start's cache
     assert [plan["runner"]["cache_dir"] for plan, _ in started[2:]] == [warm_cache, warm_cache]
 

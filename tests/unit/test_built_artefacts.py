@@ -191,14 +191,22 @@ class _OnCuda:
     device = torch.device("cuda")
 
 
-def test_on_cuda_auto_takes_the_compile_cache_route(
+def test_on_cuda_auto_builds_a_package_as_on_the_cpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Until inductor's layout optimisation was turned off for packages, CUDA took the
+    compile-cache route; now a CUDA step goes to torch.export as a CPU one does."""
     module = Small()
-    monkeypatch.setattr(torch.export, "export", lambda *a, **k: pytest.fail("exported"))
+
+    def export(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("exported for cuda")
+
+    monkeypatch.setattr(torch.export, "export", export)
+    monkeypatch.setattr(ba, "identity", lambda *a, **k: {"slot": "cuda-slot"})  # no GPU here
     config = RunnerConfig(artefacts_dir=tmp_path)  # built_artefacts: auto
     step, note = ba.BuiltArtefacts(tmp_path).step(module, module, None, (_OnCuda(),), config)  # type: ignore[arg-type]
-    assert step is None and "built_artefacts: aot" in note and "compile-cache route" in note
+    assert step is None and "exported for cuda" in note
+    assert ba.package_options(module, config)["layout_optimization"] is False
 
 
 def test_serve_finds_the_folder_beside_the_checkpoint_else_in_the_cache(tmp_path: Path) -> None:
