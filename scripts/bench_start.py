@@ -88,7 +88,8 @@ def child(plan: dict[str, Any]) -> int:
         section = PolicyConfig(kind="checkpoint", path=plan["checkpoint"], device=plan["device"])
     built = build_policy(section, RobotConfig(), runner_config, model=model)
     runner = planner_runner(built)
-    print("READY " + json.dumps({"tier": runner.tier}), flush=True)
+    compiler = "torch._dynamo" in sys.modules  # a start from built artefacts does without it
+    print("READY " + json.dumps({"tier": runner.tier, "compiler": compiler}), flush=True)
     images, state = random_observation(runner.spec, 1)
     runner.predict_chunk(images, state)
     print("ACTION {}", flush=True)
@@ -187,7 +188,8 @@ def summary(result: dict[str, Any]) -> str:
     return (
         f"imports {result.get('imported_s', float('nan')):.1f} s, "
         f"ready {result['ready_s']:.1f} s, first action {result['first_action_s']:.1f} s "
-        f"({result.get('tier')}); {' | '.join(result['notes'][:2])}"
+        f"({result.get('tier')}; compiler imported: {result.get('compiler')}); "
+        f"{' | '.join(result['notes'][:2])}"
     )
 
 

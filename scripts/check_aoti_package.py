@@ -15,10 +15,10 @@ one inductor setting changed, or the plain FP32 step (`fp32`: no autocast). Then
 - in process, once per way of loading it: as the runner does (one thread, the model's own
   tensors handed over), with the container's thread pool, or with the tensors copied in;
 - fresh process (the variants named by --fresh): a new Python rebuilds the model from the same
-  seed, loads the package as the runner does (the C++ loader made directly) and compares
-  with the eager outputs saved beside it. Its load is timed in parts (import, loader,
-  weights, first call), any process it starts is named, and a Python stack is printed to
-  DIR/VARIANT.child.log if the load is still going after 20 s.
+  seed, loads the package as the runner does (the C++ loader made directly, the weights handed
+  over) and compares with the eager outputs saved beside it. Its load and first call are timed,
+  any process it starts is named, and a Python stack is printed to DIR/VARIANT.child.log if
+  the load is still going after 20 s.
 A difference well above the half tier's (about 1e-3 against FP32) is a wrong package. Prints a
 table; --json keeps the figures.
 """
@@ -40,7 +40,12 @@ from typing import Any
 
 import torch
 
-from controller.inference.built_artefacts import package_options
+from controller.inference.built_artefacts import (
+    PackageStep,
+    _load_package,
+    _open_package,
+    package_options,
+)
 from controller.inference.half_weights import half_weight_copy
 from controller.inference.tiers import _Step
 from controller.runner_config import RunnerConfig
@@ -177,18 +182,12 @@ def fresh(args: argparse.Namespace, name: str) -> dict[str, Any]:
     threading.Thread(target=_watch_children, args=(seen, stop), daemon=True).start()
     faulthandler.dump_traceback_later(20, exit=False)
     times = {"start": time.perf_counter()}
-    from controller.inference.built_artefacts import _open_package
-
-    times["import"] = time.perf_counter()
-    loaded = _open_package(args.work / f"{name}.pt2")  # as the runner does; imports inductor
-    times["loader"] = time.perf_counter()
-    if name not in CONSTANTS_INSIDE:
-        mine = _constants(step)
-        loaded.load_constants(
-            {n: mine[n] for n in loaded.get_constant_fqns()}, check_full_update=True,
-            user_managed=True,
-        )  # fmt: skip
-    times["weights"] = time.perf_counter()
+    package = args.work / f"{name}.pt2"
+    if name in CONSTANTS_INSIDE:
+        loaded = PackageStep(_open_package(package))
+    else:
+        loaded = _load_package(package, step)  # as the runner loads it: its weights handed over
+    times["load"] = time.perf_counter()
     with torch.no_grad():
         got = loaded(*inputs)
         if device.type == "cuda":
@@ -198,7 +197,7 @@ def fresh(args: argparse.Namespace, name: str) -> dict[str, Any]:
     stop.set()
     parts = list(times)
     took = {b: round(times[b] - times[a], 2) for a, b in zip(parts, parts[1:], strict=False)}
-    return {"fresh_load_s": times["weights"] - times["start"], "fresh_parts_s": took,
+    return {"fresh_load_s": times["load"] - times["start"], "fresh_parts_s": took,
             "fresh_started": sorted(seen), "fresh_process": _difference(got, eager)}  # fmt: skip
 
 

@@ -303,20 +303,18 @@ def _constants_of(step: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _open_package(package: Path) -> Any:
-    """The package's model, its weights not yet set. The C++ loader is made directly, not by
-    aoti_load_package, which first describes this machine to compare with the package's
+    """The package's model, its weights not yet set: AOTInductor's C++ loader, made directly.
+    Not aoti_load_package, which first describes this machine to compare with the package's
     metadata, for a warning only (the manifest's identity already refuses another machine): in
     torch 2.11 that starts a Python importing torch per CPU instruction set, 44 s of a 49 s load
-    of ACT-ALOHA's package on an H200 (scripts/check_aoti_package.py).
+    of ACT-ALOHA's package on an H200 (scripts/check_aoti_package.py). Nor its Python wrapper,
+    whose import brings in torch's compiler (seconds at start) that a built start never uses.
 
     Single-threaded: without the container's pool of model instances, whose bookkeeping
     queries and waits on CUDA events, which a CUDA graph capture forbids (ACT's package failed
     its capture so: "operation not permitted when stream is capturing"). The runner's lock
     lets one thread at a time step it."""
-    from torch._inductor.package import AOTICompiledModel
-
-    loader = torch._C._aoti.AOTIModelPackageLoader(str(package), "model", True, 1, -1)
-    return AOTICompiledModel(loader)
+    return torch._C._aoti.AOTIModelPackageLoader(str(package), "model", True, 1, -1)
 
 
 def _load_package(package: Path, step: nn.Module) -> Step:
@@ -331,23 +329,22 @@ def _load_package(package: Path, step: nn.Module) -> Step:
     if missing:
         raise ArtefactRefused(f"it wants tensors the model does not have: {missing[:3]}")
     # Without every constant set, running the package crashes the process: check_full_update.
-    loaded.load_constants(
-        {name: mine[name] for name in wanted}, check_full_update=True, user_managed=True
-    )
+    # (constants, use_inactive, check_full_update, user_managed): the model's tensors are used
+    # where they are, not copied.
+    loaded.load_constants({name: mine[name] for name in wanted}, False, True, True)
     return PackageStep(loaded)
 
 
 class PackageStep:
-    """A loaded package as the step's callable. The package's own `__call__` parses its input
-    and output tree specs from JSON on every call; here the output's is parsed once, and the
-    inputs, a flat tuple of tensors already, go straight to the runner."""
+    """A loaded package as the step's callable. The output's tree spec (JSON) is parsed once,
+    and the inputs, a flat tuple of tensors already, go straight to the loader."""
 
-    def __init__(self, loaded: Any) -> None:
+    def __init__(self, loader: Any) -> None:
         from torch.utils import _pytree
 
-        self._loaded = loaded  # keeps the loaded library alive
-        self._run = loaded.loader.boxed_run
-        self._out_spec = _pytree.treespec_loads(loaded.loader.get_call_spec()[1])
+        self._loader = loader  # keeps the loaded library alive
+        self._run = loader.boxed_run
+        self._out_spec = _pytree.treespec_loads(loader.get_call_spec()[1])
         self._unflatten = _pytree.tree_unflatten
 
     def __call__(self, *inputs: torch.Tensor) -> Outputs:

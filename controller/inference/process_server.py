@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 
 
 IDLE_POLL_MS = 50  # the heartbeat period while no request comes
+BUILD_AT_ONCE_MS = 500  # `build` within this of `standby`: a start, not a spare
 SEND_TIMEOUT_S = 10.0  # a control process that takes no message for this long is stuck
 STATUS_EVERY_S = 0.5  # the runner's status rides on a chunk at most this often
 EXIT_FATAL = 3
@@ -171,10 +172,14 @@ def own_memory() -> dict[str, int | None]:
 
 
 def serve_control_process(
-    build_runner: Callable[[], LocalPolicy], channel_fd: int, busy_poll_s: float = 0.0
+    build_runner: Callable[[], LocalPolicy],
+    channel_fd: int,
+    busy_poll_s: float = 0.0,
+    while_standing_by: Callable[[], None] = lambda: None,
 ) -> int:
     """Serve requests from the control process on the channel it passed as file descriptor
-    `channel_fd`, until `stop`, its end of the channel, or a fatal error."""
+    `channel_fd`, until `stop`, its end of the channel, or a fatal error. `while_standing_by`
+    runs when `build` has not come right after `standby`: this process is a spare."""
     # The control process decides when this one ends (it sends `stop`): a SIGTERM to the whole
     # group (systemd, Ctrl-C in a terminal) must not end it first, or the control process
     # would count a crash and start another while it shuts down.
@@ -186,7 +191,7 @@ def serve_control_process(
         return 0  # the control process died while this one started
     link = ProcessChannel.inherited(channel_fd)
     try:
-        return _stand_by_and_serve(build_runner, link, parent, busy_poll_s)
+        return _stand_by_and_serve(build_runner, link, parent, busy_poll_s, while_standing_by)
     except ChannelError:
         return 0  # the control process closed the channel: it is gone or has replaced us
     finally:
@@ -209,12 +214,23 @@ def _send(link: ProcessChannel, message: Message) -> None:
 
 
 def _stand_by_and_serve(
-    build_runner: Callable[[], LocalPolicy], link: ProcessChannel, parent: int, busy_poll_s: float
+    build_runner: Callable[[], LocalPolicy],
+    link: ProcessChannel,
+    parent: int,
+    busy_poll_s: float,
+    while_standing_by: Callable[[], None],
 ) -> int:
     # Stand by, imports done, until the control process says `build`: it keeps one process
-    # waiting like this, so a restart does not wait for Python and torch to import again.
+    # waiting like this, so a restart does not wait for Python and torch to import again. A
+    # start answers `standby` with `build` at once; a spare hears nothing for a while, and
+    # uses the wait (while_standing_by).
     _send(link, Standby())
-    build = _next_message(link, parent)
+    first = link.receive(timeout_ms=BUILD_AT_ONCE_MS)
+    if first is None:
+        while_standing_by()
+        build = _next_message(link, parent)
+    else:
+        build = decode(first)
     if not isinstance(build, Build):
         return 0  # `stop` (or gone): the control process ends without needing this one
     try:

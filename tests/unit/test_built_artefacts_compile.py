@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +28,25 @@ needs_cpp = pytest.mark.skipif(
     not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
     reason="AOTInductor needs a C++ compiler",
 )
+
+
+# A fresh Python loads the package with a tiny module's weights, steps it, and says whether
+# torch's compiler (dynamo) was imported on the way.
+LOAD_WITHOUT_COMPILER = """
+import sys
+from pathlib import Path
+import torch
+from controller.inference.built_artefacts import _load_package
+from controller.inference.tiers import _Step
+from policies.tensor_policy import example_inputs
+from policies.tiny import build_tiny_policy
+made = build_tiny_policy(seed=0)
+step = _Step(made.module.eval(), None, "cpu")
+with torch.no_grad():
+    out = _load_package(Path(sys.argv[1]), step)(*example_inputs(made.spec))
+assert all(torch.isfinite(o).all() for o in out)
+print("served compiler:", "torch._dynamo" in sys.modules)
+"""
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
@@ -79,8 +100,16 @@ def test_a_built_package_is_loaded_without_tracing_and_serves_the_modules_weight
     assert second.tier == "compiled"
     served_matches_reference(second, 1, config)
 
-    # A truncated package whose manifest was made to match: refused, not a crash.
+    # A fresh process serves it without importing torch's compiler (seconds of a start).
     package = manifest.with_suffix(".pt2")
+    fresh = subprocess.run(
+        [sys.executable, "-c", LOAD_WITHOUT_COMPILER, str(package)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert fresh.stdout.split() == ["served", "compiler:", "False"]
+
+    # A truncated package whose manifest was made to match: refused, not a crash.
     package.write_bytes(package.read_bytes()[: package.stat().st_size // 2])
     record["sha256"] = file_sha256(package)
     manifest.write_text(json.dumps(record))
