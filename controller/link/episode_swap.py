@@ -125,6 +125,17 @@ class EpisodeSwitch(ProcessSupervision):
             slots.close()
             raise
         channel = RequestChannel(child[0], slots, hello.spec)
+        # The driver rings the serving process reads in place, attached (and pinned) by the new
+        # one now, before any robot moves: else a robot's first request to it, the first of its
+        # episode, waits behind that attach and has its frames copied (a tick later on an H200).
+        with self._lock:  # the loop changes the serving channel's rings under this lock
+            serving = self._channel
+            rings = [ring for _, ring in serving.rings.values()] if serving is not None else []
+        try:
+            channel.attach_rings(rings)
+        except BaseException:
+            slots.close()
+            raise
         incoming = Incoming(child, hello, slots, channel, pinned, spawner, config_json)
         with self._lock:
             self._incoming = incoming

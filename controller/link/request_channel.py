@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -172,19 +173,37 @@ class RequestChannel:
         attached = self.rings.get(ring)
         if attached is not None:
             return attached[0]
+        self._ask_ring(ring)
+        return None
+
+    def _ask_ring(self, ring: FrameSlots) -> None:
+        """Ask the process to attach `ring` (unless asked, refused, or too many)."""
         asked = any(r is ring for r in self._attaching.values())
-        if asked or ring in self._refused:
-            return None
+        if asked or ring in self._refused or ring in self.rings:
+            return
         if len(self.rings) + len(self._attaching) >= MAX_DRIVER_RINGS:
-            return None
+            return
         try:
             memory = ring.fileno()
         except ValueError:  # a ring this process did not create: nothing to hand over
-            return None
+            return
         self._request_id += 1
         self._send(AttachRing(self._request_id, str(ring.path), ring.count), [memory])
         self._attaching[self._request_id] = ring
-        return None
+
+    def attach_rings(self, rings: Sequence[FrameSlots], timeout_s: float = 5.0) -> None:
+        """Before this channel serves anyone (its process has no step to run yet): have the
+        process attach (and pin) these driver rings now, waiting up to `timeout_s` for its
+        answers, so that a robot's first request to it reads its frames in place as every later
+        one does, instead of being copied behind an attach and pin the step waits for. A ring
+        not answered in time is answered later, as a ring asked for by a request is."""
+        for ring in rings:
+            if isinstance(ring, FrameSlots) and ring.spec == self.spec and not ring.closed:
+                self._ask_ring(ring)
+        deadline = time.monotonic() + timeout_s
+        while self._attaching and not self.link.closed and time.monotonic() < deadline:
+            if self.link.poll(20):
+                self.receive()  # ring answers are taken in passing; no step is in flight
 
     def _ring_answered(self, ring: FrameSlots, reply: RingReady | RequestFailed) -> None:
         if not isinstance(reply, RingReady):
