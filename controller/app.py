@@ -135,6 +135,7 @@ def _serve_policy(
     for one in policy if isinstance(policy, Sequence) else [policy]:
         one.attach_telemetry(telemetry)  # a runner here: upload, model, postprocess
     daemon = Daemon(config, policy, context, telemetry=telemetry, transport=transport)
+    status.commands["mark"] = daemon.operator_marks.command
     for lane in daemon.lanes.all:
         named = f" of policy {lane.name}" if config.policies else ""
         log.info("execution%s: %s", named, lane.execution)

@@ -23,6 +23,7 @@ from controller.errors import TempoError, internal_error
 from controller.sim.sim_cli import add_sim_parsers
 from controller.tools.build_cli import add_build_parser
 from controller.tools.checkpoint_cli import add_checkpoint_parsers
+from controller.tools.mark_cli import add_mark_parser
 from controller.tools.replay_cli import add_export_parser, add_replay_parser
 from controller.tools.status_cli import add_status_parser
 from controller.tools.swap_cli import add_swap_parser
@@ -218,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sim_parsers(sub, add_config_args, setup_logging, _load)
     add_status_parser(sub, add_config_args, _load, DEFAULT_STATUS_BIND)
     add_swap_parser(sub, add_config_args, _load, DEFAULT_STATUS_BIND)
+    add_mark_parser(sub, add_config_args, _load, DEFAULT_STATUS_BIND)
 
     add_checkpoint_parsers(sub, setup_logging)
 

@@ -2,7 +2,8 @@
 
     hello -> registry.open, `welcome`     obs -> session.take_observation, requests.submit_if_due
     teleop -> session.own_joints          bye -> registry.close
-    mark -> the session's flight recording (at most one a second per robot)
+    mark -> the session's flight recording (at most one a second per robot; an operator's
+            mark, controller.daemon.operator_marks, goes through keep_mark too)
 
 A bad message is answered with an `error` (a code and one sentence) and counted; it never raises
 out of here, so one misbehaving driver cannot disturb the others.
@@ -28,6 +29,7 @@ from controller.daemon.observation_checks import ObservationChecker, Superseded,
 from controller.daemon.prompts import Prompt, RobotPrompts
 from controller.daemon.refusals import Refusals, Sender
 from controller.daemon.registry import SessionRegistry
+from controller.daemon.session import Session
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
 from controller.observe.telemetry import PREPROCESS, Telemetry
 from controller.wire.header_schema import DRIVER_KINDS
@@ -240,27 +242,31 @@ class Dispatcher:
 
     def _mark(self, identity: bytes, message: Message, now_ns: int) -> None:
         session = self.registry.find(message.session, identity)
+        refused = self.keep_mark(session, message.header["reason"], now_ns, by="its driver")
+        if refused is not None:
+            raise ProtocolError(ErrorCode.NOT_ALLOWED, refused)
+
+    def keep_mark(self, session: Session, reason: str, now_ns: int, by: str) -> str | None:
+        """A mark of this moment for `session`'s robot (from its driver, or from an operator:
+        `by`) into its flight recording; None when kept, else why not (one sentence). A
+        robot's marks, whoever asks, are kept at most one a second (each may write a ring's
+        seconds to disk)."""
         if session.recording is None:
-            raise ProtocolError(
-                ErrorCode.NOT_ALLOWED,
-                "this daemon records nothing (record.mode is off), so the mark was not kept",
-            )
+            return "this daemon records nothing (record.mode is off), so the mark was not kept"
         last = self._last_mark_ns.get(session.id)
         if last is not None and now_ns - last < MARK_INTERVAL_NS:
             session.count("marks_refused")
-            raise ProtocolError(
-                ErrorCode.NOT_ALLOWED,
-                "a robot may mark at most one moment a second; this mark was not kept",
-            )
+            return "a robot may mark at most one moment a second; this mark was not kept"
         if len(self._last_mark_ns) > 4 * self.registry.max_robots:  # forget ended sessions
             self._last_mark_ns = {
                 k: v for k, v in self._last_mark_ns.items() if k in self.registry.sessions
             }
         self._last_mark_ns[session.id] = now_ns
-        reason = message.header["reason"]
         session.count("marks")
         session.recording.mark(reason, now_ns)
-        log.info("robot %s marked a moment: %s", shown(session.robot), shown(reason, TEXT_CHARS))
+        log.info("robot %s: %s marked this moment: %s", shown(session.robot), by,
+                 shown(reason, TEXT_CHARS))  # fmt: skip
+        return None
 
     def _bye(self, identity: bytes, message: Message, now_ns: int) -> None:
         session = self.registry.find(message.session, identity)

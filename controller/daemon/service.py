@@ -25,6 +25,7 @@ from controller.daemon.daemon_status import daemon_status
 from controller.daemon.execution import resolve_execution
 from controller.daemon.helper_threads import HelperThreads, set_realtime
 from controller.daemon.lanes import Lanes, Shared, build_lane, widest
+from controller.daemon.operator_marks import OperatorMarks
 from controller.daemon.pacer import Pacer
 from controller.daemon.registry import PipelineFactory
 from controller.daemon.security import CurveServer, check_bind_allowed
@@ -212,6 +213,7 @@ class Daemon:
         self._gc_pauses = GcPauses(self.telemetry)
         # The threads that run Python beside the loop: real-time below it once it is.
         self.helpers = HelperThreads()
+        self.operator_marks = OperatorMarks()  # `tempo mark`, asked on the status socket
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -292,6 +294,9 @@ class Daemon:
                 tick_began = time.monotonic_ns()
                 self._tick(step, self.pacer.deadline_of(step), tick_began)
                 last_tick_ns = time.monotonic_ns() - tick_began
+                if self.operator_marks.waiting:  # `tempo mark`: rare, after the tick
+                    targets = ((lane.control.dispatcher, s) for lane, s in self.lanes.sessions())
+                    self.operator_marks.take(targets, time.monotonic_ns())
                 if self._timed:
                     self._t_tick.stop(started)
         except Exception:

@@ -247,6 +247,37 @@ def test_marks_are_checked_and_rate_limited(tmp_path) -> None:
         assert counters["marks"] == 1 and counters["marks_refused"] == 1
 
 
+def test_an_operators_mark_writes_the_named_robots_ring_or_every_robots(tmp_path) -> None:
+    """`tempo mark`'s command, asked from another thread as the status socket's is: kept on the
+    loop's thread, with the same checks and limit as a driver's mark."""
+    rec = tmp_path / "rec"
+    config = ipc_config(tmp_path, "control.rate_hz=100", "record.mode=ring", f"record.dir={rec}",
+                        "record.ring_seconds=60")  # fmt: skip
+    with running_daemon(config) as daemon, client(config) as a, client(config, "arm1") as b:
+        send(a, 10)
+        send(b, 10)
+        marks = daemon.operator_marks
+        assert marks.command({"robot": "arm1", "reason": "arm1 bumped the table"}) == {
+            "mark": {"kept": ["arm1"], "refused": {}}
+        }
+        wait_for(lambda: daemon.status()["recording"]["incidents"] == 1)
+        # Every robot: arm1 marked less than a second ago is refused, arm0 keeps it.
+        reply = marks.command({"robot": None, "reason": None})
+        assert reply["mark"]["kept"] == ["arm0"]
+        assert "at most one moment a second" in reply["mark"]["refused"]["arm1"]
+        wait_for(lambda: daemon.status()["recording"]["incidents"] == 2)
+        assert "no robot named 'arm9'" in marks.command({"robot": "arm9"})["error"]
+        assert "some text" in marks.command({"reason": "  "})["error"]
+        assert "must be a string" in marks.command({"reason": 7})["error"]
+    marked = recordings(rec, "incident-")
+    assert sorted(p.name.split("-")[-1] for p in marked) == ["arm0.mcap", "arm1.mcap"]
+    # An incident file holds the whole ring (every robot's records), named by the robot marked.
+    reasons = {p.name.split("-")[-1]: [m.data["reason"] for m in read_recording(p).messages
+                                       if m.name == "mark"] for p in marked}  # fmt: skip
+    assert reasons == {"arm1.mcap": ["arm1 bumped the table"],
+                       "arm0.mcap": ["arm1 bumped the table", "operator mark"]}  # fmt: skip
+
+
 def test_a_mark_is_refused_when_nothing_is_recorded(tmp_path) -> None:
     config = ipc_config(tmp_path, "control.rate_hz=100")
     with running_daemon(config) as daemon, client(config) as c:
@@ -265,3 +296,28 @@ def test_the_header_schema_refuses_a_bad_mark(reason: Any, fragment: str) -> Non
               "arrays": [], "session": "s", "reason": reason}  # fmt: skip
     with pytest.raises(ProtocolError, match=fragment):
         check_fields(header)
+
+
+def test_tempo_mark_asks_a_running_daemon_on_its_status_socket(tmp_path, capsys) -> None:
+    """The command end to end: `tempo serve` in its own process, a driver, `tempo mark`."""
+    from controller.cli import main
+    from tests.conftest import StreamingDriver, daemon_process
+
+    rec = tmp_path / "rec"
+    status_at = f"ipc://{tmp_path}/status.sock"
+    with daemon_process(tmp_path, "record.mode=ring", f"record.dir={rec}"):
+        driver = StreamingDriver(f"ipc://{tmp_path}/tempo.sock", robot="arm0").start()
+        try:
+            wait_for(lambda: sum(r.kind == "action" for r in driver.records) >= 5, 30)
+            code = main(["mark", "--connect", status_at, "--robot", "arm0", "the arm shook"])
+            out, err = capsys.readouterr()
+            assert code == 0 and out.strip() == "tempo mark: kept for arm0", out + err
+            wait_for(lambda: len(recordings(rec, "incident-")) == 1, 10)
+            code = main(["mark", "--connect", status_at, "--robot", "arm7"])
+            out, err = capsys.readouterr()
+            assert code == 2 and "no robot named 'arm7' is connected" in err, out + err
+        finally:
+            driver.stop()
+    (incident,) = recordings(rec, "incident-")  # complete: the daemon has stopped
+    reasons = [m.data["reason"] for m in read_recording(incident).messages if m.name == "mark"]
+    assert reasons == ["the arm shook"]
