@@ -1,5 +1,5 @@
 """A local control socket that answers status requests (`tempo status`, the demo), and the
-few commands registered in `commands` (`tempo swap`).
+few commands registered in `commands` (`tempo swap`, `tempo mark`).
 
     server.commands["swap"] = handler      # handler(request map) -> reply map
 
