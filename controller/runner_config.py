@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 TierName = Literal["graph", "compiled", "eager_half", "eager_fp32"]
 TIER_ORDER: tuple[TierName, ...] = ("graph", "compiled", "eager_half", "eager_fp32")
@@ -160,8 +160,15 @@ class RunnerConfig(BaseModel):
         "compiling; one built for another GPU, torch, Tempo or runner settings, or corrupt, is "
         "refused and rebuilt there. On CUDA each new package is first loaded by a fresh "
         "process, and one that fails there is recorded for the compile-cache route. Without "
-        "such a folder nothing changes. off: never.",
+        "such a folder nothing changes. off: never. (aot, from when auto left CUDA out, reads "
+        "as auto.)",
     )
+
+    @field_validator("built_artefacts", mode="before")
+    @classmethod
+    def _aot_is_auto(cls, value: object) -> object:
+        return "auto" if value == "aot" else value
+
     artefacts_dir: Path | None = Field(
         default=None,
         description="The built artefacts' folder; null: found as built_artefacts says. They are "

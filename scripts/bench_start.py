@@ -88,11 +88,11 @@ def child(plan: dict[str, Any]) -> int:
         section = PolicyConfig(kind="checkpoint", path=plan["checkpoint"], device=plan["device"])
     built = build_policy(section, RobotConfig(), runner_config, model=model)
     runner = planner_runner(built)
-    compiler = "torch._dynamo" in sys.modules  # a start from built artefacts does without it
-    print("READY " + json.dumps({"tier": runner.tier, "compiler": compiler}), flush=True)
+    print("READY " + json.dumps({"tier": runner.tier}), flush=True)
     images, state = random_observation(runner.spec, 1)
     runner.predict_chunk(images, state)
-    print("ACTION {}", flush=True)
+    compiler = "torch._dynamo" in sys.modules  # a start from built artefacts does without it
+    print("ACTION " + json.dumps({"compiler": compiler}), flush=True)
     return 0
 
 
@@ -117,7 +117,7 @@ def one_start(plan: dict[str, Any], timeout_s: float, log_to: Path | None = None
             elif line.startswith("READY "):
                 result.update(ready_s=now, **json.loads(line[6:]))
             elif line.startswith("ACTION "):
-                result.update(first_action_s=now, ok=True)
+                result.update(first_action_s=now, ok=True, **json.loads(line[7:]))
                 break
         timer.cancel()
         process.kill()  # done with it: the first action is all that is timed

@@ -12,8 +12,9 @@ autocast, channels-last on CUDA, as the runner builds it) with the runner's pack
 one inductor setting changed, or the plain FP32 step (`fp32`: no autocast). Then:
 - export: the exported program against the eager step (does torch.export keep the step?);
 - decomp: the program decomposed as the package compiles it, run eagerly;
-- in process, once per way of loading it: as the runner does (one thread, the model's own
-  tensors handed over), with the container's thread pool, or with the tensors copied in;
+- in process, once per way of loading it: as the runner does (the C++ loader made directly,
+  one thread, the model's own tensors handed over), and through aoti_load_package with the
+  container's thread pool, or with the tensors copied in;
 - fresh process (the variants named by --fresh): a new Python rebuilds the model from the same
   seed, loads the package as the runner does (the C++ loader made directly, the weights handed
   over) and compares with the eager outputs saved beside it. Its load and first call are timed,
@@ -62,7 +63,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "fp32": {},  # the FP32 step, no autocast
 }
 CONSTANTS_INSIDE = ("constants-inside",)
-# name -> (run_single_threaded, user_managed weights): the runner loads the first way
+# name -> (run_single_threaded, user_managed weights) through aoti_load_package; "runner": as
+# the runner loads it (AOTInductor's C++ loader made directly, one thread, its tensors used)
 LOADS: dict[str, tuple[bool, bool]] = {
     "runner": (True, True),
     "threaded": (False, True),
@@ -96,8 +98,12 @@ def _constants(step: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _load(package: Path, step: torch.nn.Module, variant: str, how: str) -> Any:
+    """The package loaded `how` (LOADS); "runner" as the runner loads it (_load_package)."""
     from torch._inductor import aoti_load_package
 
+    if how == "runner":
+        return PackageStep(_open_package(package)) if variant in CONSTANTS_INSIDE else (
+            _load_package(package, step))  # fmt: skip
     single, user_managed = LOADS[how]
     loaded = aoti_load_package(str(package), run_single_threaded=single)
     if variant not in CONSTANTS_INSIDE:

@@ -67,9 +67,10 @@ Outputs = tuple[torch.Tensor, ...]
 Step = Callable[..., Outputs]
 
 # What the fresh process runs on a new package (its path in argv[1]).
+# As _open_package opens it; torch alone, so that a child without Tempo on its path still says
+# something of the package, not of the import.
 LOAD_CHECK = (
-    "import sys; from controller.inference.built_artefacts import _open_package; "
-    "_open_package(sys.argv[1])"
+    "import sys, torch; torch._C._aoti.AOTIModelPackageLoader(sys.argv[1], 'model', True, 1, -1)"
 )
 LOAD_CHECK_TIMEOUT_S = 300.0
 

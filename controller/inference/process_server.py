@@ -227,7 +227,11 @@ def _stand_by_and_serve(
     _send(link, Standby())
     first = link.receive(timeout_ms=BUILD_AT_ONCE_MS)
     if first is None:
-        while_standing_by()
+        if not link.closed and parent_alive(parent):
+            try:
+                while_standing_by()
+            except Exception:  # noqa: BLE001 - only saves a restart time: build without it
+                log.exception("the standby's work while waiting failed")
         build = _next_message(link, parent)
     else:
         build = decode(first)

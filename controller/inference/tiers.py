@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import sys
 import time
 from collections.abc import Callable
 
@@ -236,7 +237,11 @@ def _sync(device: torch.device) -> None:
 
 def no_recompile() -> contextlib.AbstractContextManager[object]:
     """torch.compile's stance is process-wide, so it is set only around our own compiled calls;
-    eager tiers and the eager reference never enter torch.compile and are unaffected."""
+    eager tiers and the eager reference never enter torch.compile and are unaffected. Without
+    torch's compiler imported nothing was compiled (a start from built artefacts): no stance,
+    whose setting would import the compiler (seconds, in the first served step)."""
+    if "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
     return torch.compiler.set_stance("fail_on_recompile")  # type: ignore[return-value]
 
 

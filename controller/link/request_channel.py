@@ -185,13 +185,13 @@ class RequestChannel:
             return
         try:
             memory = ring.fileno()
-        except ValueError:  # a ring this process did not create: nothing to hand over
-            return
+        except (ValueError, OSError):  # not created here, or closed meanwhile (a swap asks
+            return  # from its own thread): nothing to hand over
         self._request_id += 1
         self._send(AttachRing(self._request_id, str(ring.path), ring.count), [memory])
         self._attaching[self._request_id] = ring
 
-    def attach_rings(self, rings: Sequence[FrameSlots], timeout_s: float = 5.0) -> None:
+    def attach_rings(self, rings: Sequence[FrameSlots], timeout_s: float = 1.0) -> None:
         """Before this channel serves anyone (its process has no step to run yet): have the
         process attach (and pin) these driver rings now, waiting up to `timeout_s` for its
         answers, so that a robot's first request to it reads its frames in place as every later
@@ -204,6 +204,13 @@ class RequestChannel:
         while self._attaching and not self.link.closed and time.monotonic() < deadline:
             if self.link.poll(20):
                 self.receive()  # ring answers are taken in passing; no step is in flight
+        if self._attaching:
+            log.info(
+                "%d driver frame rings not attached within %.1f s; each is attached by its "
+                "robot's first request instead",
+                len(self._attaching),
+                timeout_s,
+            )
 
     def _ring_answered(self, ring: FrameSlots, reply: RingReady | RequestFailed) -> None:
         if not isinstance(reply, RingReady):

@@ -45,7 +45,7 @@ from controller.link.process_spawner import (
 log = logging.getLogger(__name__)
 
 StandbyMode = Literal["off", "spare", "hot"]
-STANDBY_GRACE_S = 0.2  # a spare has nothing to finish: what it is given to exit at shutdown
+STANDBY_GRACE_S = 0.2  # what a spare is given to exit at shutdown: it has nothing to finish
 HOT_GRACE_S = 2.0  # a built one frees its device memory on the way out
 REBUILD_AFTER_S = 10.0  # a hot standby that failed is built again after this long
 

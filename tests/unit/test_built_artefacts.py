@@ -207,6 +207,7 @@ def test_on_cuda_auto_builds_a_package_as_on_the_cpu(
     step, note = ba.BuiltArtefacts(tmp_path).step(module, module, None, (_OnCuda(),), config)  # type: ignore[arg-type]
     assert step is None and "exported for cuda" in note
     assert ba.package_options(module, config)["layout_optimization"] is False
+    assert RunnerConfig(built_artefacts="aot").built_artefacts == "auto"  # the older name
 
 
 def test_serve_finds_the_folder_beside_the_checkpoint_else_in_the_cache(tmp_path: Path) -> None:

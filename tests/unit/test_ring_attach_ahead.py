@@ -6,6 +6,7 @@ and on an H200 the swap's first action came one 5 ms tick late."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -39,7 +40,9 @@ def _answering_process(link: ProcessChannel, asked: list[AttachRing]) -> None:
             return
         message = decode(data)
         assert isinstance(message, AttachRing)
-        assert link.take_fd() is not None  # the ring's memory came with the ask
+        memory = link.take_fd()  # the ring's memory came with the ask
+        assert memory is not None
+        os.close(memory)
         asked.append(message)
         link.send(encode(RingReady(message.id, pinned=True)), timeout_s=1.0)
 
@@ -51,10 +54,10 @@ def test_rings_are_attached_before_the_first_request_and_that_request_reads_in_p
     answering = threading.Thread(target=_answering_process, args=(process, asked), daemon=True)
     answering.start()
     slots = FrameSlots.create(SPEC, 2)
-    ring, other_policys = FrameSlots.create(SPEC, 4), FrameSlots.create(OTHER, 4)
+    ring, another_specs = FrameSlots.create(SPEC, 4), FrameSlots.create(OTHER, 4)
     try:
         channel = RequestChannel(control, slots, SPEC)
-        channel.attach_rings([ring, other_policys])
+        channel.attach_rings([ring, another_specs])
         assert [a.count for a in asked] == [4]  # a ring of another spec is not asked for
         assert ring in channel.rings and channel.pinned_rings == {asked[0].id}
         # The first request finds the ring attached: its id, no ask, no copy.
@@ -66,5 +69,5 @@ def test_rings_are_attached_before_the_first_request_and_that_request_reads_in_p
     finally:
         control.close()
         answering.join(5)
-        for each in (slots, ring, other_policys):
+        for each in (slots, ring, another_specs):
             each.close()
