@@ -33,6 +33,7 @@ from controller.link.served_policy import ServedPolicy
 from controller.observe.metrics_http import MetricsServer, check_available
 from controller.observe.status_server import StatusServer
 from controller.observe.telemetry import Telemetry
+from controller.record.jpeg_frames import check_available as check_jpeg_available
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ def serve(
     check_bind_allowed(config.server.bind, config.security)
     check_local_only(config.server.status_bind, "server.status_bind")
     check_available(config.metrics)  # prometheus-client missing: say so before the slow load
+    check_jpeg_available(config.record)  # PyAV, for record.frames: jpeg
     # Bind both sockets before the load too: a taken endpoint is one sentence (BindError, exit
     # 2) before minutes of compiling, and the endpoint is held from now on.
     context: zmq.Context[Any] = zmq.Context.instance()

@@ -53,12 +53,20 @@ class RecordConfig(BaseModel):
         description="Records waiting for the writer thread; past this a record is dropped and "
         "counted (by kind, in status and /metrics), so the tick never waits for the disk.",
     )
-    frames: Literal["raw", "downscale"] = Field(
+    frames: Literal["raw", "downscale", "jpeg"] = Field(
         default="raw",
-        description="Camera frames as received (raw), or every `scale`-th pixel of every "
-        "`scale`-th row (downscale). JPEG is not offered: no image library is a dependency.",
+        description="Camera frames as received (raw), every `scale`-th pixel of every "
+        "`scale`-th row (downscale), or JPEG (sensor_msgs/msg/CompressedImage, encoded by the "
+        "recorder's file process with PyAV: pip install 'tempo-controller[export]'). A JPEG "
+        "is lossy: a replay of it does not see the frames the policy saw.",
     )
     scale: int = Field(default=2, ge=2, le=16, description="downscale: the factor.")
+    jpeg_qscale: int = Field(
+        default=3,
+        ge=2,
+        le=31,
+        description="jpeg: FFmpeg's quantiser scale, 2 (best, largest) to 31 (smallest).",
+    )
     compression: Literal["lz4", "zstd", "none"] = Field(
         default="lz4",
         description="How the files' chunks are compressed. Camera frames are raw bytes (CDR), "

@@ -16,10 +16,23 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
-from controller.record.file_process import CLOSE, COMMAND, OPEN, WRITE, WRITE_HEAD, WRITE_JSON
+from controller.record import image_cdr, jpeg_frames
+from controller.record.file_process import (
+    CLOSE,
+    COMMAND,
+    OPEN,
+    WRITE,
+    WRITE_HEAD,
+    WRITE_JPEG,
+    WRITE_JSON,
+)
 
 PIPE_BYTES = 1 << 20  # a 480x640 frame in one write where the system allows it
 MESSAGE_OVERHEAD = 64  # bytes a message adds on disk besides its data (record, index entries)
+# A JPEG frame's size is known only in the file process: counted as this share of the raw frame,
+# which a noisy image can near at the best qscale (a 480x640 camera-like frame at qscale 2 was
+# 31 KB of its 900 KB), so that a file never passes max_file_mb.
+JPEG_SHARE = 0.5
 EXIT_WAIT_S = 30.0
 # glibc's malloc for the file process: buffers of a frame's size (the MCAP library builds a chunk
 # and its record in fresh ones, about five per frame) come from a heap it keeps instead of each
@@ -41,10 +54,22 @@ class RecordingFile:
     """A file being written in the file process: its path, the messages sent to it and an
     estimate of its size on disk (for rotation: at least what compression leaves)."""
 
-    def __init__(self, files: RecordingFiles, path: Path) -> None:
+    def __init__(self, files: RecordingFiles, path: Path, jpeg: bool = False) -> None:
         self._files, self.path = files, path
+        self._jpeg = jpeg  # camera frames written as JPEG (record.frames: jpeg)
         self.messages = 0
         self.size = 0
+
+    def write_frame(
+        self, topic: str, log_ns: int, publish_ns: int, parts: Sequence[bytes | memoryview]
+    ) -> None:
+        """One camera frame, its raw message (image_cdr.image_parts) the concatenation of
+        `parts`: written as it is, or as JPEG by the file process."""
+        if not self._jpeg:
+            self.write(topic, image_cdr.SCHEMA, log_ns, publish_ns, parts)
+            return
+        length = self._send(WRITE_JPEG, topic, jpeg_frames.SCHEMA, log_ns, publish_ns, parts)
+        self._count(int(length * JPEG_SHARE))
 
     def write(
         self,
@@ -94,15 +119,17 @@ class RecordingFile:
 class RecordingFiles:
     """The file process, started on first use; one file open at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, jpeg_qscale: int | None = None) -> None:
         self._process: subprocess.Popen[bytes] | None = None
         self._failure: str | None = None  # what the process said when it failed, kept
+        self._jpeg_qscale = jpeg_qscale  # None: camera frames raw
 
     def open(self, path: Path, metadata: dict[str, str], compression: str) -> RecordingFile:
-        spec = json.dumps({"path": str(path), "metadata": metadata, "compression": compression})
+        spec = json.dumps({"path": str(path), "metadata": metadata, "compression": compression,
+                           "jpeg_qscale": self._jpeg_qscale})  # fmt: skip
         body = spec.encode()
         self.send(COMMAND.pack(OPEN, len(body)) + body)
-        return RecordingFile(self, path)
+        return RecordingFile(self, path, jpeg=self._jpeg_qscale is not None)
 
     def close_file(self) -> None:
         """Finish the open file; returns once it is complete on disk."""

@@ -7,11 +7,14 @@ The daemon's recorder (controller.record.file_client) starts it with `python -m
 controller.record.file_process` and sends commands on its stdin; it answers on stdout. Each
 command is an operation byte and a body length (little-endian "<BQ"), then the body:
 
-    OPEN   JSON {"path", "metadata", "compression"}: start a file (never overwriting one)
+    OPEN   JSON {"path", "metadata", "compression", "jpeg_qscale"}: start a file (never
+           overwriting one)
     WRITE  "<HHqq" topic and schema lengths, log and publish time (ns); topic; schema; the
            message (for a camera frame, its CDR head and pixels, sent as they are)
     WRITE_JSON  as WRITE, the message a value packed by controller.record.packed_json,
            written as its compact JSON: the JSON is made here, not in the daemon
+    WRITE_JPEG  as WRITE, the message a raw camera frame's (image_cdr), written as a JPEG
+           CompressedImage (jpeg_frames) at the "jpeg_qscale" the file was opened with
     CLOSE  empty: finish the open file; answers "closed <messages>"
 
 An error (a full disk, a path that cannot be written, a message that cannot be JSON) is
@@ -30,13 +33,14 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
+from controller.record.jpeg_frames import JpegEncoder, compressed_from_image
 from controller.record.mcap_file import McapFile
 from controller.record.packed_json import to_json
 
 COMMAND = struct.Struct("<BQ")
 NICENESS = 10  # added to the daemon's: the file process yields the CPU to the control loop
 WRITE_HEAD = struct.Struct("<HHqq")
-OPEN, WRITE, CLOSE, WRITE_JSON = 1, 2, 3, 4
+OPEN, WRITE, CLOSE, WRITE_JSON, WRITE_JPEG = 1, 2, 3, 4, 5
 
 
 class Receiver:
@@ -65,6 +69,7 @@ class Receiver:
 def serve(commands: BinaryIO, answers: BinaryIO) -> None:
     """Carry out commands until end of input."""
     file: McapFile | None = None
+    jpeg: JpegEncoder | None = None
     receiver = Receiver(commands)
     try:
         while True:
@@ -80,7 +85,9 @@ def serve(commands: BinaryIO, answers: BinaryIO) -> None:
                 if file is not None:
                     file.close()
                 file = McapFile(Path(spec["path"]), spec["metadata"], spec["compression"])
-            elif op in (WRITE, WRITE_JSON):
+                if spec.get("jpeg_qscale") is not None and jpeg is None:
+                    jpeg = JpegEncoder(spec["jpeg_qscale"])
+            elif op in (WRITE, WRITE_JSON, WRITE_JPEG):
                 if file is None:
                     raise RuntimeError("a message came before any file was opened")
                 topic_n, schema_n, log_ns, publish_ns = WRITE_HEAD.unpack_from(body)
@@ -93,6 +100,10 @@ def serve(commands: BinaryIO, answers: BinaryIO) -> None:
                         data = memoryview(to_json(data))
                     except (ValueError, TypeError) as exc:  # the recorder refuses these first
                         raise RuntimeError(f"the {topic} message is not JSON: {exc}") from None
+                elif op == WRITE_JPEG:
+                    if jpeg is None:
+                        raise RuntimeError("a JPEG frame came to a file opened without a qscale")
+                    data = memoryview(compressed_from_image(data, jpeg))
                 file.write(topic, schema, log_ns, publish_ns, data)
             elif op == CLOSE:
                 closing, file = file, None

@@ -36,15 +36,8 @@ MESSAGE_ENCODING = "cdr"
 _SEPARATOR = "=" * 80
 # The complete definition in the form ROS 2's MCAP storage writes it: the type's own fields, then
 # each type it uses, introduced by a line of 80 '=' and `MSG: pkg/Type`.
-DEFINITION = f"""\
-# A raw image (rows top to bottom, `step` bytes each), as sensor_msgs/msg/Image.
-std_msgs/Header header
-uint32 height
-uint32 width
-string encoding
-uint8 is_bigendian
-uint32 step
-uint8[] data
+# The types a frame's header uses, as they follow a message's own fields (jpeg_frames too).
+HEADER_DEFINITIONS = f"""\
 {_SEPARATOR}
 MSG: std_msgs/Header
 # When the frame was received (wall clock), and the camera's name.
@@ -55,6 +48,16 @@ MSG: builtin_interfaces/Time
 int32 sec
 uint32 nanosec
 """
+DEFINITION = f"""\
+# A raw image (rows top to bottom, `step` bytes each), as sensor_msgs/msg/Image.
+std_msgs/Header header
+uint32 height
+uint32 width
+string encoding
+uint8 is_bigendian
+uint32 step
+uint8[] data
+{HEADER_DEFINITIONS}"""
 
 ENCAPSULATION = b"\x00\x01\x00\x00"  # CDR (XCDR1), little-endian
 _RGB8 = b"rgb8\x00"
@@ -100,8 +103,9 @@ def image_parts(
     return image_head(camera, wall_ns, height, width), frame.data.cast("B")
 
 
-class _Cursor:
-    """Reads a CDR message's primitives in order, each aligned, refusing to read past its end."""
+class CdrCursor:
+    """Reads a CDR message's primitives in order, each aligned, refusing to read past its end
+    (ImageMessageError; jpeg_frames reads its messages with it too)."""
 
     def __init__(self, message: memoryview) -> None:
         self.body = message[len(ENCAPSULATION) :]
@@ -143,7 +147,7 @@ def decode_image(message: bytes | memoryview) -> dict[str, Any]:
         raise ImageMessageError(
             "a camera frame message does not begin with the little-endian CDR header 00 01 00 00"
         )
-    cursor = _Cursor(view)
+    cursor = CdrCursor(view)
     sec, nsec = cursor.number("i"), cursor.number("I")
     image: dict[str, Any] = {
         "timestamp": {"sec": sec, "nsec": nsec},
@@ -165,7 +169,8 @@ def decode_image(message: bytes | memoryview) -> dict[str, Any]:
 
 
 def frame_of(message: Mapping[str, Any]) -> np.ndarray:
-    """A recorded rgb8 frame (decode_image's dict) back to a uint8 (height, width, 3) array."""
+    """A recorded rgb8 frame (decode_image's dict) back to a uint8 (height, width, 3) array
+    (any recorded frame, JPEG ones too: controller.record.jpeg_frames.pixels_of)."""
     if message.get("encoding") != "rgb8":
         raise ValueError(f"a frame encoded as {message.get('encoding')!r}, not rgb8")
     data = message["data"]

@@ -1,6 +1,7 @@
 """One MCAP file being written: its schemas and channels registered as first used, its
 messages, its size so far (for rotation). Camera frames are sensor_msgs/msg/Image in CDR
-(controller/record/image_cdr.py); every other record is JSON under its JSON schema."""
+(controller/record/image_cdr.py), or CompressedImage (jpeg_frames); every other record is JSON
+under its JSON schema."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import IO, Any, cast
 
 from mcap.writer import CompressionType, Writer
 
-from controller.record import image_cdr
+from controller.record import image_cdr, jpeg_frames
 from controller.record.direct_file import DirectFile
 from controller.record.schemas import METADATA, PROFILE, SCHEMAS
 
@@ -53,7 +54,8 @@ class McapFile:
     def write(
         self, topic: str, schema: str, log_ns: int, publish_ns: int, data: bytes | memoryview
     ) -> None:
-        """`schema`: image_cdr.SCHEMA (`data` from image_cdr.encode_image) or one of SCHEMAS.
+        """`schema`: image_cdr.SCHEMA (`data` from image_cdr.encode_image), jpeg_frames.SCHEMA
+        (from jpeg_frames.compressed_from_image) or one of SCHEMAS.
         `data` is copied before this returns (into the chunk being built), so its buffer can
         be used again."""
         channel = self._channels.get(topic)
@@ -62,7 +64,7 @@ class McapFile:
             if schema_id is None:
                 schema_id = self._writer.register_schema(schema, *_schema_of(schema))
                 self._schemas[schema] = schema_id
-            encoding = image_cdr.MESSAGE_ENCODING if schema == image_cdr.SCHEMA else "json"
+            encoding = "json" if schema in SCHEMAS else image_cdr.MESSAGE_ENCODING
             channel = self._writer.register_channel(topic, encoding, schema_id)
             self._channels[topic] = channel
         self._sequence += 1
@@ -93,6 +95,8 @@ def _schema_of(schema: str) -> tuple[str, bytes]:
     """A schema's encoding and its text, as the file declares it."""
     if schema == image_cdr.SCHEMA:
         return image_cdr.SCHEMA_ENCODING, image_cdr.DEFINITION.encode()
+    if schema == jpeg_frames.SCHEMA:
+        return image_cdr.SCHEMA_ENCODING, jpeg_frames.DEFINITION.encode()
     return "jsonschema", json.dumps(SCHEMAS[schema]).encode()
 
 

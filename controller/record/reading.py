@@ -22,7 +22,7 @@ from mcap.records import Channel, Message, Metadata, Schema
 from mcap.stream_reader import StreamReader
 
 from controller.errors import TempoError
-from controller.record import image_cdr
+from controller.record import image_cdr, jpeg_frames
 from controller.record.schemas import METADATA
 
 # What a damaged or cut file raises from inside the reader (zstd and lz4 errors are these too).
@@ -61,9 +61,12 @@ class Recording:
 
 
 def _decode(data: bytes, schema: str, encoding: str) -> dict[str, Any]:
-    """A message's dict: a camera frame's from CDR (image_cdr.decode_image), the rest JSON."""
+    """A message's dict: a camera frame's from CDR (image_cdr.decode_image, or
+    jpeg_frames.decode_compressed for a JPEG one), the rest JSON."""
     if encoding == image_cdr.MESSAGE_ENCODING and schema == image_cdr.SCHEMA:
         return image_cdr.decode_image(data)
+    if encoding == image_cdr.MESSAGE_ENCODING and schema == jpeg_frames.SCHEMA:
+        return jpeg_frames.decode_compressed(data)
     if encoding != "json":
         raise ValueError(f"a message of schema {schema!r} encoded as {encoding!r}")
     value = json.loads(data)

@@ -28,6 +28,7 @@ from controller.errors import ConfigError
 from controller.record import image_cdr
 from controller.record.file_client import RecordingFile, RecordingFiles
 from controller.record.frame_pool import FramePool
+from controller.record.jpeg_frames import check_available
 from controller.record.mcap_file import CHUNK_BYTES, metadata_of
 from controller.record.packed_json import pack
 from controller.record.queue import PolicyRecording, Record, RecordQueue, RobotRecording, Tier
@@ -91,7 +92,8 @@ class Recorder:
             }
         )
         self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
-        self._files = RecordingFiles()  # the process that writes them
+        jpeg_qscale = config.jpeg_qscale if config.frames == "jpeg" else None
+        self._files = RecordingFiles(jpeg_qscale)  # the process that writes them
         self._file: RecordingFile | None = None
         self._ring: collections.deque[RingEntry] = collections.deque()
         self._ring_bytes = 0
@@ -126,7 +128,9 @@ class Recorder:
     # -- the thread ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Make `dir` (ConfigError when it cannot be) and start the writer thread."""
+        """Make `dir` (ConfigError when it cannot be, or when JPEG frames need PyAV) and start
+        the writer thread."""
+        check_available(self.config)
         try:
             self.config.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -370,7 +374,7 @@ class Recorder:
         wall = self._wall(at)
         for camera, frame in frames:
             parts = image_cdr.image_parts(frame, camera, wall, self._scale)
-            file.write(camera_topic(robot, camera), image_cdr.SCHEMA, wall, at, parts)
+            file.write_frame(camera_topic(robot, camera), wall, at, parts)
         name, schema = TOPICS[kind]
         file.write_json(topic(robot, name), schema, wall, at, message)
         self.written += 1

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from controller.errors import ConfigError
-from controller.record.image_cdr import frame_of
+from controller.record.jpeg_frames import pixels_of
 from controller.record.reading import RecordedMessage, Recording, RecordingError, read_recording
 from policies.base import Plan, Policy, PromptTokens, RobotContext
 
@@ -110,7 +110,7 @@ def recorded_requests(
         name = message.name
         if name.startswith("camera/"):
             key = (message.robot, message.publish_ns)
-            frames.setdefault(key, {})[name.removeprefix("camera/")] = frame_of(message.data)
+            frames.setdefault(key, {})[name.removeprefix("camera/")] = pixels_of(message.data)
         elif name == "chunk":
             chunks[(message.robot, message.data["obs_received_ns"])] = message
         elif name == "inference_request":

@@ -22,7 +22,7 @@ from typing import Any, cast
 import numpy as np
 
 from controller.errors import ConfigError, TempoError
-from controller.record.image_cdr import frame_of
+from controller.record.jpeg_frames import pixels_of
 
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -121,7 +121,7 @@ def _encode_camera(path: Path, episodes: Sequence[Episode], camera: str, fps: in
     """Every episode's frames of one camera into one MP4; its feature entry and stats."""
     import av
 
-    shapes = {frame_of(e.frames[camera][0]).shape for e in episodes}
+    shapes = {pixels_of(e.frames[camera][0]).shape for e in episodes}
     if len(shapes) != 1:
         raise ExportError(
             f"camera {camera!r} was recorded at several sizes {sorted(shapes)}; export the "
@@ -144,7 +144,7 @@ def _encode_camera(path: Path, episodes: Sequence[Episode], camera: str, fps: in
         pts = 0
         for episode in episodes:
             for message in episode.frames[camera]:
-                image = frame_of(message)
+                image = pixels_of(message)
                 flat = image.reshape(-1, 3).astype(np.float64)
                 total += flat.sum(axis=0)
                 squares += (flat**2).sum(axis=0)

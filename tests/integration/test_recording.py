@@ -147,6 +147,34 @@ def _served(tmp_path: Path, name: str, *overrides: str) -> list[np.ndarray]:
     return [a for _, a in actions]
 
 
+def test_jpeg_frames_are_compressed_images_that_read_back_close_to_those_sent(tmp_path) -> None:
+    pytest.importorskip("av")
+    from controller.record import jpeg_frames
+
+    rec = tmp_path / "rec"
+    config = ipc_config(tmp_path, "control.rate_hz=100", "record.mode=continuous",
+                        f"record.dir={rec}", "record.frames=jpeg")  # fmt: skip
+    with running_daemon(config) as daemon, client(config) as c:
+        send(c, 20)
+        wait_for(lambda: daemon.status()["recording"]["written"] >= 40)
+    (file,) = recordings(rec, "tempo-")
+    with open(file, "rb") as stream:
+        summary = make_reader(stream).get_summary()
+        assert summary is not None
+        schemas = {s.name: s for s in summary.schemas.values()}
+        assert image_cdr.SCHEMA not in schemas  # no raw frame
+        compressed = schemas[jpeg_frames.SCHEMA]
+        assert compressed.encoding == "ros2msg"
+        assert compressed.data == jpeg_frames.DEFINITION.encode()
+    recording = read_recording(file)
+    assert recording.problem is None and recording.metadata["frames"] == "jpeg"
+    images = [m.data for m in recording.messages if m.name == "camera/front"]
+    assert len(images) == 20
+    for i, image in enumerate(images):  # observation i: every pixel i, flat: JPEG keeps it
+        assert image["format"] == "jpeg" and image["frame_id"] == "front"
+        assert np.abs(jpeg_frames.pixels_of(image).astype(int) - i).max() <= 2
+
+
 def test_recording_on_and_off_serve_the_same(tmp_path) -> None:
     off = _served(tmp_path, "off")
     on = _served(tmp_path, "on", "record.mode=continuous", f"record.dir={tmp_path}/rec")

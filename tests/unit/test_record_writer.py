@@ -79,9 +79,12 @@ def test_a_directory_that_cannot_be_made_is_one_sentence(tmp_path) -> None:
         recorder.start()
 
 
-def test_jpeg_frames_are_refused_by_the_config() -> None:
+def test_frames_other_than_raw_downscale_or_jpeg_are_refused_by_the_config() -> None:
+    assert RecordConfig.model_validate({"frames": "jpeg"}).jpeg_qscale == 3
     with pytest.raises(ValueError, match="frames"):
-        RecordConfig.model_validate({"frames": "jpeg"})
+        RecordConfig.model_validate({"frames": "png"})
+    with pytest.raises(ValueError, match="jpeg_qscale"):
+        RecordConfig.model_validate({"frames": "jpeg", "jpeg_qscale": 1})
 
 
 @pytest.mark.parametrize(("setting", "chunks"), [("lz4", "lz4"), ("zstd", "zstd"), ("none", "")])
