@@ -63,7 +63,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--load", type=int, default=0, help="background busy processes")
     parser.add_argument("--policy", default="act", help="act (default), reach, or a checkpoint")
-    parser.add_argument("--frames", choices=("raw", "downscale"), default="raw")
+    parser.add_argument("--frames", choices=("raw", "downscale", "jpeg"), default="raw")
     parser.add_argument(
         "--record-dir",
         type=Path,
