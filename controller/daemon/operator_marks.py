@@ -14,6 +14,7 @@ checks and the same one-a-second limit as a driver's marks) and which did not, a
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from typing import Any, Protocol
 from controller.daemon.session import Session
 from controller.errors import ProtocolError
 from controller.wire.header_schema import check_mark_reason
+
+log = logging.getLogger(__name__)
 
 TAKE_WAIT_S = 2.0  # the loop ticks every few ms; past this it is stuck or stopping
 DEFAULT_REASON = "operator mark"
@@ -54,7 +57,7 @@ class OperatorMarks:
         """The status socket's `mark` command: {"robot": name or None, "reason": text or
         None}; {"mark": {"kept": [robots], "refused": {robot: why}}} or {"error": why}."""
         robot, reason = request.get("robot"), request.get("reason")
-        if robot is not None and not isinstance(robot, str):
+        if robot is not None and (not isinstance(robot, str) or not robot):
             return {"error": "a mark's robot must be a robot's name"}
         if reason is None:
             reason = DEFAULT_REASON
@@ -83,13 +86,23 @@ class OperatorMarks:
         while self._asks:
             ask = self._asks.popleft()
             with ask.lock:
-                if ask.given_up:
-                    continue
-                for marker, session in sessions:
-                    if ask.robot is None or session.robot == ask.robot:
-                        refused = marker.keep_mark(session, ask.reason, now_ns, by="an operator")
-                        if refused is None:
-                            ask.kept.append(session.robot)
-                        else:
-                            ask.refused[session.robot] = refused
-                ask.done.set()
+                try:
+                    if not ask.given_up:
+                        self._keep(ask, sessions, now_ns)
+                finally:
+                    ask.done.set()
+
+    @staticmethod
+    def _keep(ask: _Ask, sessions: list[tuple[Marker, Session]], now_ns: int) -> None:
+        for marker, session in sessions:
+            if ask.robot is not None and session.robot != ask.robot:
+                continue
+            try:
+                refused = marker.keep_mark(session, ask.reason, now_ns, by="an operator")
+            except Exception:  # on the loop's thread: the loop goes on whatever a mark does
+                log.exception("an operator's mark of robot %s failed", session.robot)
+                refused = "the daemon could not keep this mark; see its log"
+            if refused is None:
+                ask.kept.append(session.robot)
+            else:
+                ask.refused[session.robot] = refused

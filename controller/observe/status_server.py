@@ -140,7 +140,10 @@ class StatusServer:
             return None  # b"status", or anything else: a status request
         if not isinstance(request, dict):
             return None
-        handler = self.commands.get(request.get("kind"))  # type: ignore[arg-type]
+        kind = request.get("kind")
+        if not isinstance(kind, str):  # {"kind": []}: not a name, so a status request
+            return None
+        handler = self.commands.get(kind)
         return (handler, request) if handler is not None else None
 
     def stop(self) -> None:

@@ -14,7 +14,8 @@ command is an operation byte and a body length (little-endian "<BQ"), then the b
     WRITE_JSON  as WRITE, the message a value packed by controller.record.packed_json,
            written as its compact JSON: the JSON is made here, not in the daemon
     WRITE_JPEG  as WRITE, the message a raw camera frame's (image_cdr), written as a JPEG
-           CompressedImage (jpeg_frames) at the "jpeg_qscale" the file was opened with
+           CompressedImage (jpeg_frames) at the "jpeg_qscale" the file was opened with; a
+           frame that does not encode is left out and said on stderr (the daemon's log)
     CLOSE  empty: finish the open file; answers "closed <messages>"
 
 An error (a full disk, a path that cannot be written, a message that cannot be JSON) is
@@ -103,7 +104,12 @@ def serve(commands: BinaryIO, answers: BinaryIO) -> None:
                 elif op == WRITE_JPEG:
                     if jpeg is None:
                         raise RuntimeError("a JPEG frame came to a file opened without a qscale")
-                    data = memoryview(compressed_from_image(data, jpeg))
+                    try:
+                        data = memoryview(compressed_from_image(data, jpeg))
+                    except Exception as exc:  # noqa: BLE001 - one frame lost, not the recording
+                        sys.stderr.write(f"the recorder left out a {topic} frame that did not "
+                                         f"encode as JPEG: {exc}\n")  # fmt: skip
+                        continue
                 file.write(topic, schema, log_ns, publish_ns, data)
             elif op == CLOSE:
                 closing, file = file, None

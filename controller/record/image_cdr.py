@@ -34,8 +34,6 @@ SCHEMA_ENCODING = "ros2msg"
 MESSAGE_ENCODING = "cdr"
 
 _SEPARATOR = "=" * 80
-# The complete definition in the form ROS 2's MCAP storage writes it: the type's own fields, then
-# each type it uses, introduced by a line of 80 '=' and `MSG: pkg/Type`.
 # The types a frame's header uses, as they follow a message's own fields (jpeg_frames too).
 HEADER_DEFINITIONS = f"""\
 {_SEPARATOR}
@@ -48,6 +46,8 @@ MSG: builtin_interfaces/Time
 int32 sec
 uint32 nanosec
 """
+# The complete definition in the form ROS 2's MCAP storage writes it: the type's own fields, then
+# each type it uses, introduced by a line of 80 '=' and `MSG: pkg/Type`.
 DEFINITION = f"""\
 # A raw image (rows top to bottom, `step` bytes each), as sensor_msgs/msg/Image.
 std_msgs/Header header

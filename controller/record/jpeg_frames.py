@@ -20,13 +20,15 @@ from __future__ import annotations
 import importlib.util
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from controller.errors import ConfigError
 from controller.record import image_cdr
-from controller.record_config import RecordConfig
+
+if TYPE_CHECKING:  # not at run time: the file process imports this module, and needs no pydantic
+    from controller.record_config import RecordConfig
 
 SCHEMA = "sensor_msgs/msg/CompressedImage"
 FORMAT = "jpeg"
@@ -65,6 +67,7 @@ class JpegEncoder:
             context.width, context.height = width, height
             context.pix_fmt = "yuvj420p"  # full-range 4:2:0, JPEG's usual
             context.qmin = context.qmax = self.qscale
+            context.thread_count = 1  # FFmpeg's slice threads would take every core from the loop
             context.open()
             self._contexts[(height, width)] = context
         picture = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")

@@ -86,6 +86,7 @@ class Recorder:
             {
                 "frames": config.frames,
                 "scale": self._scale,
+                "jpeg_qscale": config.jpeg_qscale if config.frames == "jpeg" else None,
                 "joints": self.joints,
                 "control_hz": control_hz,
                 "mode": config.mode,

@@ -13,7 +13,7 @@ import pytest
 
 from controller.errors import ConfigError
 from controller.record import image_cdr, jpeg_frames
-from controller.record.file_client import RecordingFiles
+from controller.record.file_client import JPEG_SHARE, RecordingFiles
 from controller.record.reading import read_recording
 from controller.record_config import RecordConfig
 
@@ -88,9 +88,30 @@ def test_the_file_process_writes_frames_as_jpeg_that_read_back(tmp_path) -> None
     for message, frame in zip(cameras, frames, strict=True):
         assert message.data["format"] == "jpeg"
         assert np.abs(jpeg_frames.pixels_of(message.data).astype(int) - frame).mean() < 4
-    # The size counted for rotation stays above the file's (a JPEG is counted at half a raw
-    # frame, far above what this one takes).
     assert (tmp_path / "a.mcap").stat().st_size <= file.size + 64 * 1024
+
+
+def test_a_noise_frame_at_the_best_qscale_fits_the_share_rotation_counts() -> None:
+    """Rotation counts a JPEG frame as JPEG_SHARE of its raw message (its real size is known
+    only in the file process): even noise, JPEG's worst case, at qscale 2 stays under it."""
+    noise = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+    raw = image_cdr.encode_image(noise, "front", WALL_NS)
+    jpeg = jpeg_frames.compressed_from_image(raw, jpeg_frames.JpegEncoder(2))
+    assert len(jpeg) <= JPEG_SHARE * len(raw)
+
+
+def test_a_frame_that_does_not_encode_is_left_out_and_recording_goes_on(tmp_path) -> None:
+    files = RecordingFiles(jpeg_qscale=3)
+    good = image_cdr.image_parts(camera_like(8, 8), "front", WALL_NS)
+    try:
+        file = files.open(tmp_path / "a.mcap", {}, "lz4")
+        file.write_frame("/arm/camera/front", WALL_NS, 0, (b"\x00\x01\x00\x00 not a frame",))
+        file.write_frame("/arm/camera/front", WALL_NS, 1, good)
+        file.close()
+    finally:
+        files.stop()
+    cameras = [m for m in read_recording(tmp_path / "a.mcap").messages]
+    assert [m.publish_ns for m in cameras] == [1]
 
 
 def test_jpeg_frames_without_pyav_are_refused_at_start(monkeypatch) -> None:

@@ -175,6 +175,9 @@ def test_the_status_socket_answers_status_and_the_swap_command(tmp_path: Path) -
         assert missing == {"error": "a swap needs the new checkpoint's path"}
         # Any other map is a status request, as before.
         assert request_command(endpoint, {"kind": "reboot"}, 2.0, context) == {"tick": 7}
+        # A kind that is no name (unhashable) is a status request too, and the socket serves on.
+        assert request_command(endpoint, {"kind": []}, 2.0, context) == {"tick": 7}
+        assert request_command(endpoint, {"kind": "reboot"}, 2.0, context) == {"tick": 7}
         named = request_command(endpoint, {**swap, "policy": "wrist"}, 2.0, context)
         unknown = request_command(endpoint, {**swap, "policy": "gripper"}, 2.0, context)
         assert named == {"swap": {"id": 1, "phase": "building"}}
