@@ -37,23 +37,12 @@ def cmd_mark(
     default_endpoint: str,
 ) -> int:
     from controller.daemon.log_safety import shown
-    from controller.observe.status_server import request_command
-    from controller.tools.status_cli import status_endpoint
+    from controller.tools.status_cli import command_reply, status_endpoint
 
     endpoint = status_endpoint(args, load_config, default_endpoint)
-    request = {"kind": "mark", "robot": args.robot, "reason": args.reason}
-    reply = request_command(endpoint, request, timeout_s=5.0)
-    if reply is None:
-        print(f"tempo mark: no daemon answered on {endpoint} within 5 s", file=sys.stderr)
-        return 1
-    if "error" in reply:
-        print(f"tempo mark: refused: {shown(reply['error'], 300)}", file=sys.stderr)
-        return 2
-    mark = reply.get("mark")
-    if not isinstance(mark, dict):  # a status: this daemon has no mark command
-        print(f"tempo mark: the daemon on {endpoint} takes no mark command (an older Tempo?)",
-              file=sys.stderr)  # fmt: skip
-        return 2
+    mark = command_reply(endpoint, {"kind": "mark", "robot": args.robot, "reason": args.reason})
+    if isinstance(mark, int):
+        return mark
     kept, refused = mark.get("kept") or [], mark.get("refused") or {}
     if kept:
         print(f"tempo mark: kept for {shown(', '.join(map(str, kept)), 300)}")

@@ -43,6 +43,28 @@ def status_endpoint(
     return args.connect or configured or default_endpoint
 
 
+def command_reply(endpoint: str, request: dict[str, Any]) -> dict[str, Any] | int:
+    """The daemon's answer to a command (`tempo swap`, `tempo mark`; the map under the
+    command's kind), or the exit code once said why not: no daemon answered (1), it refused
+    (2), or it answered with its status, so it has no such command (2)."""
+    from controller.observe.status_server import request_command
+
+    kind = request["kind"]
+    reply = request_command(endpoint, request, timeout_s=5.0)
+    if reply is None:
+        print(f"tempo {kind}: no daemon answered on {endpoint} within 5 s", file=sys.stderr)
+        return 1
+    if "error" in reply:
+        print(f"tempo {kind}: refused: {reply['error']}", file=sys.stderr)
+        return 2
+    answer = reply.get(kind)
+    if not isinstance(answer, dict):  # a status: this daemon has no such command
+        print(f"tempo {kind}: the daemon on {endpoint} takes no {kind} command (an older "
+              "Tempo?)", file=sys.stderr)  # fmt: skip
+        return 2
+    return answer
+
+
 def cmd_status(
     args: argparse.Namespace,
     load_config: Callable[[argparse.Namespace], Any],

@@ -54,8 +54,8 @@ def cmd_swap(
     load_config: Callable[[argparse.Namespace], Any],
     default_endpoint: str,
 ) -> int:
-    from controller.observe.status_server import request_command, request_status
-    from controller.tools.status_cli import status_endpoint
+    from controller.observe.status_server import request_status
+    from controller.tools.status_cli import command_reply, status_endpoint
 
     endpoint = status_endpoint(args, load_config, default_endpoint)
     request = {
@@ -64,18 +64,10 @@ def cmd_swap(
         "now": args.now,
         "policy": args.policy,
     }
-    reply = request_command(endpoint, request, timeout_s=5.0)
-    if reply is None:
-        print(f"tempo swap: no daemon answered on {endpoint} within 5 s", file=sys.stderr)
-        return 1
-    if "error" in reply:
-        print(f"tempo swap: refused: {reply['error']}", file=sys.stderr)
-        return 2
-    if not isinstance(reply.get("swap"), dict):  # a status: this daemon has no swap command
-        print(f"tempo swap: the daemon on {endpoint} takes no swap command (an older Tempo?)",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    swap_id, name = reply["swap"].get("id"), reply["swap"].get("policy")
+    started = command_reply(endpoint, request)
+    if isinstance(started, int):
+        return started
+    swap_id, name = started.get("id"), started.get("policy")
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
         time.sleep(POLL_S)
