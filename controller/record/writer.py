@@ -82,18 +82,18 @@ class Recorder:
         self.queue = RecordQueue(config.queue)
         self._default = PolicyRecording(self.queue, None, joints, tier)
         self._scale = config.scale if config.frames == "downscale" else 1
+        jpeg_qscale = config.jpeg_qscale if config.frames == "jpeg" else None
         self._metadata = metadata_of(
             {
                 "frames": config.frames,
                 "scale": self._scale,
-                "jpeg_qscale": config.jpeg_qscale if config.frames == "jpeg" else None,
+                "jpeg_qscale": jpeg_qscale,
                 "joints": self.joints,
                 "control_hz": control_hz,
                 "mode": config.mode,
             }
         )
         self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
-        jpeg_qscale = config.jpeg_qscale if config.frames == "jpeg" else None
         self._files = RecordingFiles(jpeg_qscale)  # the process that writes them
         self._file: RecordingFile | None = None
         self._ring: collections.deque[RingEntry] = collections.deque()
