@@ -2,6 +2,7 @@
 
     python scripts/bench_failover.py --policy tiny                 # CPU, seconds per run
     python scripts/bench_failover.py --policy act-aloha --repeats 5 --set runner.cache_dir=DIR
+    python scripts/bench_failover.py --policy act-aloha --build --set runner.cache_dir=DIR
 
 1. SIGKILL of the inference process to the next action from a new observation, with a hot
    standby (supervision.standby: hot), with the spare (spare: imports done, a build follows)
@@ -20,9 +21,11 @@
    messages and holds across it.
 
 Each policy is made here with random weights (two seeds: the served one and the swapped-in
-one) as Tempo checkpoints in a temporary directory. `bench_failover.failover` and
-`bench_failover.swap` are functions for scripts/bench_start.py to call; this script prints a
-table (or --json).
+one) as Tempo checkpoints in a temporary directory; with --build, `tempo build` (same --set
+settings) first makes both checkpoints' artefacts, so that every start, the standby's and the
+swap's included, loads them (the build's own time is printed, not part of any figure).
+`bench_failover.failover` and `bench_failover.swap` are functions for scripts/bench_start.py to
+call; this script prints a table (or --json).
 """
 
 from __future__ import annotations
@@ -220,6 +223,17 @@ def daemon(checkpoint: Path, settings: list[str]) -> Iterator[tuple[str, str]]:
             process.wait(30)
 
 
+def build(checkpoint: Path, settings: list[str]) -> float:
+    """`tempo build` of `checkpoint` with `settings` (its artefacts beside it); seconds."""
+    sets = ["policy.kind=checkpoint", f"policy.path={checkpoint}", *settings]
+    args = [arg for s in sets for arg in ("--set", s)]
+    started = time.monotonic()
+    cli = [sys.executable, "-m", "controller.cli", "build", "--log-level", "WARNING", *args]
+    if subprocess.run(cli, timeout=START_TIMEOUT_S).returncode != 0:
+        raise SystemExit(f"bench_failover: tempo build of {checkpoint} failed (said above)")
+    return time.monotonic() - started
+
+
 def _process(status_at: str) -> dict[str, Any]:
     return ((request_status(status_at, 2.0) or {}).get("policy") or {}).get("process") or {}
 
@@ -389,6 +403,8 @@ def main() -> int:
                         help="modes to time (default: all three)")  # fmt: skip
     parser.add_argument("--no-swap", action="store_true")
     parser.add_argument("--no-episode-swap", action="store_true")
+    parser.add_argument("--build", action="store_true",
+                        help="tempo build both checkpoints first (serve loads them)")  # fmt: skip
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -398,6 +414,10 @@ def main() -> int:
         make = POLICIES[args.policy]
         served, swapped_in = make(Path(tmp) / "a", 0), make(Path(tmp) / "b", 1)
         spec = load_checkpoint(served).spec  # the robot the driver plays
+        if args.build:
+            for checkpoint in (served, swapped_in):
+                seconds = build(checkpoint, args.overrides)
+                print(f"tempo build {checkpoint.name}: {seconds:.1f} s", file=sys.stderr)
         results: dict[str, Any] = {"policy": args.policy, "failover": [], "swap": None,
                                    "episode_swap": None}  # fmt: skip
         for mode in args.standby or ["hot", "spare", "off"]:
