@@ -414,8 +414,9 @@ def main() -> int:
         make = POLICIES[args.policy]
         served, swapped_in = make(Path(tmp) / "a", 0), make(Path(tmp) / "b", 1)
         spec = load_checkpoint(served).spec  # the robot the driver plays
-        if args.build:
-            for checkpoint in (served, swapped_in):
+        if args.build:  # the swapped-in checkpoint only when a swap runs
+            swaps = not (args.no_swap and args.no_episode_swap)
+            for checkpoint in (served, swapped_in) if swaps else (served,):
                 seconds = build(checkpoint, args.overrides)
                 print(f"tempo build {checkpoint.name}: {seconds:.1f} s", file=sys.stderr)
         results: dict[str, Any] = {"policy": args.policy, "failover": [], "swap": None,

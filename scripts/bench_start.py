@@ -68,7 +68,8 @@ def child(plan: dict[str, Any]) -> int:
     """One start as `plan` says; prints IMPORTED, READY and ACTION lines as they happen."""
     import logging
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+    stamped = "%(relativeCreated)6.0f ms %(name)s: %(message)s"  # ms since this import
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=stamped)
     import controller.inference.process_main  # noqa: F401 - the inference process's imports
 
     print("IMPORTED", flush=True)  # the imports alone took seconds on some GPU hosts

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from controller.errors import ConfigError
@@ -86,7 +87,9 @@ def build_policy(
         # its matmul weights on the host anyway, and loading it onto the GPU first uploaded the
         # whole FP32 model only to copy most of it back (pi0: 9 s of a 31 s start, H200).
         load_to = "cpu" if runner.reference_weights == "host" else device
+        started = time.perf_counter()
         tensor_policy = build_tensor_policy(policy, robot, device=load_to)
+        log.info("policy read in %.1f s (onto %s)", time.perf_counter() - started, load_to)
     else:
         tensor_policy = model
     planner = policy.planner

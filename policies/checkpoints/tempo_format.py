@@ -45,6 +45,7 @@ from policies.checkpoints.files import (
     read_tensors,
 )
 from policies.checkpoints.tokenizer_file import with_tokenizer_copied, with_tokenizer_resolved
+from policies.meta_device import shapes_only
 from policies.registry import (
     CheckpointFamily,
     PolicyFamily,
@@ -297,7 +298,7 @@ def build_module(config: BaseModel, tensors: dict[str, torch.Tensor], source: Pa
     with torch.no_grad():
         # Shapes first, on the meta device (nothing allocated): a config.json claiming a huge
         # model next to small weights is refused before the real build runs out of memory.
-        with torch.device("meta"):
+        with shapes_only():
             shell = hooks.module_type(config)
         check_fit(shell.state_dict(), tensors, source)
         del shell

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from policies.meta_device import shapes_only
 from policies.pi0.config import PaliGemmaFlowConfig, Pi0Config
 from policies.pi0.pi05_config import Pi05Config
 from policies.pi0.weights import EMBED_TOKENS_KEY
@@ -60,12 +61,12 @@ def build_network(
     if isinstance(config, Pi05Config):
         from policies.pi0.pi05_network import Pi05Network
 
-        with torch.device("meta"):
+        with shapes_only():
             network: PaliGemmaFlowNetwork = Pi05Network(config)
     elif isinstance(config, Pi0Config):
         from policies.pi0.network import Pi0Network
 
-        with torch.device("meta"):
+        with shapes_only():
             network = Pi0Network(config)
     else:
         raise TypeError(f"no pi0 network takes a {type(config).__name__}")

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from controller.errors import CheckpointError
 from policies.base import CameraSpec, Execution, PolicySpec, PromptSpec
 from policies.checkpoints.files import describe_validation_error, read_json
+from policies.meta_device import shapes_only
 from policies.pi0.checkpoint_contents import WIDTHS_FILE
 from policies.pi0.checkpoint_files import Pi0CheckpointFiles, read_pi0_checkpoint
 from policies.pi0.from_checkpoint import network_config
@@ -94,7 +95,7 @@ def build_step(
     """The step module on `device` with the checkpoint's weights and statistics, eval mode.
     Built on the meta device and materialized uninitialised: every weight comes from the
     checkpoint, and the real size's random initialisation took minutes on a host."""
-    with torch.device("meta"):
+    with shapes_only():
         step = Pi0Step(config)
     step.to_empty(device=device)
     step.network.reset_buffers()

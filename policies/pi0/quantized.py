@@ -25,6 +25,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from policies.meta_device import shapes_only
 from policies.pi0.config import PaliGemmaFlowConfig, Pi0Config
 from policies.pi0.gemma import HostTable
 from policies.pi0.step import Pi0Step, Pi0StepConfig
@@ -62,7 +63,7 @@ def empty_step(config: Pi0StepConfig, network: type[PaliGemmaFlowConfig] = Pi0Co
     (their fields are the same), the checkpoint's policy_type does."""
     if type(config.network) is not network:
         config = config.model_copy(update={"network": network(**config.network.model_dump())})
-    with torch.device("meta"):
+    with shapes_only():
         return Pi0Step(config)
 
 
