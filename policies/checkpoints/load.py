@@ -41,6 +41,7 @@ from policies.registry import (
     ConvertedPolicy,
     PolicyFamily,
     checkpoint_families,
+    checkpoint_families_from,
     variants,
 )
 from policies.tensor_policy import TensorPolicy
@@ -91,26 +92,24 @@ def _foreign_reader(
     """(family, its reader) for a LeRobot or an openpi directory."""
     if kind == "lerobot":
         return _lerobot_reader(directory, raw)
-    readers = [(f, c.read_openpi) for f, c in checkpoint_families() if c.read_openpi is not None]
-    if not readers:
+    families = checkpoint_families_from("pi0")
+    reader = next(((f, c.read_openpi) for f, c in families if c.read_openpi is not None), None)
+    if reader is None:
         raise CheckpointError(
             f"{directory} is {KIND_NAMES[kind]} (pi0 / pi0.5), and no policy family this Tempo "
             "serves reads openpi checkpoints"
         )
-    return readers[0]
+    return reader
 
 
 def _lerobot_reader(directory: Path, raw: dict[str, Any]) -> tuple[PolicyFamily, ReadForeign]:
     """(family, its LeRobot reader) for the directory's LeRobot `type`."""
-    readers = [
-        (f, c.lerobot_type, c.read_lerobot)
-        for f, c in checkpoint_families()
-        if c.read_lerobot is not None
-    ]
-    for family, lerobot_type, read in readers:
-        if lerobot_type == raw.get("type"):
-            return family, read
-    known = ", ".join(str(lerobot_type) for _, lerobot_type, _ in readers)
+    for family, hooks in checkpoint_families_from(raw.get("type")):  # a LeRobot type: a name
+        if hooks.read_lerobot is not None and hooks.lerobot_type == raw.get("type"):
+            return family, hooks.read_lerobot
+    known = ", ".join(
+        str(c.lerobot_type) for _, c in checkpoint_families() if c.read_lerobot is not None
+    )
     raise CheckpointError(
         f"{directory / CONFIG_FILE} describes a LeRobot '{raw.get('type')}' policy; Tempo imports "
         f"LeRobot policies of type {known} only"

@@ -51,6 +51,7 @@ from policies.registry import (
     PolicyFamily,
     and_list,
     checkpoint_families,
+    families,
     find_family,
     variants,
 )
@@ -130,9 +131,13 @@ def module_config(module: nn.Module) -> BaseModel:
 
 
 def _family_of_config(config: BaseModel) -> CheckpointFamily:
-    for _, hooks in checkpoint_families():
-        if isinstance(config, hooks.config_model):
-            return hooks
+    # One family's checkpoint part at a time, stopping at the match: another family's import
+    # can cost seconds (TD-MPC2's registers a Triton op, which imports torch's compiler).
+    for family in families():
+        if family.checkpoint is not None:
+            hooks = family.checkpoint()
+            if isinstance(config, hooks.config_model):
+                return hooks
     raise CheckpointError(f"no policy family has the model config {type(config).__name__}")
 
 
@@ -227,8 +232,8 @@ def read_tempo_checkpoint(directory: Path, raw: dict[str, Any]) -> TensorPolicy:
             "policies.checkpoints.load.load_checkpoint"
         )
     tensors = read_tensors(directory / WEIGHTS_FILE)
-    module = build_module(parsed.model, tensors, directory / WEIGHTS_FILE)
-    hooks = _family_of_config(parsed.model)
+    hooks = checkpoint_family(parsed.policy_type, str(directory / CONFIG_FILE))[1]
+    module = build_module(parsed.model, tensors, directory / WEIGHTS_FILE, hooks)
     if hooks.to_policy is not None:
         return hooks.to_policy(module, parsed.spec)
     return TensorPolicy(spec=parsed.spec, module=module)
@@ -248,7 +253,7 @@ def parse_tempo_config(raw: dict[str, Any], path: Path) -> TempoCheckpointConfig
         parsed = checkpoint_schema(family).model_validate(raw)
     except ValidationError as exc:
         raise CheckpointError(f"{path}: {describe_validation_error(exc)}") from None
-    check_spec_matches(parsed.spec, parsed.model, str(path))
+    check_spec_matches(parsed.spec, parsed.model, str(path), hooks)
     resolved = with_tokenizer_resolved(parsed.spec, path.parent)
     if resolved is not parsed.spec:
         parsed = parsed.model_copy(update={"spec": resolved})
@@ -259,9 +264,12 @@ def parse_tempo_config(raw: dict[str, Any], path: Path) -> TempoCheckpointConfig
     return parsed
 
 
-def check_spec_matches(spec: PolicySpec, config: BaseModel, where: str) -> None:
-    """The PolicySpec and the model config must describe the same interface."""
-    problems = _family_of_config(config).spec_problems(spec, config)
+def check_spec_matches(
+    spec: PolicySpec, config: BaseModel, where: str, hooks: CheckpointFamily | None = None
+) -> None:
+    """The PolicySpec and the model config (of the family `hooks`, when known) must describe
+    the same interface."""
+    problems = (hooks or _family_of_config(config)).spec_problems(spec, config)
     if problems:
         raise CheckpointError(f"{where}: spec and model disagree: {'; '.join(problems)}")
 
@@ -290,11 +298,16 @@ def interface_problems(
     return problems + [f"{name} {a} in spec, {b} in model" for name, a, b in pairs if a != b]
 
 
-def build_module(config: BaseModel, tensors: dict[str, torch.Tensor], source: Path) -> nn.Module:
-    """The module of the family whose config model `config` is, holding `tensors`, which must
-    fit it exactly."""
+def build_module(
+    config: BaseModel,
+    tensors: dict[str, torch.Tensor],
+    source: Path,
+    hooks: CheckpointFamily | None = None,
+) -> nn.Module:
+    """The module of the family whose config model `config` is (`hooks`, when known), holding
+    `tensors`, which must fit it exactly."""
     tensors = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
-    hooks = _family_of_config(config)
+    hooks = hooks or _family_of_config(config)
     with torch.no_grad():
         # Shapes first, on the meta device (nothing allocated): a config.json claiming a huge
         # model next to small weights is refused before the real build runs out of memory.

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -48,13 +48,18 @@ from policies.checkpoints.tempo_format import (
     write_checkpoint_files,
 )
 from policies.quant.act import ACT_TARGET
-from policies.quant.apply import quantized_shell
 from policies.quant.config import Quantization
-from policies.quant.layer import QuantLinear
 from policies.quant.numerics import pack_int4, unpack_int4
 from policies.quant.target import QuantTarget
 from policies.registry import CheckpointVariant
 from policies.tensor_policy import ReferenceChunks, TensorPolicy
+
+if TYPE_CHECKING:
+    from policies.quant.layer import QuantLinear
+
+# The quantized layers (policies.quant.layer) are imported where a quantized policy is saved or
+# read, not here: every Tempo checkpoint's load imports this module to learn of the variant, and
+# on a GPU the layers' Triton ops import torch's compiler (seconds of a start).
 
 REFERENCE_PREFIX = "fp32_reference."
 
@@ -75,6 +80,8 @@ def save_quantized_checkpoint(
             f"cannot save a {type(module).__name__} module: no policy family's checkpoints hold it"
         )
     check_spec_matches(policy.spec, module.config, "the policy being saved")  # type: ignore[arg-type]
+    from policies.quant.layer import QuantLinear
+
     found = {n for n, m in module.named_modules() if isinstance(m, QuantLinear)}
     if found != set(quantization.layers):
         raise CheckpointError(
@@ -130,6 +137,9 @@ def read_quantized_checkpoint(
         for name in list(tensors)
         if name.startswith(REFERENCE_PREFIX)
     }
+    from policies.quant.apply import quantized_shell
+    from policies.quant.layer import QuantLinear
+
     module = target.empty_module(parsed.model)
     try:
         quantized_shell(module, quantization.layers, quantization.settings)

@@ -86,12 +86,18 @@ def _checkpoint() -> CheckpointFamily:
 def without_pi0(monkeypatch: pytest.MonkeyPatch) -> None:
     """The routing as if the built-in pi0 family (the one that reads openpi) were absent."""
     from policies.checkpoints import load
-    from policies.registry import checkpoint_families
+    from policies.registry import checkpoint_families, checkpoint_families_from
 
     def others() -> tuple:
         return tuple((f, c) for f, c in checkpoint_families() if f.name not in ("pi0", "pi05"))
 
+    def others_from(first: object) -> Iterator[tuple]:
+        yield from (
+            (f, c) for f, c in checkpoint_families_from(first) if f.name not in ("pi0", "pi05")
+        )
+
     monkeypatch.setattr(load, "checkpoint_families", others)
+    monkeypatch.setattr(load, "checkpoint_families_from", others_from)
 
 
 def test_the_built_in_pi0_family_reads_openpi_directories() -> None:

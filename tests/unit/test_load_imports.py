@@ -1,6 +1,8 @@
-"""Checkpoints load without torch's compiler: a module is first built on the meta device to
-check the weights' shapes, and its random fills there must not import torch._dynamo (2-3 s of a
-start from built artefacts)."""
+"""Checkpoints load without torch's compiler or another family's code: a start from built
+artefacts never needs them, and on a GPU they cost seconds (measured on an H200: 2-3 s for
+torch._dynamo, which the meta-device shell's reference kernels imported; about 5 s when another
+family's Triton op imported inductor). A module is first built on the meta device to check the
+weights' shapes (policies.meta_device); the family is found without importing the others."""
 
 from __future__ import annotations
 
@@ -15,12 +17,19 @@ nn = torch.nn
 
 from policies.meta_device import shapes_only  # noqa: E402
 
-# A fresh Python loads the checkpoint folder argv[1] and says whether dynamo was imported.
+# A fresh Python loads the checkpoint folder argv[1] and names what it imported of these: the
+# compiler, and the modules whose Triton ops register through inductor on a GPU.
+HEAVY = (
+    "torch._dynamo",
+    "torch._inductor",
+    "policies.tdmpc2.norm_kernels",
+    "policies.quant.kernels",
+)
 LOAD = """
 import sys
 from policies.checkpoints.load import load_checkpoint
 policy = load_checkpoint(sys.argv[1])
-print("compiler:", "torch._dynamo" in sys.modules)
+print("imported:", *[m for m in sys.argv[2:] if m in sys.modules])
 """
 
 
@@ -44,16 +53,17 @@ def test_modules_built_shapes_only_have_their_shapes_on_the_meta_device() -> Non
     assert not nn.Linear(2, 2).weight.is_meta
 
 
-def _loads_without_compiler(checkpoint: Path) -> None:
+def _loads_without_compiler(checkpoint: Path, allowed: tuple[str, ...] = ()) -> None:
     result = subprocess.run(
-        [sys.executable, "-c", LOAD, str(checkpoint)],
+        [sys.executable, "-c", LOAD, str(checkpoint), *HEAVY],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=Path(__file__).resolve().parents[2],
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "compiler: False"
+    imported = result.stdout.strip().splitlines()[-1].split()[1:]
+    assert set(imported) <= set(allowed), imported
 
 
 def test_an_act_checkpoint_loads_without_the_compiler(tmp_path: Path) -> None:
@@ -65,7 +75,9 @@ def test_an_act_checkpoint_loads_without_the_compiler(tmp_path: Path) -> None:
 def test_a_tdmpc2_checkpoint_loads_without_the_compiler(tmp_path: Path) -> None:
     from policies.tdmpc2.demo import make_demo_tdmpc2_checkpoint
 
-    _loads_without_compiler(make_demo_tdmpc2_checkpoint(tmp_path / "tdmpc2", seed=0))
+    # Its planner's norm kernels are its own (their Triton op, on a GPU, still imports inductor).
+    allowed = ("policies.tdmpc2.norm_kernels",)
+    _loads_without_compiler(make_demo_tdmpc2_checkpoint(tmp_path / "tdmpc2", seed=0), allowed)
 
 
 def test_a_flow_checkpoint_loads_without_the_compiler(tmp_path: Path) -> None:
