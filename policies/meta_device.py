@@ -96,6 +96,8 @@ class _ShapesOnly(TorchFunctionMode):
             return func(*args, **kwargs)
         with torch.device("cpu"):  # what the op makes inside (a scalar's tensor) too
             result = func(*tree_map(_stand_in, args), **tree_map(_stand_in, kwargs))
+        if not any(isinstance(leaf, torch.Tensor) for leaf in tree_flatten(result)[0]):
+            return result  # size(), dim(): as they were (a torch.Size stays one)
         return tree_map(_to_meta, result)
 
 

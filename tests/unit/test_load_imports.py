@@ -44,6 +44,11 @@ def test_modules_built_shapes_only_have_their_shapes_on_the_meta_device() -> Non
     assert conv.weight.shape == (8, 3, 3, 3) and linear.bias.shape == (5,)
     assert embedding.weight.shape == (10, 4) and norm.running_var.shape == (8,)
     assert attention.in_proj_weight.shape == (24, 8)
+    with shapes_only():  # computed buffers keep their shapes; answers that are not tensors too
+        table = torch.arange(6, dtype=torch.float32).reshape(2, 3).cumsum(1)
+        size = table.size()
+        joined = torch.cat([table, table.sin()])
+    assert table.is_meta and joined.shape == (4, 3) and isinstance(size, torch.Size)
     assert all(t.is_meta for t in (conv.weight, linear.bias, embedding.weight, plain))
     # Only fills are skipped, and only on meta tensors; outside the context nothing changes.
     real = torch.zeros(2, 2)
