@@ -9,8 +9,10 @@ otherwise never spends. `shapes_only` keeps such ops off the reference kernels:
 - random factories (randn, rand) give empty meta tensors, for the same reason;
 - other ops on small meta tensors (the buffers a constructor computes: position tables, noise
   banks, fused copies) run on zero-filled CPU stand-ins and give back meta tensors of the
-  result's shape. Large inputs stay on the meta device, as does every in-place op that may
-  change a shape, and attribute access.
+  result's shape. Left on the meta device: large inputs, in-place ops other than fills (they
+  may change a shape), `out=` ops, casts and views (C++ meta kernels), attribute access, and
+  what answers with values (item, nonzero, bool), which a zero stand-in would answer wrongly.
+  An op the zeros make fail runs on the meta device too.
 """
 
 from __future__ import annotations
@@ -24,21 +26,28 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 # In-place ops that change a tensor's values only (never its shape, dtype or strides): what
-# nn.init and the modules' own reset_parameters run.
+# nn.init and the modules' own reset_parameters run. On a meta tensor they are skipped.
 VALUE_FILLS = frozenset({
     "normal_", "uniform_", "fill_", "zero_", "copy_", "erfinv_", "mul_", "add_", "sub_",
     "div_", "clamp_", "exponential_", "bernoulli_", "random_", "log_normal_", "cauchy_",
-    "geometric_", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
-    "__ipow__", "__imod__",
+    "geometric_", "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
+    "__ifloordiv__", "__ipow__", "__imod__", "__iand__", "__ior__", "__ixor__", "__ilshift__",
+    "__irshift__", "__imatmul__",
 })  # fmt: skip
 RANDOM_FACTORIES = frozenset({"randn", "rand"})  # (size..., generator=, dtype=): empty instead
 RANGES = frozenset({"arange", "linspace", "logspace"})  # small ones made on the CPU
-# Left on the meta device: attribute access and methods whose answer is not a tensor's shape.
+# Run on the meta device as they are: attribute access; casts, copies and views (C++ meta
+# kernels, no reference kernel); and what answers with values, or a shape that depends on them,
+# which the meta device refuses and a zero stand-in would answer wrongly.
 KEEP_ON_META = frozenset({
-    "__get__", "__set__", "item", "tolist", "type", "cpu", "cuda", "numpy", "data_ptr",
-    "storage", "untyped_storage", "to_empty",
+    "__get__", "__set__", "to", "float", "half", "bfloat16", "double", "type_as", "clone",
+    "detach", "contiguous", "view", "reshape", "__getitem__", "t", "transpose", "permute",
+    "expand", "squeeze", "unsqueeze", "flatten", "to_empty", "item", "tolist", "type", "cpu",
+    "cuda", "numpy", "data_ptr", "storage", "untyped_storage", "__bool__", "__int__",
+    "__float__", "__index__", "__repr__", "__format__", "equal", "allclose", "nonzero",
+    "argwhere", "masked_select", "unique", "unique_consecutive", "repeat_interleave",
 })  # fmt: skip
-STAND_IN_BYTES = 64 * 2**20  # meta inputs up to this size run on CPU stand-ins
+STAND_IN_BYTES = 16 * 2**20  # meta inputs up to this size run on CPU stand-ins
 
 
 def _range_length(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
@@ -79,7 +88,7 @@ class _ShapesOnly(TorchFunctionMode):
         # nn.init's fills pass their tensor by keyword (`tensor=`) to this hook.
         target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
         if name in VALUE_FILLS and _meta(target):
-            return target
+            return None if name == "__setitem__" else target
         metas = [leaf for leaf in tree_flatten((args, kwargs))[0] if _meta(leaf)]
         if not metas:
             if kwargs.get("device") is not None:
@@ -92,10 +101,15 @@ class _ShapesOnly(TorchFunctionMode):
             return func(*args, **kwargs)
         small = sum(t.numel() * t.element_size() for t in metas) <= STAND_IN_BYTES
         in_place = name.endswith("_") and not name.endswith("__")  # unsqueeze_, resize_, ...
-        if not small or in_place or name in KEEP_ON_META:
+        if not small or in_place or "out" in kwargs or name in KEEP_ON_META:
             return func(*args, **kwargs)
-        with torch.device("cpu"):  # what the op makes inside (a scalar's tensor) too
-            result = func(*tree_map(_stand_in, args), **tree_map(_stand_in, kwargs))
+        try:
+            # The CPU's random state as it was after (randn_like, dropout); inside, what the op
+            # makes (a scalar's tensor) on the CPU too.
+            with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+                result = func(*tree_map(_stand_in, args), **tree_map(_stand_in, kwargs))
+        except Exception:  # noqa: BLE001 - zeros it cannot take (an inverse): as on meta
+            return func(*args, **kwargs)
         if not any(isinstance(leaf, torch.Tensor) for leaf in tree_flatten(result)[0]):
             return result  # size(), dim(): as they were (a torch.Size stays one)
         return tree_map(_to_meta, result)

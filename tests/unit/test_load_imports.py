@@ -1,4 +1,4 @@
-"""Checkpoints load without torch's compiler or another family's code: a start from built
+"""Checkpoints load without torch's compiler or another family's kernels: a start from built
 artefacts never needs them, and on a GPU they cost seconds (measured on an H200: 2-3 s for
 torch._dynamo, which the meta-device shell's reference kernels imported; about 5 s when another
 family's Triton op imported inductor). A module is first built on the meta device to check the
@@ -49,6 +49,16 @@ def test_modules_built_shapes_only_have_their_shapes_on_the_meta_device() -> Non
         size = table.size()
         joined = torch.cat([table, table.sin()])
     assert table.is_meta and joined.shape == (4, 3) and isinstance(size, torch.Size)
+    # As plain meta: in-place writes to a real tensor happen, questions about values are
+    # refused, and the CPU's random state is left as it was.
+    state, written = torch.get_rng_state(), torch.zeros(2, 2)
+    with shapes_only():
+        written[:] = torch.ones(2, device="cpu")
+        noise = torch.randn_like(table)
+        with pytest.raises((RuntimeError, NotImplementedError)):
+            bool(table.sum() > 0)
+    assert torch.equal(written, torch.ones(2, 2)) and noise.is_meta
+    assert torch.equal(torch.get_rng_state(), state)
     assert all(t.is_meta for t in (conv.weight, linear.bias, embedding.weight, plain))
     # Only fills are skipped, and only on meta tensors; outside the context nothing changes.
     real = torch.zeros(2, 2)
