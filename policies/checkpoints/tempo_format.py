@@ -51,7 +51,7 @@ from policies.registry import (
     PolicyFamily,
     and_list,
     checkpoint_families,
-    families,
+    checkpoint_families_from,
     find_family,
     variants,
 )
@@ -131,13 +131,10 @@ def module_config(module: nn.Module) -> BaseModel:
 
 
 def _family_of_config(config: BaseModel) -> CheckpointFamily:
-    # One family's checkpoint part at a time, stopping at the match: another family's import
-    # can cost seconds (TD-MPC2's registers a Triton op, which imports torch's compiler).
-    for family in families():
-        if family.checkpoint is not None:
-            hooks = family.checkpoint()
-            if isinstance(config, hooks.config_model):
-                return hooks
+    # Stops at the match: another family's import can cost seconds (checkpoint_families_from).
+    for _, hooks in checkpoint_families_from(None):
+        if isinstance(config, hooks.config_model):
+            return hooks
     raise CheckpointError(f"no policy family has the model config {type(config).__name__}")
 
 
