@@ -27,9 +27,9 @@ from controller.daemon.service import (
 )
 from controller.daemon.systemd import notify
 from controller.daemon.transport import RouterTransport
+from controller.feed.served_policy import ServedPolicy
 from controller.link.policy_swap import swap_command
 from controller.link.remote_policy import RemotePolicy
-from controller.link.served_policy import ServedPolicy
 from controller.observe.metrics_http import MetricsServer, check_available
 from controller.observe.status_server import StatusServer
 from controller.observe.telemetry import Telemetry

@@ -125,7 +125,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_inference_process(args: argparse.Namespace) -> int:
     """The policy's own process, started by `tempo serve` (not meant to be run by hand)."""
-    from controller.link.parent_death import control_pid, die_with_parent, parent_alive
+    from controller.process_protocol.parent_death import control_pid, die_with_parent, parent_alive
 
     die_with_parent()  # first: the imports below take seconds, and the parent may die meanwhile
     if not parent_alive(control_pid()):

@@ -20,8 +20,8 @@ import torch
 
 from controller.config import load_config
 from controller.daemon.service import Daemon
+from controller.feed.served_policy import served_here
 from controller.inference.build import build_policy
-from controller.link.served_policy import served_here
 from controller.observe.histogram import window
 from controller.observe.telemetry import TICK_LATENESS
 

@@ -40,8 +40,8 @@ from controller.daemon.pacer import Pacer
 from controller.daemon.registry import DRIVER_RING_SLOTS
 from controller.inference.build import build_policy
 from controller.inference.examples import random_observation
-from controller.link.frame_slots import FrameSlots
 from controller.observe.percentiles import summarize
+from controller.process_protocol.frame_slots import FrameSlots
 from controller.wire.slot_ring import SlotFrames
 from policies.base import Policy, window_context
 from policies.checkpoints.tempo_format import save_checkpoint

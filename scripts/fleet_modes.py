@@ -22,7 +22,7 @@ from fleet_serving import GpuSampler, bucket_step_ms, serving, start_policies, s
 from controller.config import TempoConfig, policy_views
 from controller.daemon.admission import Capacity
 from controller.daemon.execution import resolve_execution
-from controller.link.batch_window import step_times_of
+from controller.feed.batch_window import step_times_of
 
 
 def _query_period(view: TempoConfig, policy: Any) -> int:

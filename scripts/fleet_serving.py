@@ -21,7 +21,7 @@ from typing import Any
 
 from controller.config import TempoConfig, policy_views
 from controller.daemon.service import Daemon
-from controller.link.batch_window import step_times_of
+from controller.feed.batch_window import step_times_of
 
 
 def start_policies(config: TempoConfig, tiny: bool) -> list[Any]:

@@ -247,9 +247,9 @@ class StreamingDriver:
 
 def sync_worker(policy: Any) -> Any:
     """The real inference worker, run synchronously on submit (no thread, no timing)."""
-    from controller.link.thread_feed import ThreadFeed
+    from controller.feed.in_process_feed import InProcessFeed
 
-    class SyncWorker(ThreadFeed):
+    class SyncWorker(InProcessFeed):
         def submit(self, session: Any, request: Any) -> None:
             self._infer(session, request)
 

@@ -9,7 +9,7 @@ size that holds them), or several steps of the largest bucket when they are more
 
 A hello is refused (`full`) when load(robots + 1) would exceed `inference.max_load`, with the
 numbers: the load now, with one more, and the ceiling. Step times are the ones the runner
-measured (controller.link.batch_window.step_times_of); before any is known, every robot is
+measured (controller.feed.batch_window.step_times_of); before any is known, every robot is
 admitted. The first robot is always taken (a policy slower than its query rate still serves
 one robot from its chunks; refusing it would serve nobody), and without `max_load` (the
 default) every robot is, up to server.max_robots. Robots already served are never touched by
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from controller.errors import ErrorCode, ProtocolError
-from controller.link.batch_window import BatchWindow, StepTimes
+from controller.feed.batch_window import BatchWindow, StepTimes
 
 
 class Capacity:

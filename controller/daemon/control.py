@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from controller.config import DEFAULT_POLICY_NAME
 from controller.config_sections import InferenceConfig, ServerConfig
 from controller.daemon.dispatch import Dispatcher, HelloRouter
-from controller.daemon.feed import InferenceRequests
 from controller.daemon.loop import ControlLoop
 from controller.daemon.refusals import Refusals, Sender
 from controller.daemon.registry import PipelineFactory, SessionRegistry
 from controller.daemon.tick_sender import PreparedSender, TickSender
-from controller.link.inference_feed import InferenceFeed
+from controller.feed.inference_feed import InferenceFeed
+from controller.feed.pending_requests import InferenceRequests
 from controller.observe.telemetry import Telemetry
 from controller.record.queue import PolicyRecording
 from controller.wire.protocol import DEFAULT_LIMITS, Limits

@@ -16,7 +16,7 @@ from controller.daemon.log_safety import shown
 from controller.daemon.pacer import Pacer
 from controller.daemon.session import Session
 from controller.daemon.transport import RouterTransport
-from controller.link.served_policy import ServedPolicy
+from controller.feed.served_policy import ServedPolicy
 from controller.observe.late_ticks import LateTicks
 from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import Telemetry

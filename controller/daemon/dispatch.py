@@ -17,7 +17,6 @@ from typing import Any
 
 from controller.config import DEFAULT_POLICY_NAME
 from controller.daemon.connection_budget import ConnectionBudget
-from controller.daemon.feed import InferenceRequests
 from controller.daemon.handshake import (
     check_driver_spec,
     check_robot_name,
@@ -31,6 +30,7 @@ from controller.daemon.refusals import Refusals, Sender
 from controller.daemon.registry import SessionRegistry
 from controller.daemon.session import Session
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
+from controller.feed.pending_requests import InferenceRequests
 from controller.observe.telemetry import PREPROCESS, Telemetry
 from controller.wire.header_schema import DRIVER_KINDS
 from controller.wire.protocol import DEFAULT_LIMITS, Limits, Message, decode

@@ -20,9 +20,9 @@ from types import MappingProxyType
 import numpy as np
 
 from controller.daemon.estimates import InferenceDelay
-from controller.daemon.feed import PendingObservation, StateHistory
 from controller.daemon.prompts import Prompt, log_truncated
-from controller.link.inference_feed import Chunk
+from controller.feed.inference_feed import Chunk
+from controller.feed.pending_requests import PendingObservation, StateHistory
 from policies.base import Plan, PolicySpec, RobotContext
 
 

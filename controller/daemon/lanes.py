@@ -34,9 +34,9 @@ from controller.daemon.session import Session
 from controller.daemon.side_channels import SideChannels
 from controller.daemon.tick_sender import PreparedSender
 from controller.errors import ErrorCode, ProtocolError
-from controller.link.batch_window import step_times_of
-from controller.link.inference_feed import InferenceFeed, SideChannel
-from controller.link.served_policy import ServedPolicy
+from controller.feed.batch_window import step_times_of
+from controller.feed.inference_feed import InferenceFeed, SideChannel
+from controller.feed.served_policy import ServedPolicy
 from controller.link.serving_watch import serving_watch
 from controller.observe.telemetry import Telemetry
 from controller.record.queue import PolicyRecording

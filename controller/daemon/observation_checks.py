@@ -86,7 +86,7 @@ def slot_frames(slot: dict[str, Any], session: Session, camera_names: Sequence[s
     """The frames of an observation written in place: the slot must be complete (even
     generation) and hold the generation the driver named, or the driver is still writing
     it; from here on it is the daemon's until the driver writes it again, which the
-    generation check after inference catches (controller.link.thread_feed)."""
+    generation check after inference catches (controller.feed.in_process_feed)."""
     ring = session.frame_ring
     if ring is None:
         raise ProtocolError(

@@ -19,7 +19,7 @@ from controller.daemon.log_safety import TEXT_CHARS, shown
 from controller.daemon.session import Session
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
-from controller.link.frame_slots import FrameSlots
+from controller.process_protocol.frame_slots import FrameSlots
 from controller.record.queue import PolicyRecording
 from policies.base import PolicySpec
 

@@ -31,7 +31,7 @@ from controller.daemon.registry import PipelineFactory
 from controller.daemon.security import CurveServer, check_bind_allowed
 from controller.daemon.transport import RouterTransport
 from controller.errors import ConfigError, SecurityError
-from controller.link.served_policy import ServedPolicy
+from controller.feed.served_policy import ServedPolicy
 from controller.observe.gc_pauses import GcPauses
 from controller.observe.late_ticks import LateTicks
 from controller.observe.telemetry import RECEIVE, TICK, TICK_LATENESS, Telemetry

@@ -30,12 +30,12 @@ from controller.action.guards import Verdict
 from controller.action.pipeline import ActionPipeline, StepLaps
 from controller.daemon.episode_context import EpisodeContext
 from controller.daemon.estimates import ClockOffset
-from controller.daemon.feed import PendingObservation
 from controller.daemon.prompts import Prompt
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
-from controller.link.frame_slots import FrameSlots
-from controller.link.inference_feed import Chunk, InferenceQueues, InferenceRequest, Refusal
+from controller.feed.inference_feed import Chunk, InferenceQueues, InferenceRequest, Refusal
+from controller.feed.pending_requests import PendingObservation
+from controller.process_protocol.frame_slots import FrameSlots
 from controller.record.queue import RobotRecording
 from policies.base import PolicySpec
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
-from controller.link.inference_feed import Pollable, SideChannel
+from controller.feed.inference_feed import Pollable, SideChannel
 
 
 class PollGroup:

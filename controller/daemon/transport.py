@@ -18,7 +18,7 @@ from typing import Any
 import zmq
 
 from controller.daemon.security import CurveServer
-from controller.link.inference_feed import Pollable, SideChannel
+from controller.feed.inference_feed import Pollable, SideChannel
 from controller.wire.binding import bind as bind_endpoint
 from controller.wire.header_schema import PROTOCOL_VERSION
 from controller.wire.protocol import DEFAULT_LIMITS, Limits, encode

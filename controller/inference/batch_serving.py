@@ -19,6 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from controller.errors import PolicyError
+from controller.feed.batch_window import BatchWindow
+from controller.feed.in_process_feed import InProcessFeed
+from controller.feed.inference_feed import InferenceFeed
+from controller.feed.served_policy import ServedInProcess
 from controller.inference.buckets import Bucket, split_into_buckets
 from controller.inference.ladder import ServingLadder
 from controller.inference.parity import all_finite
@@ -26,10 +30,6 @@ from controller.inference.progress import first_line
 from controller.inference.staging import Item
 from controller.inference.step_path import StepPath
 from controller.inference.tier_report import TierReport
-from controller.link.batch_window import BatchWindow
-from controller.link.inference_feed import InferenceFeed
-from controller.link.served_policy import ServedInProcess
-from controller.link.thread_feed import ThreadFeed
 from controller.observe.telemetry import Telemetry
 from policies.base import Prediction, RobotContext
 from policies.inputs import InputCodec
@@ -74,10 +74,10 @@ class BatchServing(ServedInProcess):
         return [self._checked_path(), *(b.path for b in self._buckets.values())]
 
     def feed(self, telemetry: Telemetry) -> InferenceFeed:
-        """A thread of this process runs it (controller.link.thread_feed), batching robots
-        as the window says (controller.link.batch_window)."""
+        """A thread of this process runs it (controller.feed.in_process_feed), batching robots
+        as the window says (controller.feed.batch_window)."""
         window = BatchWindow(self._window_us, self._batch_sizes, self.step_times_s)
-        return ThreadFeed(self, telemetry, window)  # type: ignore[arg-type]
+        return InProcessFeed(self, telemetry, window)  # type: ignore[arg-type]
 
     def _batch_status(self) -> dict[str, object]:
         return {

@@ -1,5 +1,5 @@
 """A served policy whose model runs in this process: the runner, or PriorFallback over two
-runners. Besides what the daemon asks of any served policy (controller.link.served_policy), the
+runners. Besides what the daemon asks of any served policy (controller.feed.served_policy), the
 inference process's server and the fallback ask it for its extra outputs and to upload frames
 from page-locked memory it did not allocate."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from controller.link.served_policy import ServedPolicy
+from controller.feed.served_policy import ServedPolicy
 
 
 class LocalPolicy(ServedPolicy, Protocol):

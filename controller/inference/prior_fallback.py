@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from controller.feed.in_process_feed import InProcessFeed
+from controller.feed.inference_feed import InferenceFeed
+from controller.feed.served_policy import ServedInProcess
 from controller.inference.local_policy import LocalPolicy
-from controller.link.inference_feed import InferenceFeed
-from controller.link.served_policy import ServedInProcess
-from controller.link.thread_feed import ThreadFeed
 from controller.observe.overrun_window import OverrunWindow
 from controller.observe.telemetry import Telemetry
 from policies.base import PolicySpec, Prediction, RobotContext
@@ -125,5 +125,5 @@ class PriorFallback(ServedInProcess):
         return self._planner.serving
 
     def feed(self, telemetry: Telemetry) -> InferenceFeed:
-        """A thread of this process runs it (controller.link.thread_feed)."""
-        return ThreadFeed(self, telemetry)
+        """A thread of this process runs it (controller.feed.in_process_feed)."""
+        return InProcessFeed(self, telemetry)

@@ -24,8 +24,8 @@ from controller.inference import build
 from controller.inference.local_policy import LocalPolicy
 from controller.inference.process_server import serve_control_process
 from controller.inference.threads import apply_inference_threads
-from controller.link.parent_death import control_pid
 from controller.policy_sections import PolicyConfig, RobotConfig
+from controller.process_protocol.parent_death import control_pid
 from controller.runner_config import RunnerConfig
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,14 @@ from typing import Protocol
 import numpy as np
 
 from controller.inference.local_policy import LocalPolicy
-from controller.link.frame_slots import FrameSlots
-from controller.link.infer_message import Infer
-from controller.link.message_codec import Message, MessageError, as_float32, float32_arrays
+from controller.process_protocol.frame_slots import FrameSlots
+from controller.process_protocol.infer_message import Infer
+from controller.process_protocol.message_codec import (
+    Message,
+    MessageError,
+    as_float32,
+    float32_arrays,
+)
 from policies.base import Prediction, RobotContext
 
 log = logging.getLogger(__name__)

@@ -37,11 +37,11 @@ from controller.errors import InputFault, TempoError
 from controller.inference.local_policy import LocalPolicy
 from controller.inference.process_requests import rest_of_batch, serve_requests
 from controller.inference.progress import first_line
-from controller.link.frame_slots import FrameSlots
-from controller.link.message_codec import unpack_map
-from controller.link.parent_death import control_pid, die_with_parent, parent_alive
-from controller.link.process_channel import ChannelError, ProcessChannel
-from controller.link.process_messages import (
+from controller.process_protocol.frame_slots import FrameSlots
+from controller.process_protocol.message_codec import unpack_map
+from controller.process_protocol.parent_death import control_pid, die_with_parent, parent_alive
+from controller.process_protocol.process_channel import ChannelError, ProcessChannel
+from controller.process_protocol.process_messages import (
     AttachRing,
     AttachSlots,
     Build,

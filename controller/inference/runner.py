@@ -362,7 +362,7 @@ class Runner(RunnerInspection):
                 for each in self._step_paths():
                     each.enable_telemetry(telemetry)
 
-    serving = True  # the served-policy contract (link.served_policy): here, always answering
+    serving = True  # the served-policy contract (feed.served_policy): here, always answering
 
     def _next_seed(self) -> int:
         self._seed += 1

@@ -1,7 +1,6 @@
-"""The link between the control process and its inference process: the control side of that
-process (spawning, supervision, the remote policy, the feeds that hand it observations) and what
-both processes share (the channel, the messages, the observation slots).
+"""The control side of the inference process: the remote policy that spawns, supervises,
+restarts and swaps it, its standbys, and the feed that sends it requests.
 
-Torch-free: the control process imports this package; controller.inference (where torch is)
-imports it too, never the other way round.
+Torch-free. What both processes speak is controller.process_protocol; what every feed keeps is
+controller.feed. controller.inference imports neither this package nor controller.daemon.
 """

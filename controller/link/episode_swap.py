@@ -34,11 +34,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from controller.link.frame_slots import FrameSlots
-from controller.link.process_messages import Hello
 from controller.link.process_spawner import Child, Spawner, close_channel, end_child, wait_or_kill
 from controller.link.request_channel import RequestChannel
 from controller.link.supervision import SLOT_COUNT, ProcessSupervision
+from controller.process_protocol.frame_slots import FrameSlots
+from controller.process_protocol.process_messages import Hello
 
 log = logging.getLogger(__name__)
 

@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from controller.errors import PolicyError
+from controller.feed.served_policy import ServedPolicy
 from controller.link.episode_swap import Incoming
-from controller.link.frame_slots import slot_parts
-from controller.link.process_messages import Hello
 from controller.link.process_spawner import Child, Spawner
-from controller.link.served_policy import ServedPolicy
 from controller.link.standbys import HotBuild
+from controller.process_protocol.frame_slots import slot_parts
+from controller.process_protocol.process_messages import Hello
 from policies.base import PolicySpec, PromptSpec
 
 log = logging.getLogger(__name__)

@@ -35,9 +35,9 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from controller.errors import PolicyError
-from controller.link.parent_death import CONTROL_PID
-from controller.link.process_channel import ChannelError, ProcessChannel
-from controller.link.process_messages import (
+from controller.process_protocol.parent_death import CONTROL_PID
+from controller.process_protocol.process_channel import ChannelError, ProcessChannel
+from controller.process_protocol.process_messages import (
     FailedStart,
     Message,
     MessageError,

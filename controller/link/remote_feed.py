@@ -13,7 +13,7 @@ ticks, so nothing else in the process wants the GIL when a tick is due.
 
 One request is in flight at a time, or one batch of them when the policy serves several robots
 in one step (inference.batch_sizes): every robot waiting, up to the largest batch, sent back to
-back, once its `BatchWindow` says go (controller.link.batch_window; the window is looked at
+back, once its `BatchWindow` says go (controller.feed.batch_window; the window is looked at
 whenever the loop services the channel: a batch leaves at the last wake-up before a tick that
 would come too late for it). Robots wait their turn in order of arrival, each with only its
 newest observation. What becomes of a
@@ -36,11 +36,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from controller.link.batch_window import BatchWindow, Waiting, waiting_sessions
+from controller.feed.batch_window import BatchWindow, Waiting, waiting_sessions
+from controller.feed.inference_feed import InferenceOutcomes, InferenceRequest, RobotQueues
 from controller.link.episode_swap import Routes
-from controller.link.inference_feed import InferenceOutcomes, InferenceRequest, RobotQueues
-from controller.link.process_channel import ProcessChannel
-from controller.link.process_messages import ChunkReply
 from controller.link.request_channel import (
     InferenceUnavailable,
     ProcessStuck,
@@ -48,6 +46,8 @@ from controller.link.request_channel import (
     StepReply,
 )
 from controller.observe.telemetry import PROCESS_STEP, Telemetry
+from controller.process_protocol.process_channel import ProcessChannel
+from controller.process_protocol.process_messages import ChunkReply
 from policies.base import Prediction
 
 

@@ -49,12 +49,9 @@ from typing import Any
 import numpy as np
 
 from controller.errors import PolicyError
-from controller.link.batch_window import BatchWindow, step_times_of
+from controller.feed.batch_window import BatchWindow, step_times_of
 from controller.link.episode_swap import EpisodeSwitch, Incoming
-from controller.link.frame_slots import FrameSlots
 from controller.link.policy_swap import Swapper
-from controller.link.process_channel import ProcessChannel
-from controller.link.process_messages import ChunkReply, Hello, RequestFailed
 from controller.link.process_spawner import Child, Spawner, wait_or_kill
 from controller.link.remote_feed import RemoteFeed
 from controller.link.request_channel import (
@@ -68,6 +65,9 @@ from controller.link.restart_ledger import Restart, RestartLedger
 from controller.link.standbys import Standbys, resident_bytes, standby_mode
 from controller.link.supervision import POLL_MS
 from controller.observe.telemetry import Telemetry
+from controller.process_protocol.frame_slots import FrameSlots
+from controller.process_protocol.process_channel import ProcessChannel
+from controller.process_protocol.process_messages import ChunkReply, Hello, RequestFailed
 from policies.base import PolicySpec, Prediction, RobotContext
 
 log = logging.getLogger(__name__)

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from controller.errors import InputFault, PolicyError
-from controller.link.frame_slots import FrameSlots
-from controller.link.message_codec import as_float32, float32_arrays
-from controller.link.process_channel import ChannelBusy, ChannelError, ProcessChannel
-from controller.link.process_messages import (
+from controller.process_protocol.frame_slots import FrameSlots
+from controller.process_protocol.message_codec import as_float32, float32_arrays
+from controller.process_protocol.process_channel import ChannelBusy, ChannelError, ProcessChannel
+from controller.process_protocol.process_messages import (
     AttachRing,
     ChunkReply,
     DetachRing,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controller.link.served_policy import ServedPolicy
+from controller.feed.served_policy import ServedPolicy
 
 
 def serving_watch(policy: ServedPolicy) -> Callable[[], bool]:

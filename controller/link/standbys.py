@@ -31,7 +31,6 @@ import time
 from typing import Any, Literal
 
 from controller.errors import PolicyError
-from controller.link.process_messages import Build, Hello, Standby
 from controller.link.process_spawner import (
     Child,
     Spawner,
@@ -41,6 +40,7 @@ from controller.link.process_spawner import (
     has_news,
     send_at_start,
 )
+from controller.process_protocol.process_messages import Build, Hello, Standby
 
 log = logging.getLogger(__name__)
 

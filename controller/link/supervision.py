@@ -17,9 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.errors import PolicyError
-from controller.link.frame_slots import FrameSlots
-from controller.link.process_channel import ProcessChannel
-from controller.link.process_messages import AttachSlots, Build, Hello, Ready, Standby
 from controller.link.process_spawner import (
     Child,
     Spawner,
@@ -32,6 +29,9 @@ from controller.link.process_spawner import (
 from controller.link.request_channel import RequestChannel
 from controller.link.restart_ledger import RestartLedger
 from controller.link.standbys import Standbys
+from controller.process_protocol.frame_slots import FrameSlots
+from controller.process_protocol.process_channel import ProcessChannel
+from controller.process_protocol.process_messages import AttachSlots, Build, Hello, Ready, Standby
 from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)

@@ -156,7 +156,7 @@ class RobotRecording:
         self._put("episode", time.monotonic_ns(), {"episode": episode, "step": step, "task": task})
 
     def request(self, request: Any) -> None:
-        """An inference request (controller.link.inference_feed.InferenceRequest): its
+        """An inference request (controller.feed.inference_feed.InferenceRequest): its
         context as the policy gets it; the frames are its observation's, recorded with it."""
         self._put(
             "request",
@@ -170,7 +170,7 @@ class RobotRecording:
         )
 
     def chunk(self, chunk: Any, step: int, late_steps: int | None) -> None:
-        """A chunk (controller.link.inference_feed.Chunk) that came back, at control step
+        """A chunk (controller.feed.inference_feed.Chunk) that came back, at control step
         `step`; `late_steps`: its rows already past, None when its episode had ended."""
         self._put(
             "chunk",

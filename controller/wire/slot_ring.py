@@ -9,7 +9,7 @@ by which frames cross a process boundary without a socket.
     ring.unchanged(i, generation)                    # still that observation? (after reading)
 
 `parts` name the arrays of one slot, in order: (name, shape, dtype). Two users build on it: the
-control process's slots for its inference process (controller.link.frame_slots: camera
+control process's slots for its inference process (controller.process_protocol.frame_slots: camera
 frames and the state history), and the ring a same-host driver writes its camera frames into
 (controller.wire.client, frames in place; the daemon hands it over in `welcome`).
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from controller.daemon.registry import DRIVER_RING_SLOTS
-from controller.link.frame_slots import FrameSlots
 from controller.link.remote_policy import RemotePolicy
+from controller.process_protocol.frame_slots import FrameSlots
 from controller.wire.slot_ring import SlotFrames
 from policies.base import first_context
 from policies.checkpoints.tempo_format import save_checkpoint

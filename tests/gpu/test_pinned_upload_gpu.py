@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from controller.inference.staging import InputStaging  # noqa: E402
-from controller.link.frame_slots import FrameSlots  # noqa: E402
+from controller.process_protocol.frame_slots import FrameSlots  # noqa: E402
 from policies.base import CameraSpec, PolicySpec, window_context  # noqa: E402
 
 pytestmark = pytest.mark.gpu

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from controller.config import TempoConfig
-from controller.link.served_policy import served_here
+from controller.feed.served_policy import served_here
 from controller.wire.client import TempoClient
 from policies.base import CameraSpec, Prediction, RobotContext
 from tests.conftest import running_daemon, wait_for

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from controller.cli import main
-from controller.link.inference_feed import InferenceQueues, InferenceRequest
+from controller.feed.inference_feed import InferenceQueues, InferenceRequest
 from controller.link.remote_feed import RemoteFeed
 from controller.link.remote_policy import RemotePolicy
 from controller.observe.status_server import request_status

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from controller.action.guards_config import GuardsConfig
-from controller.link.served_policy import served_here
+from controller.feed.served_policy import served_here
 from controller.observe.status_server import request_status
 from policies.base import Prediction
 from tests.conftest import (
@@ -257,7 +257,7 @@ from pathlib import Path
 import controller.app as app
 import controller.inference.build as build_module
 from controller.cli import setup_logging
-from controller.link.served_policy import served_here
+from controller.feed.served_policy import served_here
 from controller.config import load_config
 
 marker, slow_from = Path(sys.argv[1]), int(sys.argv[2])

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.link.frame_slots import FrameSlots
-from controller.link.process_channel import ProcessChannel
-from controller.link.process_messages import Infer, RequestFailed, Stop, decode, encode
+from controller.process_protocol.frame_slots import FrameSlots
+from controller.process_protocol.process_channel import ProcessChannel
+from controller.process_protocol.process_messages import Infer, RequestFailed, Stop, decode, encode
 from policies.base import CameraSpec, PolicySpec, Prediction, first_context
 from tests.conftest import StreamingDriver, daemon_process, recording_client, wait_for
 from tests.integration.test_inference_process import _actions_after, _child_pid
@@ -207,8 +207,8 @@ def test_a_malformed_attach_still_takes_its_descriptor_and_the_next_gets_its_own
     would hand the next ring's request another ring's memory."""
     pytest.importorskip("torch")
     from controller.inference.process_server import _received
-    from controller.link.message_codec import pack_map
-    from controller.link.process_messages import AttachRing
+    from controller.process_protocol.message_codec import pack_map
+    from controller.process_protocol.process_messages import AttachRing
 
     ours, theirs = ProcessChannel.pair()
     child = ProcessChannel(theirs)

@@ -168,8 +168,8 @@ def test_the_control_loop_drops_every_plan_when_another_process_serves(tmp_path:
     sees the policy down: it is told all the same (serving_watch), and each robot holds once
     with its plan dropped, then is served from new observations. (Requests in flight at the
     switch fail in the remote feed: the channel they went on is no longer the serving one.)"""
+    from controller.feed.served_policy import served_here
     from controller.inference.build import build_policy
-    from controller.link.served_policy import served_here
     from tests.conftest import running_daemon
 
     config = ipc_config(tmp_path, "control.rate_hz=100")

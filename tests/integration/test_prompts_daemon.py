@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from controller.feed.served_policy import served_here
 from controller.link.remote_policy import RemotePolicy
-from controller.link.served_policy import served_here
 from controller.observe.status_view import render_status
 from controller.wire.client import TempoClient
 from policies.prompt_tokens import PromptTokenizer

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from controller.errors import ErrorCode
-from controller.link.inference_feed import Chunk
-from controller.link.served_policy import served_here
-from controller.link.thread_feed import ThreadFeed
+from controller.feed.in_process_feed import InProcessFeed
+from controller.feed.inference_feed import Chunk
+from controller.feed.served_policy import served_here
 from controller.wire.client import TempoClient
 from controller.wire.protocol import decode, encode
 from policies.base import CameraSpec, Prediction, RobotContext
@@ -196,7 +196,7 @@ def test_an_episode_start_reaches_the_policy_even_when_its_request_was_replaced(
     mailbox before the worker takes it. The flag means 'no chunk of this episode yet', so the
     newer request carries it, until a chunk of the episode comes back."""
     policy = EagerPolicy(small_act())
-    worker = ThreadFeed(policy)  # not started: requests wait in the mailbox
+    worker = InProcessFeed(policy)  # not started: requests wait in the mailbox
     config = ipc_config(tmp_path, "guards.hold_after_ms=60000", "guards.stop_after_ms=120000")
     dispatcher, loop, recorder, step = offline_daemon(config, policy, worker)
     session_id = hello(dispatcher, recorder, b"L", "left")

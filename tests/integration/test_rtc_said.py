@@ -4,7 +4,7 @@ with its settings, instead of "play the newest chunk" (controller.daemon.executi
 from __future__ import annotations
 
 from controller.daemon.execution import resolve_execution
-from controller.link.served_policy import served_here
+from controller.feed.served_policy import served_here
 from controller.observe.status_view import render_status
 from controller.policy_sections import RTCConfig
 from policies.demo import make_demo_flow_policy

@@ -32,7 +32,7 @@ from controller.daemon.service import (
     pipeline_factory,
     unopened_transport,
 )
-from controller.link.thread_feed import ThreadFeed
+from controller.feed.in_process_feed import InProcessFeed
 from controller.observe.telemetry import Telemetry
 from controller.wire.protocol import decode, encode
 from policies.base import CameraSpec, PolicySpec, Prediction
@@ -61,7 +61,7 @@ class Hold:
         return Prediction(np.tile(context.state, (20, 1)).astype(np.float32))
 
 
-class DeferredWorker(ThreadFeed):
+class DeferredWorker(InProcessFeed):
     """Takes requests on the tick and runs them between ticks (outside the measurement), so
     the measured tick is the loop's own work."""
 

@@ -1,4 +1,4 @@
-"""When robots' requests are batched (controller.link.batch_window), on a made-up clock, and the
+"""When robots' requests are batched (controller.feed.batch_window), on a made-up clock, and the
 thread feed gathering every robot waiting into one `predict_batch` call."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from controller.link.batch_window import BatchWindow, Waiting, step_times_of
-from controller.link.inference_feed import InferenceQueues, InferenceRequest
-from controller.link.thread_feed import ThreadFeed
+from controller.feed.batch_window import BatchWindow, Waiting, step_times_of
+from controller.feed.in_process_feed import InProcessFeed
+from controller.feed.inference_feed import InferenceQueues, InferenceRequest
 from policies.base import Prediction, RobotContext, first_context
 from policies.tiny.policy import tiny_spec
 
@@ -125,9 +125,9 @@ def request(value: float) -> InferenceRequest:
     return InferenceRequest(obs_seq=1, received_ns=0, episode=0, images={}, context=context)
 
 
-def test_the_thread_feed_serves_every_waiting_robot_in_one_batch() -> None:
+def test_the_in_process_feed_serves_every_waiting_robot_in_one_batch() -> None:
     policy = RecordingPolicy()
-    feed = ThreadFeed(policy, window=window(0))
+    feed = InProcessFeed(policy, window=window(0))
     robots = [robot(f"r{k}") for k in range(3)]
     for k, queues in enumerate(robots):  # all waiting before the thread starts
         feed.submit(queues, request(float(k)))
@@ -140,9 +140,9 @@ def test_the_thread_feed_serves_every_waiting_robot_in_one_batch() -> None:
     assert feed.inferences == 3
 
 
-def test_without_batching_the_thread_feed_serves_one_robot_a_step() -> None:
+def test_without_batching_the_in_process_feed_serves_one_robot_a_step() -> None:
     policy = RecordingPolicy()
-    feed = ThreadFeed(policy)  # no window: batch 1
+    feed = InProcessFeed(policy)  # no window: batch 1
     robots = [robot(f"r{k}") for k in range(3)]
     for k, queues in enumerate(robots):
         feed.submit(queues, request(float(k)))

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from controller.daemon.episode_context import EpisodeContext
-from controller.daemon.feed import PendingObservation
 from controller.daemon.prompts import Prompt
-from controller.link.inference_feed import Chunk
+from controller.feed.inference_feed import Chunk
+from controller.feed.pending_requests import PendingObservation
 from policies.base import CameraSpec, PolicySpec, PromptTokens
 
 SPEC = PolicySpec(

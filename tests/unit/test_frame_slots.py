@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from controller.errors import InputFault, PolicyError
-from controller.link.frame_slots import CorruptSlot, FrameSlots, TornSlot
-from controller.link.process_messages import MessageError
+from controller.process_protocol.frame_slots import CorruptSlot, FrameSlots, TornSlot
+from controller.process_protocol.process_messages import MessageError
 from policies.base import CameraSpec, PolicySpec
 
 SPEC = PolicySpec(

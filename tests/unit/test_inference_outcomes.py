@@ -8,7 +8,7 @@ import collections
 import numpy as np
 import pytest
 
-from controller.link.inference_feed import InferenceOutcomes, InferenceQueues, InferenceRequest
+from controller.feed.inference_feed import InferenceOutcomes, InferenceQueues, InferenceRequest
 from policies.base import Prediction, RobotContext
 from policies.tiny import tiny_spec
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.link.mailbox import Mailbox
+from controller.feed.mailbox import Mailbox
 from controller.observe.histogram import Histogram, window
 
 # -- Mailbox -------------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from controller.link import process_channel
-from controller.link.process_channel import ChannelBusy, ChannelClosed, ProcessChannel
-from controller.link.process_messages import MessageError
+from controller.process_protocol import process_channel
+from controller.process_protocol.process_channel import ChannelBusy, ChannelClosed, ProcessChannel
+from controller.process_protocol.process_messages import MessageError
 
 
 def pair() -> tuple[ProcessChannel, ProcessChannel]:

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from controller.link.message_codec import ARRAY_DTYPES, pack_array, unpack_array
-from controller.link.process_messages import (
+from controller.process_protocol.message_codec import ARRAY_DTYPES, pack_array, unpack_array
+from controller.process_protocol.process_messages import (
     FAILURE_CAUSES,
     AttachRing,
     AttachSlots,
@@ -326,7 +326,7 @@ def test_the_inference_process_answers_a_malformed_request_failed() -> None:
     dropped; bytes that are no message at all end the process (MessageError)."""
     pytest.importorskip("torch")
     from controller.inference.process_server import _received
-    from controller.link.process_channel import ProcessChannel
+    from controller.process_protocol.process_channel import ProcessChannel
 
     ours, theirs = ProcessChannel.pair()
     server = ProcessChannel(theirs)

@@ -17,13 +17,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.link import process_channel
+from controller.feed.inference_feed import Chunk, InferenceRequest, Refusal
+from controller.feed.mailbox import Mailbox
 from controller.link.episode_swap import Routes
-from controller.link.frame_slots import FrameSlots
-from controller.link.inference_feed import Chunk, InferenceRequest, Refusal
-from controller.link.mailbox import Mailbox
-from controller.link.process_channel import ProcessChannel
-from controller.link.process_messages import (
+from controller.link.remote_feed import RemoteFeed
+from controller.link.request_channel import RequestChannel, StepReply, prediction_of
+from controller.process_protocol import process_channel
+from controller.process_protocol.frame_slots import FrameSlots
+from controller.process_protocol.process_channel import ProcessChannel
+from controller.process_protocol.process_messages import (
     ChunkReply,
     DetachRing,
     Message,
@@ -31,8 +33,6 @@ from controller.link.process_messages import (
     decode,
     encode,
 )
-from controller.link.remote_feed import RemoteFeed
-from controller.link.request_channel import RequestChannel, StepReply, prediction_of
 from controller.wire.slot_ring import SlotFrames
 from policies.base import CameraSpec, PolicySpec, Prediction, first_context
 

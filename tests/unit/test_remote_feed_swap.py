@@ -11,11 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from controller.feed.inference_feed import InferenceRequest
 from controller.link.episode_swap import Routes
-from controller.link.frame_slots import FrameSlots
-from controller.link.inference_feed import InferenceRequest
 from controller.link.remote_feed import RemoteFeed
 from controller.link.request_channel import RequestChannel
+from controller.process_protocol.frame_slots import FrameSlots
 from tests.unit.test_remote_feed import (
     FAR,
     SPEC,

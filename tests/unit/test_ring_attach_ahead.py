@@ -11,10 +11,10 @@ import threading
 
 import numpy as np
 
-from controller.link.frame_slots import FrameSlots
-from controller.link.process_channel import ProcessChannel
-from controller.link.process_messages import AttachRing, RingReady, decode, encode
 from controller.link.request_channel import RequestChannel
+from controller.process_protocol.frame_slots import FrameSlots
+from controller.process_protocol.process_channel import ProcessChannel
+from controller.process_protocol.process_messages import AttachRing, RingReady, decode, encode
 from controller.wire.slot_ring import SlotFrames
 from policies.base import CameraSpec, PolicySpec
 

@@ -8,7 +8,7 @@ from controller.config import TempoConfig
 from controller.daemon.estimates import DELAY_WINDOW
 from controller.daemon.service import pipeline_factory
 from controller.daemon.session import Session
-from controller.link.inference_feed import Chunk
+from controller.feed.inference_feed import Chunk
 from policies.base import CameraSpec, PolicySpec
 
 SPEC = PolicySpec(

@@ -11,13 +11,13 @@ import zmq
 
 from controller.config import load_config
 from controller.errors import ConfigError, PolicyError
+from controller.feed.served_policy import served_here
 from controller.link.policy_swap import (
     check_compatible,
     config_with_path,
     resolve_policy_name,
     swap_command,
 )
-from controller.link.served_policy import served_here
 from controller.link.serving_watch import serving_watch
 from controller.link.standbys import standby_mode
 from controller.observe.status_server import StatusServer, request_command, request_status

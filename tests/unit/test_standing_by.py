@@ -8,7 +8,7 @@ import os
 
 from controller.errors import PolicyError
 from controller.inference import process_server
-from controller.link.process_messages import Build, FailedStart, Standby, decode, encode
+from controller.process_protocol.process_messages import Build, FailedStart, Standby, decode, encode
 
 
 class _Link:

@@ -1,5 +1,5 @@
 """An inference feed: what hands each robot's newest observation to the policy, whichever process
-the policy lives in (`thread_feed`: a thread of this process; `remote_feed`: the control loop's
+the policy lives in (`in_process_feed`: a thread of this process; `remote_feed`: the control loop's
 own thread, to an inference process). Here: what every feed offers the daemon (InferenceFeed),
 what it needs of a robot's session (RobotQueues: its mailbox of requests, newest wins, its queue
 of finished chunks, the observations refused because of their content), and what travels
@@ -25,7 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from controller.errors import ErrorCode, InputFault
-from controller.link.mailbox import Mailbox
+from controller.feed.mailbox import Mailbox
 from controller.observe.telemetry import INFERENCE, MAILBOX_WAIT, Telemetry
 from controller.wire.slot_ring import SlotFrames
 from policies.base import PolicySpec, Prediction, RobotContext

@@ -43,7 +43,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from controller.link.message_codec import MAX_MESSAGE_BYTES, MessageError
+from controller.process_protocol.message_codec import MAX_MESSAGE_BYTES, MessageError
 
 _LENGTH = struct.Struct("<I")
 _READ_BYTES = 1 << 20
@@ -94,7 +94,7 @@ class ProcessChannel:
         return self._sock.fileno()
 
     def filenos(self) -> list[int]:
-        """As a Pollable (controller.link.inference_feed): its one descriptor."""
+        """As a Pollable (controller.feed.inference_feed): its one descriptor."""
         return [self._sock.fileno()]
 
     def send(self, data: bytes, timeout_s: float | None = 0.0, fds: Sequence[int] = ()) -> None:

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from controller.errors import PolicyError
-from controller.link.inference_feed import InferenceFeed
-from controller.link.thread_feed import ThreadFeed
+from controller.feed.in_process_feed import InProcessFeed
+from controller.feed.inference_feed import InferenceFeed
 from controller.observe.telemetry import Telemetry
 from policies.base import Policy, PolicySpec, Prediction, RobotContext
 
@@ -91,4 +91,4 @@ class served_here(ServedInProcess):  # noqa: N801 - reads as what it makes: serv
         """A plain policy has no phases of its own to time."""
 
     def feed(self, telemetry: Telemetry) -> InferenceFeed:
-        return ThreadFeed(self, telemetry)
+        return InProcessFeed(self, telemetry)

@@ -8,7 +8,7 @@ robot's newest observation, with that robot's context as it is then (InferenceRe
     requests.submit_if_due(session, step, at_tick=True)  # from the tick's write
 
 The feed takes requests from a robot's `queues` and hands back chunks and refusals through them
-(controller.link.inference_feed); the session reads those on the loop thread.
+(controller.feed.inference_feed); the session reads those on the loop thread.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from controller.link.inference_feed import InferenceFeed, InferenceQueues, InferenceRequest
+from controller.feed.inference_feed import InferenceFeed, InferenceQueues, InferenceRequest
 from controller.record.queue import RobotRecording
 
 
@@ -76,7 +76,7 @@ class InferenceRequests:
         self, feed: InferenceFeed, query_period: int, period_ns: int | None = None
     ) -> None:
         """period_ns: the control period; a request is then due within period_ns x
-        query_period of its observation (what batching may wait for, see link.batch_window)."""
+        query_period of its observation (what batching may wait for, see feed.batch_window)."""
         self.feed = feed
         self.query_period = query_period
         self.budget_ns = period_ns * query_period if period_ns is not None else None

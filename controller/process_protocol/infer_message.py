@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from controller.link.message_codec import (
+from controller.process_protocol.message_codec import (
     Message,
     MessageError,
     MessageFields,

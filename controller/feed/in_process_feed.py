@@ -9,7 +9,7 @@ loop itself instead (`remote_feed`).
 
 A policy that serves several robots in one step (`predict_batch`: the runner with batch sizes
 above 1) gets every robot waiting at once, up to its largest batch, gathered as its
-`BatchWindow` says (controller.link.batch_window).
+`BatchWindow` says (controller.feed.batch_window).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Protocol
 
 import numpy as np
 
-from controller.link.batch_window import BatchWindow, Waiting, waiting_sessions
-from controller.link.inference_feed import InferenceOutcomes, InferenceRequest, RobotQueues
+from controller.feed.batch_window import BatchWindow, Waiting, waiting_sessions
+from controller.feed.inference_feed import InferenceOutcomes, InferenceRequest, RobotQueues
 from controller.observe.telemetry import Telemetry
 from policies.base import Policy, Prediction, RobotContext
 
@@ -37,7 +37,7 @@ class BatchPolicy(Policy, Protocol):
     ) -> list[Prediction | Exception]: ...
 
 
-class ThreadFeed(InferenceOutcomes):
+class InProcessFeed(InferenceOutcomes):
     def __init__(
         self,
         policy: Policy,

@@ -38,8 +38,8 @@ from typing import Any, Literal, get_args
 import numpy as np
 from pydantic import ValidationError
 
-from controller.link.infer_message import Infer
-from controller.link.message_codec import (
+from controller.process_protocol.infer_message import Infer
+from controller.process_protocol.message_codec import (
     MAX_MESSAGE_BYTES,
     Message,
     MessageError,
