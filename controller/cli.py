@@ -277,7 +277,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: list[str]) -> int:
     if argv[:2] == ["bench", "--tdmpc2"]:  # TD-MPC2's planner against the official-style one
-        from controller.errors import TempoError
         from controller.tools.bench_tdmpc2 import main as bench_tdmpc2
 
         try:  # a refused --device or checkpoint is one sentence, as for `tempo bench`
