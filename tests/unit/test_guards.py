@@ -334,3 +334,10 @@ def test_last_action_is_a_read_only_view_of_the_last_sent_action():
         view[0] = 5.0
     guards.check(arr(4.0, 5.0, 6.0), FRESH, out)
     np.testing.assert_array_equal(view, arr(4.0, 5.0, 6.0))
+
+
+@pytest.mark.parametrize("value", [{"shoulder": 1.5}, {"shoulder": [1.0]}, [1.0, 2.0]])
+def test_a_position_limit_of_the_wrong_form_is_refused_with_the_form(value):
+    with pytest.raises(ValidationError) as caught:
+        GuardsConfig(position_limits=value)
+    assert "[lower, upper], e.g. {shoulder: [-1.5, 1.5]}" in str(caught.value)
