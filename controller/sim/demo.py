@@ -209,7 +209,9 @@ def _drive(
     as_json: bool,
     log: _DaemonLog,
 ) -> int:
-    say = (lambda text: None) if as_json else (lambda text: print(text, flush=True))
+    # Progress always shows: with --json on stderr, so stdout holds the JSON object alone.
+    out = sys.stderr if as_json else sys.stdout
+    say = lambda text: print(text, file=out, flush=True)  # noqa: E731
     say("tempo demo: starting the daemon (loading and warming up the policy) ...")
     started = time.monotonic()
     while request_status(status_bind, timeout_s=0.5) is None:
