@@ -137,6 +137,10 @@ def _status_line(status: dict[str, Any], driver: dict[str, Any]) -> str:
     """Holds are counted twice, each with its clock: the robot's loop (200 Hz) counts its turns
     without an action to apply, the daemon its control ticks that sent a hold."""
     tier = status.get("policy", {}).get("tier", "eager")
+    latency = driver.get("latency_ms_p50")
+    if not isinstance(latency, (int, float)) or latency != latency:
+        # Before the robot's first action there is no latency to show (not a NaN to read)
+        return f"waiting for the simulated robot's first action | tier {tier}"
     return (
         f"rate {status['achieved_hz']:6.1f}/{status['control_hz']:.0f} Hz | "
         f"obs->action p50 {driver.get('latency_ms_p50', float('nan')):5.1f} "
