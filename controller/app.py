@@ -105,9 +105,6 @@ def serve(
     check_local_only(config.server.status_bind, "server.status_bind")
     check_available(config.metrics)  # prometheus-client missing: say so before the slow load
     check_jpeg_available(config.record)  # PyAV, for record.frames: jpeg
-    if policy is None:  # a missing checkpoint folder: said now, not after torch's import
-        for _, view in policy_views(config):
-            check_checkpoint_folder(view.policy.path)
     # Bind both sockets before the load too: a taken endpoint is one sentence (BindError, exit
     # 2) before minutes of compiling, and the endpoint is held from now on.
     context: zmq.Context[Any] = zmq.Context.instance()
@@ -117,6 +114,10 @@ def serve(
         try:
             status_endpoint = status.start()
             if policy is None:
+                # A missing checkpoint folder: said now, not after an inference process has
+                # started and imported torch (after the binds, whose errors come first).
+                for _, view in policy_views(config):
+                    check_checkpoint_folder(view.policy.path)
                 with transport.discarding():  # nobody else reads the bound socket meanwhile
                     # One inference process per policy (each its own device and tiers).
                     policy = [_start_policy(view, cleanup) for _, view in policy_views(config)]
