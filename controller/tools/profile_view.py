@@ -143,11 +143,12 @@ def recommend(result: ProfileResult) -> list[str]:
                 name = "The backbone" + ("" if top.label == "backbone" else f" ({top.label})")
                 advice = [f"{name} takes {_pct(share)} of the eager forward."]
                 if result.n_cameras > 1:
-                    # The module contract hands every camera over as one stacked tensor, so
-                    # a Tempo policy cannot be calling its backbone per camera.
+                    # The module contract stacks the cameras of one frame shape, so a Tempo
+                    # policy calls its backbone once per frame shape, never per camera.
                     advice.append(
-                        f"All {result.n_cameras} cameras already go through it as one batch "
-                        "(the module contract stacks them)."
+                        f"Its {result.n_cameras} cameras already go through it one batch per "
+                        "frame shape (cameras of one shape are stacked; `tempo checkpoint "
+                        "inspect` says how many batches)."
                     )
                 if cuda and not result.channels_last:
                     advice.append(
