@@ -20,13 +20,13 @@ import time
 from collections.abc import Callable
 
 from controller.daemon.feed import InferenceRequests
-from controller.daemon.log_safety import shown
 from controller.daemon.refusals import Refusals
 from controller.daemon.registry import SessionRegistry
 from controller.daemon.session import Session
 from controller.daemon.tick_sender import TickSender
 from controller.daemon.tick_times import TickTimes
 from controller.errors import ErrorCode
+from controller.observe.log_safety import shown
 from controller.observe.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
