@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -27,6 +28,7 @@ from controller.daemon.service import (
 )
 from controller.daemon.systemd import notify
 from controller.daemon.transport import RouterTransport
+from controller.errors import CheckpointError
 from controller.feed.served_policy import ServedPolicy
 from controller.link.policy_swap import swap_command
 from controller.link.remote_policy import RemotePolicy
@@ -80,6 +82,13 @@ def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> ServedP
     return remote
 
 
+def check_checkpoint_folder(path: Path | None) -> None:
+    """The check the checkpoint reader makes first (same sentence), made in the control
+    process: there it costs nothing, in the inference process it waits for torch's import."""
+    if path is not None and not path.is_dir():
+        raise CheckpointError(f"checkpoint directory {path} does not exist or is not a folder")
+
+
 def serve(
     config: TempoConfig,
     *,
@@ -105,6 +114,10 @@ def serve(
         try:
             status_endpoint = status.start()
             if policy is None:
+                # A missing checkpoint folder: said now, not after an inference process has
+                # started and imported torch (after the binds, whose errors come first).
+                for _, view in policy_views(config):
+                    check_checkpoint_folder(view.policy.path)
                 with transport.discarding():  # nobody else reads the bound socket meanwhile
                     # One inference process per policy (each its own device and tiers).
                     policy = [_start_policy(view, cleanup) for _, view in policy_views(config)]

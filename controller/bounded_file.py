@@ -1,5 +1,5 @@
 """Files Tempo reads from people, read with limits: one mechanism for the YAML config, a
-checkpoint's JSON files and a safetensors header.
+checkpoint's JSON files, a safetensors header, a recording, a build manifest.
 
     text = read_text(path, MAX_CONFIG_BYTES, ConfigError, "config file")
     value = parse_nested(json.loads, text, path, CheckpointError)
@@ -69,6 +69,24 @@ def read_bytes(
     if len(data) > limit:
         raise error(f"{what} {path} is larger than {_size(limit)}, the most Tempo reads for it")
     return data
+
+
+def open_regular(path: Path, error: type[TempoError], what: str) -> BinaryIO:
+    """The regular file `path` opened for reading (a stream, for files read in parts: a
+    recording), else `error` with one sentence; a FIFO is refused, not waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise error(f"cannot read {what} {path}: it is {_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_text(path: Path, limit: int, error: type[TempoError], what: str) -> str:

@@ -48,6 +48,18 @@ class GuardsConfig(BaseModel):
         "explicit: a fresh observation and an explicit resume (operator or API).",
     )
 
+    @field_validator("position_limits", mode="before")
+    @classmethod
+    def _limits_form(cls, value: object) -> object:
+        """The expected form in the sentence, not pydantic's "a valid tuple"."""
+        form = "joint name -> [lower, upper], e.g. {shoulder: [-1.5, 1.5]}"
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a mapping of {form}; got {value!r}")
+        for joint, pair in value.items():
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise ValueError(f"{joint}: expected [lower, upper] ({form}); got {pair!r}")
+        return value
+
     @field_validator("position_limits")
     @classmethod
     def _ordered_limits(

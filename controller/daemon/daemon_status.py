@@ -12,12 +12,12 @@ from typing import Any, Protocol
 
 from controller.config import TempoConfig
 from controller.daemon.lanes import Lane, Lanes
-from controller.daemon.log_safety import shown
 from controller.daemon.pacer import Pacer
 from controller.daemon.session import Session
 from controller.daemon.transport import RouterTransport
 from controller.feed.served_policy import ServedPolicy
 from controller.observe.late_ticks import LateTicks
+from controller.observe.log_safety import shown
 from controller.observe.status import guard_totals, recorded_figures
 from controller.observe.telemetry import Telemetry
 from controller.record.writer import Recorder

@@ -23,7 +23,6 @@ from controller.daemon.handshake import (
     parse_driver_limits,
     spec_to_wire,
 )
-from controller.daemon.log_safety import TEXT_CHARS, LineLimiter, shown
 from controller.daemon.observation_checks import ObservationChecker, Superseded, check_clock
 from controller.daemon.prompts import Prompt, RobotPrompts
 from controller.daemon.refusals import Refusals, Sender
@@ -31,6 +30,7 @@ from controller.daemon.registry import SessionRegistry
 from controller.daemon.session import Session
 from controller.errors import ErrorCode, ProtocolError, SpecMismatchError
 from controller.feed.pending_requests import InferenceRequests
+from controller.observe.log_safety import TEXT_CHARS, LineLimiter, shown
 from controller.observe.telemetry import PREPROCESS, Telemetry
 from controller.wire.header_schema import DRIVER_KINDS
 from controller.wire.protocol import DEFAULT_LIMITS, Limits, Message, decode

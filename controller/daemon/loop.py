@@ -19,7 +19,6 @@ import logging
 import time
 from collections.abc import Callable
 
-from controller.daemon.log_safety import shown
 from controller.daemon.refusals import Refusals
 from controller.daemon.registry import SessionRegistry
 from controller.daemon.session import Session
@@ -27,6 +26,7 @@ from controller.daemon.tick_sender import TickSender
 from controller.daemon.tick_times import TickTimes
 from controller.errors import ErrorCode
 from controller.feed.pending_requests import InferenceRequests
+from controller.observe.log_safety import shown
 from controller.observe.telemetry import Telemetry
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from controller.daemon.log_safety import shown
 from controller.errors import ErrorCode, ProtocolError
+from controller.observe.log_safety import shown
 from policies.base import PolicySpec, PromptTokens
 
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ import logging
 from collections.abc import Callable, Container
 from typing import Any
 
-from controller.daemon.log_safety import TEXT_CHARS, LineLimiter, shown
 from controller.daemon.session import Session
 from controller.errors import ErrorCode
+from controller.observe.log_safety import TEXT_CHARS, LineLimiter, shown
 from controller.wire.protocol import Message
 
 log = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 from controller.action.pipeline import ActionPipeline
 from controller.config_sections import ServerConfig
-from controller.daemon.log_safety import TEXT_CHARS, shown
 from controller.daemon.session import Session
 from controller.daemon.tick_messages import TickHeaders
 from controller.errors import ErrorCode, ProtocolError
+from controller.observe.log_safety import TEXT_CHARS, shown
 from controller.process_protocol.frame_slots import FrameSlots
 from controller.record.queue import PolicyRecording
 from policies.base import PolicySpec

@@ -30,8 +30,8 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from controller.config_sections import SecurityConfig
-from controller.daemon.log_safety import shown
 from controller.errors import SecurityError
+from controller.observe.log_safety import shown
 from controller.wire.curve import is_local_endpoint
 from controller.wire.keys import (
     KEY_GENERATE,

@@ -39,6 +39,7 @@ from controller.feed.served_policy import ServedPolicy
 from controller.link.episode_swap import Incoming
 from controller.link.process_spawner import Child, Spawner
 from controller.link.standbys import HotBuild
+from controller.observe.log_safety import TEXT_CHARS, shown
 from controller.process_protocol.frame_slots import slot_parts
 from controller.process_protocol.process_messages import Hello
 from policies.base import PolicySpec, PromptSpec
@@ -189,7 +190,8 @@ class SwapState:
     finished: float | None = None
 
     def finish(self, phase: SwapPhase, detail: str) -> None:
-        self.phase, self.detail, self.finished = phase, detail, time.time()
+        # The detail may quote the path a client sent: escaped, as it reaches logs and status.
+        self.phase, self.detail, self.finished = phase, shown(detail, TEXT_CHARS), time.time()
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -210,7 +212,8 @@ class Swapper:
         self._current: SwapState | None = None
         self._build: HotBuild | None = None
         self._closed = False
-        self._queue: queue.SimpleQueue[SwapState | None] = queue.SimpleQueue()
+        # Each swap with the path as sent; its state shows the path escaped (`shown`).
+        self._queue: queue.SimpleQueue[tuple[SwapState, str] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     def start(self, path: str, *, now: bool, name: str) -> dict[str, Any]:
@@ -225,39 +228,39 @@ class Swapper:
                 raise PolicyError("the daemon is stopping")
             if current is not None and current.phase in ("building", "switching"):
                 raise PolicyError(f"a swap to {current.path} is already under way")
-            state = self._current = SwapState(next(self._ids), path, name, now)
+            state = self._current = SwapState(next(self._ids), shown(path, TEXT_CHARS), name, now)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="tempo-swap")
                 self._thread.daemon = True
                 self._thread.start()
-        self._queue.put(state)
+        self._queue.put((state, path))
         return state.as_dict()
 
     def _work(self) -> None:
-        while (state := self._queue.get()) is not None:
-            self._run(state)
+        while (item := self._queue.get()) is not None:
+            self._run(*item)
 
-    def _run(self, state: SwapState) -> None:
+    def _run(self, state: SwapState, path: str) -> None:
         try:
-            detail = self._swap(state)
+            detail = self._swap(state, path)
         except PolicyError as exc:
             detail = str(exc)
             if state.switched is None and "nothing was changed" not in detail:
                 detail += "; nothing was changed"  # failed before the switch: the old serves on
             state.finish("failed", detail)
-            log.error("swap to %s failed: %s", state.path, detail)
+            log.error("swap to %s failed: %s", state.path, state.detail)
         except Exception as exc:  # noqa: BLE001 - a bug of ours: the swap fails, serving goes on
             state.finish("failed", f"the swap failed ({type(exc).__name__}: {exc})")
             log.exception("swap to %s failed", state.path)
         else:
             state.finish("done", detail)
-            log.info("swap: %s", detail)
+            log.info("swap: %s", state.detail)
 
-    def _swap(self, state: SwapState) -> str:
+    def _swap(self, state: SwapState, path: str) -> str:
         served = self._policy
         if served.config_json is None:  # checked by start(); a swap cannot unset it
             raise PolicyError("this daemon's inference process has no config to build from")
-        config_json = config_with_path(served.config_json, state.path)
+        config_json = config_with_path(served.config_json, path)
         spawner = served.spawner_for(config_json)
         try:
             build = HotBuild(spawner, served.start_timeout_s)

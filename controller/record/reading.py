@@ -13,25 +13,39 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mcap.exceptions import McapError
-from mcap.records import Channel, Message, Metadata, Schema
-from mcap.stream_reader import StreamReader
+from mcap.records import Channel, Chunk, Message, Metadata, Schema
+from mcap.stream_reader import StreamReader, breakup_chunk
 
-from controller.errors import TempoError
+from controller.bounded_file import open_regular
 from controller.record import image_cdr, jpeg_frames
+from controller.record.recorded_names import RecordingError, checked_name, checked_robot
 from controller.record.schemas import METADATA
 
-# What a damaged or cut file raises from inside the reader (zstd and lz4 errors are these too).
-_DAMAGE = (McapError, EOFError, struct.error, ValueError, KeyError, IndexError, RuntimeError)
+try:
+    from zstandard import ZstdError
+except ModuleNotFoundError:  # mcap reads zstd chunks only with zstandard installed
+
+    class ZstdError(Exception):  # type: ignore[no-redef]
+        """Never raised."""
+
+
+# What a damaged or cut file raises from inside the reader (lz4's errors are RuntimeErrors).
+_DAMAGE = (
+    McapError, EOFError, struct.error, ValueError, KeyError, IndexError, RuntimeError, ZstdError,
+    MemoryError,
+)  # fmt: skip
 MAX_RECORD_BYTES = 1 << 30  # a record's length field past this is damage, not a frame
+# A chunk's declared uncompressed size past this is damage: the writer closes chunks at 256 KiB
+# (plus one message, a camera frame at most), and the size is allocated before decompressing.
+MAX_CHUNK_BYTES = 256 << 20
 
-
-class RecordingError(TempoError):
-    """A recording that cannot be read at all."""
+__all__ = ["RecordedMessage", "Recording", "RecordingError", "read_recording"]
 
 
 @dataclass(frozen=True)
@@ -79,18 +93,16 @@ def read_recording(path: Path) -> Recording:
     recording = Recording(Path(path))
     schemas: dict[int, str] = {}
     channels: dict[int, tuple[str, str, str]] = {}  # id: topic, schema, message encoding
-    try:
-        stream = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise RecordingError(f"cannot read the recording {path}: {exc.strerror}") from None
+    stream = open_regular(Path(path), RecordingError, "the recording")
     with stream:
         try:
-            reader = StreamReader(stream, record_size_limit=MAX_RECORD_BYTES)
-            for record in reader.records:
+            reader = StreamReader(stream, record_size_limit=MAX_RECORD_BYTES, emit_chunks=True)
+            for record in _unchunked(reader):
                 if isinstance(record, Schema):
                     schemas[record.id] = record.name
                 elif isinstance(record, Channel):
                     schema = schemas.get(record.schema_id, "")
+                    _check_topic(record.topic, path)
                     channels[record.id] = (record.topic, schema, record.message_encoding)
                 elif isinstance(record, Message):
                     topic, schema, encoding = channels[record.channel_id]
@@ -110,3 +122,27 @@ def read_recording(path: Path) -> Recording:
                 f"messages ({type(exc).__name__}); what could be read is used"
             )
     return recording
+
+
+def _unchunked(reader: StreamReader) -> Iterator[Any]:
+    """The reader's records with each chunk's records in its place, a chunk declaring more
+    than MAX_CHUNK_BYTES refused before its size is allocated."""
+    for record in reader.records:
+        if not isinstance(record, Chunk):
+            yield record
+            continue
+        if record.uncompressed_size > MAX_CHUNK_BYTES:
+            raise ValueError(f"a chunk declaring {record.uncompressed_size} bytes")
+        yield from breakup_chunk(record)
+
+
+def _check_topic(topic: str, path: Path) -> None:
+    """A topic is /<robot>/<name> or /<robot>/camera/<camera>, every name a safe one."""
+    parts = topic.split("/")
+    if len(parts) < 3 or parts[0]:
+        raise RecordingError(f"{path} holds a topic {topic[:80]!r} that Tempo does not write")
+    checked_robot(parts[1], path)
+    if parts[2] == "camera" and len(parts) >= 4:
+        checked_name("/".join(parts[3:]), "camera", path)
+    elif len(parts) != 3 or not parts[2].replace("_", "").isalnum():
+        raise RecordingError(f"{path} holds a topic {topic[:80]!r} that Tempo does not write")

@@ -133,10 +133,19 @@ class _LineReader:
         self._thread.join(timeout)
 
 
+def _has_first_action(driver: dict[str, Any]) -> bool:
+    """The robot has a latency to report: an action computed from its observation came."""
+    latency = driver.get("latency_ms_p50")
+    return isinstance(latency, (int, float)) and latency == latency  # not NaN
+
+
 def _status_line(status: dict[str, Any], driver: dict[str, Any]) -> str:
     """Holds are counted twice, each with its clock: the robot's loop (200 Hz) counts its turns
     without an action to apply, the daemon its control ticks that sent a hold."""
     tier = status.get("policy", {}).get("tier", "eager")
+    if not _has_first_action(driver):
+        # Before the robot's first action there is no latency to show (not a NaN to read)
+        return f"waiting for the simulated robot's first action | tier {tier}"
     return (
         f"rate {status['achieved_hz']:6.1f}/{status['control_hz']:.0f} Hz | "
         f"obs->action p50 {driver.get('latency_ms_p50', float('nan')):5.1f} "
@@ -209,7 +218,9 @@ def _drive(
     as_json: bool,
     log: _DaemonLog,
 ) -> int:
-    say = (lambda text: None) if as_json else (lambda text: print(text, flush=True))
+    # Progress always shows: with --json on stderr, so stdout holds the JSON object alone.
+    out = sys.stderr if as_json else sys.stdout
+    say = lambda text: print(text, file=out, flush=True)  # noqa: E731
     say("tempo demo: starting the daemon (loading and warming up the policy) ...")
     started = time.monotonic()
     while request_status(status_bind, timeout_s=0.5) is None:
@@ -236,9 +247,14 @@ def _drive(
     reader = _LineReader(robot.stdout)  # type: ignore[arg-type]  # set by stdout=PIPE
     interactive = sys.stdout.isatty() and not as_json
     status: dict[str, Any] = baseline
+    # The summary counts from the robot's first action, as --seconds does (not from the
+    # daemon's ready: the robot's connect and a slow first step are no control ticks of its).
+    first_action: dict[str, Any] | None = None
     while robot.poll() is None:
         time.sleep(0.5)
         status = request_status(status_bind, timeout_s=1.0) or status
+        if first_action is None and _has_first_action(reader.latest):
+            first_action = status
         if status and not as_json:
             line = _status_line(status, reader.latest)
             print("\r" + line if interactive else line, end="" if interactive else "\n", flush=True)
@@ -250,7 +266,7 @@ def _drive(
     if robot.returncode != 0 or not driver:
         print(f"tempo demo: the simulated robot failed (exit {robot.returncode})", file=sys.stderr)
         return 1
-    summary = _summary(baseline, final_status, driver)
+    summary = _summary(first_action or baseline, final_status, driver)
     if as_json:
         print(json.dumps(json_safe(summary)))
     else:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from controller.record.reading import Recording, RecordingError, read_recording
+from controller.record.recorded_names import UnsafeNameError, is_safe_name
 from controller.tools.lerobot_v3 import Episode, ExportError, check_installed, write_dataset
 
 # A robot's episode goes on in the next file when its observations do within this (a rotation);
@@ -68,7 +69,12 @@ class _RobotWalk:
         done: list[Episode],
     ) -> None:
         self.close_pending()
-        cameras = list(data.get("cameras") or [])
+        cameras = data.get("cameras") or []
+        if not isinstance(cameras, list) or not all(
+            isinstance(c, str) and is_safe_name(c) for c in cameras
+        ):
+            notes.skip("an observation named a camera that is not a camera's name")
+            return
         if any(c not in (frames or {}) for c in cameras):
             notes.skip("an observation's frames were not recorded")
             return
@@ -185,6 +191,8 @@ def _read_all(paths: list[Path], notes: list[str]) -> list[Recording]:
     for path in paths:
         try:
             recordings.append(read_recording(path))
+        except UnsafeNameError:
+            raise  # a file naming paths is refused, not skipped: the export writes by names
         except RecordingError as exc:
             notes.append(str(exc))
     return recordings

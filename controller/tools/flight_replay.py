@@ -220,7 +220,9 @@ def run_replay(args: argparse.Namespace, config: Any) -> int:
     from controller.inference.build import build_policy
 
     recording = read_recording(args.file)  # before the policy loads: a bad file fails fast
-    runner = config.runner.model_copy(update={"top_tier": args.tier})
+    # No step budget: a replay has no control period to keep, so the serving-only budget's
+    # warnings and overrun demotions would say nothing about the recording.
+    runner = config.runner.model_copy(update={"top_tier": args.tier, "step_budget_ms": None})
     policy = build_policy(config.policy, config.robot, runner)
     result = replay(recording, policy)
     print(render(result, top=args.top, every_step=not args.summary))

@@ -23,6 +23,7 @@ import numpy as np
 
 from controller.errors import ConfigError, TempoError
 from controller.record.jpeg_frames import pixels_of
+from controller.record.recorded_names import is_safe_name
 
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -77,6 +78,14 @@ def check_installed() -> None:
 
 def video_key(camera: str) -> str:
     return f"observation.images.{camera}"
+
+
+def _inside(out: Path, path: Path) -> Path:
+    """`path` when it stays inside `out` once resolved, else ExportError: no name from a file
+    makes the export write elsewhere."""
+    if not path.resolve().is_relative_to(out.resolve()):
+        raise ExportError(f"the export would write {path}, outside {out}; nothing written there")
+    return path
 
 
 def _columns(episodes: Sequence[Episode], fps: int, tasks: dict[str, int]) -> dict[str, Any]:
@@ -248,6 +257,12 @@ def write_dataset(
             f"{sorted(widths)}; export one robot at a time with --robot"
         )
     cameras = sorted(episodes[0].frames)
+    for camera in cameras:
+        if not is_safe_name(camera):
+            raise ExportError(
+                f"the recordings name a camera {camera[:80]!r}, which cannot be a folder's name "
+                "(letters, digits, '_', '.', '-', not starting with '.'); nothing exported"
+            )
     tasks: dict[str, int] = {}
     for episode in episodes:
         tasks.setdefault(episode.task, len(tasks))
@@ -266,7 +281,7 @@ def write_dataset(
     stats = {name: _stats(values) for name, values in columns.items()}
     for camera in cameras:
         key = video_key(camera)
-        path = out / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
+        path = _inside(out, out / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0))
         encoded = _encode_camera(path, episodes, camera, fps)
         features[key] = encoded["feature"]
         stats[key] = encoded["stats"]

@@ -36,7 +36,7 @@ def cmd_mark(
     load_config: Callable[[argparse.Namespace], Any],
     default_endpoint: str,
 ) -> int:
-    from controller.daemon.log_safety import shown
+    from controller.observe.log_safety import shown
     from controller.tools.status_cli import command_reply, status_endpoint
 
     endpoint = status_endpoint(args, load_config, default_endpoint)

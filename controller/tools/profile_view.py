@@ -143,11 +143,12 @@ def recommend(result: ProfileResult) -> list[str]:
                 name = "The backbone" + ("" if top.label == "backbone" else f" ({top.label})")
                 advice = [f"{name} takes {_pct(share)} of the eager forward."]
                 if result.n_cameras > 1:
-                    # The module contract hands every camera over as one stacked tensor, so
-                    # a Tempo policy cannot be calling its backbone per camera.
+                    # The module contract stacks the cameras of one frame shape, so a Tempo
+                    # policy calls its backbone once per frame shape, never per camera.
                     advice.append(
-                        f"All {result.n_cameras} cameras already go through it as one batch "
-                        "(the module contract stacks them)."
+                        f"Its {result.n_cameras} cameras already go through it one batch per "
+                        "frame shape (cameras of one shape are stacked; `tempo checkpoint "
+                        "inspect` says how many batches)."
                     )
                 if cuda and not result.channels_last:
                     advice.append(
@@ -257,7 +258,7 @@ def render_profile(result: ProfileResult) -> str:
         f"control  {result.control_hz:g} Hz, query_period {result.query_period}",
         "",
     ]
-    header = f"{'':<42}{'mean':>10}{'p50':>10}{'p99':>10}{'max':>10}{'share':>8}  measured"
+    header = f"{'':<42}{'mean':>12}{'p50':>12}{'p99':>12}{'max':>12}{'share':>8}  measured"
     titles = {
         "step": "policy step, and its phases          (share of the step)",
         "model": "eager forward by top-level submodule  (share of the forward)",
@@ -276,9 +277,9 @@ def render_profile(result: ProfileResult) -> str:
         s = summarize(row.samples)
         indent = "" if row.key in ("step", "forward", "phase:total") else "  "
         if row.derived:
-            cells = f"{_ms(s.mean):>10}{'':>10}{'':>10}{'':>10}"
+            cells = f"{_ms(s.mean):>12}{'':>12}{'':>12}{'':>12}"
         else:
-            cells = f"{_ms(s.mean):>10}{_ms(s.p50):>10}{_ms(s.p99):>10}{_ms(s.max):>10}"
+            cells = f"{_ms(s.mean):>12}{_ms(s.p50):>12}{_ms(s.p99):>12}{_ms(s.max):>12}"
         lines.append(
             f"{indent + row.label:<42}{cells}{_pct(result.share(row.key)):>8}  {row.measured}"
         )

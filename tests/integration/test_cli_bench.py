@@ -61,9 +61,10 @@ def test_tempo_bench_help_names_the_command():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_tempo_bench_refuses_cuda_without_a_gpu_in_one_sentence():
+@pytest.mark.parametrize("bench", ["--tiny", "--tdmpc2"])
+def test_tempo_bench_refuses_cuda_without_a_gpu_in_one_sentence(bench):
     result = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "bench", "--tiny", "--device", "cuda"],
+        [sys.executable, "-m", "controller.cli", "bench", bench, "--device", "cuda"],
         capture_output=True,
         text=True,
         timeout=300,

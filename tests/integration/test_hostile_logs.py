@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from controller.daemon.log_safety import shown
+from controller.observe.log_safety import shown
 from controller.wire.client import TempoClient
 from controller.wire.protocol import decode, encode
 from tests.conftest import ipc_config, running_daemon, wait_for

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from controller.app import serve
-from controller.errors import ConfigError
+from controller.errors import CheckpointError, ConfigError
 from tests.conftest import ipc_config
 
 
@@ -52,3 +52,22 @@ def test_active_guards_are_logged_and_missing_position_limits_warned(
     assert "position limits on 1 of 6 joints (joint_0)" in lines[0]
     assert "velocity limit on 6 joints" in lines[0]
     assert not any("no position limits are configured" in r.getMessage() for r in caplog.records)
+
+
+def test_a_missing_checkpoint_folder_is_refused_before_any_inference_process_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import controller.app as app
+
+    started: list[object] = []
+    monkeypatch.setattr(app, "inference_process", lambda config: started.append(config))
+    missing = tmp_path / "no-such-checkpoint"
+    config = ipc_config(
+        tmp_path,
+        "policy.kind=checkpoint",
+        f"policy.path={missing}",
+        "supervision.inference_process=true",
+    )
+    with pytest.raises(CheckpointError, match=f"checkpoint directory {missing} does not exist"):
+        serve_until_ready(config)
+    assert started == []  # refused in the control process, before torch is imported anywhere

@@ -32,6 +32,15 @@ def test_status_line_says_which_clock_each_hold_count_counts() -> None:
     assert "held: robot loop turns 3 (200 Hz), daemon ticks 7 (50 Hz)" in line
 
 
+def test_status_line_before_the_first_action_says_it_waits() -> None:
+    no_robot = {**status(0.01), "robots": []}
+    nan = {"latency_ms_p50": float("nan"), "latency_ms_p99": float("nan")}
+    for snapshot, driver in ((status(0.01), {}), (no_robot, {"holds": 0}), (status(0.01), nan)):
+        line = _status_line(snapshot, driver)
+        assert line == "waiting for the simulated robot's first action | tier eager_fp32"
+        assert "nan" not in line
+
+
 def test_json_safe_turns_nan_into_null() -> None:
     assert json_safe({"a": float("nan"), "b": [1.0, float("nan")], "c": 2}) == {
         "a": None,

@@ -13,6 +13,9 @@ from pydantic import ValidationError
 from controller.action.guards import GuardChain, Verdict
 from controller.action.guards_config import GuardsConfig
 
+# Arithmetic warnings (overflow at extreme inputs) are errors here: the chain must not raise them.
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+
 JOINTS = ("shoulder", "elbow", "wrist")
 MS = 1_000_000  # ns per ms
 FRESH = 0
@@ -312,8 +315,11 @@ def test_any_input_gives_a_finite_action_within_limits_and_max_step(
         assert (out >= lower).all() and (out <= upper).all()
         if previous is not None:
             # up to float resolution at the joint's magnitude (last +- step rounds)
-            slack = 4 * np.spacing(np.maximum(np.abs(previous), np.abs(out))) + 1e-12
-            assert (np.abs(out - previous) <= max_step + slack).all()
+            # (at the float's largest values the spacing and the difference overflow to inf,
+            # which bounds nothing and is no warning)
+            with np.errstate(over="ignore"):
+                slack = 4 * np.spacing(np.maximum(np.abs(previous), np.abs(out))) + 1e-12
+                assert (np.abs(out - previous) <= max_step + slack).all()
         previous = out.copy()
 
 
@@ -328,3 +334,10 @@ def test_last_action_is_a_read_only_view_of_the_last_sent_action():
         view[0] = 5.0
     guards.check(arr(4.0, 5.0, 6.0), FRESH, out)
     np.testing.assert_array_equal(view, arr(4.0, 5.0, 6.0))
+
+
+@pytest.mark.parametrize("value", [{"shoulder": 1.5}, {"shoulder": [1.0]}, [1.0, 2.0]])
+def test_a_position_limit_of_the_wrong_form_is_refused_with_the_form(value):
+    with pytest.raises(ValidationError) as caught:
+        GuardsConfig(position_limits=value)
+    assert "[lower, upper], e.g. {shoulder: [-1.5, 1.5]}" in str(caught.value)
