@@ -41,6 +41,24 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _regular_fd(path: Path, error: type[TempoError], what: str) -> int:
+    """A descriptor of the regular file `path` (non-blocking: a FIFO is refused, not waited
+    on), else `error` with one sentence; the check is made on the open descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        os.close(fd)
+        raise error(f"cannot read {what} {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise error(f"cannot read {what} {path}: it is {_kind(mode)}, not a regular file")
+    return fd
+
+
 def read_bytes(
     path: Path,
     limit: int,
@@ -52,14 +70,8 @@ def read_bytes(
     """Up to `limit` bytes of the regular file `path` from `offset` (fewer when the file ends
     first); `error` with one sentence if it is not a regular file or, when `whole`, has more
     than `limit` bytes there (else the rest is not read)."""
+    fd = _regular_fd(path, error, what)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no wait
-    except OSError as exc:
-        raise error(f"cannot read {what} {path}: {exc.strerror}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise error(f"cannot read {what} {path}: it is {_kind(mode)}, not a regular file")
         os.lseek(fd, offset, os.SEEK_SET)
         data = _read_at_most(fd, limit + 1 if whole else limit)
     except OSError as exc:
@@ -74,14 +86,8 @@ def read_bytes(
 def open_regular(path: Path, error: type[TempoError], what: str) -> BinaryIO:
     """The regular file `path` opened for reading (a stream, for files read in parts: a
     recording), else `error` with one sentence; a FIFO is refused, not waited on."""
+    fd = _regular_fd(path, error, what)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise error(f"cannot read {what} {path}: {exc.strerror}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise error(f"cannot read {what} {path}: it is {_kind(mode)}, not a regular file")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
