@@ -248,12 +248,9 @@ class GuardChain:
                     counts["velocity_limited"] += 1
             # (d) acceleration: within max_dstep of last + last change
             if self._accel_limited and self._has_step:
-                # Near float32's range last + last step can overflow to inf: that is a bound
-                # that limits nothing, and the finite check below still holds; not a warning.
-                with np.errstate(over="ignore", invalid="ignore"):
-                    np.add(last, self._last_step, out=lo)
-                    np.add(lo, self._max_dstep, out=hi)
-                    np.subtract(lo, self._max_dstep, out=lo)
+                np.add(last, self._last_step, out=lo)
+                np.add(lo, self._max_dstep, out=hi)
+                np.subtract(lo, self._max_dstep, out=lo)
                 if self._clip(work, lo, hi):
                     counts["acceleration_limited"] += 1
                     # Position limits win: stop at a limit rather than coast through it. The

