@@ -279,11 +279,7 @@ def _run(argv: list[str]) -> int:
     if argv[:2] == ["bench", "--tdmpc2"]:  # TD-MPC2's planner against the official-style one
         from controller.tools.bench_tdmpc2 import main as bench_tdmpc2
 
-        try:  # a refused --device or checkpoint is one sentence, as for `tempo bench`
-            return bench_tdmpc2(argv[2:])
-        except TempoError as exc:
-            print(f"tempo bench: {exc}", file=sys.stderr)
-            return 2
+        return bench_tdmpc2(argv[2:])
     if argv[:1] == ["bench"]:  # its own parser: every argument after `bench` is the bench's
         from controller.tools.bench_policy import main as bench_main
 

@@ -54,6 +54,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from controller.errors import TempoError
 from controller.inference.build import build_runner, resolve_device
 from controller.observe.percentiles import summarize
 from controller.runner_config import RunnerConfig
@@ -264,6 +265,16 @@ def print_table(rows: list[dict[str, Any]], device: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """A TempoError (a refused --device, a bad checkpoint) ends the bench with its one
+    sentence and exit code 2, as `tempo bench` does (controller.tools.bench_policy.main)."""
+    try:
+        return _bench(argv)
+    except TempoError as exc:
+        print(f"tempo bench: {exc}", file=sys.stderr)
+        return 2
+
+
+def _bench(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="tempo bench --tdmpc2", description=__doc__.split("\n\n")[0]
     )
