@@ -43,9 +43,10 @@ def ensure_token(path: Path, group_gid: int | None = None) -> bytes:
     SecurityError with one sentence when it cannot be made or must not be trusted."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _create(path, group_gid)
-    except FileExistsError:
-        pass  # made earlier (a previous run): checked below like any other
+        try:
+            _create(path, group_gid)
+        except FileExistsError:
+            pass  # made earlier (a previous run): checked below like any other
     except OSError as exc:
         raise SecurityError(
             f"cannot create the status token {path} ({exc.strerror or exc}); set "
