@@ -4,23 +4,25 @@ open to every local user or to that side only, as server.status_readers says.
 
     access = StatusAccess.ipc(readers="owner", group_gid=None)      # ipc:// bind
     access = StatusAccess.tcp(readers="any", token=b"...")          # tcp:// bind
-    why = access.refusal("swap", mutating=True, peer="localhost:1000:1000:42", token=None)
+    why = access.refusal("swap", mutating=True, peer="localhost:1000:1000:42", request=r, port=0)
 
 "The daemon's own side" is, on ipc://, a peer whose kernel credentials (SO_PEERCRED, which
 libzmq hands over as the message's Peer-Address, "...:uid:gid:pid") are the daemon's uid, root,
-or a member of server.status_group; on tcp://, which carries no credentials, a request that
-holds the status token (controller.observe.status_token). A tcp bind without a token (it could
-not be made) is read-only: every command is refused, with the reason.
+or a member of server.status_group; on tcp://, which carries no credentials, a request signed
+with the status token (controller.observe.status_token, controller.observe.request_signature).
+A tcp bind without a token (it could not be made) is read-only: every command is refused, with
+the reason.
 """
 
 from __future__ import annotations
 
 import grp
-import hmac
 import os
 import pwd
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from controller.observe.request_signature import SignatureChecker
 
 Readers = Literal["any", "owner"]
 
@@ -48,7 +50,7 @@ class StatusAccess:
     transport: Literal["ipc", "tcp"]
     readers: Readers
     group_gid: int | None = None  # ipc: this group's members command too
-    token: bytes | None = None  # tcp: what a command must hold
+    signatures: SignatureChecker | None = field(default=None, compare=False)  # tcp: the token's
     token_problem: str = ""  # tcp without a token: why (said in each refusal)
     owner_uid: int = os.geteuid()
 
@@ -60,7 +62,11 @@ class StatusAccess:
     def tcp(
         cls, readers: Readers = "any", token: bytes | None = None, token_problem: str = ""
     ) -> StatusAccess:
-        return cls("tcp", readers, token=token, token_problem=token_problem, owner_uid=os.geteuid())
+        signatures = SignatureChecker(token) if token is not None else None
+        return cls(
+            "tcp", readers, signatures=signatures, token_problem=token_problem,
+            owner_uid=os.geteuid(),
+        )  # fmt: skip
 
     @property
     def socket_mode(self) -> int:
@@ -71,15 +77,16 @@ class StatusAccess:
         return 0o660 if self.group_gid is not None else 0o600
 
     def refusal(
-        self, kind: str, *, mutating: bool, peer: str | None, token: object
+        self, kind: str, *, mutating: bool, peer: str | None, request: dict[Any, Any], port: int
     ) -> str | None:
-        """None when this request may be answered, else one sentence saying why not."""
+        """None when `request` (from `peer`, its Peer-Address, to the socket on `port`) may be
+        answered, else one sentence saying why not."""
         if not mutating and self.readers == "any":
             return None
         what = f"the {kind} command" if mutating else "the status"
         if self.transport == "ipc":
             return self._ipc_refusal(what, peer)
-        return self._tcp_refusal(what, token)
+        return self._tcp_refusal(what, request, port)
 
     def _ipc_refusal(self, what: str, peer: str | None) -> str | None:
         credentials = peer_credentials(peer)
@@ -110,19 +117,19 @@ class StatusAccess:
         except KeyError:
             return False
 
-    def _tcp_refusal(self, what: str, token: object) -> str | None:
-        if self.token is None:
+    def _tcp_refusal(self, what: str, request: dict[Any, Any], port: int) -> str | None:
+        if self.signatures is None:
             return (
                 f"this status socket is read-only, so it refuses {what}: the daemon has no status "
                 f"token ({self.token_problem or 'none configured'})"
             )
-        presented = token.encode() if isinstance(token, str) else token
-        if isinstance(presented, bytes) and hmac.compare_digest(presented, self.token):
+        wrong = self.signatures.refusal(request, port)
+        if wrong is None:
             return None
-        came = "came without one" if presented is None else "holds a wrong one"
         return (
-            f"{what} needs the daemon's status token and this request {came}; ask as the "
-            "daemon's user, who can read the token file (server.status_token)"
+            f"{what} needs a signature with the daemon's status token and this request "
+            f"{wrong}; ask as the daemon's user, who can read the token file "
+            "(server.status_token)"
         )
 
 

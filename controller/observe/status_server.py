@@ -9,8 +9,8 @@ The socket is local only (server.status_bind is checked at start), and every reg
 changes something: each request is checked by `access` (controller.observe.status_access: the
 peer's uid on ipc://, the status token on tcp://) before its handler runs, and `status` too when
 server.status_readers is `owner`. A refusal is {"error": one sentence}. A client sends the token
-in its request map: {"kind": "swap", ..., "token": "..."}; {"kind": "status", "token": ...} asks
-for the status.
+in its request map: {"kind": "swap", ..., "auth": ...} (request_signature.sign); {"kind":
+"status", "auth": ...} asks for the status.
 
 Its own thread and its own ROUTER socket, so asking never touches the control loop's socket, and
 no request, however many parts it has, can leave it unable to answer the next one. It
@@ -29,12 +29,14 @@ import msgpack
 import zmq
 
 from controller.errors import BindError, SecurityError
+from controller.observe.request_signature import endpoint_port, sign
 from controller.observe.status_access import StatusAccess
 from controller.wire.binding import bind
 
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 4096
+MAX_LOGGED_REFUSALS = 64  # distinct refusal sentences logged, each once
 
 
 class StatusServer:
@@ -61,6 +63,8 @@ class StatusServer:
         self._thread: threading.Thread | None = None
         self._error: Exception | None = None
         self.commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        self.refused = 0  # requests refused by `access`
+        self._logged: set[str] = set()
 
     def start(self) -> str:
         self._thread = threading.Thread(target=self._run, name="tempo-status", daemon=True)
@@ -148,10 +152,17 @@ class StatusServer:
         handler = self.commands.get(kind) if isinstance(kind, str) else None
         asked = "status" if handler is None else str(kind)
         refused = self.access.refusal(
-            asked, mutating=handler is not None, peer=peer, token=request.get("token")
+            asked,
+            mutating=handler is not None,
+            peer=peer,
+            request=request,
+            port=endpoint_port(self.endpoint),
         )
         if refused is not None:
-            log.warning("status socket: %s", refused)
+            self.refused += 1
+            if refused not in self._logged and len(self._logged) < MAX_LOGGED_REFUSALS:
+                self._logged.add(refused)  # a flood of refusals cannot fill the log
+                log.warning("status socket: %s (each such refusal logged once)", refused)
             return {"error": refused}
         snapshot = self.snapshot
         try:
@@ -219,10 +230,10 @@ def request_command(
     context: zmq.Context | None = None,
     token: bytes | None = None,
 ) -> dict[str, Any] | None:
-    """Send a command (a map with its "kind", see the module doc) to a daemon, with the status
-    token when given; its reply, or None if it does not answer in time."""
-    if token is not None:
-        request = {**request, "token": token.decode("ascii", "replace")}
+    """Send a command (a map with its "kind", see the module doc) to a daemon, signed with the
+    status token when given; its reply, or None if it does not answer in time."""
+    if token is not None and endpoint.startswith("tcp://"):
+        request = sign(token, endpoint_port(endpoint), request)
     return _ask(endpoint, msgpack.packb(request, use_bin_type=True), timeout_s, context)
 
 

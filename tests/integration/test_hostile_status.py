@@ -28,6 +28,7 @@ import zmq
 from controller.cli import main
 from controller.config import load_config
 from controller.daemon.security import status_access
+from controller.observe.request_signature import endpoint_port, sign
 from controller.observe.status_server import StatusServer, request_command, request_status
 from controller.observe.status_token import read_token
 from tests.conftest import StreamingDriver, wait_for
@@ -81,8 +82,8 @@ def nobody_asks(endpoint: str, request: dict[str, Any] | None, token: str | None
     """A request (None: a plain status request) sent as nobody; the reply, None if none came."""
     if request is None:
         return as_nobody(lambda context: request_status(endpoint, 3.0, context))
-    if token is not None:
-        request = {**request, "token": token}
+    if token is not None:  # signed with a guessed token
+        request = sign(token.encode(), endpoint_port(endpoint), request)
     return as_nobody(lambda context: request_command(endpoint, request, 3.0, context))
 
 
@@ -118,8 +119,10 @@ def tempo_serve(tmp_path: Path, status_bind: str, *overrides: str) -> Iterator[s
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(
-            lambda: process.poll() is not None
-            or request_status(status_bind, 0.2, token=read_token(token_file)),
+            lambda: (
+                process.poll() is not None
+                or request_status(status_bind, 0.2, token=read_token(token_file))
+            ),
             timeout=180,
         )
         if process.poll() is not None:
@@ -152,6 +155,14 @@ def test_nobody_cannot_swap_or_mark_on_the_default_tcp_status_socket(
             refused_swap = nobody_asks(endpoint, swap)
             refused_mark = nobody_asks(endpoint, {"kind": "mark", "robot": None, "reason": "x"})
             guessed = nobody_asks(endpoint, swap, token="0" * 64)
+            # A request the owner signed, seen and sent again by nobody (and by the owner).
+            owners = sign(read_token(token_file) or b"", endpoint_port(endpoint), swap)
+            mark = {"kind": "mark", "robot": "nobody's", "reason": "replayed"}
+            owners_mark = sign(read_token(token_file) or b"", endpoint_port(endpoint), mark)
+            first = request_command(endpoint, owners_mark, 2.0)
+            replayed = nobody_asks(endpoint, owners_mark)
+            stale = {**owners, "auth": {**owners["auth"], "time": owners["auth"]["time"] - 3600}}
+            restamped = nobody_asks(endpoint, stale)
             status = nobody_asks(endpoint, None)  # status_readers' default on tcp: any
             # The daemon's user, with its token (the CLI reads it from server.status_token).
             token = ["--connect", endpoint, "--set", f"server.status_token={token_file}"]
@@ -165,11 +176,15 @@ def test_nobody_cannot_swap_or_mark_on_the_default_tcp_status_socket(
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     for reply in (refused_swap, refused_mark):
         assert set(reply) == {"error"}, reply
-        assert "needs the daemon's status token and this request came without one" in (
-            reply["error"]
+        assert (
+            "needs a signature with the daemon's status token and this request came without one"
+            in reply["error"]
         )
         assert "\n" not in reply["error"] and "Traceback" not in reply["error"]
     assert "holds a wrong one" in guessed["error"]
+    assert first == {"error": 'no robot named "nobody\'s" is connected, so nothing was marked'}
+    assert "was answered once already" in replayed["error"]
+    assert "holds a wrong one" in restamped["error"]  # the time is signed too
     assert status is not None and "error" not in status and "policy" in status
     # The owner's commands reached their handlers: the swap's own refusal, the mark kept or
     # said why not for robot good.
@@ -236,8 +251,9 @@ def test_status_readers_owner_refuses_nobody_the_status_on_tcp(tmp_path: Path) -
         owner_without_token = request_status(endpoint, 2.0)
         owner = request_status(endpoint, 2.0, token=token)
     assert refused == {
-        "error": "the status needs the daemon's status token and this request came without "
-        "one; ask as the daemon's user, who can read the token file (server.status_token)"
+        "error": "the status needs a signature with the daemon's status token and this request "
+        "came without one; ask as the daemon's user, who can read the token file "
+        "(server.status_token)"
     }
     assert owner_without_token is not None and "error" in owner_without_token
     assert owner == {"tick": 7}
@@ -282,3 +298,19 @@ def test_a_tcp_status_socket_whose_token_others_can_read_is_read_only(tmp_path: 
         f"status token (the status token {token_file} has mode 644"
     )
     assert reached == [] and status == {"tick": 7}
+
+
+def test_a_flood_of_refused_commands_is_logged_once_and_the_socket_still_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    with status_server(tmp_path, f"server.status_bind={endpoint}") as (server, reached):
+        token = read_token(tmp_path / "state" / "token")
+        replies = [
+            request_command(endpoint, {"kind": "swap", "path": "/x"}, 2.0) for _ in range(50)
+        ]
+        signed = request_command(endpoint, {"kind": "swap", "path": "/y"}, 2.0, token=token)
+    assert all(reply is not None and "came without one" in reply["error"] for reply in replies)
+    logged = [r for r in caplog.records if "status socket:" in r.getMessage()]
+    assert len(logged) == 1 and server.refused == 50
+    assert signed == {"swap": {"id": 1}} and [r["path"] for r in reached] == ["/y"]

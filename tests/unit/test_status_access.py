@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from controller.config import load_config
 from controller.daemon.security import status_access
 from controller.errors import SecurityError
+from controller.observe.request_signature import WINDOW_S, sign
 from controller.observe.status_access import StatusAccess, peer_credentials
 from controller.observe.status_token import ensure_token, read_token
 
@@ -34,39 +36,69 @@ def test_peer_credentials_come_from_an_ipc_peer_address_only() -> None:
         assert peer_credentials(address) is None
 
 
+def _asks(access: StatusAccess, kind: str, peer: str | None) -> str | None:
+    mutating = kind != "status"
+    return access.refusal(kind, mutating=mutating, peer=peer, request={"token": "x"}, port=1)
+
+
 def test_on_ipc_commands_are_for_the_daemons_user_root_and_its_group() -> None:
     access = StatusAccess.ipc("owner", group_gid=4242)
-    assert access.refusal("swap", mutating=True, peer=_peer(OWNER), token=None) is None
-    assert access.refusal("swap", mutating=True, peer=_peer(0), token=None) is None
-    assert access.refusal("mark", mutating=True, peer=_peer(OTHER, 4242), token=None) is None
-    refused = access.refusal("mark", mutating=True, peer=_peer(OTHER, 7), token="any token")
+    assert _asks(access, "swap", _peer(OWNER)) is None
+    assert _asks(access, "swap", _peer(0)) is None
+    assert _asks(access, "mark", _peer(OTHER, 4242)) is None
+    refused = _asks(access, "mark", _peer(OTHER, 7))
     assert refused is not None and f"not uid {OTHER}" in refused
-    unknown = access.refusal("swap", mutating=True, peer="127.0.0.1", token=None)
+    unknown = _asks(access, "swap", "127.0.0.1")
     assert unknown is not None and "cannot tell which user" in unknown
 
 
 def test_status_readers_say_who_reads_the_status() -> None:
     anyone, owner = StatusAccess.ipc("any"), StatusAccess.ipc("owner")
-    assert anyone.refusal("status", mutating=False, peer=_peer(OTHER), token=None) is None
-    assert anyone.refusal("swap", mutating=True, peer=_peer(OTHER), token=None) is not None
-    assert owner.refusal("status", mutating=False, peer=_peer(OTHER), token=None) is not None
+    assert _asks(anyone, "status", _peer(OTHER)) is None
+    assert _asks(anyone, "swap", _peer(OTHER)) is not None
+    assert _asks(owner, "status", _peer(OTHER)) is not None
     assert (anyone.socket_mode, owner.socket_mode) == (0o666, 0o600)
     assert StatusAccess.ipc("owner", group_gid=5).socket_mode == 0o660
 
 
-def test_on_tcp_a_command_needs_the_token_whatever_else_it_holds() -> None:
+def test_on_tcp_a_command_needs_a_fresh_signature_with_the_token() -> None:
     token = b"f" * 64
     access = StatusAccess.tcp("any", token)
-    assert access.refusal("swap", mutating=True, peer="127.0.0.1", token="f" * 64) is None
-    for wrong in (None, "", "f" * 63, "g" * 64, ["f" * 64], 12, {"t": 1}):
-        refused = access.refusal("swap", mutating=True, peer=_peer(OWNER), token=wrong)
-        assert refused is not None and "status token" in refused, wrong
+    swap = {"kind": "swap", "path": "/x", "now": True}
+
+    def refusal(request: dict, port: int = 5556) -> str | None:
+        return access.refusal("swap", mutating=True, peer="127.0.0.1", request=request, port=port)
+
+    signed = sign(token, 5556, swap)
+    assert refusal(signed) is None
+    assert "was answered once already" in (refusal(signed) or "")  # the same nonce again
+    assert "holds a wrong one" in (refusal(sign(token, 5557, swap)) or "")  # another port's
+    changed = {**sign(token, 5556, swap), "path": "/elsewhere"}  # a field changed after
+    assert "holds a wrong one" in (refusal(changed) or "")
+    assert "holds a wrong one" in (refusal(sign(b"g" * 64, 5556, swap)) or "")
+    for auth in (None, "mac", {"time": 1.0}, {"time": "now", "nonce": "n", "mac": "m"}):
+        request = {**swap, "auth": auth} if auth is not None else swap
+        refused = refusal(request)
+        assert refused is not None and "status token" in refused and "\n" not in refused, auth
+    assert refusal({**sign(token, 5556, swap), 1: "int key"}) is not None  # json cannot sort it
     read_only = StatusAccess.tcp("any", None, "it could not be made")
-    refused = read_only.refusal("mark", mutating=True, peer="127.0.0.1", token="f" * 64)
+    refused = read_only.refusal(
+        "mark", mutating=True, peer="127.0.0.1", request=sign(token, 1, swap), port=1
+    )
     assert refused == (
         "this status socket is read-only, so it refuses the mark command: the daemon has no "
         "status token (it could not be made)"
     )
+
+
+def test_a_signature_is_good_for_a_minute_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    token = b"f" * 64
+    access = StatusAccess.tcp("any", token)
+    signed = sign(token, 1, {"kind": "mark"})
+    later = time.time() + WINDOW_S + 5
+    monkeypatch.setattr(time, "time", lambda: later)
+    refused = access.refusal("mark", mutating=True, peer=None, request=signed, port=1)
+    assert refused is not None and "more than 60 s from now" in refused
 
 
 def test_the_token_is_made_once_0600_whatever_the_umask(tmp_path: Path) -> None:
@@ -116,7 +148,7 @@ def test_the_daemon_side_reads_the_server_section(tmp_path: Path) -> None:
     blocked.write_text("")
     tcp = load_config(None, [f"server.status_token={blocked}/token"]).server  # cannot be made
     access = status_access(tcp)
-    assert access.transport == "tcp" and access.token is None
+    assert access.transport == "tcp" and access.signatures is None
     assert "cannot create the status token" in access.token_problem
     unknown = load_config(None, ["server.status_group=no-such-group-here"]).server
     with pytest.raises(SecurityError, match="is not a group on this host"):
