@@ -153,3 +153,15 @@ def test_the_daemon_side_reads_the_server_section(tmp_path: Path) -> None:
     unknown = load_config(None, ["server.status_group=no-such-group-here"]).server
     with pytest.raises(SecurityError, match="is not a group on this host"):
         status_access(unknown)
+
+
+def test_with_a_status_group_the_token_is_the_groups_to_read(tmp_path: Path) -> None:
+    if OWNER != 0:
+        pytest.skip("giving a file to a group the test user may not be in needs root")
+    path = tmp_path / "status.token"
+    token = ensure_token(path, group_gid=4242)
+    info = path.stat()
+    assert (stat.S_IMODE(info.st_mode), info.st_gid) == (0o640, 4242)
+    assert ensure_token(path, group_gid=4242) == token
+    with pytest.raises(SecurityError, match="has mode 640"):
+        ensure_token(path)  # the group is no longer configured: others-of-the-owner may read it
