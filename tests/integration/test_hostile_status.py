@@ -314,3 +314,19 @@ def test_a_flood_of_refused_commands_is_logged_once_and_the_socket_still_answers
     logged = [r for r in caplog.records if "status socket:" in r.getMessage()]
     assert len(logged) == 1 and server.refused == 50
     assert signed == {"swap": {"id": 1}} and [r["path"] for r in reached] == ["/y"]
+
+
+def test_a_member_of_the_status_group_commands_on_ipc(tmp_path: Path) -> None:
+    import grp
+
+    group = grp.getgrgid(_nobody().pw_gid).gr_name  # nobody's own group: it is a member
+    folder = Path(tempfile.mkdtemp(prefix="tempo-status-"))
+    folder.chmod(0o755)
+    endpoint = f"ipc://{folder}/status.sock"
+    overrides = (f"server.status_bind={endpoint}", f"server.status_group={group}")
+    with status_server(tmp_path, *overrides) as (_, reached):
+        info = (folder / "status.sock").stat()
+        answered = nobody_asks(endpoint, {"kind": "swap", "path": "/by-the-group"})
+    assert (stat.S_IMODE(info.st_mode), info.st_gid) == (0o660, _nobody().pw_gid)
+    assert answered == {"swap": {"id": 1}}
+    assert reached == [{"kind": "swap", "path": "/by-the-group"}]
