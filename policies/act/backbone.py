@@ -7,15 +7,19 @@ trained with torchvision's model (as LeRobot does) load without renaming. The cl
 
 Batch norm is frozen: an affine map from four buffers (weight, bias, running_mean,
 running_var), as torchvision's `FrozenBatchNorm2d`. A `num_batches_tracked` entry in a state dict
-is tolerated and ignored.
+is tolerated and ignored. A model that trained another norm in its place (Diffusion Policy's
+GroupNorm) passes `norm`, which makes each norm layer from its channel count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+
+NormLayer = Callable[[int], nn.Module]  # channels -> the norm layer after a convolution
 
 _LAYOUTS: dict[str, tuple[str, tuple[int, int, int, int]]] = {
     "resnet18": ("basic", (2, 2, 2, 2)),
@@ -66,16 +70,22 @@ class BasicBlock(nn.Module):
     expansion = 1
 
     def __init__(
-        self, inplanes: int, planes: int, stride: int, downsample: nn.Module | None, dilation: int
+        self,
+        inplanes: int,
+        planes: int,
+        stride: int,
+        downsample: nn.Module | None,
+        dilation: int,
+        norm: NormLayer = FrozenBatchNorm2d,
     ) -> None:
         super().__init__()
         if dilation > 1:
             raise ValueError("BasicBlock does not support dilation (use a Bottleneck ResNet)")
         self.conv1 = _conv3x3(inplanes, planes, stride)
-        self.bn1 = FrozenBatchNorm2d(planes)
+        self.bn1 = norm(planes)
         self.relu = nn.ReLU(inplace=True)
         self.conv2 = _conv3x3(planes, planes)
-        self.bn2 = FrozenBatchNorm2d(planes)
+        self.bn2 = norm(planes)
         self.downsample = downsample
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -91,15 +101,21 @@ class Bottleneck(nn.Module):
     expansion = 4
 
     def __init__(
-        self, inplanes: int, planes: int, stride: int, downsample: nn.Module | None, dilation: int
+        self,
+        inplanes: int,
+        planes: int,
+        stride: int,
+        downsample: nn.Module | None,
+        dilation: int,
+        norm: NormLayer = FrozenBatchNorm2d,
     ) -> None:
         super().__init__()
         self.conv1 = _conv1x1(inplanes, planes)
-        self.bn1 = FrozenBatchNorm2d(planes)
+        self.bn1 = norm(planes)
         self.conv2 = _conv3x3(planes, planes, stride, dilation)
-        self.bn2 = FrozenBatchNorm2d(planes)
+        self.bn2 = norm(planes)
         self.conv3 = _conv1x1(planes, planes * self.expansion)
-        self.bn3 = FrozenBatchNorm2d(planes * self.expansion)
+        self.bn3 = norm(planes * self.expansion)
         self.relu = nn.ReLU(inplace=True)
         self.downsample = downsample
 
@@ -114,7 +130,9 @@ class Bottleneck(nn.Module):
 class ResNet(nn.Module):
     """ResNet trunk up to layer4; `forward` returns the layer4 feature map (B, C, H/32, W/32)."""
 
-    def __init__(self, name: str, dilate_layer4: bool = False) -> None:
+    def __init__(
+        self, name: str, dilate_layer4: bool = False, norm: NormLayer = FrozenBatchNorm2d
+    ) -> None:
         super().__init__()
         if name not in _LAYOUTS:
             raise ValueError(f"unknown backbone {name!r}; choose one of {sorted(_LAYOUTS)}")
@@ -124,8 +142,9 @@ class ResNet(nn.Module):
             raise ValueError(f"{name} cannot dilate layer4: its BasicBlocks do not support it")
         self._inplanes = 64
         self._dilation = 1
+        self._norm = norm
         self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
-        self.bn1 = FrozenBatchNorm2d(64)
+        self.bn1 = norm(64)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
         self.layer1 = self._make_layer(block, 64, depths[0], stride=1, dilate=False)
@@ -153,12 +172,13 @@ class ResNet(nn.Module):
         if stride != 1 or self._inplanes != planes * block.expansion:
             downsample = nn.Sequential(
                 _conv1x1(self._inplanes, planes * block.expansion, stride),
-                FrozenBatchNorm2d(planes * block.expansion),
+                self._norm(planes * block.expansion),
             )
-        blocks = [block(self._inplanes, planes, stride, downsample, previous_dilation)]
+        norm = self._norm
+        blocks = [block(self._inplanes, planes, stride, downsample, previous_dilation, norm)]
         self._inplanes = planes * block.expansion
         for _ in range(1, depth):
-            blocks.append(block(self._inplanes, planes, 1, None, self._dilation))
+            blocks.append(block(self._inplanes, planes, 1, None, self._dilation, norm))
         return nn.Sequential(*blocks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
