@@ -3,8 +3,8 @@
 Every field that changes the model's shapes or its arithmetic is here; nothing about training is
 (Tempo only serves). Field names follow LeRobot's `DiffusionConfig` where the meaning is the
 same, so a LeRobot checkpoint maps onto this config field by field (see
-`policies.diffusion.lerobot`). The defaults are LeRobot's (PushT): a ResNet-18 per camera, a
-U-Net of widths 512, 1024, 2048, DDPM with 100 steps.
+`policies.diffusion.lerobot`). The defaults are LeRobot 0.6's: a ResNet-18 with batch norm per
+camera, horizon 64, a U-Net of widths 512, 1024, 2048, DDPM with 100 steps.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ class DiffusionConfig(BaseModel):
         default=2, ge=1, le=64, description="Observation steps the model conditions on."
     )
     horizon: int = Field(
-        default=16, ge=1, le=4096, description="Actions the U-Net denoises, from the oldest step."
+        default=64, ge=1, le=4096, description="Actions the U-Net denoises, from the oldest step."
     )
     n_action_steps: int = Field(
-        default=8, ge=1, le=4096, description="Actions LeRobot plays from each chunk."
+        default=32, ge=1, le=4096, description="Actions LeRobot plays from each chunk."
     )
 
     # ---- Vision ------------------------------------------------------------------------------
@@ -57,13 +57,13 @@ class DiffusionConfig(BaseModel):
         default=None, description="(height, width) frames are resized to first (bilinear)."
     )
     crop_shape: tuple[int, int] | None = Field(
-        default=(84, 84), description="(height, width) of the center crop; None: no crop."
+        default=None, description="(height, width) of the center crop; None: no crop."
     )
     use_group_norm: bool = Field(
-        default=True, description="GroupNorm (channels // 16 groups) in place of batch norm."
+        default=False, description="GroupNorm (channels // 16 groups) in place of batch norm."
     )
     spatial_softmax_num_keypoints: int = Field(default=32, ge=1, le=4096)
-    use_separate_rgb_encoder_per_camera: bool = False
+    use_separate_rgb_encoder_per_camera: bool = True
 
     # ---- U-Net -------------------------------------------------------------------------------
     down_dims: tuple[int, ...] = Field(default=(512, 1024, 2048), min_length=1, max_length=8)
