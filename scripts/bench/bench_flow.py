@@ -89,7 +89,7 @@ def prewarm(modes: list[str], args: argparse.Namespace) -> None:
         passthrough += ["--set", item]
     began = time.perf_counter()
     processes = {
-        mode: subprocess.Popen([sys.executable, __file__, "--warm", mode, *passthrough])
+        mode: subprocess.Popen([sys.executable, "-m", __spec__.name, "--warm", mode, *passthrough])
         for mode in modes
     }
     failed = [mode for mode, process in processes.items() if process.wait() != 0]

@@ -44,15 +44,13 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the child is run as a file
-from controller.errors import HandshakeRefused  # noqa: E402
-from controller.wire.client import TempoClient  # noqa: E402
+from controller.errors import HandshakeRefused
+from controller.wire.client import TempoClient
 
 DEADLINE_RULE = (
     "a chunk is on time when its first action is for one of the Q control steps after the newest "
@@ -246,7 +244,7 @@ class RobotProcess:
         # A session of its own: a terminal's Ctrl-C is for the benchmark, which ends its robots
         # by closing their input (close()).
         self._child = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child"],
+            [sys.executable, "-m", __spec__.name, "--child"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
         self._to, self._from = self._child.stdin, self._child.stdout  # both piped, never None

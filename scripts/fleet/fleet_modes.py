@@ -16,13 +16,24 @@ import math
 import time
 from typing import Any
 
-from fleet_robots import RobotProcess, all_closed, percentile, run_robots, stop_and_join
-from fleet_serving import GpuSampler, bucket_step_ms, serving, start_policies, stop_policies
-
 from controller.config import TempoConfig, policy_views
 from controller.daemon.admission import Capacity
 from controller.daemon.execution import resolve_execution
 from controller.feed.batch_window import step_times_of
+from scripts.fleet.fleet_robots import (
+    RobotProcess,
+    all_closed,
+    percentile,
+    run_robots,
+    stop_and_join,
+)
+from scripts.fleet.fleet_serving import (
+    GpuSampler,
+    bucket_step_ms,
+    serving,
+    start_policies,
+    stop_policies,
+)
 
 
 def _query_period(view: TempoConfig, policy: Any) -> int:

@@ -38,26 +38,22 @@ import numpy as np
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from quant_pi0_shapes import bench_shapes, compute_paths, shape_line  # noqa: E402
-
-from controller.inference.build import build_runner, resolve_device  # noqa: E402
-from controller.inference.examples import random_example  # noqa: E402
-from controller.runner_config import RunnerConfig  # noqa: E402
-from controller.tools.bench_policy import percentiles_ms  # noqa: E402
-from controller.tools.quantize import run_policy  # noqa: E402
-from policies.base import CameraSpec, PolicySpec  # noqa: E402
-from policies.pi0.config import Pi0Config, tiny_pi0_config  # noqa: E402
-from policies.pi0.gemma import HostTable  # noqa: E402
-from policies.pi0.policy import pi0_policy  # noqa: E402
-from policies.pi0.quantized import PI0_TARGET  # noqa: E402
-from policies.pi0.step import Pi0Step, Pi0StepConfig  # noqa: E402
-from policies.quant.apply import quantize_module  # noqa: E402
-from policies.quant.config import QuantSettings  # noqa: E402
-from policies.quant.layer import QuantLinear, memory_bytes  # noqa: E402
-from policies.tensor_policy import ReferenceChunks, TensorPolicy  # noqa: E402
+from controller.inference.build import build_runner, resolve_device
+from controller.inference.examples import random_example
+from controller.runner_config import RunnerConfig
+from controller.tools.bench_policy import percentiles_ms
+from controller.tools.quantize import run_policy
+from policies.base import CameraSpec, PolicySpec
+from policies.pi0.config import Pi0Config, tiny_pi0_config
+from policies.pi0.gemma import HostTable
+from policies.pi0.policy import pi0_policy
+from policies.pi0.quantized import PI0_TARGET
+from policies.pi0.step import Pi0Step, Pi0StepConfig
+from policies.quant.apply import quantize_module
+from policies.quant.config import QuantSettings
+from policies.quant.layer import QuantLinear, memory_bytes
+from policies.tensor_policy import ReferenceChunks, TensorPolicy
+from scripts.quant.quant_pi0_shapes import bench_shapes, compute_paths, shape_line
 
 log = logging.getLogger("bench_quant_pi0")
 CAMERAS, STATE, JOINTS = 3, 14, 7

@@ -23,13 +23,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from soak import soak  # noqa: E402
-
-from controller.observe.status_server import request_status  # noqa: E402
+from controller.observe.status_server import request_status
+from scripts.soak.soak import soak
 
 ROWS = [
     ("missed ticks", "missed_ticks", "{:.0f}"),

@@ -31,10 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from soak import soak  # noqa: E402
-
-from controller.observe.status_server import request_status  # noqa: E402
+from controller.observe.status_server import request_status
+from scripts.soak.soak import soak
 
 MODES = ("off", "continuous", "ring")
 POLL_S = 0.5  # how often the daemon's status (recording counts, lateness p50) is read
@@ -110,12 +108,10 @@ def policy_sets(args: argparse.Namespace, workdir: Path) -> list[str]:
     if args.policy != "act":
         return ["policy.kind=checkpoint", f"policy.path={args.policy}"]
     checkpoint = workdir / "demo-act"
-    maker = Path(__file__).resolve().parent / "make_demo_checkpoint.py"
     sizes = [f"--camera={n}:{args.height}x{args.width}" for n in camera_names(args.cameras)]
     # A process of its own: this one stays free of torch (its busy processes are forked).
-    subprocess.run(
-        [sys.executable, str(maker), str(checkpoint), *sizes], check=True, capture_output=True
-    )
+    maker = [sys.executable, "-m", "scripts.make_demo_checkpoint", str(checkpoint), *sizes]
+    subprocess.run(maker, check=True, capture_output=True)
     sets = ["policy.kind=checkpoint", f"policy.path={checkpoint}"]
     return sets + cpu_fit_sets(args.overrides)
 

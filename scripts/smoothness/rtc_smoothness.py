@@ -44,13 +44,19 @@ import argparse
 
 import numpy as np
 import torch
-from smoothness_models import FAMILIES, JOINTS, TRAIN_STEPS, SmoothnessModel, make_model
 
 from controller.action.guards_config import GuardsConfig
 from controller.action.pipeline import ActionPipeline
 from controller.action.teleop import TeleopConfig
 from controller.policy_sections import RTCConfig
 from policies.base import RobotContext
+from scripts.smoothness.smoothness_models import (
+    FAMILIES,
+    JOINTS,
+    TRAIN_STEPS,
+    SmoothnessModel,
+    make_model,
+)
 
 RATE_HZ = 50.0
 

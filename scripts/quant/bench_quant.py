@@ -33,21 +33,19 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from controller.inference.build import build_runner, resolve_device  # noqa: E402
-from controller.inference.parity import relative_error  # noqa: E402
-from controller.runner_config import RunnerConfig  # noqa: E402
-from controller.tools.bench_policy import percentiles_ms  # noqa: E402
-from controller.tools.quantize import run_module, stacked_observations  # noqa: E402
-from policies.act.config import ACTConfig  # noqa: E402
-from policies.act.model import ACT  # noqa: E402
-from policies.base import PolicySpec  # noqa: E402
-from policies.quant.act import set_submodule  # noqa: E402
-from policies.quant.apply import quantize_module  # noqa: E402
-from policies.quant.config import QuantSettings  # noqa: E402
-from policies.quant.layer import QuantLinear, memory_bytes  # noqa: E402
-from policies.tensor_policy import ReferenceChunks, TensorPolicy  # noqa: E402
+from controller.inference.build import build_runner, resolve_device
+from controller.inference.parity import relative_error
+from controller.runner_config import RunnerConfig
+from controller.tools.bench_policy import percentiles_ms
+from controller.tools.quantize import run_module, stacked_observations
+from policies.act.config import ACTConfig
+from policies.act.model import ACT
+from policies.base import PolicySpec
+from policies.quant.act import set_submodule
+from policies.quant.apply import quantize_module
+from policies.quant.config import QuantSettings
+from policies.quant.layer import QuantLinear, memory_bytes
+from policies.tensor_policy import ReferenceChunks, TensorPolicy
 
 log = logging.getLogger("bench_quant")
 

@@ -31,16 +31,14 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from check_pi0_parity import (  # noqa: E402
+from controller.observe.percentiles import summarize
+from scripts.parity.check_pi0_parity import (
     CAMERAS,
     STATE_SIZE,
     SentencePieceStandIn,
     build_lerobot,
     save_processors,
 )
-
-from controller.observe.percentiles import summarize  # noqa: E402
 
 
 def lerobot_batch(policy: Any, seed: int = 0) -> dict[str, torch.Tensor]:

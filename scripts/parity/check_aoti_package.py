@@ -211,7 +211,7 @@ def _run_child(args: argparse.Namespace, name: str) -> dict[str, Any]:
     log = args.work / f"{name}.child.log"
     with log.open("w") as err:
         child = subprocess.run(
-            [sys.executable, __file__, "--policy", args.policy, "--device", args.device,
+            [sys.executable, "-m", __spec__.name, "--policy", args.policy, "--device", args.device,
              "--work", str(args.work), "--fresh-child", name],
             stdout=subprocess.PIPE, stderr=err, text=True,
         )  # fmt: skip

@@ -44,14 +44,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fleet_modes import DAEMON_SPLIT, admission_run, fleet_run, mixed_run  # noqa: E402
-from fleet_robots import DEADLINE_RULE, DRIVES  # noqa: E402
-
-from controller.config import TempoConfig, load_config  # noqa: E402
-from controller.errors import TempoError  # noqa: E402
+from controller.config import TempoConfig, load_config
+from controller.errors import TempoError
+from scripts.fleet.fleet_modes import DAEMON_SPLIT, admission_run, fleet_run, mixed_run
+from scripts.fleet.fleet_robots import DEADLINE_RULE, DRIVES
 
 
 def sockets(tmp: str, robots: int) -> list[str]:

@@ -37,15 +37,13 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from controller.config import TempoConfig  # noqa: E402
-from controller.daemon.service import pipeline_factory  # noqa: E402
-from controller.inference.examples import random_observation  # noqa: E402
-from controller.inference.output_download import OutputDownload  # noqa: E402
-from controller.inference.step_path import StepPath  # noqa: E402
-from controller.inference.tiers import EagerTier  # noqa: E402
-from controller.observe.telemetry import (  # noqa: E402
+from controller.config import TempoConfig
+from controller.daemon.service import pipeline_factory
+from controller.inference.examples import random_observation
+from controller.inference.output_download import OutputDownload
+from controller.inference.step_path import StepPath
+from controller.inference.tiers import EagerTier
+from controller.observe.telemetry import (
     ENSEMBLER,
     GUARDS,
     INFERENCE,
@@ -61,12 +59,12 @@ from controller.observe.telemetry import (  # noqa: E402
     UPLOAD,
     Telemetry,
 )
-from controller.runner_config import RunnerConfig  # noqa: E402
-from controller.tools.compare import paired_bootstrap  # noqa: E402
-from controller.wire.protocol import decode, encode  # noqa: E402
-from policies.base import window_context  # noqa: E402
-from policies.tensor_policy import TensorPolicy  # noqa: E402
-from policies.tiny import build_tiny_policy  # noqa: E402
+from controller.runner_config import RunnerConfig
+from controller.tools.compare import paired_bootstrap
+from controller.wire.protocol import decode, encode
+from policies.base import window_context
+from policies.tensor_policy import TensorPolicy
+from policies.tiny import build_tiny_policy
 
 RECORDS_PER_STEP = 13
 

@@ -26,8 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from soak import soak  # noqa: E402
+from scripts.soak.soak import soak
 
 GOAL_RATIO = 1.5
 HISTOGRAM_US = 20_000  # wake-ups later than 20 ms count as overflows (and as 20 ms)

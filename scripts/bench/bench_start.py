@@ -101,7 +101,7 @@ def child(plan: dict[str, Any]) -> int:
 
 
 def one_start(plan: dict[str, Any], timeout_s: float, log_to: Path | None = None) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", json.dumps(plan)]
+    command = [sys.executable, "-m", __spec__.name, "--child", json.dumps(plan)]
     result: dict[str, Any] = {"ok": False}
     with tempfile.TemporaryFile("w+") as log_file:  # a file: a full pipe would stall the child
         began = time.perf_counter()

@@ -40,20 +40,18 @@ import numpy as np
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from controller.inference.build import build_runner  # noqa: E402
-from controller.inference.parity import all_finite  # noqa: E402
-from controller.inference.runner import Runner  # noqa: E402
-from controller.observe.percentiles import summarize  # noqa: E402
-from controller.runner_config import RunnerConfig  # noqa: E402
-from policies.base import PolicySpec, RobotContext  # noqa: E402
-from policies.demo import make_demo_policy  # noqa: E402
-from policies.inputs import example_frames  # noqa: E402
-from policies.tdmpc2.config import TDMPC2Config  # noqa: E402
-from policies.tdmpc2.serving import random_tdmpc2_policy  # noqa: E402
-from policies.tensor_policy import TensorPolicy  # noqa: E402
-from policies.tiny import build_tiny_policy, tiny_spec  # noqa: E402
+from controller.inference.build import build_runner
+from controller.inference.parity import all_finite
+from controller.inference.runner import Runner
+from controller.observe.percentiles import summarize
+from controller.runner_config import RunnerConfig
+from policies.base import PolicySpec, RobotContext
+from policies.demo import make_demo_policy
+from policies.inputs import example_frames
+from policies.tdmpc2.config import TDMPC2Config
+from policies.tdmpc2.serving import random_tdmpc2_policy
+from policies.tensor_policy import TensorPolicy
+from policies.tiny import build_tiny_policy, tiny_spec
 
 
 class NullModule(nn.Module):
