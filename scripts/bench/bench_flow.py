@@ -16,7 +16,7 @@ caches and the per-model mega-cache); the compare then starts each runner from t
 (dynamo tracing only). Each process prints its start-up time; the table prints the warm one.
 `--no-prewarm` skips the parallel start (then the table's start column is the cold compile).
 
-    python scripts/bench_flow.py [--tier graph] [-n 200] [--modes exact stop_grad inpaint]
+    python -m scripts.bench.bench_flow [--tier graph] [-n 200] [--modes exact stop_grad inpaint]
         [--set runner.compile_mode=max-autotune-no-cudagraphs] [--json FILE]
 """
 

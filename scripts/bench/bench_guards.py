@@ -6,7 +6,7 @@ the guards), checks that both produce the same commands, and prints median and p
 microseconds. Defaults: 14 joints, chunk 100, a new chunk every step (ACT's query period 1), 200
 Hz, every guard on, two joints handed to the operator and back every 100 ticks.
 
-    python scripts/bench_guards.py [--ticks 1000] [--joints 14] [--chunk 100] [--period 1]
+    python -m scripts.bench.bench_guards [--ticks 1000] [--joints 14] [--chunk 100] [--period 1]
 """
 
 from __future__ import annotations

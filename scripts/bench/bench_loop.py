@@ -5,7 +5,7 @@ A real daemon (in this process) serves a simulated robot (a separate process, ob
 all the time. Two pacing modes run in the same invocation: plain sleep to the deadline (the
 baseline, control.spin_us=0) and Tempo's sleep-then-spin (the default).
 
-    python scripts/bench_loop.py [--seconds 30] [--rate 200] [--policy-ms 4]
+    python -m scripts.bench.bench_loop [--seconds 30] [--rate 200] [--policy-ms 4]
 """
 
 from __future__ import annotations

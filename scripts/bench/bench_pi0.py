@@ -10,8 +10,8 @@ policy is saved with `save_pretrained` and its processors, and `tempo bench` tim
 tier on that directory in a fresh process (cold start, then a warm restart on the compile
 cache), reporting each tier's step and the GPU memory held.
 
-    python scripts/bench_pi0.py                        # needs LeRobot (0.6+) and a GPU
-    python scripts/bench_pi0.py --families pi0 --lerobot-compile --json out.json
+    python -m scripts.bench.bench_pi0                        # needs LeRobot (0.6+) and a GPU
+    python -m scripts.bench.bench_pi0 --families pi0 --lerobot-compile --json out.json
 
 Prints one table per family: LeRobot's rows, then Tempo's, with the speed-up over LeRobot's
 eager step measured in the same run.

@@ -19,7 +19,7 @@ quick CPU run.
 default): between steps the inference process then sleeps, unless supervision.busy_poll_ms
 keeps it polling (`--set supervision.busy_poll_ms=50`).
 
-    python scripts/bench_remote_step.py [--iters 300] [--cache-dir DIR] [--tiny] [--set K=V]
+    python -m scripts.bench.bench_remote_step [--iters 300] [--cache-dir DIR] [--tiny] [--set K=V]
                                         [--period-ms MS]
 """
 

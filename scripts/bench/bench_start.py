@@ -3,10 +3,10 @@ cold (an empty compile cache), warm (the compile cache an earlier start left), m
 cache holding only the mega-cache file that start saved: what can be copied to another machine)
 and with built artefacts (what `tempo build` makes), several starts each, as a table.
 
-    python scripts/bench_start.py --policy act-aloha --device cuda --repeats 3
-    python scripts/bench_start.py --policy tiny --device cpu             # CPU: compiled tier
-    python scripts/bench_start.py --checkpoint DIR --device cuda         # any checkpoint (pi0)
-    python scripts/bench_start.py --policy act-aloha --device cuda --modes built --logs LOGS
+    python -m scripts.bench.bench_start --policy act-aloha --device cuda --repeats 3
+    python -m scripts.bench.bench_start --policy tiny --device cpu             # CPU: compiled tier
+    python -m scripts.bench.bench_start --checkpoint DIR --device cuda       # any checkpoint (pi0)
+    python -m scripts.bench.bench_start --policy act-aloha --device cuda --modes built --logs LOGS
 
 Policies: tiny (the tiny conv+MLP test policy, made in code), act-demo, act-aloha, tdmpc2 (the
 5M planner at humanoid shapes) and flow-aloha, each with random weights written as a Tempo

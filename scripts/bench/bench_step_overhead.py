@@ -1,8 +1,9 @@
 """The runner's per-step host overhead: Runner.predict against the model alone, in one run.
 
-    python scripts/bench_step_overhead.py                        # CPU, eager_fp32
-    python scripts/bench_step_overhead.py --device cuda          # graph tier, TD-MPC2 5M
-    python scripts/bench_step_overhead.py --device cuda --tiers graph,compiled --policies tdmpc2
+    python -m scripts.bench.bench_step_overhead                        # CPU, eager_fp32
+    python -m scripts.bench.bench_step_overhead --device cuda          # graph tier, TD-MPC2 5M
+    python -m scripts.bench.bench_step_overhead --device cuda --tiers graph,compiled \\
+        --policies tdmpc2
 
 For each policy (TD-MPC2 fast mode, `mode: prior`, humanoid shapes, its whole horizon rolled out
 (tdmpc2) or `prior_steps: 1` (tdmpc2-1); the tiny visuomotor policy; the demo ACT) and each tier

@@ -1,6 +1,6 @@
 """What telemetry costs: a realistic step with and without it, measured in the same run.
 
-    python scripts/bench_telemetry.py [--rounds 2000] [--act-rounds 300]
+    python -m scripts.bench.bench_telemetry [--rounds 2000] [--act-rounds 300]
 
 1. Micro-benchmark: nanoseconds per operation (a section as a context manager, explicit
    start/stop, `lap` chains, a wrapped call, the shared no-op when telemetry is off, the one

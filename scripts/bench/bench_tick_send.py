@@ -4,7 +4,7 @@ send (RouterTransport.send, the baseline), in the same run, over a real ROUTER t
 
 Prints time per send and the bytes Python allocated per send (tracemalloc), with the ratio.
 
-    python scripts/bench_tick_send.py [--sends 20000] [--joints 14]
+    python -m scripts.bench.bench_tick_send [--sends 20000] [--joints 14]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The observation is 3 cameras of 480x640x3 uint8 plus 14 float32 joint values; th
 decoder, or msgpack.unpackb for the packed form) and answers. Both forms run in the same
 invocation over ipc:// and tcp://127.0.0.1, so the ratio is measured on the same machine state.
 
-    python scripts/bench_transport.py [--iterations 500]
+    python -m scripts.bench.bench_transport [--iterations 500]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
    median on an H200).
 3. Optionally writes the policy as a Tempo checkpoint (`--save DIR`) for daemon runs.
 
-    python scripts/gpu_checks.py [--save DIR] [--iters 200]
+    python -m scripts.bench.gpu_checks [--save DIR] [--iters 200]
 """
 
 from __future__ import annotations
@@ -21,10 +21,7 @@ from controller.observe.percentiles import summarize
 from policies.checkpoints.tempo_format import save_checkpoint
 from policies.demo import make_aloha_policy
 from policies.tensor_policy import example_inputs
-
-
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).norm() / b.double().norm())
+from scripts.measure import relative_error
 
 
 def time_steps(module, images, state, iterations: int, warmup: int = 20) -> list[float]:  # type: ignore[no-untyped-def]

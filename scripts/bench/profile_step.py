@@ -4,7 +4,7 @@ Builds ACT at ALOHA size through the runner (graph tier; the compile cache makes
 then times each phase of `predict_chunk` with a synchronize after it, so phases do not overlap
 here as they do when serving (the sum is an upper bound of the real step).
 
-    python scripts/profile_step.py [--cache-dir DIR] [--iters 300]
+    python -m scripts.bench.profile_step [--cache-dir DIR] [--iters 300]
 """
 
 from __future__ import annotations

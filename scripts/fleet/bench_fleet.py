@@ -25,12 +25,14 @@ fleet run):
                    --max-load); robots connect one by one up to N+1: which hello was refused
                    and its sentence, and that the admitted robots kept being served.
 
-    python scripts/bench_fleet.py --tiny --robots 1 2 4 --seconds 5            # a CPU check
-    python scripts/bench_fleet.py --tiny --rate 10 --mixed --admission 2 --saturate --robots 4
-    python scripts/bench_fleet.py --robots 1 2 4 8 16 --rate 50 --batch-sizes 1 2 4 8 16 \\
+    python -m scripts.fleet.bench_fleet --tiny --robots 1 2 4 --seconds 5            # a CPU check
+    python -m scripts.fleet.bench_fleet --tiny --rate 10 --mixed --admission 2 --saturate --robots 4
+    python -m scripts.fleet.bench_fleet --robots 1 2 4 8 16 --rate 50 --batch-sizes 1 2 4 8 16 \\
         --set policy.kind=checkpoint --set policy.path=ACT --set runner.cache_dir=DIR
-    python scripts/bench_fleet.py --mixed --act-path ACT --pi0-path PI0 --set runner.cache_dir=DIR
-    python scripts/bench_fleet.py --admission 16 --batch-sizes 1 2 4 8 16 --set policy.path=ACT ...
+    python -m scripts.fleet.bench_fleet --mixed --act-path ACT --pi0-path PI0 \\
+        --set runner.cache_dir=DIR
+    python -m scripts.fleet.bench_fleet --admission 16 --batch-sizes 1 2 4 8 16 \\
+        --set policy.path=ACT ...
 
 Without --tiny every policy runs in its own inference process, as `tempo serve` runs it.
 """
@@ -48,6 +50,7 @@ from controller.config import TempoConfig, load_config
 from controller.errors import TempoError
 from scripts.fleet.fleet_modes import DAEMON_SPLIT, admission_run, fleet_run, mixed_run
 from scripts.fleet.fleet_robots import DEADLINE_RULE, DRIVES
+from scripts.measure import shown, table
 
 
 def sockets(tmp: str, robots: int) -> list[str]:
@@ -81,27 +84,6 @@ def mixed_config(args: argparse.Namespace, tmp: str, robots: int) -> TempoConfig
     policies = [entry("act", args.act_path),
                 entry("pi0", args.pi0_path, query_period=args.pi0_query_period)]  # fmt: skip
     return load_config(None, [*common, f"policies={json.dumps(policies)}"])
-
-
-def shown(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
-    if isinstance(value, dict):
-        return " ".join(f"{k}:{shown(v)}" for k, v in value.items()) or "-"
-    if isinstance(value, list):
-        return ",".join(shown(v) for v in value)
-    return str(value)
-
-
-def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:
-    """Rows as aligned columns: (heading, key) each."""
-    cells = [[heading for heading, _ in columns]]
-    cells += [[shown(row.get(key)) for _, key in columns] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    for line in cells:
-        print("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
 
 
 FLEET_COLUMNS = [
@@ -178,13 +160,13 @@ def pairs(args: argparse.Namespace, tmp: str, eager: bool) -> list[dict[str, Any
             rows.append(row)
     drive = "" if eager else f", robots driven by {args.drive}"
     print(f"\n{'saturation' if eager else 'fleet'}: {rate:g} Hz, {args.seconds:g} s a run{drive}")
-    table(rows, SATURATE_COLUMNS if eager else FLEET_COLUMNS)
+    print(table(rows, SATURATE_COLUMNS if eager else FLEET_COLUMNS))
     if not eager:
         print(f"  {DAEMON_NOTE}")
     ratios = compare_pairs(rows)
-    table(ratios, [("robots", "robots"), ("throughput batched / one-by-one",
-                                          "throughput_vs_one_after_another"),
-                   ("p99 / one robot's", "p99_vs_single_robot")])  # fmt: skip
+    print(table(ratios, [("robots", "robots"), ("throughput batched / one-by-one",
+                                            "throughput_vs_one_after_another"),
+                         ("p99 / one robot's", "p99_vs_single_robot")]))  # fmt: skip
     if eager:
         print("  robots send again as soon as their chunk arrives, at most a chunk a control "
               "period each: saturated where demand/s exceeds 1-by-1/s (else raise "
@@ -201,9 +183,9 @@ def mixed(args: argparse.Namespace, tmp: str) -> list[dict[str, Any]]:
     rows = mixed_run(config, counts, args.seconds, args.tiny, args.drive)
     print(f"\nmixed: one daemon at {args.rate:g} Hz, {args.seconds:g} s, robots driven by "
           f"{args.drive}")  # fmt: skip
-    table(rows[:-1], MIXED_COLUMNS)
+    print(table(rows[:-1], MIXED_COLUMNS))
     print("  each robot:")
-    table([robot for row in rows[:-1] for robot in row["per_robot"]], ROBOT_COLUMNS)
+    print(table([robot for row in rows[:-1] for robot in row["per_robot"]], ROBOT_COLUMNS))
     daemon = rows[-1]
     print(f"  deadline: {DEADLINE_RULE}")
     for row in rows[:-1]:

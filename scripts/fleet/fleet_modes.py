@@ -1,4 +1,4 @@
-"""The runs of scripts/bench_fleet.py, each returning the rows it reports (JSON-able dicts).
+"""The runs of scripts/fleet/bench_fleet.py, each returning the rows it reports (JSON-able dicts).
 
     fleet_run(config, robots, seconds, tiny, drive)       # robots at their rate, on one policy
     fleet_run(config, robots, seconds, tiny, "eager")     # saturation: robots never wait
@@ -23,7 +23,6 @@ from controller.feed.batch_window import step_times_of
 from scripts.fleet.fleet_robots import (
     RobotProcess,
     all_closed,
-    percentile,
     run_robots,
     stop_and_join,
 )
@@ -34,6 +33,7 @@ from scripts.fleet.fleet_serving import (
     start_policies,
     stop_policies,
 )
+from scripts.measure import percentile
 
 
 def _query_period(view: TempoConfig, policy: Any) -> int:

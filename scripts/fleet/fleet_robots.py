@@ -1,4 +1,4 @@
-"""Simulated robots for scripts/bench_fleet.py, each in its own Python process with its own
+"""Simulated robots for scripts/fleet/bench_fleet.py, each in its own Python process with its own
 TempoClient, as drivers run on real robots. (As threads of the benchmark's process they shared
 its interpreter lock with the daemon: on an H100 host, 16 ACT-ALOHA robots writing three
 480x640 frames each at 50 Hz held it long enough that chunks reached them 2-4 s late and the
@@ -51,6 +51,7 @@ import numpy as np
 
 from controller.errors import HandshakeRefused
 from controller.wire.client import TempoClient
+from scripts.measure import percentile
 
 DEADLINE_RULE = (
     "a chunk is on time when its first action is for one of the Q control steps after the newest "
@@ -92,8 +93,8 @@ class RobotRun:
             "deadline_ticks": self.ticks_per_request if self.period_s > 0 else None,
             "drive": self.drive,
             "chunks": len(times),
-            "p50_ms": float(np.percentile(times, 50)) if times else None,
-            "p99_ms": float(np.percentile(times, 99)) if times else None,
+            "p50_ms": percentile(times, 50),
+            "p99_ms": percentile(times, 99),
             "late_chunks": self.late,
             "late_at_s": [round(t, 3) for t in self.late_at_s],
             "unserved_periods": self.unserved_periods,
@@ -366,10 +367,6 @@ def stop_and_join(robots: list[RobotProcess]) -> None:
         robot.stop()
     for robot in robots:
         robot.join()
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--child"]:

@@ -1,4 +1,4 @@
-"""The daemon side of scripts/bench_fleet.py: its policies started, a daemon serving them, the
+"""The daemon side of scripts/fleet/bench_fleet.py: its policies started, a daemon serving them, the
 step times the runners report per batch bucket, and the GPU's utilisation sampled meanwhile.
 
     policies = start_policies(config, tiny=True)      # one per policy_views(config), in order

@@ -4,8 +4,8 @@ missed parity on an H200 (inductor's layout optimisation: 0.162 off with it, 9.8
 variant `layout-opt`) and took 49 s to load (44 s of it aoti_load_package describing the
 machine, which the runner skips).
 
-    python scripts/check_aoti_package.py --policy act-aloha --device cuda --work DIR
-    python scripts/check_aoti_package.py --policy act-demo --device cpu --variants runner
+    python -m scripts.parity.check_aoti_package --policy act-aloha --device cuda --work DIR
+    python -m scripts.parity.check_aoti_package --policy act-demo --device cpu --variants runner
 
 Each build variant compiles one package of the step: the half tier's (FP16 weight copy under
 autocast, channels-last on CUDA, as the runner builds it) with the runner's package settings or

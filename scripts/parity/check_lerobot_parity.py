@@ -12,9 +12,9 @@ LeRobot >= 0.4, its pre/post-processor pipelines), loads the directory with Temp
 It prints the relative error max|tempo - lerobot| / max|lerobot| of the actions in robot units
 and of the normalized actions (the network alone), and exits 1 if any exceeds the tolerance.
 
-    python scripts/check_lerobot_parity.py            # small cases, seconds on a CPU
-    python scripts/check_lerobot_parity.py --aloha    # also LeRobot's default ALOHA-sized ACT
-                                                      # (3 cameras 480x640, 14 joints)
+    python -m scripts.parity.check_lerobot_parity          # small cases, seconds on a CPU
+    python -m scripts.parity.check_lerobot_parity --aloha  # also LeRobot's default ALOHA-sized
+                                                           # ACT (3 cameras 480x640, 14 joints)
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import torch
 
 from policies.act.preprocess import prepare_images, prepare_state
 from policies.checkpoints.load import load_checkpoint
+from scripts.measure import max_relative_error
 
 
 @dataclass
@@ -153,10 +154,6 @@ def random_stats(shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
     }  # fmt: skip
 
 
-def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
-    return float((ours - reference).abs().max() / reference.abs().max())
-
-
 @torch.no_grad()
 def run_case(case: Case, seed: int, keep: Path | None) -> tuple[dict[str, float], float]:
     policy, processors, config, stats = build_lerobot(case, seed)
@@ -202,9 +199,9 @@ def run_case(case: Case, seed: int, keep: Path | None) -> tuple[dict[str, float]
     reference, normalized_ref = lerobot(channels_last=False)
     reference_cl, _ = lerobot(channels_last=True)
     tempo_in = (*frames, full_state.unsqueeze(1))
-    errors = {"actions": relative_error(tempo(*tempo_in), reference)}
+    errors = {"actions": max_relative_error(tempo(*tempo_in), reference)}
     cl = copy.deepcopy(tempo).use_channels_last()
-    errors["actions, channels-last"] = relative_error(cl(*tempo_in), reference_cl)
+    errors["actions, channels-last"] = max_relative_error(cl(*tempo_in), reference_cl)
     if normalized_ref is not None:
         pixels = [
             prepare_images(
@@ -216,8 +213,8 @@ def run_case(case: Case, seed: int, keep: Path | None) -> tuple[dict[str, float]
             full_state.unsqueeze(1), tempo.state_norm, tempo.env_state_norm, None, case.state_dim
         )
         normalized = tempo.predict_normalized(pixels, robot, env_state)
-        errors["normalized actions"] = relative_error(normalized, normalized_ref)
-    noise = relative_error(reference_cl, reference)
+        errors["normalized actions"] = max_relative_error(normalized, normalized_ref)
+    noise = max_relative_error(reference_cl, reference)
     return errors, noise
 
 

@@ -16,9 +16,9 @@ alone, before the robot's units. It prints the relative error max|tempo - lerobo
 max|lerobot| and exits 1 if any FP32 case exceeds 1e-4. BF16 cases (both sides in LeRobot's own
 mixed precision) are reported against a stated tolerance.
 
-    python scripts/check_pi0_parity.py --device cuda                  # tiny and real size
-    python scripts/check_pi0_parity.py --sizes tiny --device cpu      # minutes on a CPU
-    python scripts/check_pi0_parity.py --sizes tiny --save-reference tests/data
+    python -m scripts.parity.check_pi0_parity --device cuda                  # tiny and real size
+    python -m scripts.parity.check_pi0_parity --sizes tiny --device cpu      # minutes on a CPU
+    python -m scripts.parity.check_pi0_parity --sizes tiny --save-reference tests/data
 
 "tiny" is LeRobot's own code at reduced widths: its Gemma variants and SigLIP tower patched
 smaller (LeRobot has no small variant: gemma_300m as the VLM fails on the image projector's fixed
@@ -42,6 +42,8 @@ from typing import Any
 
 import torch
 from safetensors.torch import save_file
+
+from scripts.measure import max_relative_error
 
 FP32_TOLERANCE = 1e-4
 BF16_TOLERANCE = 3e-2  # stated: BF16 weights and activations on both sides, errors compound
@@ -289,15 +291,6 @@ def tempo_chunk(
     return network.sample_actions(*args, noise=x["noise"]).float()
 
 
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max|a - b| / max|b|; infinite where either is not finite or b is all zeros (a check
-    that compares two empty chunks proves nothing)."""
-    scale = b.abs().max()
-    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())) or scale == 0:
-        return float("inf")
-    return float((a - b).abs().max() / scale)
-
-
 def check(family: str, size: str, dtype: str, device: str, save: Path | None) -> dict:
     started = time.perf_counter()
     policy = build_lerobot(family, size, dtype, device, seed=0)
@@ -328,7 +321,7 @@ def check(family: str, size: str, dtype: str, device: str, save: Path | None) ->
             tensors["lerobot_actions"] = reference.cpu()
             save_file(tensors, str(keep / "reference.safetensors"))
             (keep / "tempo_widths.json").write_text(json.dumps(widths, indent=2))
-    error = relative_error(ours, reference)
+    error = max_relative_error(ours, reference)
     tolerance = FP32_TOLERANCE if dtype == "float32" else BF16_TOLERANCE
     return {"family": family, "size": size, "dtype": dtype, "error": error,
             "tolerance": tolerance, "ok": error <= tolerance,

@@ -12,7 +12,7 @@ means one side lost its guidance. Also printed: whether this torch's torch.func.
 zeros under torch.inference_mode (pytorch#177318, fixed 2026-03): the suspected cause of the 0.88
 that the eager reference (then under inference mode) showed on an H100.
 
-    python scripts/rtc_exact_parity.py [--policy demo|aloha] [--tier graph] [-n 100]
+    python -m scripts.parity.rtc_exact_parity [--policy demo|aloha] [--tier graph] [-n 100]
 
 Exit status 0 when every error is within the runner's parity_rtol.
 """
@@ -25,7 +25,6 @@ import sys
 import numpy as np
 import torch
 
-from controller.inference.parity import relative_error
 from controller.inference.runner import Runner
 from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
@@ -34,6 +33,7 @@ from policies.demo import make_demo_flow_policy, make_flow_aloha_policy
 from policies.flow.rtc import serve_with_rtc
 from policies.inputs import example_frames
 from policies.tensor_policy import EagerPolicy
+from scripts.measure import relative_error
 
 
 def vjp_zero_under_inference_mode() -> bool:

@@ -1,7 +1,7 @@
 """W4A8 DuQuant ACT against the unquantized ACT, through Tempo's tier ladder, in one run.
 
-    python scripts/bench_quant.py --device cuda   # ACT at ALOHA size (3 x 480x640, 14 joints)
-    python scripts/bench_quant.py --device cpu    # a small camera-less ACT (minutes)
+    python -m scripts.quant.bench_quant --device cuda   # ACT at ALOHA size (3 x 480x640, 14 joints)
+    python -m scripts.quant.bench_quant --device cpu    # a small camera-less ACT (minutes)
 
 Prints one table:
 - step time of every ready tier (model alone: CUDA events on a GPU, wall time on a CPU), for
@@ -34,7 +34,6 @@ import numpy as np
 import torch
 
 from controller.inference.build import build_runner, resolve_device
-from controller.inference.parity import relative_error
 from controller.runner_config import RunnerConfig
 from controller.tools.bench_policy import percentiles_ms
 from controller.tools.quantize import run_module, stacked_observations
@@ -46,6 +45,7 @@ from policies.quant.apply import quantize_module
 from policies.quant.config import QuantSettings
 from policies.quant.layer import QuantLinear, memory_bytes
 from policies.tensor_policy import ReferenceChunks, TensorPolicy
+from scripts.measure import relative_error
 
 log = logging.getLogger("bench_quant")
 

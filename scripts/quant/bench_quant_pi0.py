@@ -1,8 +1,8 @@
 """W4A8 DuQuant pi0 against the BF16 pi0, per GEMM shape and for the whole step, in one run.
 
-    python scripts/bench_quant_pi0.py --device cuda            # real-size pi0, random weights
-    python scripts/bench_quant_pi0.py --tiny --device cpu      # tiny widths: checks it runs
-    python scripts/bench_quant_pi0.py --json out.json          # the numbers as JSON too
+    python -m scripts.quant.bench_quant_pi0 --device cuda            # real-size pi0, random weights
+    python -m scripts.quant.bench_quant_pi0 --tiny --device cpu      # tiny widths: checks it runs
+    python -m scripts.quant.bench_quant_pi0 --json out.json          # the numbers as JSON too
 
 1. Per layer shape (the Gemma prefix's GEMMs at its token count, 3 cameras x 256 + the prompt
    = 816 tokens for pi0: 2048 -> 2048 / 256 / 16384, 16384 -> 2048; the expert's at the chunk's
@@ -11,7 +11,7 @@
    path: int8 (torch._int_mm), fused (the same integers in Tempo's Triton kernels, also with the
    weights packed two codes a byte; where triton runs) and dequant (weights dequantized to BF16
    in forward). Weight bytes:
-   packed 4-bit codes and scales against BF16. Measured by scripts/quant_pi0_shapes.py.
+   packed 4-bit codes and scales against BF16. Measured by quant_pi0_shapes.py (beside it).
 2. The whole step through Tempo's tier ladder: the FP32 model served by its graph tier in BF16
    (the baseline) against the W4A8 model (int8, fused, dequant) served the same way, each tier's
    action error against the FP32 model (reference chunks) and the W4A8 model's memory.

@@ -1,4 +1,4 @@
-"""The per GEMM shape half of scripts/bench_quant_pi0.py: each of pi0's GEMM shapes as one layer,
+"""The per GEMM shape half of bench_quant_pi0 (beside it): each of pi0's GEMM shapes as one layer,
 BF16 nn.Linear (the baseline) against QuantLinear's compute paths (int8; fused and fused with
 packed 4-bit weights where the Triton kernels run; dequant), timed in the same run (compiled
 and captured in a CUDA graph on a GPU, compiled on a CPU), with its weight bytes; and the table

@@ -1,7 +1,7 @@
 """How smooth is execution across chunk boundaries: plain chunk switching, temporal ensembling,
 and real-time chunking in each guidance mode, at inference delays d = 0..4 control steps.
 
-A tiny policy on the CPU (`--family flow`, the default, or `pi0`: scripts/smoothness_models.py
+A tiny policy on the CPU (`--family flow`, the default, or `pi0`: smoothness_models.py, beside it,
 builds and trains both) drives a simulated position-controlled robot (its state is the last
 commanded action). Every `--horizon` steps (the execution horizon s) an observation is taken at
 step t; its chunk lands d steps later, tagged with step t, and goes into the robot's
@@ -34,7 +34,7 @@ Euler step, the guidance weight, J's largest and median singular values, and the
 ||J^T W e|| / ||W e|| of the exact correction over stop_grad's (e = Y - A1). A gain below 1
 means the paper's correction moves the chunk less than the weighted error does.
 
-    python scripts/rtc_smoothness.py [--family flow|pi0] [--train-steps N] [--steps 240]
+    python -m scripts.smoothness.rtc_smoothness [--family flow|pi0] [--train-steps N] [--steps 240]
         [--delays 0 1 2 3 4] [--jacobian]
 """
 

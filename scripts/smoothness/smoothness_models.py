@@ -1,4 +1,4 @@
-"""The models scripts/rtc_smoothness.py drives, one per family, each trained here for a few
+"""The models rtc_smoothness.py (beside it) drives, one per family, each trained here for a few
 hundred steps on the same synthetic task with the same flow-matching loop.
 
     flow   the demo flow policy (policies.demo), dim_model 32, one 32x32 camera; its image

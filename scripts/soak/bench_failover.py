@@ -1,8 +1,8 @@
 """Failover and swap, measured through a real daemon and a robot driver.
 
-    python scripts/bench_failover.py --policy tiny                 # CPU, seconds per run
-    python scripts/bench_failover.py --policy act-aloha --repeats 5 --set runner.cache_dir=DIR
-    python scripts/bench_failover.py --policy act-aloha --build --set runner.cache_dir=DIR
+    python -m scripts.soak.bench_failover --policy tiny                 # CPU, seconds per run
+    python -m scripts.soak.bench_failover --policy act-aloha --repeats 5 --set runner.cache_dir=DIR
+    python -m scripts.soak.bench_failover --policy act-aloha --build --set runner.cache_dir=DIR
 
 1. SIGKILL of the inference process to the next action from a new observation, with a hot
    standby (supervision.standby: hot), with the spare (spare: imports done, a build follows)
@@ -24,8 +24,8 @@ Each policy is made here with random weights (two seeds: the served one and the 
 one) as Tempo checkpoints in a temporary directory; with --build, `tempo build` (same --set
 settings) first makes both checkpoints' artefacts, so that every start, the standby's and the
 swap's included, loads them (the build's own time is printed, not part of any figure).
-`bench_failover.failover` and `bench_failover.swap` are functions for scripts/bench_start.py to
-call; this script prints a table (or --json).
+`bench_failover.failover` and `bench_failover.swap` are functions for scripts/bench/bench_start.py
+to call; this script prints a table (or --json).
 """
 
 from __future__ import annotations

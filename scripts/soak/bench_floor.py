@@ -6,9 +6,9 @@ records how late it wakes: what this kernel and this load allow any program at t
 Tempo's loop does the same in Python (sleep, then spin the last stretch) while serving a robot.
 Both run under the same scheduling class (SCHED_OTHER: the hosts Tempo is measured on refuse
 SCHED_FIFO), at the control period, while `--load` processes burn CPU; the daemon and a
-simulated robot run through scripts/soak.py, cyclictest beside them for the same seconds.
+simulated robot run through scripts/soak/soak.py, cyclictest beside them for the same seconds.
 
-    python scripts/bench_floor.py --seconds 60 --rate 200 --load 2 [--set policy.kind=...]
+    python -m scripts.soak.bench_floor --seconds 60 --rate 200 --load 2 [--set policy.kind=...]
 
 The goal it checks: Tempo's tick lateness p99 <= 1.5x cyclictest's p99.
 """

@@ -2,14 +2,14 @@
 the observation-to-chunk time, and how long a restart after SIGKILL takes.
 
 The modes run back to back in this one run, on the same machine and policy, with the same
-background load (busy processes), through scripts/soak.py (a daemon and a simulated robot at
+background load (busy processes), through scripts/soak/soak.py (a daemon and a simulated robot at
 200 Hz, frames at 30 Hz): inference in the daemon's process, in its own process with the
 robot's frames written in place (its shared frame ring; the default on ipc://), and in its own
 process with the frames on the socket (copied into the inference slot by the control process).
 Then, in the separate mode only, the inference process is killed with SIGKILL and the time
 until it serves again (warm compile cache) is measured.
 
-    python scripts/bench_isolation.py --seconds 60 --load 2 \\
+    python -m scripts.soak.bench_isolation --seconds 60 --load 2 \\
         --set policy.kind=checkpoint --set policy.path=CKPT --set runner.cache_dir=DIR
 """
 

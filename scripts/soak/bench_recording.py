@@ -1,7 +1,7 @@
 """The flight recorder's cost to the control loop: recording off, continuous and ring, in turn,
 in one run, on the same workload.
 
-Each run is scripts/soak.py's (a daemon and a simulated robot at `--rate`, frames at
+Each run is scripts/soak/soak.py's (a daemon and a simulated robot at `--rate`, frames at
 `--camera-hz`, `--load` busy processes beside them) with `record.mode` set; the modes alternate
 (off, continuous, ring, off, continuous, ring, ...) `--repeats` times, so machine drift spreads
 over all of them and the baseline is measured in the same run. Per run: tick lateness p50/p99/max
@@ -9,7 +9,7 @@ and missed ticks (the daemon's whole-run histograms), the records the daemon que
 dropped (by kind, from its status), and the MB the recording left on disk (ring mode writes only
 on a mark or a guard stop, which this workload does not make: its cost is the memory it keeps).
 
-    python scripts/bench_recording.py --rate 200 --cameras 3 --height 480 --width 640 \\
+    python -m scripts.soak.bench_recording --rate 200 --cameras 3 --height 480 --width 640 \\
         --camera-hz 30 --seconds 60 --repeats 2 [--policy act|reach|CHECKPOINT_DIR] [--json]
 
 --policy act (the default) serves the demo ACT (random weights) made for the requested cameras,

@@ -4,7 +4,7 @@ Reports missed ticks, tick lateness p99/max, guard interventions, and lost or du
 commands (the daemon numbers each session's actions and holds 1, 2, 3, ...; the driver counts
 gaps and repeats). Exits non-zero if any tick was missed or any command lost or duplicated.
 
-    python scripts/soak.py [--seconds 600] [--rate 200] [--load 1]
+    python -m scripts.soak.soak [--seconds 600] [--rate 200] [--load 1]
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def soak(
 ) -> dict[str, Any]:
     """`robot_args`: extra arguments of `tempo sim-robot` (--frames-on-socket). `on_load` is
     called once the daemon is up and the load runs, just before the robot starts (a measurement
-    to run beside the loop, as scripts/bench_floor.py's cyclictest)."""
+    to run beside the loop, as scripts/soak/bench_floor.py's cyclictest)."""
     with tempfile.TemporaryDirectory(prefix="tempo-soak-") as tmp:
         sets = [
             f"server.bind=ipc://{tmp}/tempo.sock",
