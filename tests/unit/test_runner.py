@@ -101,7 +101,7 @@ def test_eager_fp32_is_checked_by_the_reference_pass_not_run_again(cache_dir) ->
     # tier over them again (plus warm-up) would double a slow model's start.
     runner = make_runner(cache_dir, top_tier="eager_fp32", warmup_steps=2)
     steps: list[int] = []
-    runner._policy.module.register_forward_hook(lambda *_: steps.append(1))
+    runner.module.register_forward_hook(lambda *_: steps.append(1))
     messages: list[str] = []
     runner.start(progress=messages.append)
     assert len(steps) == 3  # parity_observations, once
