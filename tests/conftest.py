@@ -134,24 +134,23 @@ def recording_client(endpoint: str, robot: str = "good", **kwargs: Any) -> Any:
     import numpy as np
 
     from controller.wire.client import TempoClient
-    from controller.wire.commands import CommandInbox
 
     class RecordingClient(TempoClient):
         def __init__(self) -> None:
-            super().__init__(
-                endpoint, robot, [f"joint_{i}" for i in range(6)], {"front": (96, 128)}, 6, **kwargs
-            )
             self.records: list[Record] = []
             self.origin: dict[int, Any] = {}  # id(Command) -> session of its message
             self._kept: list[Any] = []  # keeps those ids valid
-            self._origin: Any = None
-            self._inbox = RecordingInbox(self)
+            super().__init__(
+                endpoint,
+                robot,
+                [f"joint_{i}" for i in range(6)],
+                {"front": (96, 128)},
+                6,
+                on_command=self.record,
+                **kwargs,
+            )
 
-        def _on_message(self, message: Any, raise_refusal: bool) -> None:
-            self._origin = message.session
-            super()._on_message(message, raise_refusal)
-
-        def record(self, command: Any) -> None:
+        def record(self, command: Any, session: str) -> None:
             finite = command.action is None or bool(np.isfinite(command.action).all())
             self.records.append(
                 Record(
@@ -159,24 +158,13 @@ def recording_client(endpoint: str, robot: str = "good", **kwargs: Any) -> Any:
                     command.kind,
                     command.step,
                     command.reason,
-                    self._origin,
+                    session,
                     finite,
                     command.obs_seq,
                 )
             )
-            self.origin[id(command)] = self._origin
+            self.origin[id(command)] = session
             self._kept.append(command)
-
-    class RecordingInbox(CommandInbox):
-        """Hands the client every action and hold it stores, as it stores it."""
-
-        def __init__(self, client: RecordingClient) -> None:
-            super().__init__(client.counters)
-            self.client = client
-
-        def _store(self, command: Any) -> None:
-            self.client.record(command)
-            super()._store(command)
 
     return RecordingClient()
 

@@ -162,7 +162,7 @@ def test_tempo_swap_now_switches_the_robots_to_the_new_checkpoint(
             start = len(driver.records)
             code, text = _swap(tmp_path, capsys, "--path", str(checkpoint), "--now")
             assert code == 0 and text.startswith("tempo swap: done"), text
-            swapped_at = driver.client._seq
+            swapped_at = driver.client.connection.seq
             seen = len(driver.records)
             wait_for(lambda: any(r.obs_seq > swapped_at for r in driver.records[seen:]), 30)
             after = request_status(status_at, 2.0)
