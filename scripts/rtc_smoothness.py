@@ -49,8 +49,8 @@ from smoothness_models import FAMILIES, JOINTS, TRAIN_STEPS, SmoothnessModel, ma
 from controller.action.guards_config import GuardsConfig
 from controller.action.pipeline import ActionPipeline
 from controller.action.teleop import TeleopConfig
-from controller.policy_sections import RTCConfig
 from policies.base import RobotContext
+from policies.flow.settings import RTCConfig
 
 RATE_HZ = 50.0
 

@@ -92,7 +92,7 @@ def build_policy(
         log.info("policy read in %.1f s (onto %s)", time.perf_counter() - started, load_to)
     else:
         tensor_policy = model
-    planner = policy.planner
+    planner = policy.section("tdmpc2")
     if planner.fallback_budget_ms is None:
         return _start_runner(tensor_policy, runner, device, progress, batch_sizes, batch_window_us)
     served = _start_runner(tensor_policy, runner, device, progress)

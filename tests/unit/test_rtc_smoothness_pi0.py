@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from controller.policy_sections import RTCConfig
+from policies.flow.settings import RTCConfig
 from tests.script_modules import load_script
 
 CHUNK, HORIZON, STEPS, WARMUP, DELAY = 8, 4, 28, 8, 2
