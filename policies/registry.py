@@ -140,6 +140,18 @@ class FamilySettings:
     old_fields: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class FallbackPolicy:
+    """What a family serves instead of its policy when planning overruns `budget_s` in `k` of
+    the last `n` steps (TD-MPC2's policy prior): the inference process starts a second runner
+    for `policy` (controller.inference.prior_fallback)."""
+
+    policy: TensorPolicy
+    budget_s: float
+    k: int
+    n: int
+
+
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity (a family is one object)
 class PolicyFamily:
     """One kind of policy. `name` is its checkpoints' policy_type (and `policy.kind` for a
@@ -154,8 +166,10 @@ class PolicyFamily:
     # Applied to every policy loaded from a checkpoint: serves it with the `policy:` settings
     # this family owns (TD-MPC2's planner, flow's rtc), refusing them for another family's.
     serve_settings: Callable[[TensorPolicy, PolicySettings], TensorPolicy] | None = None
-    # The `policy.<section>:` sections this family reads (serve_settings, build).
+    # The `policy.<section>:` sections this family reads (serve_settings, build, fallback).
     settings: tuple[FamilySettings, ...] = ()
+    # The policy served when the loaded one overruns its deadline, if its settings ask for one.
+    fallback: Callable[[TensorPolicy, PolicySettings], FallbackPolicy | None] | None = None
     import_commands: tuple[ImportCommand, ...] = ()
     demo: DemoPolicy | None = None
     benchmarks: Mapping[str, BenchmarkPolicy] = field(default_factory=dict)

@@ -16,6 +16,7 @@ from controller.errors import ConfigError
 from policies.registry import (
     CheckpointFamily,
     DemoPolicy,
+    FallbackPolicy,
     FamilySettings,
     ImportCommand,
     PolicyFamily,
@@ -71,6 +72,25 @@ def serve_planner_settings(policy: TensorPolicy, settings: PolicySettings) -> Te
             "policy (leave policy.tdmpc2 at its defaults)"
         ) from None
     return policy
+
+
+def prior_fallback(policy: TensorPolicy, settings: PolicySettings) -> FallbackPolicy | None:
+    """The policy prior (fast mode) over `policy`'s weights, served when planning overruns
+    policy.tdmpc2.fallback_budget_ms; None when no budget is set."""
+    planner = settings.section("tdmpc2")
+    if planner.fallback_budget_ms is None:
+        return None
+    from policies.tdmpc2.serving import with_mode
+
+    try:
+        prior = with_mode(policy, "prior")
+    except ValueError:
+        raise ConfigError(
+            "policy.tdmpc2.fallback_budget_ms applies to TD-MPC2 agents; this policy has no "
+            "prior to fall back to"
+        ) from None
+    budget_s = planner.fallback_budget_ms / 1e3
+    return FallbackPolicy(prior, budget_s, planner.fallback_k, planner.fallback_n)
 
 
 def add_import_arguments(parser: argparse.ArgumentParser) -> None:
@@ -227,6 +247,7 @@ FAMILY = PolicyFamily(
     checkpoint=_checkpoint,
     serve_settings=serve_planner_settings,
     settings=(PLANNER_SETTINGS,),
+    fallback=prior_fallback,
     import_commands=(
         ImportCommand(
             name="import-tdmpc2",
