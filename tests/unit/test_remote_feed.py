@@ -19,9 +19,9 @@ import pytest
 
 from controller.feed.inference_feed import Chunk, InferenceRequest, Refusal
 from controller.feed.mailbox import Mailbox
-from controller.link.episode_swap import Routes
+from controller.link.incoming import Routes
 from controller.link.remote_feed import RemoteFeed
-from controller.link.request_channel import RequestChannel, StepReply, prediction_of
+from controller.link.request_channel import RequestChannel
 from controller.process_protocol import process_channel
 from controller.process_protocol.frame_slots import FrameSlots
 from controller.process_protocol.process_channel import ProcessChannel
@@ -34,7 +34,7 @@ from controller.process_protocol.process_messages import (
     encode,
 )
 from controller.wire.slot_ring import SlotFrames
-from policies.base import CameraSpec, PolicySpec, Prediction, first_context
+from policies.base import CameraSpec, PolicySpec, first_context
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="shared memory in /dev/shm")
 
@@ -72,9 +72,6 @@ class FakePolicy:
     @contextlib.contextmanager
     def routes(self) -> Iterator[Routes]:
         yield Routes(self.channel if self.serving else None)
-
-    def prediction(self, reply: StepReply) -> Prediction:
-        return prediction_of(reply)
 
     def hang_timeout(self) -> float:
         return 5.0
@@ -349,7 +346,7 @@ def test_waiting_for_a_step_ends_when_the_process_closes_its_channel(
 
     def wait() -> None:
         try:
-            remote._await_reply(channel, 1)  # noqa: SLF001
+            remote.wait_for_reply(channel, 1)
         except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
             outcome.append(exc)
 
