@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -85,6 +86,7 @@ class Links:
 
     def __init__(self) -> None:
         self.made: list[ProcessChannel] = []
+        self.sockets: list[socket.socket] = []  # other ends the test keeps unread
 
     def pair(self) -> tuple[ProcessChannel, ProcessChannel]:
         ours, theirs = ProcessChannel.pair()
@@ -99,6 +101,8 @@ def context() -> Iterator[Links]:
     yield links
     for link in links.made:
         link.close()
+    for sock in links.sockets:
+        sock.close()
 
 
 @pytest.fixture
@@ -315,12 +319,17 @@ def test_a_process_that_stopped_reading_is_reported_for_a_restart_without_blocki
     context: Links, slots: FrameSlots, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(process_channel, "MAX_QUEUED_BYTES", 0)  # any backlog: stuck
-    channel, _peer = channel_pair(context, slots)  # the peer never reads
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # theirs never reads
+    ours.setblocking(False)
     try:
         while True:  # fill the kernel's buffer, as a peer that stopped reading would leave it
-            channel.link._sock.send(b"\0" * 65_536)  # noqa: SLF001
+            ours.send(b"\0" * 65_536)
     except BlockingIOError:
         pass
+    link = ProcessChannel(ours)
+    context.made.append(link)
+    context.sockets.append(theirs)
+    channel = RequestChannel(link, slots, SPEC)
     policy = FakePolicy(channel)
     worker = RemoteFeed(policy)  # type: ignore[arg-type]
     worker.start()
