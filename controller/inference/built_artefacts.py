@@ -232,7 +232,7 @@ def package_options(module: nn.Module, config: RunnerConfig) -> dict[str, Any]:
     options["aot_inductor.package_constants_in_so"] = False
     # Inductor's layout optimisation (on CUDA, convolutions moved to channels-last where it
     # judges it pays) made ACT-ALOHA's FP16 package wrong on an H200: 0.162 off the eager step,
-    # its weights handed over or inside; 9.8e-4 with it off (scripts/check_aoti_package.py).
+    # its weights handed over or inside; 9.8e-4 with it off (scripts/parity/check_aoti_package.py).
     options["layout_optimization"] = False
     return options
 
@@ -308,8 +308,9 @@ def _open_package(package: Path) -> Any:
     Not aoti_load_package, which first describes this machine to compare with the package's
     metadata, for a warning only (the manifest's identity already refuses another machine): in
     torch 2.11 that starts a Python importing torch per CPU instruction set, 44 s of a 49 s load
-    of ACT-ALOHA's package on an H200 (scripts/check_aoti_package.py). Nor its Python wrapper,
-    whose import brings in torch's compiler (seconds at start) that a built start never uses.
+    of ACT-ALOHA's package on an H200 (scripts/parity/check_aoti_package.py). Nor its Python
+    wrapper, whose import brings in torch's compiler (seconds at start) that a built start never
+    uses.
 
     Single-threaded: without the container's pool of model instances, whose bookkeeping
     queries and waits on CUDA events, which a CUDA graph capture forbids (ACT's package failed
