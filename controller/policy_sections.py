@@ -107,8 +107,8 @@ class RTCConfig(Section):
         "max_guidance_weight); null: the family's default, 5 for flow, 10 for pi0 and pi0.5 "
         "(LeRobot's). It matters near the noise end, where the weight grows without bound. "
         "Each Euler step moves by up to beta / n_steps times the error: far above 1 the "
-        "sampler overshoots (measured with scripts/rtc_smoothness.py: beta 200 at 10 steps "
-        "diverged).",
+        "sampler overshoots (measured with scripts/smoothness/rtc_smoothness.py: beta 200 at 10 "
+        "steps diverged).",
     )
     overlap_rows: int | None = Field(
         default=None,

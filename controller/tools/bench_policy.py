@@ -1,4 +1,4 @@
-"""`tempo bench` (also `python scripts/bench_policy.py`): a policy through the tier ladder.
+"""`tempo bench`: a policy through the tier ladder.
 
     tempo bench                          # on a GPU: ACT at ALOHA shapes; on a CPU: the demo
                                          # ACT, eager, 50 steps (well under a minute)

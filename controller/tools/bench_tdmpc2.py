@@ -1,5 +1,5 @@
-"""`tempo bench --tdmpc2` (also `python scripts/bench_tdmpc2.py`): TD-MPC2 per action, the
-official code's eager planner beside Tempo's tiers and fast mode.
+"""`tempo bench --tdmpc2`: TD-MPC2 per action, the official code's eager planner beside Tempo's
+tiers and fast mode.
 
     tempo bench --tdmpc2 --device cuda                  # 5M and 48M, humanoid
     tempo bench --tdmpc2 --device cuda --tasks humanoid,dog --sizes 5,48,317

@@ -87,7 +87,8 @@ def _flow_advice(result: ProfileResult) -> list[str]:
             f"RTC exact's autograd correction (the VJP beyond a forward of the expert) is "
             f"{_ms(row.mean)}, {_pct(autograd)} of the eager forward. stop_grad skips it: "
             "`tempo profile compare CONFIG --rtc` says what each mode costs against RTC off on "
-            "this machine, scripts/rtc_smoothness.py what it buys in boundary smoothness."
+            "this machine, scripts/smoothness/rtc_smoothness.py what it buys in boundary "
+            "smoothness."
         )
     step = result.row("step")
     if step is None or not step.samples.size:

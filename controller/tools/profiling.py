@@ -141,7 +141,7 @@ def timed_control_step(
 
 class _Phases:
     """Upload, model and download of one step, each timed on its own (see the module doc),
-    through the runner's step path, as scripts/profile_step.py does."""
+    through the runner's step path, as scripts/bench/profile_step.py does."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner

@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -19,6 +18,7 @@ torch = pytest.importorskip("torch")
 from controller.inference import built_artefacts as ba  # noqa: E402
 from controller.inference.artefact_identity import ArtefactRefused, file_sha256  # noqa: E402
 from controller.inference.examples import random_observation  # noqa: E402
+from controller.inference.parity import relative_error  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.tensor_policy import EagerPolicy  # noqa: E402
@@ -46,10 +46,6 @@ runner.start()
 runner.predict_chunk(*random_observation(runner.spec, 7))
 print(runner.tier, "compiler:", "torch._dynamo" in sys.modules)
 """
-
-
-def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.linalg.norm(out - ref)) / max(float(np.linalg.norm(ref)), 1e-12)
 
 
 def start(config: RunnerConfig, seed: int) -> Runner:
