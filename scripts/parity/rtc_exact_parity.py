@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     base = make_flow_aloha_policy() if args.policy == "aloha" else make_demo_flow_policy()
     served = serve_with_rtc(base, RTCConfig(mode="exact"))  # exact always unrolls its steps
-    config = RunnerConfig(top_tier=args.tier, precision=args.precision, step_budget_ms=None)
+    config = RunnerConfig(
+        top_tier=args.tier, precision=args.precision, step_budget_ms=None, serve_slower_tiers=True
+    )
     runner = Runner(served, config, device=args.device)
     runner.start(progress=lambda line: print(line, file=sys.stderr))
     print(f"serving from {runner.tier} ({runner.status()['device']})")

@@ -186,7 +186,9 @@ def test_rtc_exact_is_served_compiled_and_matches_the_reference_on_served_plans(
         cameras=(("front", 32, 32),), chunk_size=H, dim_model=16, n_steps=3
     )
     served = serve_with_rtc(small, RTCConfig(mode="exact"))
-    config = RunnerConfig(top_tier="compiled", step_budget_ms=None, cache_dir=None)
+    config = RunnerConfig(
+        top_tier="compiled", serve_slower_tiers=True, step_budget_ms=None, cache_dir=None
+    )
     runner = Runner(served, config, "cpu")
     runner.start()
     assert runner.tier == "compiled", runner.status()["tiers"]

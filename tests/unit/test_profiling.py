@@ -195,7 +195,10 @@ def test_profile_leaves_a_compiled_tier_serving(tmp_path: Path) -> None:
     """The submodule hooks go on the module the compiled tier traced; they must come off
     again, or the next compiled call would recompile (an error while serving)."""
     config = fast_config(
-        "runner.top_tier=compiled", "runner.compile_backend=eager", "runner.cache_dir=null"
+        "runner.top_tier=compiled",
+        "runner.serve_slower_tiers=true",
+        "runner.compile_backend=eager",
+        "runner.cache_dir=null",
     )
     result = run_profile(config, 4, warmup=1, policy=build_tiny_policy())
     assert result.tier == "compiled" and result.demotions == []

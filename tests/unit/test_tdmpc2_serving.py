@@ -53,7 +53,12 @@ def serve(top_tier: str, mode: str = "plan", **overrides: object) -> Runner:
     values: dict = dict(num_samples=32, num_pi_trajs=4, horizon=3) | overrides
     policy = random_tdmpc2_policy(small_config(**values))
     policy = with_mode(policy, mode)  # type: ignore[arg-type]
-    config = RunnerConfig(top_tier=top_tier, cache_dir=None, step_budget_ms=None)  # type: ignore[arg-type]
+    config = RunnerConfig(
+        top_tier=top_tier,  # type: ignore[arg-type]
+        cache_dir=None,
+        step_budget_ms=None,
+        serve_slower_tiers=True,
+    )
     runner = Runner(policy, config, device="cpu")
     runner.start()
     return runner
