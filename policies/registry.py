@@ -27,7 +27,7 @@ from controller.errors import ConfigError
 
 if TYPE_CHECKING:  # types only: importing them would load pydantic and torch
     from pydantic import BaseModel
-    from torch import nn
+    from torch import Tensor, nn
 
     from policies.base import PolicySpec
     from policies.settings import PolicySettings, RobotSettings
@@ -152,6 +152,21 @@ class FallbackPolicy:
     n: int
 
 
+@dataclass(frozen=True)
+class ProfilePhases:
+    """How `tempo profile` times a family's policy phase by phase (controller.tools.phase_timing
+    runs the rounds, on the eager module in the serving precision, over the runner's inputs).
+    `applies(module)`: whether a served module is one this family times by phase (instead of
+    per submodule); `measure(module, inputs, time)`: one round, each phase's seconds by its
+    label, the first the whole (the others are shown as its shares); `time(work)` gives the
+    seconds of one call (CUDA events on a GPU, wall clock on a CPU)."""
+
+    applies: Callable[[nn.Module], bool]
+    measure: Callable[
+        [nn.Module, Sequence[Tensor], Callable[[Callable[[], object]], float]], Mapping[str, float]
+    ]
+
+
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity (a family is one object)
 class PolicyFamily:
     """One kind of policy. `name` is its checkpoints' policy_type (and `policy.kind` for a
@@ -171,6 +186,8 @@ class PolicyFamily:
     # The policy served when the loaded one overruns its deadline, if its settings ask for one.
     fallback: Callable[[TensorPolicy, PolicySettings], FallbackPolicy | None] | None = None
     import_commands: tuple[ImportCommand, ...] = ()
+    # How `tempo profile` times its policies phase by phase (imported when called).
+    profile_phases: Callable[[], ProfilePhases] | None = None
     demo: DemoPolicy | None = None
     benchmarks: Mapping[str, BenchmarkPolicy] = field(default_factory=dict)
 
