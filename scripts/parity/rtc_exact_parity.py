@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from controller.inference.runner import Runner
-from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
 from policies.base import Plan, RobotContext
 from policies.demo import make_demo_flow_policy, make_flow_aloha_policy
 from policies.flow.rtc import serve_with_rtc
+from policies.flow.settings import RTCConfig
 from policies.inputs import example_frames
 from policies.tensor_policy import EagerPolicy
 from scripts.measure import relative_error

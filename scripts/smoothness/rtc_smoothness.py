@@ -48,7 +48,7 @@ import torch
 from controller.action.guards_config import GuardsConfig
 from controller.action.pipeline import ActionPipeline
 from controller.action.teleop import TeleopConfig
-from controller.policy_sections import RTCConfig
+from policies.flow.settings import RTCConfig
 from policies.base import RobotContext
 from scripts.smoothness.smoothness_models import (
     FAMILIES,

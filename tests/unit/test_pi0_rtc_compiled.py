@@ -14,9 +14,9 @@ import torch
 
 from controller.inference.parity import relative_error
 from controller.inference.runner import Runner
-from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
 from policies.base import Plan
+from policies.flow.settings import RTCConfig
 from policies.inputs import example_frames
 from policies.pi0.demo import write_demo_checkpoint
 from policies.pi0.policy import read_pi0_policy

@@ -182,7 +182,7 @@ def test_profile_builds_what_serve_builds_the_prior_fallback_included() -> None:
     from policies.tdmpc2.config import TDMPC2Config
     from policies.tdmpc2.serving import random_tdmpc2_policy
 
-    config = fast_config("policy.planner.fallback_budget_ms=5")
+    config = fast_config("policy.tdmpc2.fallback_budget_ms=5")
     model = random_tdmpc2_policy(TDMPC2Config(obs_dim=4, action_dim=2, model_size=1))
     built: list[str] = []
     runner, description = profiled_runner(config, model, built.append)
