@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controller.errors import ErrorCode, HandshakeRefused, SpecMismatchError
+from controller.errors import ConfigError, ErrorCode, HandshakeRefused, SpecMismatchError
 from controller.sim.envs.adapter import EnvLayout
+from controller.sim.episode_loop import CLOCKS
 from controller.wire.client import TempoClient
 
 # What the daemon says to a hello without a task for a policy that reads a prompt
@@ -28,10 +29,12 @@ def connect_env_client(
     policy: str | None = None,
     handshake_timeout_s: float = 5.0,
     frames_in_place: bool | None = None,
+    clock: str = "lockstep",
 ) -> TempoClient:
     """A connected client for `layout` (`joints`: the policy's names for the action values,
     default the layout's). Raises SpecMismatchError (one sentence) when the daemon's policy
-    expects other cameras, state or joints."""
+    expects other cameras, state or joints, and ConfigError when `clock` is realtime and the
+    daemon does not tick at the environment's frame rate."""
     names = list(joints) if joints is not None else list(layout.joints)
     if len(names) != len(layout.joints):
         raise SpecMismatchError(
@@ -57,7 +60,6 @@ def connect_env_client(
         )
         try:
             client.connect()
-            return client
         except HandshakeRefused as exc:
             client.close()
             if task is None and layout.task is not None and NEEDS_TASK in str(exc):
@@ -69,3 +71,24 @@ def connect_env_client(
                     f"{layout.describe()}, which the served policy does not fit: {detail}"
                 ) from None
             raise
+        try:
+            check_clock(client, layout, clock)
+        except ConfigError:
+            client.close()
+            raise
+        return client
+
+
+def check_clock(client: TempoClient, layout: EnvLayout, clock: str) -> None:
+    """Realtime plays one action of the daemon's per frame, so the daemon must tick at the
+    environment's rate (each action of a chunk is one frame's, as in the training data);
+    lockstep waits for each action whatever the rate."""
+    if clock not in CLOCKS:
+        raise ConfigError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
+    hz = client.welcome.control_hz if client.welcome is not None else None
+    if clock == "realtime" and hz is not None and abs(hz - layout.fps) > 1e-6:
+        raise ConfigError(
+            f"env {layout.name} runs at {layout.fps:g} frames a second but the daemon ticks at "
+            f"{hz:g} Hz; the realtime clock needs both equal: serve with --set "
+            f"control.rate_hz={layout.fps:g}, or use --clock lockstep"
+        )

@@ -31,6 +31,7 @@ POLL_S = 0.002  # how long one receive waits for the daemon
 # comes back after the step it was for (chunk_size 1 has nothing left to play), so without a
 # new observation it would never act again.
 RESEND_AFTER_S = 0.5
+SETTLE_PERIODS = 10  # realtime: at most this many frames' time waiting for the last answer
 
 
 @dataclass
@@ -114,9 +115,7 @@ def run_episode(
         if keep_frames:
             result.frames.append(env.render())
         if clock == "lockstep":
-            action, seq = _wait_for_action(
-                client, observation, seq, latency, action_wait_s, result
-            )
+            action, seq = _wait_for_action(client, observation, seq, latency, action_wait_s, result)
             fresh = True
         else:
             due += period_ns
@@ -146,9 +145,10 @@ def run_episode(
         seq = client.send_observation(observation.images, observation.state)
         latency.sent_now(seq)
     if clock == "realtime":
-        # The daemon drops what is in flight at the next episode start; wait for it here, so
-        # the next episode's first observation is asked about at once.
-        _settle(client, seq, action_wait_s)
+        # The daemon drops what is in flight at the next episode start; wait a little for it
+        # here, so the next episode's first observation is asked about at once. A chunk that
+        # lands too late for its step is dropped and never answers: the wait is bounded.
+        _settle(client, seq, SETTLE_PERIODS / env.layout.fps)
     result.wall_s = (time.monotonic_ns() - started) / 1e9
     p50, p99 = latency.histogram.percentiles((50, 99))
     result.latency_ms_p50 = float("nan") if p50 is None else p50 * 1e3

@@ -14,6 +14,9 @@ from policies.tensor_policy import TensorPolicy
 
 BLOCK_RGB = (119, 136, 153)  # pygame's LightSlateGray, the block's fill
 WORLD_PER_PIXEL = 512.0 / 96.0
+# The same target for several steps: an answer that lands a few ticks late still has an action
+# for the step it lands on (a chunk of one would be dropped as late on a loaded machine).
+CHUNK = 8
 
 
 class BlockServo(nn.Module):
@@ -35,7 +38,7 @@ class BlockServo(nn.Module):
         target = torch.stack([x, y], dim=-1)
         current = state[:, -1, :]
         target = torch.where(found.unsqueeze(-1), target, current)  # no block seen: stay
-        return target.unsqueeze(1)  # one action per observation
+        return target.unsqueeze(1).expand(-1, CHUNK, -1).contiguous()
 
 
 def block_servo_policy() -> TensorPolicy:
@@ -43,7 +46,7 @@ def block_servo_policy() -> TensorPolicy:
         cameras=(CameraSpec(name="image", height=96, width=96),),
         state_size=2,
         joint_names=("x", "y"),
-        chunk_size=1,
+        chunk_size=CHUNK,
     )
     return TensorPolicy(spec=spec, module=BlockServo())
 
