@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from controller.errors import ConfigError, ErrorCode, HandshakeRefused, SpecMismatchError
+from controller.sim.clocks import CLOCKS
 from controller.sim.envs.adapter import EnvLayout
-from controller.sim.episode_loop import CLOCKS
 from controller.wire.client import TempoClient
 
 # What the daemon says to a hello without a task for a policy that reads a prompt

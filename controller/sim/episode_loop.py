@@ -22,10 +22,10 @@ import numpy as np
 
 from controller.errors import DaemonUnavailable
 from controller.observe.histogram import Histogram
+from controller.sim.clocks import CLOCKS
 from controller.sim.envs.adapter import EnvObservation, SimEnv
 from controller.wire.client import TempoClient
 
-CLOCKS = ("realtime", "lockstep")
 POLL_S = 0.002  # how long one receive waits for the daemon
 # Lockstep: an observation unanswered this long is sent again. The daemon drops a chunk that
 # comes back after the step it was for (chunk_size 1 has nothing left to play), so without a
@@ -61,8 +61,9 @@ class EpisodeResult:
             "holds": self.holds,
             "resent": self.resent,
             "actions_applied": self.actions_applied,
-            "latency_ms_p50": self.latency_ms_p50,
-            "latency_ms_p99": self.latency_ms_p99,
+            # None when no action answered an observation (JSON has no NaN)
+            "latency_ms_p50": None if np.isnan(self.latency_ms_p50) else self.latency_ms_p50,
+            "latency_ms_p99": None if np.isnan(self.latency_ms_p99) else self.latency_ms_p99,
             "wall_s": self.wall_s,
         }
 

@@ -7,6 +7,8 @@ from the diagonal, where a swap or a transpose moves the target by more than 100
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -88,3 +90,18 @@ def test_realtime_against_a_daemon_at_another_rate_is_one_sentence(tmp_path):
         "env pusht runs at 10 frames a second but the daemon ticks at 50 Hz; the realtime clock "
         "needs both equal: serve with --set control.rate_hz=10, or use --clock lockstep"
     )
+
+
+def test_tempo_sim_robot_env_pusht_reports_each_episode(tmp_path, capsys):
+    from controller import cli
+
+    config = ipc_config(tmp_path, "control.rate_hz=50")
+    with running_daemon(config, served_block_servo()):
+        args = ["sim-robot", "--env", "pusht", "--connect", config.server.bind, "--json-lines"]
+        assert cli.main([*args, "--episodes", "2", "--seed", "7", "--max-steps", "5"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["env"], line["seed"], line["clock"]) for line in lines] == [
+        ("pusht", 7, "lockstep"),
+        ("pusht", 8, "lockstep"),
+    ]
+    assert all(line["length"] == 5 and line["actions_applied"] == 5 for line in lines)
