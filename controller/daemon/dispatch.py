@@ -146,16 +146,19 @@ class Dispatcher:
             return
         if wanted is not None and wanted != self.policy_name:
             raise ProtocolError(ErrorCode.NOT_ALLOWED, unknown_policy(wanted, [self.policy_name]))
-        self.open_session(identity, message, self.check_hello(identity, message), now_ns)
+        self.open_session(identity, message, self.check_hello(identity, message, now_ns), now_ns)
 
-    def check_hello(self, identity: bytes, message: Message) -> Prompt | None:
+    def check_hello(self, identity: bytes, message: Message, now_ns: int) -> Prompt | None:
         """Everything that may refuse a hello to this dispatcher's policy, before anything
-        changes: the robot's name, its spec, its task, admission. The hello's prompt."""
-        check_robot_name(message.header["robot"])
+        changes: the robot's name (well formed, and no other live session's), its spec, its
+        task, admission. The hello's prompt."""
+        robot = message.header["robot"]
+        check_robot_name(robot)
         check_driver_spec(message.header["spec"], self.spec)
         prompt = self.prompts.for_hello(message.header.get("task"))
         if self._admit is not None:  # a second hello of a robot replaces its session
             self._admit(len(self.registry.sessions) - self.registry.serves(identity))
+        self.registry.check_name_free(robot, identity, now_ns)  # last: it may close a stale one
         return prompt
 
     def open_session(

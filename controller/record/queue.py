@@ -27,14 +27,16 @@ KINDS = ("session", "observation", "episode", "request", "chunk", "command", "ma
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One thing that happened to robot `robot` at `time_ns` (the daemon's monotonic clock).
-    An observation's `pooled` field is True once the writer has copied its frames into its
-    pool (to give back when written)."""
+    """One thing that happened to robot `robot` at `time_ns` (the daemon's monotonic clock),
+    in its session `session` (the id its welcome gave: every record names the session it came
+    from). An observation's `pooled` field is True once the writer has copied its frames into
+    its pool (to give back when written)."""
 
     kind: str
     robot: str
     time_ns: int
     fields: Mapping[str, Any]
+    session: str = ""
 
     def pooled_frames(self) -> list[Any]:
         """The frames this record borrowed from the writer's pool (none for most records)."""
@@ -113,7 +115,7 @@ class RobotRecording:
         self.session = session
 
     def _put(self, kind: str, time_ns: int, fields: dict[str, Any]) -> None:
-        self._queue.put(Record(kind, self.robot, time_ns, fields))
+        self._queue.put(Record(kind, self.robot, time_ns, fields, self.session))
 
     def hello(self, task: str | None) -> None:
         """The robot's session began (with its task, for a prompt-reading policy)."""
