@@ -9,8 +9,12 @@ continuous: every record goes to the current file, which ends once it reaches `m
 (files named by the time they began); with `max_total_mb`, the oldest files this recorder
 finished are deleted as each file ends, so that they and the next file fit. ring: records of
 the last `ring_seconds` (and at most `ring_max_mb`) are kept in memory; a driver's `mark`, or a
-robot's guard stop (its first `stopped` hold), writes them all to a file of their own, so every
-incident is kept.
+robot's guard stop (its first `stopped` hold), writes them all to a file of their own; past
+`max_incidents_mb` of them the oldest incident files go (controller.record.file_budget).
+
+A write error (a full disk) pauses recording (controller.record.write_pause): records are
+dropped and counted (ring mode keeps its ring in memory) until record.dir can be written
+again; then recording goes on in a new file.
 """
 
 from __future__ import annotations
@@ -26,13 +30,16 @@ from typing import Any
 
 from controller.errors import ConfigError
 from controller.record import image_cdr
+from controller.record.file_budget import FileBudget
 from controller.record.file_client import RecordingFile, RecordingFiles
 from controller.record.frame_pool import FramePool
 from controller.record.jpeg_frames import check_available
 from controller.record.mcap_file import CHUNK_BYTES, metadata_of
 from controller.record.packed_json import pack
+from controller.record.private_files import make_private_dir
 from controller.record.queue import PolicyRecording, Record, RecordQueue, RobotRecording, Tier
 from controller.record.schemas import TOPICS, camera_topic, record_json, topic
+from controller.record.write_pause import RETRY_S, WRITE_ERRORS, WritePause
 from controller.record_config import RecordConfig
 
 log = logging.getLogger(__name__)
@@ -94,6 +101,7 @@ class Recorder:
             }
         )
         self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
+        self._jpeg_qscale = jpeg_qscale
         self._files = RecordingFiles(jpeg_qscale)  # the process that writes them
         self._file: RecordingFile | None = None
         self._ring: collections.deque[RingEntry] = collections.deque()
@@ -105,12 +113,12 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self.written = 0  # records written to a file
         self.files: list[str] = []
-        # continuous: the files this recorder finished, oldest first, with their sizes on disk:
-        # the only ones max_total_mb deletes (never another program's, nor the open file).
-        self._finished: collections.deque[tuple[Path, int]] = collections.deque()
-        self.files_deleted = 0
-        self.bytes_deleted = 0
+        # The files this recorder finished: the only ones its caps delete.
+        self._rotated = FileBudget(config.max_total_mb, "record.max_total_mb")
+        self._incident_files = FileBudget(config.max_incidents_mb, "record.max_incidents_mb")
+        self._pause = WritePause(config.dir)
         self.incidents = 0
+        self.incidents_not_written = 0  # marks and guard stops while paused
         self.torn_frames = 0  # observations whose frames the driver wrote over before the copy
         self.not_json = 0  # records left out: a value JSON cannot hold (a NaN in memory)
         self.error: str | None = None
@@ -133,7 +141,7 @@ class Recorder:
         the writer thread."""
         check_available(self.config)
         try:
-            self.config.dir.mkdir(parents=True, exist_ok=True)
+            make_private_dir(self.config.dir)  # 0700 when made here: frames are private
         except OSError as exc:
             raise ConfigError(
                 f"record.dir {self.config.dir} cannot be created ({exc.strerror}); set "
@@ -163,10 +171,17 @@ class Recorder:
 
     def _run(self) -> None:
         try:
-            self._write_until_stopped()
-            self._close_file()  # a full disk can first show when the last chunk is written
-            return
-        except Exception as exc:  # a full disk, a bug: say so once, in the log and in status
+            while True:
+                try:
+                    self._write_until_stopped()
+                    self._close_file()  # a full disk can first show when the last chunk is
+                    return
+                except WRITE_ERRORS as exc:  # a full disk: paused, said once, no traceback
+                    self._lost_file()
+                    self._pause.pause(exc)
+                if self._paused_until_writable():
+                    return  # stopped while paused
+        except Exception as exc:  # a bug of ours: say so once, in the log and in status
             self.error = f"{type(exc).__name__}: {exc}"
             log.exception("the recorder stopped writing; records are dropped from now on")
         self._file = None  # the file process failed with it: nothing to close
@@ -179,6 +194,43 @@ class Recorder:
                 queue.dropped[record.kind] += 1
             if stopping:
                 return
+
+    def _lost_file(self) -> None:
+        """A write failed: the file process ended with it (a new one is started for the next
+        file); the file cut short stays, readable to where it got, under the caps."""
+        file, self._file = self._file, None
+        if file is not None:
+            budget = self._rotated if self.config.mode == "continuous" else self._incident_files
+            budget.finished(file.path)
+        files, self._files = self._files, RecordingFiles(self._jpeg_qscale)
+        files.stop()
+
+    def _paused_until_writable(self) -> bool:
+        """Take records while paused (dropped; ring: kept in the ring) until record.dir can be
+        written again (False) or the recorder stops (True)."""
+        next_try = time.monotonic() + RETRY_S
+        while True:
+            stopping = self._stop.wait(IDLE_WAIT_S)
+            for record in self.queue.take_all():
+                self._take_paused(record)
+            if stopping:
+                return True
+            if time.monotonic() >= next_try:
+                if self._pause.try_resume():
+                    return False
+                next_try = time.monotonic() + RETRY_S
+
+    def _take_paused(self, record: Record) -> None:
+        if record.kind == "observation":
+            self._own_frames(record)
+        if self.config.mode == "continuous":
+            self.queue.dropped[record.kind] += 1
+            self._frames.give_back(record.pooled_frames())
+            return
+        if record.kind == "mark":
+            self.incidents_not_written += 1
+        tier = self._policy_of(record).tier() if record.kind == "chunk" else None
+        self._keep(record, tier)
 
     def _write_until_stopped(self) -> None:
         queue = self.queue
@@ -219,7 +271,9 @@ class Recorder:
             stopped = reason == STOP_REASON and self._last_reason.get(record.robot) != STOP_REASON
             self._last_reason[record.robot] = reason
             if stopped:
-                mark = Record("mark", record.robot, record.time_ns, {"reason": "guard stop"})
+                mark = Record(
+                    "mark", record.robot, record.time_ns, {"reason": "guard stop"}, record.session
+                )
                 self._keep(mark, None)
                 self._write_ring("guard_stop", record.robot)
 
@@ -254,7 +308,9 @@ class Recorder:
         next_bytes = 2 * _nbytes(record) + message[1]  # frames twice over, its JSON's bound
         if file is not None and file.size + next_bytes >= self._max_file_bytes:
             self._close_file()
-            self._make_room()  # here, on the writer thread: the tick path never waits for it
+            # Here, on the writer thread: the tick path never waits for it. The next file (at
+            # most max_file_mb) is reserved for.
+            self._rotated.make_room(self.config.max_file_mb * 1024 * 1024)
             file = None
         if file is None:
             file = self._file = self._open(f"tempo-{_stamp(self._wall(record.time_ns))}.mcap")
@@ -281,35 +337,7 @@ class Recorder:
             file, self._file = self._file, None
             file.close()  # returns once the file is complete on disk: its size is final
             log.info("recording %s written (%d messages)", file.path, file.messages)
-            self._finished_file(file.path)
-
-    def _finished_file(self, path: Path) -> None:
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:  # removed already (by an operator): nothing to account for
-            return
-        self._finished.append((path, size))
-
-    def _make_room(self) -> None:
-        """Delete this recorder's oldest finished files until the rest and the next file (at
-        most max_file_mb) fit in max_total_mb (0: no limit)."""
-        limit = self.config.max_total_mb * 1024 * 1024
-        reserved = self.config.max_file_mb * 1024 * 1024  # the next file, opened next
-        # The newest finished file is always kept: a single record larger than max_file_mb
-        # makes a file past the reserve, which would otherwise go the moment it closed.
-        finished = self._finished
-        while limit and len(finished) > 1 and sum(s for _, s in finished) + reserved > limit:
-            path, size = finished.popleft()
-            try:
-                path.unlink()
-            except FileNotFoundError:  # an operator removed it first: its bytes are free
-                continue
-            except OSError as exc:  # the recording goes on; the cap is not kept for this file
-                log.warning("record.max_total_mb: could not delete %s (%s)", path, exc)
-                continue
-            self.files_deleted += 1
-            self.bytes_deleted += size
-            log.info("recording %s deleted (record.max_total_mb)", path)
+            self._rotated.finished(file.path)
 
     # -- ring -----------------------------------------------------------------------------------
 
@@ -337,10 +365,19 @@ class Recorder:
         incident's file has its own last seconds)."""
         now = self._wall(time.monotonic_ns())
         file = self._open(f"incident-{_stamp(now)}-{trigger}-{_file_part(robot)}.mcap")
+        self._file = file  # a write error finds it here (_lost_file)
         for at, robot_of, kind, message, bound, frames, *_ in list(self._ring):
             self._write_entry(file, at, robot_of, kind, (message, bound), frames)
         file.close()  # not after a failure: the file process has ended, having said why
+        self._file = None
         self.incidents += 1
+        self._incident_files.finished(file.path)
+        deleted = self._incident_files.files_deleted
+        self._incident_files.make_room(quiet=True)
+        if self._incident_files.files_deleted > deleted == 0:  # the first time only
+            log.warning("recording: record.max_incidents_mb (%d) reached; the oldest incident "
+                        "files are deleted from now on (counted in status)",
+                        self.config.max_incidents_mb)  # fmt: skip
         # A robot's name is plain ASCII (checked at hello): safe in a log line as it is.
         log.warning("recording: %s of robot %s, the last %.1f s written to %s", trigger,
                     robot, self.config.ring_seconds, file.path)  # fmt: skip
@@ -396,8 +433,11 @@ class Recorder:
             "files": len(self.files),
             "current_file": str(current.path) if current is not None else None,
             "incidents": self.incidents,
-            "files_deleted": self.files_deleted,
-            "bytes_deleted": self.bytes_deleted,
+            "incidents_deleted": self._incident_files.files_deleted,
+            "incidents_not_written": self.incidents_not_written,
+            "files_deleted": self._rotated.files_deleted,
+            "bytes_deleted": self._rotated.bytes_deleted + self._incident_files.bytes_deleted,
+            "paused": self._pause.reason,  # None, or why writes fail now (retried)
             "torn_frames": self.torn_frames,
             "not_json": self.not_json,
             "error": self.error,

@@ -1,0 +1,120 @@
+"""The flight recorder against what a hostile trial did to it (issue 51): recordings readable
+by every local user (finding 13), a full disk that stopped it for good (6), and marks that
+filled the disk in ring mode (5)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from controller.record.writer import Recorder
+from controller.record_config import RecordConfig
+from tests.conftest import wait_for
+
+JOINTS = ["a", "b"]
+S = 1_000_000_000
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _observe(recorder: Recorder, robot: str = "arm", n: int = 3, t: int = 10 * S) -> int:
+    arm = recorder.robot(robot, f"session-of-{robot}")
+    for i in range(n):
+        image = {"front": np.full((8, 8, 3), i, np.uint8)}
+        arm.observation(i, i, t, t, image, np.zeros(2, np.float32), None, 0)
+        t += 10_000_000
+    return t
+
+
+@pytest.fixture
+def open_umask() -> Any:
+    old = os.umask(0)  # the most permissive: modes must not come from the umask
+    yield
+    os.umask(old)
+
+
+def test_recordings_are_private_to_the_daemons_user_whatever_the_umask(
+    tmp_path: Path, open_umask: Any
+) -> None:
+    folder = tmp_path / "deep" / "recordings"
+    recorder = Recorder(RecordConfig(mode="continuous", dir=folder), JOINTS, 50.0)
+    recorder.start()
+    _observe(recorder)
+    wait_for(lambda: recorder.written >= 3)
+    recorder.stop()
+    (path,) = folder.glob("*.mcap")
+    assert _mode(folder) == 0o700
+    assert _mode(path) == 0o600
+
+
+def test_a_removed_record_dir_comes_back_private(tmp_path: Path, open_umask: Any) -> None:
+    folder = tmp_path / "recordings"
+    config = RecordConfig(mode="continuous", dir=folder, max_file_mb=1)
+    recorder = Recorder(config, JOINTS, 50.0)
+    recorder.start()
+    folder.rmdir()  # an operator removed it before the first file
+    _observe(recorder)
+    wait_for(lambda: recorder.written >= 3)
+    recorder.stop()
+    assert _mode(folder) == 0o700
+    assert [_mode(p) for p in folder.glob("*.mcap")] == [0o600]
+
+
+def test_a_full_disk_pauses_recording_once_and_it_resumes_when_space_is_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ENOSPC injected at the recorder's writes (and its probe of record.dir) while `full`."""
+    from controller.record import file_client, write_pause
+    from controller.record.reading import read_recording
+
+    caplog.set_level(logging.INFO)
+    full = [False]
+    no_space = "OSError: [Errno 28] No space left on device"
+    real_write = file_client.RecordingFile.write_json
+
+    def write_json(self: Any, *args: Any) -> None:
+        if full[0]:
+            raise file_client.FileProcessError(no_space)
+        real_write(self, *args)
+
+    real_probe = write_pause.probe_write
+    monkeypatch.setattr(file_client.RecordingFile, "write_json", write_json)
+
+    def probe(directory: Path) -> str | None:
+        return "No space left on device" if full[0] else real_probe(directory)
+
+    monkeypatch.setattr(write_pause, "probe_write", probe)
+    recorder = Recorder(RecordConfig(mode="continuous", dir=tmp_path / "rec"), JOINTS, 50.0)
+    recorder.start()
+    t = _observe(recorder)
+    wait_for(lambda: recorder.written >= 3)
+    full[0] = True
+    for _ in range(5):  # writes fail again and again while the disk is full
+        t = _observe(recorder, t=t)
+        wait_for(lambda: recorder.status()["queue_length"] == 0, timeout=30)
+    status = recorder.status()
+    assert status["paused"] and "No space left on device" in status["paused"]
+    assert status["error"] is None and recorder.thread is not None and recorder.thread.is_alive()
+    assert sum(status["dropped"].values()) > 0
+    written = recorder.written
+    full[0] = False  # space freed
+    wait_for(lambda: recorder.status()["paused"] is None, timeout=30)
+    _observe(recorder, t=t + S)
+    wait_for(lambda: recorder.written >= written + 3, timeout=30)
+    recorder.stop()
+    paused = [r for r in caplog.records if "recording paused" in r.getMessage()]
+    assert len(paused) == 1 and paused[0].exc_info is None  # said once, no traceback
+    assert "Traceback" not in caplog.text
+    assert any("recording resumed" in r.getMessage() for r in caplog.records)
+    files = sorted((tmp_path / "rec").glob("*.mcap"))
+    assert len(files) >= 2  # recording went on in a new file
+    last = read_recording(files[-1])
+    assert [m.data["obs_seq"] for m in last.messages if m.name == "observation"][-3:] == [0, 1, 2]
