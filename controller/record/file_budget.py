@@ -25,7 +25,7 @@ class FileBudget:
         """A file this recorder wrote is complete (or cut short by a write error)."""
         try:
             size = path.stat().st_size
-        except FileNotFoundError:  # removed already (by an operator): nothing to account for
+        except OSError:  # removed already (by an operator), or never made: nothing to count
             return
         self._finished.append((path, size))
 

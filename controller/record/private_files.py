@@ -19,7 +19,9 @@ def make_private_dir(path: Path) -> None:
     try:
         path.mkdir(mode=DIR_MODE)
     except FileExistsError:  # made meanwhile (another thread or process): not ours to change
-        return
+        if path.is_dir():
+            return
+        raise  # a file where the folder should be: the write error says so
     os.chmod(path, DIR_MODE)  # the umask may have taken bits the mode asked for, never added
 
 

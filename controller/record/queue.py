@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from controller.record.mark_budget import MarkBudget
+
 # The kinds of record, in the order of an observation's path (also the drop counters' names).
 KINDS = ("session", "observation", "episode", "request", "chunk", "command", "mark")
 
@@ -90,9 +92,16 @@ class PolicyRecording:
     policy): their robots' records name that policy's joints and its serving tier."""
 
     def __init__(
-        self, queue: RecordQueue, policy: str | None, joints: Sequence[str], tier: Tier
+        self,
+        queue: RecordQueue,
+        policy: str | None,
+        joints: Sequence[str],
+        tier: Tier,
+        marks: MarkBudget | None = None,
     ) -> None:
+        """`marks`: the recorder's budget of marks, shared by every policy's robots."""
         self.queue = queue
+        self.marks = marks
         self.policy = policy
         self.joints = list(joints)
         self.tier = tier
@@ -214,6 +223,12 @@ class RobotRecording:
                 "_policy": self._policy,
             },
         )
+
+    def mark_refused(self, now_ns: int) -> str | None:
+        """Why a mark of this robot now is not kept (past its or all robots' budget), or None
+        (then counted: `mark` follows)."""
+        budget = self._policy.marks if self._policy is not None else None
+        return None if budget is None else budget.take(self.robot, now_ns)
 
     def mark(self, reason: str, now_ns: int) -> None:
         """The driver marked this moment (in ring mode: the ring is written out)."""

@@ -52,6 +52,10 @@ class WritePause:
         self.directory = directory
         self.reason: str | None = None
         self.pauses = 0  # times a write error paused it
+        # The reason last said: a write that fails again the same way after a resume (the probe
+        # passed but the file does not) is not said again, nor its resume, so nothing floods.
+        self._said: str | None = None
+        self._say_resume = False
 
     def pause(self, exc: BaseException) -> None:
         """A write failed: paused (said once; a failure while paused changes nothing)."""
@@ -59,6 +63,9 @@ class WritePause:
             return
         self.reason = why(exc)
         self.pauses += 1
+        if self.reason == self._said:
+            return
+        self._said, self._say_resume = self.reason, True
         log.warning(
             "recording paused: %s; records are dropped (counted in status) until a write into "
             "%s succeeds again, tried every %.0f s",
@@ -69,7 +76,9 @@ class WritePause:
         """True (and said) when a probe write into the folder succeeds now."""
         if probe_write(self.directory) is not None:
             return False
-        log.info("recording resumed: %s can be written again (paused by: %s)",
-                 self.directory, self.reason)  # fmt: skip
+        if self._say_resume:
+            log.info("recording resumed: %s can be written again (paused by: %s)",
+                     self.directory, self.reason)  # fmt: skip
+            self._say_resume = False
         self.reason = None
         return True

@@ -20,7 +20,6 @@ again; then recording goes on in a new file.
 from __future__ import annotations
 
 import collections
-import datetime
 import logging
 import threading
 import time
@@ -34,10 +33,18 @@ from controller.record.file_budget import FileBudget
 from controller.record.file_client import RecordingFile, RecordingFiles
 from controller.record.frame_pool import FramePool
 from controller.record.jpeg_frames import check_available
+from controller.record.mark_budget import MarkBudget
 from controller.record.mcap_file import CHUNK_BYTES, metadata_of
 from controller.record.packed_json import pack
 from controller.record.private_files import make_private_dir
 from controller.record.queue import PolicyRecording, Record, RecordQueue, RobotRecording, Tier
+from controller.record.record_files import (
+    RingEntry,
+    file_part,
+    frames_of,
+    nbytes,
+    stamp,
+)
 from controller.record.schemas import TOPICS, camera_topic, record_json, topic
 from controller.record.write_pause import RETRY_S, WRITE_ERRORS, WritePause
 from controller.record_config import RecordConfig
@@ -45,33 +52,7 @@ from controller.record_config import RecordConfig
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.005  # the writer's nap when the queue is empty
-RECORD_OVERHEAD_BYTES = 1024  # what a record costs in the ring besides its arrays
 STOP_REASON = "stopped"  # the hold reason of a guard stop (controller.daemon.session)
-
-
-def _stamp(wall_ns: int) -> str:
-    moment = datetime.datetime.fromtimestamp(wall_ns / 1e9, tz=datetime.timezone.utc)
-    return moment.strftime("%Y%m%dT%H%M%S.%fZ")
-
-
-def _frames_of(record: Record) -> tuple[tuple[str, Any], ...]:
-    """An observation's (camera, frame) pairs; nothing for other records."""
-    images = record.fields.get("images") if record.kind == "observation" else None
-    return tuple(images.items()) if images else ()
-
-
-def _nbytes(record: Record) -> int:
-    frames = sum(frame.nbytes for _, frame in _frames_of(record))
-    return frames + RECORD_OVERHEAD_BYTES
-
-
-# A record as the ring keeps it: (time_ns, robot, kind, its message packed and the most bytes of
-# JSON it makes (packed_json.pack), its frames, its size in bytes, whether its frames are the
-# pool's). Only
-# strings, ints, bytes and arrays, none of which the garbage collector tracks: 30 s of records
-# held as Record objects and their dicts made the collector's pauses, in every thread, the
-# largest part of the loop's tick lateness (ring p99 8.0-8.4 ms against 2.3-2.9 ms off).
-RingEntry = tuple[int, str, str, bytes, int, tuple[tuple[str, Any], ...], int, bool]
 
 
 class Recorder:
@@ -87,7 +68,9 @@ class Recorder:
         self.config = config
         self.joints = list(joints)
         self.queue = RecordQueue(config.queue)
-        self._default = PolicyRecording(self.queue, None, joints, tier)
+        # Marks of every policy's robots, within record.marks_per_minute(_all).
+        self.marks = MarkBudget(config.marks_per_minute, config.marks_per_minute_all)
+        self._default = PolicyRecording(self.queue, None, joints, tier, self.marks)
         self._scale = config.scale if config.frames == "downscale" else 1
         jpeg_qscale = config.jpeg_qscale if config.frames == "jpeg" else None
         self._metadata = metadata_of(
@@ -129,7 +112,7 @@ class Recorder:
 
     def policy(self, name: str, joints: Sequence[str], tier: Tier) -> PolicyRecording:
         """The recorder for the robots of the named policy `name`."""
-        return PolicyRecording(self.queue, name, joints, tier)
+        return PolicyRecording(self.queue, name, joints, tier, self.marks)
 
     def _policy_of(self, record: Record) -> PolicyRecording:
         return record.fields.get("_policy") or self._default
@@ -305,7 +288,7 @@ class Recorder:
         if message is None:
             return
         file = self._file
-        next_bytes = 2 * _nbytes(record) + message[1]  # frames twice over, its JSON's bound
+        next_bytes = 2 * nbytes(record) + message[1]  # frames twice over, its JSON's bound
         if file is not None and file.size + next_bytes >= self._max_file_bytes:
             self._close_file()
             # Here, on the writer thread: the tick path never waits for it. The next file (at
@@ -313,8 +296,8 @@ class Recorder:
             self._rotated.make_room(self.config.max_file_mb * 1024 * 1024)
             file = None
         if file is None:
-            file = self._file = self._open(f"tempo-{_stamp(self._wall(record.time_ns))}.mcap")
-        frames = _frames_of(record)
+            file = self._file = self._open(f"tempo-{stamp(self._wall(record.time_ns))}.mcap")
+        frames = frames_of(record)
         self._write_entry(file, record.time_ns, record.robot, record.kind, message, frames)
         self._frames.give_back(record.pooled_frames())
 
@@ -347,8 +330,8 @@ class Recorder:
         if packed is None:
             return
         message, bound = packed
-        frames = _frames_of(record)
-        size = _nbytes(record) + len(message)
+        frames = frames_of(record)
+        size = nbytes(record) + len(message)
         pooled = bool(record.pooled_frames())
         entry = (record.time_ns, record.robot, record.kind, message, bound, frames, size, pooled)
         ring.append(entry)
@@ -364,7 +347,7 @@ class Recorder:
         """Every record in the ring to a file of its own (the ring keeps them too: the next
         incident's file has its own last seconds)."""
         now = self._wall(time.monotonic_ns())
-        file = self._open(f"incident-{_stamp(now)}-{trigger}-{_file_part(robot)}.mcap")
+        file = self._open(f"incident-{stamp(now)}-{trigger}-{file_part(robot)}.mcap")
         self._file = file  # a write error finds it here (_lost_file)
         for at, robot_of, kind, message, bound, frames, *_ in list(self._ring):
             self._write_entry(file, at, robot_of, kind, (message, bound), frames)
@@ -442,8 +425,3 @@ class Recorder:
             "not_json": self.not_json,
             "error": self.error,
         }
-
-
-def _file_part(robot: str) -> str:
-    """A robot's name as part of a file name (its letters, digits, - and _)."""
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in robot)[:64]

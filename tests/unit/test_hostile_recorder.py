@@ -118,3 +118,49 @@ def test_a_full_disk_pauses_recording_once_and_it_resumes_when_space_is_back(
     assert len(files) >= 2  # recording went on in a new file
     last = read_recording(files[-1])
     assert [m.data["obs_seq"] for m in last.messages if m.name == "observation"][-3:] == [0, 1, 2]
+
+
+def test_five_robots_marking_every_second_are_held_to_the_mark_budgets(tmp_path: Path) -> None:
+    config = RecordConfig(mode="ring", dir=tmp_path / "rec", marks_per_minute=6,
+                          marks_per_minute_all=20)  # fmt: skip
+    recorder = Recorder(config, JOINTS, 50.0)
+    robots = [recorder.robot(f"arm{i}", f"s{i}") for i in range(5)]
+    kept: dict[str, int] = {r.robot: 0 for r in robots}
+    refusals: set[str] = set()
+    for second in range(60):  # a minute of each robot marking once a second
+        for robot in robots:
+            refused = robot.mark_refused(10 * S + second * S + 1000 * robots.index(robot))
+            if refused is None:
+                kept[robot.robot] += 1
+            else:
+                refusals.add(refused.split(" ")[0] + (" all" if "all together" in refused else ""))
+    assert sum(kept.values()) == 20 and max(kept.values()) <= 6
+    assert all("\n" not in r for r in refusals) and {"robot", "the all"} <= refusals
+    # The next minute, each robot may mark again.
+    assert robots[0].mark_refused(10 * S + 130 * S) is None
+    # Twice within a second is refused whatever the budgets.
+    refused = robots[1].mark_refused(10 * S + 130 * S + 1)
+    assert refused is None
+    assert "at most one moment a second" in (robots[1].mark_refused(10 * S + 130 * S + 2) or "")
+
+
+def test_ring_incidents_are_kept_within_max_incidents_mb(tmp_path: Path) -> None:
+    folder = tmp_path / "rec"
+    config = RecordConfig(mode="ring", dir=folder, max_incidents_mb=1, compression="none")
+    recorder = Recorder(config, JOINTS, 50.0)
+    recorder.start()
+    arm = recorder.robot("arm", "s1")
+    t = 10 * S
+    noise = np.random.default_rng(0)
+    for n in range(4):  # each incident holds about 1.2 MB of frames: past the cap alone
+        for i in range(10):
+            image = {"front": noise.integers(0, 256, (200, 200, 3), np.uint8)}
+            arm.observation(i, i, t, t, image, np.zeros(2, np.float32), None, 0)
+            t += 10_000_000
+        arm.mark(f"incident {n}", t)
+        wait_for(lambda n=n: recorder.status()["incidents"] == n + 1, timeout=30)
+    recorder.stop()
+    left = sorted(folder.glob("incident-*.mcap"))
+    assert len(left) == 1  # the newest is always kept; the older ones went
+    status = recorder.status()
+    assert status["incidents_deleted"] == 3 and status["incidents"] == 4

@@ -107,9 +107,11 @@ def test_the_files_chunks_are_compressed_as_configured(tmp_path, setting, chunks
 
 
 @pytest.mark.parametrize("mode", ["continuous", "ring"])
-def test_a_failed_file_process_is_one_error_and_stop_is_quiet(tmp_path, mode, monkeypatch) -> None:
-    """A file the process cannot make: the recorder says why once (in status), drops what comes
-    after, and stops without a second error (a traceback from its thread)."""
+def test_a_failed_file_process_pauses_with_its_reason_and_stop_is_quiet(
+    tmp_path, mode, monkeypatch
+) -> None:
+    """A file the process cannot make: the recorder pauses, says why (in status), drops what
+    comes after, and stops without an error (a traceback from its thread)."""
     (tmp_path / "blocked").write_bytes(b"a file where the directory should be")
     config = RecordConfig(mode=mode, dir=tmp_path, compression="none")
     recorder = Recorder(config, JOINTS, 50.0)
@@ -121,14 +123,13 @@ def test_a_failed_file_process_is_one_error_and_stop_is_quiet(tmp_path, mode, mo
     recorder.queue.put(observation(1))
     recorder.queue.put(Record("mark", "arm", 2, {"reason": "look"}))
     deadline = time.monotonic() + 30
-    while recorder.error is None and time.monotonic() < deadline:
+    while recorder.status()["paused"] is None and time.monotonic() < deadline:
         time.sleep(0.05)
     recorder.queue.put(observation(3))
+    paused = recorder.status()["paused"]
     recorder.stop()
-    assert (
-        recorder.error is not None and "FileExistsError" in recorder.error
-    )  # the reason, not "it ended"
-    assert crashes == []
+    assert paused is not None and "FileExistsError" in paused  # the reason, not "it ended"
+    assert recorder.error is None and crashes == []
     assert recorder.queue.dropped["observation"] >= 1
 
 
@@ -179,7 +180,7 @@ def test_max_total_mb_deletes_the_oldest_files_this_recorder_wrote(tmp_path) -> 
         kept, total = kept + 1, total + sizes[path]
     assert left == [*finished[len(finished) - kept :], recorder.files[-1]] and kept >= 2
     status = recorder.status()
-    assert status["files_deleted"] == recorder.files_deleted == len(gone)
+    assert status["files_deleted"] == len(gone)
     assert status["bytes_deleted"] == sum(sizes[path] for path in gone)
     for name, content in foreign.items():
         assert (tmp_path / name).read_bytes() == content
@@ -204,7 +205,8 @@ def test_an_old_file_already_removed_is_skipped(tmp_path, caplog) -> None:
     recorder.stop()
     assert [os.path.exists(path) for path in recorder.files] == [False, False, True, True]
     # The second file deleted by the cap; the first, removed by hand, counted by neither.
-    assert recorder.files_deleted == 1 and recorder.bytes_deleted == sizes[recorder.files[1]]
+    status = recorder.status()
+    assert status["files_deleted"] == 1 and status["bytes_deleted"] == sizes[recorder.files[1]]
     assert recorder.error is None
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
 
@@ -246,7 +248,7 @@ def test_a_file_that_cannot_be_deleted_is_said_and_recording_goes_on(
         i += 1
     recorder._close_file()
     recorder.stop()
-    assert recorder.error is None and recorder.files_deleted == 0
+    assert recorder.error is None and recorder.status()["files_deleted"] == 0
     assert all(os.path.exists(path) for path in recorder.files)
     refused = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert refused and "record.max_total_mb: could not delete" in refused[0]
