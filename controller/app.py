@@ -19,7 +19,7 @@ from typing import Any
 import zmq
 
 from controller.config import TempoConfig, policy_views
-from controller.daemon.security import check_bind_allowed, check_local_only
+from controller.daemon.security import check_bind_allowed, check_local_only, status_access
 from controller.daemon.service import (
     Daemon,
     check_action_config,
@@ -107,9 +107,10 @@ def serve(
     check_jpeg_available(config.record)  # PyAV, for record.frames: jpeg
     # Bind both sockets before the load too: a taken endpoint is one sentence (BindError, exit
     # 2) before minutes of compiling, and the endpoint is held from now on.
+    access = status_access(config.server)  # its token made or loaded, before any bind
     context: zmq.Context[Any] = zmq.Context.instance()
     transport = open_transport(config, unopened_transport(config, context))
-    status = StatusServer(context, config.server.status_bind)  # answers once the daemon runs
+    status = StatusServer(context, config.server.status_bind, access=access)  # answers once ready
     with contextlib.ExitStack() as cleanup:
         try:
             status_endpoint = status.start()

@@ -68,7 +68,30 @@ class ServerConfig(Section):
     max_robots: int = Field(default=8, ge=1, le=256, description="Sessions served at once.")
     status_bind: str = Field(
         default="tcp://127.0.0.1:5556",
-        description="Local control socket answering `tempo status` (tcp://127.0.0.1:PORT or ipc://).",
+        description="Local control socket answering `tempo status`, `tempo swap` and `tempo "
+        "mark` (tcp://127.0.0.1:PORT or ipc://). Commands are authorised: on ipc:// by the "
+        "peer's uid (the daemon's user, root, or status_group), on tcp:// by the status token.",
+    )
+    status_readers: Literal["any", "owner"] | None = Field(
+        default=None,
+        description="Who may read `tempo status`: any (every local user) or owner (whoever may "
+        "command: see status_bind). null: any on tcp://, owner on ipc:// (its socket file is "
+        "then 0600, or 0660 with status_group; with any, 0666).",
+    )
+    status_group: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="A group whose members may command the daemon as its own user does: on "
+        "ipc:// by the peer's credentials (primary group, or member in the user database), on "
+        "tcp:// by reading the status token, made 0640 and owned by this group.",
+    )
+    status_token: Path | None = Field(
+        default=None,
+        description="The status token file, which a command on a tcp:// status_bind must hold; "
+        "made 0600 at start if missing, refused if others may read it. Default: "
+        "$XDG_STATE_HOME/tempo/status.token, else ~/.local/state/tempo/status.token. Without "
+        "one (it cannot be made), a tcp:// status socket is read-only.",
     )
     session_timeout_s: float = Field(
         default=5.0,

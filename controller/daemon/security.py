@@ -23,15 +23,18 @@ is the daemon's side. Its config section, `SecurityConfig`, is in `controller.co
 
 from __future__ import annotations
 
+import grp
 import logging
 import threading
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from controller.config_sections import SecurityConfig
+from controller.config_sections import SecurityConfig, ServerConfig
 from controller.errors import SecurityError
 from controller.observe.log_safety import shown
+from controller.observe.status_access import StatusAccess
+from controller.observe.status_token import ensure_token, token_path
 from controller.wire.curve import is_local_endpoint
 from controller.wire.keys import (
     KEY_GENERATE,
@@ -52,6 +55,28 @@ def check_local_only(endpoint: str, field: str) -> None:
             f"{field} {endpoint} is reachable from other machines but this socket has no "
             f"authentication; bind it to tcp://127.0.0.1:PORT or ipc:///path"
         )
+
+
+def status_access(server: ServerConfig) -> StatusAccess:
+    """Who may ask what on the status socket, from `server:` (controller.observe.status_access).
+    On tcp:// the token is made or loaded now; if that fails the socket is read-only, said once
+    in the log. An unknown status_group is refused (SecurityError)."""
+    gid: int | None = None
+    if server.status_group is not None:
+        try:
+            gid = grp.getgrnam(server.status_group).gr_gid
+        except KeyError:
+            raise SecurityError(
+                f"server.status_group {shown(server.status_group)} is not a group on this host"
+            ) from None
+    if server.status_bind.startswith("ipc://"):
+        return StatusAccess.ipc(server.status_readers or "owner", gid)
+    try:
+        token = ensure_token(token_path(server.status_token), gid)
+    except SecurityError as exc:
+        log.warning("the status socket %s is read-only: %s", server.status_bind, exc)
+        return StatusAccess.tcp(server.status_readers or "any", None, str(exc))
+    return StatusAccess.tcp(server.status_readers or "any", token)
 
 
 def check_bind_allowed(endpoint: str, security: SecurityConfig) -> None:

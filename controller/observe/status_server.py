@@ -5,8 +5,12 @@ few commands registered in `commands` (`tempo swap`, `tempo mark`).
 
 A request is a status request unless it is a msgpack map whose "kind" names a registered
 command: that command's handler answers it (a map; a refusal is {"error": one sentence}).
-The socket is local only (server.status_bind is checked at start), so whoever can ask for the
-status can ask for a command.
+The socket is local only (server.status_bind is checked at start), and every registered command
+changes something: each request is checked by `access` (controller.observe.status_access: the
+peer's uid on ipc://, the status token on tcp://) before its handler runs, and `status` too when
+server.status_readers is `owner`. A refusal is {"error": one sentence}. A client sends the token
+in its request map: {"kind": "swap", ..., "auth": ...} (request_signature.sign); {"kind":
+"status", "auth": ...} asks for the status.
 
 Its own thread and its own ROUTER socket, so asking never touches the control loop's socket, and
 no request, however many parts it has, can leave it unable to answer the next one. It
@@ -16,6 +20,7 @@ reads the daemon's counters without locks: a status snapshot may be a tick out o
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -23,12 +28,15 @@ from typing import Any
 import msgpack
 import zmq
 
-from controller.errors import BindError
+from controller.errors import BindError, SecurityError
+from controller.observe.request_signature import endpoint_port, sign
+from controller.observe.status_access import StatusAccess
 from controller.wire.binding import bind
 
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 4096
+MAX_LOGGED_REFUSALS = 64  # distinct refusal sentences logged, each once
 
 
 class StatusServer:
@@ -37,11 +45,14 @@ class StatusServer:
         context: zmq.Context,
         bind: str,
         snapshot: Callable[[], dict[str, Any]] | None = None,
+        access: StatusAccess | None = None,
     ):
         """Without `snapshot`, start() binds and requests wait until `serve(snapshot)`: the
-        daemon binds before its policy loads, and answers once it is ready."""
+        daemon binds before its policy loads, and answers once it is ready. Without `access`,
+        only the daemon's user commands on ipc://, and tcp:// is read-only."""
         self.context = context
         self.bind = bind
+        self.access = access or default_access(bind)
         self.snapshot = snapshot
         self._serving = threading.Event()
         if snapshot is not None:
@@ -52,6 +63,8 @@ class StatusServer:
         self._thread: threading.Thread | None = None
         self._error: Exception | None = None
         self.commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        self.refused = 0  # requests refused by `access`
+        self._logged: set[str] = set()
 
     def start(self) -> str:
         self._thread = threading.Thread(target=self._run, name="tempo-status", daemon=True)
@@ -83,11 +96,28 @@ class StatusServer:
         socket.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
         try:
             self.endpoint = bind(socket, self.bind, "server.status_bind")
-        except BindError as exc:
+            self._protect_socket_file()
+        except (BindError, SecurityError) as exc:
             self._error = exc
             socket.close(0)
             return None
         return socket
+
+    def _protect_socket_file(self) -> None:
+        """An ipc socket file gets the mode its readers need, whatever the umask: connecting
+        needs write permission on it (the peer check on each command comes on top)."""
+        path = self.endpoint[len("ipc://") :] if self.endpoint.startswith("ipc://") else ""
+        if not path or path.startswith("@"):  # tcp, or an abstract name (no file to protect)
+            return
+        try:
+            if self.access.group_gid is not None:
+                os.chown(path, -1, self.access.group_gid)
+            os.chmod(path, self.access.socket_mode)
+        except OSError as exc:
+            raise SecurityError(
+                f"cannot set the permissions of server.status_bind's socket file {path} "
+                f"({exc.strerror}); is the daemon's user a member of server.status_group?"
+            ) from None
 
     def serve(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         """Start answering requests with `snapshot()` (requests that came earlier, too)."""
@@ -100,7 +130,7 @@ class StatusServer:
         # [identity, (empty delimiter from REQ), request parts...]: a status request unless
         # its first part is a registered command (see the module doc). Parts are read one by
         # one, at most a few kept.
-        identity = socket.recv(zmq.NOBLOCK)
+        identity = socket.recv(zmq.NOBLOCK, copy=False)
         envelope: list[bytes] = []
         body: bytes | None = None
         first = True
@@ -111,40 +141,40 @@ class StatusServer:
             elif body is None:
                 body = part
             first = False
-        snapshot = self.snapshot
-        command = self._command(body)
-        try:
-            if command is not None:
-                handler, request = command
-                packed = msgpack.packb(handler(request), use_bin_type=True)
-            elif snapshot is None:  # unreachable: requests wait for serve(); say so anyway
-                raise RuntimeError("status requested before the daemon was ready")
-            else:
-                packed = msgpack.packb(snapshot(), use_bin_type=True)
-        except Exception:  # e.g. a policy's status() with numpy scalars: keep serving
-            asked = "status" if command is None else "command"
-            log.exception("%s request failed", asked)
-            error = {"error": f"the daemon could not answer this {asked} request; see its log"}
-            packed = msgpack.packb(error, use_bin_type=True)
-        socket.send_multipart([identity, *envelope, packed], flags=zmq.NOBLOCK)
+        packed = msgpack.packb(self._answer(body, _peer_address(identity)), use_bin_type=True)
+        socket.send_multipart([identity.bytes, *envelope, packed], flags=zmq.NOBLOCK)
 
-    def _command(
-        self, body: bytes | None
-    ) -> tuple[Callable[[dict[str, Any]], dict[str, Any]], dict[str, Any]] | None:
-        """The registered command `body` asks for, and its request; None for a status request."""
-        if not body or not self.commands:
-            return None
-        try:
-            request = msgpack.unpackb(body, raw=False)
-        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
-            return None  # b"status", or anything else: a status request
-        if not isinstance(request, dict):
-            return None
+    def _answer(self, body: bytes | None, peer: str | None) -> dict[str, Any]:
+        """The reply to one request from `peer` (its Peer-Address): a refusal, a command's
+        answer or the status."""
+        request = _request_map(body)
         kind = request.get("kind")
-        if not isinstance(kind, str):  # {"kind": []}: not a name, so a status request
-            return None
-        handler = self.commands.get(kind)
-        return (handler, request) if handler is not None else None
+        handler = self.commands.get(kind) if isinstance(kind, str) else None
+        asked = "status" if handler is None else str(kind)
+        refused = self.access.refusal(
+            asked,
+            mutating=handler is not None,
+            peer=peer,
+            request=request,
+            port=endpoint_port(self.endpoint),
+        )
+        if refused is not None:
+            self.refused += 1
+            if refused not in self._logged and len(self._logged) < MAX_LOGGED_REFUSALS:
+                self._logged.add(refused)  # a flood of refusals cannot fill the log
+                log.warning("status socket: %s (each such refusal logged once)", refused)
+            return {"error": refused}
+        snapshot = self.snapshot
+        try:
+            if handler is not None:
+                return handler(request)
+            if snapshot is None:  # unreachable: requests wait for serve(); say so anyway
+                raise RuntimeError("status requested before the daemon was ready")
+            return snapshot()
+        except Exception:  # e.g. a policy's status() with numpy scalars: keep serving
+            what = "status" if handler is None else "command"
+            log.exception("%s request failed", what)
+            return {"error": f"the daemon could not answer this {what} request; see its log"}
 
     def stop(self) -> None:
         self._stop.set()
@@ -152,11 +182,45 @@ class StatusServer:
             self._thread.join(1.0)
 
 
+def default_access(endpoint: str) -> StatusAccess:
+    """Access with no configuration: on ipc://, status and commands for the daemon's user (and
+    root) only; on tcp://, status for anyone and no command (no token)."""
+    if endpoint.startswith("ipc://"):
+        return StatusAccess.ipc("owner")
+    return StatusAccess.tcp("any", None, "no token was given to this status server")
+
+
+def _peer_address(frame: zmq.Frame) -> str | None:
+    """libzmq's Peer-Address of the connection a message came on (ipc: "...:uid:gid:pid")."""
+    try:
+        address = frame.get("Peer-Address")
+    except zmq.ZMQError:  # no such property: no credentials to check, refused as unknown
+        return None
+    return address if isinstance(address, str) else None
+
+
+def _request_map(body: bytes | None) -> dict[Any, Any]:
+    """A request's map; {} for anything else (b"status", or any bytes: a status request)."""
+    if not body:
+        return {}
+    try:
+        request = msgpack.unpackb(body, raw=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return {}
+    return request if isinstance(request, dict) else {}
+
+
 def request_status(
-    endpoint: str, timeout_s: float = 2.0, context: zmq.Context | None = None
+    endpoint: str,
+    timeout_s: float = 2.0,
+    context: zmq.Context | None = None,
+    token: bytes | None = None,
 ) -> dict[str, Any] | None:
-    """Ask a daemon for its status; None if it does not answer in time."""
-    return _ask(endpoint, b"status", timeout_s, context)
+    """Ask a daemon for its status (with the status token, where it needs one); None if it
+    does not answer in time."""
+    if token is None:
+        return _ask(endpoint, b"status", timeout_s, context)
+    return request_command(endpoint, {"kind": "status"}, timeout_s, context, token)
 
 
 def request_command(
@@ -164,9 +228,12 @@ def request_command(
     request: dict[str, Any],
     timeout_s: float = 2.0,
     context: zmq.Context | None = None,
+    token: bytes | None = None,
 ) -> dict[str, Any] | None:
-    """Send a command (a map with its "kind", see the module doc) to a daemon; its reply, or
-    None if it does not answer in time."""
+    """Send a command (a map with its "kind", see the module doc) to a daemon, signed with the
+    status token when given; its reply, or None if it does not answer in time."""
+    if token is not None and endpoint.startswith("tcp://"):
+        request = sign(token, endpoint_port(endpoint), request)
     return _ask(endpoint, msgpack.packb(request, use_bin_type=True), timeout_s, context)
 
 

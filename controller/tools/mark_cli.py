@@ -37,10 +37,12 @@ def cmd_mark(
     default_endpoint: str,
 ) -> int:
     from controller.observe.log_safety import shown
-    from controller.tools.status_cli import command_reply, status_endpoint
+    from controller.tools.status_cli import command_reply, status_endpoint, status_token
 
     endpoint = status_endpoint(args, load_config, default_endpoint)
-    mark = command_reply(endpoint, {"kind": "mark", "robot": args.robot, "reason": args.reason})
+    token = status_token(args, load_config, endpoint)
+    request = {"kind": "mark", "robot": args.robot, "reason": args.reason}
+    mark = command_reply(endpoint, request, token)
     if isinstance(mark, int):
         return mark
     kept, refused = mark.get("kept") or [], mark.get("refused") or {}

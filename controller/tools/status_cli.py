@@ -43,14 +43,30 @@ def status_endpoint(
     return args.connect or configured or default_endpoint
 
 
-def command_reply(endpoint: str, request: dict[str, Any]) -> dict[str, Any] | int:
+def status_token(
+    args: argparse.Namespace, load_config: Callable[[argparse.Namespace], Any], endpoint: str
+) -> bytes | None:
+    """The status token a tcp:// status socket wants with each command (the file at the
+    config's server.status_token when a config or overrides were given, else the default
+    path), if this user can read it; None on ipc:// (the peer's uid is checked there)."""
+    from controller.observe.status_token import read_token, token_path
+
+    if not endpoint.startswith("tcp://"):
+        return None
+    configured = load_config(args).server.status_token if args.config or args.overrides else None
+    return read_token(token_path(configured))
+
+
+def command_reply(
+    endpoint: str, request: dict[str, Any], token: bytes | None = None
+) -> dict[str, Any] | int:
     """The daemon's answer to a command (`tempo swap`, `tempo mark`; the map under the
     command's kind), or the exit code once said why not: no daemon answered (1), it refused
     (2), or it answered with its status, so it has no such command (2)."""
     from controller.observe.status_server import request_command
 
     kind = request["kind"]
-    reply = request_command(endpoint, request, timeout_s=5.0)
+    reply = request_command(endpoint, request, timeout_s=5.0, token=token)
     if reply is None:
         print(f"tempo {kind}: no daemon answered on {endpoint} within 5 s", file=sys.stderr)
         return 1
@@ -73,13 +89,17 @@ def cmd_status(
     from controller.observe.status_server import request_status
 
     endpoint = status_endpoint(args, load_config, default_endpoint)
-    status = request_status(endpoint, timeout_s=args.timeout)
+    token = status_token(args, load_config, endpoint)
+    status = request_status(endpoint, timeout_s=args.timeout, token=token)
     if status is None:
         print(
             f"tempo status: no daemon answered on {endpoint} within {args.timeout} s",
             file=sys.stderr,
         )
         return 1
+    if set(status) == {"error"}:  # refused (server.status_readers: owner)
+        print(f"tempo status: refused: {status['error']}", file=sys.stderr)
+        return 2
     if args.json:
         from controller.observe.status import json_safe
 

@@ -55,23 +55,24 @@ def cmd_swap(
     default_endpoint: str,
 ) -> int:
     from controller.observe.status_server import request_status
-    from controller.tools.status_cli import command_reply, status_endpoint
+    from controller.tools.status_cli import command_reply, status_endpoint, status_token
 
     endpoint = status_endpoint(args, load_config, default_endpoint)
+    token = status_token(args, load_config, endpoint)
     request = {
         "kind": "swap",
         "path": str(args.path.resolve()),  # the daemon may run elsewhere on this host
         "now": args.now,
         "policy": args.policy,
     }
-    started = command_reply(endpoint, request)
+    started = command_reply(endpoint, request, token)
     if isinstance(started, int):
         return started
     swap_id, name = started.get("id"), started.get("policy")
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
         time.sleep(POLL_S)
-        swap = _swap_status(request_status(endpoint, timeout_s=5.0) or {}, name)
+        swap = _swap_status(request_status(endpoint, timeout_s=5.0, token=token) or {}, name)
         if swap.get("id") != swap_id or swap.get("phase") == "building":
             continue
         if swap.get("phase") in ("done", "switching"):  # switching: robots move at episode start

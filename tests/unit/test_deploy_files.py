@@ -26,9 +26,12 @@ def test_the_unit_runs_the_readmes_venv_as_its_user():
     assert f"python3 -m venv {venv}" in README
     assert f"{venv}/bin/pip install '.[serve]'" in README
     assert f"useradd --system --no-create-home --shell /usr/sbin/nologin {unit['User']}" in README
-    # The compile cache follows XDG_CACHE_HOME into systemd's CacheDirectory (/var/cache/NAME).
-    assert unit["Environment"] == "XDG_CACHE_HOME=/var/cache"
-    assert unit["CacheDirectory"] == "tempo"
+    # The compile cache follows XDG_CACHE_HOME into systemd's CacheDirectory (/var/cache/NAME),
+    # the status token XDG_STATE_HOME into its StateDirectory (/var/lib/NAME).
+    lines = (REPO / "scripts" / "tempo.service").read_text().splitlines()
+    environment = {line.removeprefix("Environment=") for line in lines if line.startswith("Env")}
+    assert environment == {"XDG_CACHE_HOME=/var/cache", "XDG_STATE_HOME=/var/lib"}
+    assert unit["CacheDirectory"] == "tempo" and unit["StateDirectory"] == "tempo"
 
 
 def test_the_image_installs_dependencies_before_the_sources():
