@@ -100,6 +100,7 @@ class Recorder:
         self._rotated = FileBudget(config.max_total_mb, "record.max_total_mb")
         self._incident_files = FileBudget(config.max_incidents_mb, "record.max_incidents_mb")
         self._pause = WritePause(config.dir)
+        self._unwritten: list[Record] = []  # a failed batch's records after the failed one
         self.incidents = 0
         self.incidents_not_written = 0  # marks and guard stops while paused
         self.torn_frames = 0  # observations whose frames the driver wrote over before the copy
@@ -192,6 +193,9 @@ class Recorder:
         """Take records while paused (dropped; ring: kept in the ring) until record.dir can be
         written again (False) or the recorder stops (True)."""
         next_try = time.monotonic() + RETRY_S
+        unwritten, self._unwritten = self._unwritten, []
+        for record in unwritten:  # the failed batch's rest
+            self._take_paused(record)
         while True:
             stopping = self._stop.wait(IDLE_WAIT_S)
             for record in self.queue.take_all():
@@ -234,10 +238,23 @@ class Recorder:
             for index, record in enumerate(records):
                 try:
                     self._take(record)
+                except WRITE_ERRORS:
+                    self._not_written(record)
+                    self._unwritten = records[index + 1 :]  # taken as paused (_paused_until_..)
+                    raise
                 except Exception:
                     for lost in records[index:]:  # this batch's rest is never written
                         queue.dropped[lost.kind] += 1
                     raise
+
+    def _not_written(self, record: Record) -> None:
+        """The record whose write failed: dropped (continuous), or, in ring mode, kept in the
+        ring with the incident it began not written."""
+        if self.config.mode == "continuous":
+            self.queue.dropped[record.kind] += 1
+            self._frames.give_back(record.pooled_frames())
+        else:
+            self.incidents_not_written += 1
 
     def _take(self, record: Record) -> None:
         if record.kind == "observation":

@@ -111,7 +111,8 @@ def test_a_failed_file_process_pauses_with_its_reason_and_stop_is_quiet(
     tmp_path, mode, monkeypatch
 ) -> None:
     """A file the process cannot make: the recorder pauses, says why (in status), drops what
-    comes after, and stops without an error (a traceback from its thread)."""
+    comes after (ring mode keeps it in its ring), and stops without an error (a traceback from
+    its thread)."""
     (tmp_path / "blocked").write_bytes(b"a file where the directory should be")
     config = RecordConfig(mode=mode, dir=tmp_path, compression="none")
     recorder = Recorder(config, JOINTS, 50.0)
@@ -130,7 +131,12 @@ def test_a_failed_file_process_pauses_with_its_reason_and_stop_is_quiet(
     recorder.stop()
     assert paused is not None and "FileExistsError" in paused  # the reason, not "it ended"
     assert recorder.error is None and crashes == []
-    assert recorder.queue.dropped["observation"] >= 1
+    if mode == "continuous":
+        assert recorder.queue.dropped["observation"] >= 1
+    else:  # the ring keeps its records while paused; the mark's incident is counted unwritten
+        assert recorder.queue.dropped["observation"] == 0
+        assert recorder.status()["incidents_not_written"] >= 1
+        assert recorder.status()["incidents"] == 0
 
 
 def framed(time_ns: int) -> Record:
