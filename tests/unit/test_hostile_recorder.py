@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ import pytest
 
 from controller.record.writer import Recorder
 from controller.record_config import RecordConfig
-from tests.conftest import wait_for
+from controller.wire.protocol import encode
+from policies.base import CameraSpec, PolicySpec, Prediction
+from tests.conftest import ipc_config, offline_daemon, wait_for
 
 JOINTS = ["a", "b"]
 S = 1_000_000_000
@@ -150,6 +153,56 @@ def test_five_robots_marking_every_second_are_held_to_the_mark_budgets(tmp_path:
     assert robots[0].mark_refused(later) is None
     assert robots[1].mark_refused(later + 1) is None
     assert "at most one moment a second" in (robots[1].mark_refused(later + 2) or "")
+
+
+class _Still:
+    spec = PolicySpec(
+        cameras=(CameraSpec(name="front", height=8, width=8),),
+        state_size=2,
+        joint_names=tuple(JOINTS),
+        chunk_size=10,
+    )
+
+    def predict(self, images: Any, context: Any) -> Prediction:
+        return Prediction(np.tile(context.state, (10, 1)).astype(np.float32))
+
+
+def test_five_drivers_marking_every_second_keep_the_default_budget_of_marks(
+    tmp_path: Path,
+) -> None:
+    """The hostile trial's five sessions marking once a second, through the dispatcher with the
+    default budgets: 20 marks kept in the minute in all (each may write a ring's seconds to
+    disk), the rest refused in one sentence each, and the daemon answers every one."""
+    flight = Recorder(RecordConfig(mode="ring", dir=tmp_path / "rec"), JOINTS, 50.0)
+    config = ipc_config(tmp_path, "server.max_robots=8")
+    dispatcher, _, sent, _ = offline_daemon(
+        config, _Still(), flight=flight.policy("default", JOINTS, lambda: None)
+    )
+    spec = {"joints": JOINTS, "cameras": [{"name": "front", "height": 8, "width": 8}],
+            "state_size": 2}  # fmt: skip
+    t0 = time.monotonic_ns()
+    sessions: dict[bytes, str] = {}
+    for n in range(5):
+        identity = f"driver{n}".encode()
+        dispatcher.handle(identity, encode("hello", robot=f"arm{n}", seq=1, time_ns=t0,
+                                           fields={"spec": spec}), t0)  # fmt: skip
+        ((_, kind, fields, _),) = [m for m in sent.sent if m[0] == identity]
+        assert kind == "welcome"
+        sessions[identity] = fields["session"]
+    before = len(sent.sent)
+    for second in range(60):
+        for n, (identity, session) in enumerate(sessions.items()):
+            at = t0 + (second + 1) * S + n * 1000
+            frames = encode("mark", robot=f"arm{n}", seq=second + 2, time_ns=at,
+                            fields={"session": session, "reason": "slip"})  # fmt: skip
+            dispatcher.handle(identity, frames, at)
+    errors = [fields for _, kind, fields, _ in sent.sent[before:] if kind == "error"]
+    counters = [s.counters for s in dispatcher.registry.sessions.values()]
+    assert sum(c["marks"] for c in counters) == 20
+    assert sum(c["marks_refused"] for c in counters) == len(errors) == 300 - 20
+    assert {e["code"] for e in errors} == {"not_allowed"}
+    assert all("\n" not in e["message"] and "not kept" in e["message"] for e in errors)
+    assert [r.kind for r in flight.queue.take_all()].count("mark") == 20
 
 
 def test_ring_incidents_are_kept_within_max_incidents_mb(tmp_path: Path) -> None:
