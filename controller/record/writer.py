@@ -19,7 +19,6 @@ again; then recording goes on in a new file.
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
@@ -35,16 +34,11 @@ from controller.record.frame_pool import FramePool
 from controller.record.jpeg_frames import check_available
 from controller.record.mark_budget import MarkBudget
 from controller.record.mcap_file import CHUNK_BYTES, metadata_of
+from controller.record.memory_ring import MemoryRing
 from controller.record.packed_json import pack
 from controller.record.private_files import make_private_dir
 from controller.record.queue import PolicyRecording, Record, RecordQueue, RobotRecording, Tier
-from controller.record.record_files import (
-    RingEntry,
-    file_part,
-    frames_of,
-    nbytes,
-    stamp,
-)
+from controller.record.record_files import file_part, frames_of, nbytes, stamp
 from controller.record.schemas import TOPICS, camera_topic, record_json, topic
 from controller.record.write_pause import RETRY_S, WRITE_ERRORS, WritePause
 from controller.record_config import RecordConfig
@@ -87,10 +81,6 @@ class Recorder:
         self._jpeg_qscale = jpeg_qscale
         self._files = RecordingFiles(jpeg_qscale)  # the process that writes them
         self._file: RecordingFile | None = None
-        self._ring: collections.deque[RingEntry] = collections.deque()
-        self._ring_bytes = 0
-        self._ring_ns = int(config.ring_seconds * 1e9)
-        self._ring_max = config.ring_max_mb * 1024 * 1024
         self._last_reason: dict[str, str | None] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -107,6 +97,7 @@ class Recorder:
         self.not_json = 0  # records left out: a value JSON cannot hold (a NaN in memory)
         self.error: str | None = None
         self._frames = FramePool()
+        self._ring = MemoryRing(config.ring_seconds, config.ring_max_mb, self._frames)
 
     def robot(self, robot: str, session: str) -> RobotRecording:
         return self._default.robot(robot, session)
@@ -278,25 +269,8 @@ class Recorder:
                 self._write_ring("guard_stop", record.robot)
 
     def _own_frames(self, record: Record) -> None:
-        """Frames still in the driver's slot (SlotFrames: not a plain dict) copied into the
-        pool, and the slot let go (its last reference is the record's). Frames the driver
-        wrote over before the copy (a driver ignoring holds) are left out and counted."""
-        fields = record.fields
-        images = fields["images"]
-        if type(images) is dict:
-            return
-        copies = {name: self._frames.copy(frame) for name, frame in images.items()}
-        # Not SlotFrames.unchanged(): that one is False once the session ended and its ring
-        # closed, and a session's last frames are often the ones an incident needs.
-        written_as_read = getattr(images, "written_as_read", None)
-        if written_as_read is not None and not written_as_read():
-            self._frames.give_back(copies.values())
+        if not self._frames.own_slot_frames(record.fields):
             self.torn_frames += 1
-            copies = {}
-        # The record's own dict (queue.RobotRecording.observation): replacing its frames here
-        # drops the slot's last reference, which gives the slot back to the driver now.
-        fields["images"] = copies  # type: ignore[index]
-        fields["pooled"] = bool(copies)  # type: ignore[index]
 
     # -- continuous ---------------------------------------------------------------------------
 
@@ -342,23 +316,9 @@ class Recorder:
     # -- ring -----------------------------------------------------------------------------------
 
     def _keep(self, record: Record, tier: str | None) -> None:
-        ring = self._ring
         packed = self._packed(record, tier)
-        if packed is None:
-            return
-        message, bound = packed
-        frames = frames_of(record)
-        size = nbytes(record) + len(message)
-        pooled = bool(record.pooled_frames())
-        entry = (record.time_ns, record.robot, record.kind, message, bound, frames, size, pooled)
-        ring.append(entry)
-        self._ring_bytes += size
-        oldest_kept = record.time_ns - self._ring_ns
-        while ring and (ring[0][0] < oldest_kept or self._ring_bytes > self._ring_max):
-            *_, gone_frames, gone_size, gone_pooled = ring.popleft()
-            self._ring_bytes -= gone_size
-            if gone_pooled:
-                self._frames.give_back(frame for _, frame in gone_frames)
+        if packed is not None:
+            self._ring.keep(record, packed)
 
     def _write_ring(self, trigger: str, robot: str) -> None:
         """Every record in the ring to a file of its own (the ring keeps them too: the next
@@ -366,7 +326,7 @@ class Recorder:
         now = self._wall(time.monotonic_ns())
         file = self._open(f"incident-{stamp(now)}-{trigger}-{file_part(robot)}.mcap")
         self._file = file  # a write error finds it here (_lost_file)
-        for at, robot_of, kind, message, bound, frames, *_ in list(self._ring):
+        for at, robot_of, kind, message, bound, frames, *_ in self._ring:
             self._write_entry(file, at, robot_of, kind, (message, bound), frames)
         file.close()  # not after a failure: the file process has ended, having said why
         self._file = None

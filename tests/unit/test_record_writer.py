@@ -68,7 +68,7 @@ def test_the_ring_keeps_at_most_its_memory(tmp_path) -> None:
     for i in range(20):
         recorder._take(observation(i, frame_bytes=300_000))
     assert len(recorder._ring) == 3  # 3 x 300 KB fit in 1 MiB, 4 do not
-    assert recorder._ring_bytes <= 1024 * 1024
+    assert recorder._ring.bytes <= 1024 * 1024
 
 
 def test_a_directory_that_cannot_be_made_is_one_sentence(tmp_path) -> None:
