@@ -7,7 +7,7 @@ overrides are layered on the defaults; anything invalid is refused at start with
 names the file, the field and what is allowed. Nothing is read from environment variables but
 XDG_CACHE_HOME, for runner.cache_dir's default (as for the demo's checkpoint). The file is
 read with limits (controller.bounded_file): a regular file of UTF-8 YAML, at most 1 MiB,
-nested at most 64 levels.
+nested at most 64 levels, without anchors or aliases (controller.bounded_yaml).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from pydantic import Field, ValidationError, model_validator
 
 from controller.action.guards_config import GuardsConfig
 from controller.action.teleop import TeleopConfig
-from controller.bounded_file import MAX_CONFIG_BYTES, parse_nested, read_text
+from controller.bounded_file import MAX_CONFIG_BYTES, read_text
+from controller.bounded_yaml import load_yaml
 from controller.config_sections import (
     ControlConfig,
     InferenceConfig,
@@ -96,7 +97,7 @@ class TempoConfig(Section):
     @model_validator(mode="after")
     def _rtc_plays_the_newest_chunk(self) -> TempoConfig:
         for name, view in policy_views(self):
-            if view.policy.rtc.mode != "off" and view.inference.ensemble == "temporal":
+            if view.policy.section("rtc").mode != "off" and view.inference.ensemble == "temporal":
                 where = "" if name == DEFAULT_POLICY_NAME else f" (policy {name!r})"
                 raise ValueError(
                     f"policy.rtc needs inference.ensemble: newest{where} (real-time chunking "
@@ -125,8 +126,12 @@ def policy_views(config: TempoConfig) -> list[tuple[str, TempoConfig]]:
 def _describe(error: ValidationError, source: str) -> str:
     lines = []
     for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        loc = [str(part) for part in item["loc"]]
         message = item["msg"]
+        if item["type"] == "family_section":  # a family's section says where under `policy:`
+            loc.append(item["ctx"]["where"])
+            message = item["ctx"]["message"]
+        field = ".".join(loc) or "(top level)"
         if item["type"] == "extra_forbidden":
             message = "unknown field (check the spelling; `tempo config show` lists every field)"
         lines.append(f"{source}: {field}: {message}")
@@ -149,10 +154,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {text!r}: expected section.field=value, e.g. control.rate_hz=200")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({exc})") from None
+    value = load_yaml(raw, f"--set {text!r}", ConfigError) if raw.strip() else ""
     return key.strip(), value
 
 
@@ -172,10 +174,7 @@ def load_config(path: Path | None = None, overrides: Iterable[str] = ()) -> Temp
     if path is not None:
         source = str(path)
         text = read_text(Path(path), MAX_CONFIG_BYTES, ConfigError, "config file")
-        try:
-            loaded = parse_nested(yaml.safe_load, text, path, ConfigError)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        loaded = load_yaml(text, str(path), ConfigError)
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, Mapping):

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from controller.bounded_file import MAX_CONFIG_BYTES, read_text
+from controller.bounded_yaml import load_yaml
 from controller.errors import ConfigError
 
 # Keys passed on to TDMPC2Config as they are.
@@ -60,14 +62,8 @@ UNSET = "???"
 
 def read_official_config(path: Path) -> dict[str, Any]:
     """The file's keys, "???" and null dropped; refuses an unreadable file or unknown keys."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--config {path}: not valid YAML ({exc})") from None
+    text = read_text(path, MAX_CONFIG_BYTES, ConfigError, "the TD-MPC2 config")
+    data = load_yaml(text, f"--config {path}", ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected the official TD-MPC2 config (a mapping)")
     unknown = sorted(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 
@@ -72,3 +73,13 @@ def test_a_config_at_the_depth_limit_is_parsed(tmp_path: Path) -> None:
     result = _serve(path, tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "control" in result.stderr and "nests more" not in result.stderr
+
+
+def test_a_300_byte_alias_bomb_is_refused_by_serve(tmp_path: Path) -> None:
+    # Nine lines of nine aliases each stand for 9**9 values; main's serve hung on it.
+    names = "abcdefghi"
+    lines = ["a: &a [x,x,x,x,x,x,x,x,x]"]
+    lines += [f"{n}: &{n} [{','.join([f'*{b}'] * 9)}]" for b, n in pairwise(names)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    _one_sentence(_serve(path, tmp_path), str(path), "anchor &a", "no anchors or aliases")
