@@ -84,7 +84,8 @@ def build_lane(
     recorder: PolicyRecording | None = None,
 ) -> Lane:
     """One policy's lane (its feed not started); `lanes`: the daemon's, which it joins."""
-    inference, execution = resolve_execution(view.inference, policy.spec, view.policy.rtc)
+    rtc = view.policy.section("rtc")
+    inference, execution = resolve_execution(view.inference, policy.spec, rtc)
     rate_hz = view.control.rate_hz
     capacity = Capacity(
         name,

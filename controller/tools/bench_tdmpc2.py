@@ -136,6 +136,7 @@ def runner_config(args: argparse.Namespace, cuda: bool, parity_rtol: float) -> R
         compile_mode=args.compile_mode,
         cache_dir=Path(tempfile.mkdtemp(prefix="tempo-bench-tdmpc2-")),
         step_budget_ms=None,
+        serve_slower_tiers=True,  # time every tier, a slower one too
         parity_rtol=parity_rtol,
     )
 

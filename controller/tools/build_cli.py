@@ -113,8 +113,7 @@ def run_build(config: Any, rebuild: bool = False) -> int:
         manifest, why = unusable[0]
         more = f" (and {len(unusable) - 1} more)" if len(unusable) > 1 else ""
         raise ArtefactRefused(
-            f"{manifest}{more} cannot be used by serve and was not replaced ({why}); "
-            "remove it and run tempo build again"
+            f"{manifest}{more} cannot be used by serve ({why}); remove it and run tempo build again"
         )
     packages = sorted(p.name for p in folder.glob("step-*.pt2"))
     print(

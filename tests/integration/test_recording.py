@@ -130,7 +130,7 @@ def _served(tmp_path: Path, name: str, *overrides: str) -> list[tuple[int, np.nd
         tmp_path / name,
         "control.rate_hz=100",
         "inference.ensemble=newest",
-        "policy.target=[1, 1, 1, 1, 1, 1]",
+        "policy.reach.target=[1, 1, 1, 1, 1, 1]",
         "guards.hold_after_ms=2000",
         "guards.stop_after_ms=4000",
         *overrides,

@@ -219,3 +219,75 @@ def test_tempo_build_fails_when_it_leaves_a_slot_serve_cannot_use(
     assert "Traceback" not in err and said.startswith("tempo: "), err
     assert str(manifest) in said and "cannot be used by serve" in said, said
     assert "a directory, not a regular file" in said, said
+
+
+@pytest.fixture
+def megacache_loads(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """What torch is asked to load as a mega-cache (pickled compiler artifacts)."""
+    loads: list[bytes] = []
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", loads.append)
+    # activate() points inductor at the cache process-wide; monkeypatch restores it after.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""))
+    monkeypatch.setenv("TRITON_CACHE_DIR", os.environ.get("TRITON_CACHE_DIR", ""))
+    return loads
+
+
+def _hostile_megacache(cache: Any, how: str) -> None:
+    cache.directory.mkdir(mode=0o700)
+    if how == "link":
+        elsewhere = cache.directory.parent / "elsewhere.bin"
+        elsewhere.write_bytes(b"artifacts")
+        cache.file.symlink_to(elsewhere)
+    elif how == "pipe":
+        os.mkfifo(cache.file, 0o600)
+    else:
+        cache.file.write_bytes(b"artifacts")
+        if how == "nobody's":
+            os.chown(cache.file, NOBODY, NOBODY)
+        else:
+            os.chmod(cache.file, 0o666)
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        pytest.param("nobody's", "belongs to another user", marks=needs_root),
+        ("writable by others", "writable by other users (mode 0666)"),
+        ("link", "is a symbolic link"),
+        ("pipe", "a pipe, not a regular file"),
+    ],
+)
+def test_a_megacache_file_that_is_not_the_daemons_own_is_never_loaded(
+    tmp_path: Path, megacache_loads: list[bytes], how: str, said: str
+) -> None:
+    from controller.inference.compile_cache import CompileCache
+
+    cache = CompileCache(tmp_path / "cache", "model")
+    _hostile_megacache(cache, how)
+    activating = threading.Thread(target=cache.activate)
+    activating.start()
+    activating.join(60)  # a watchdog for main's code, which waited on the pipe for ever
+    if activating.is_alive():
+        os.close(os.open(cache.file, os.O_WRONLY | os.O_NONBLOCK))
+        activating.join()
+        pytest.fail("the compile cache waited on the pipe for a writer")
+    assert megacache_loads == [] and cache.outcome.startswith("cold"), cache.outcome
+    assert said in cache.outcome and "\n" not in cache.outcome
+
+
+def test_a_cache_directory_others_may_write_is_not_used(
+    tmp_path: Path, megacache_loads: list[bytes]
+) -> None:
+    from controller.inference.compile_cache import CompileCache
+
+    cache = CompileCache(tmp_path / "cache", "model")
+    cache.directory.mkdir(mode=0o700)
+    cache.file.write_bytes(b"artifacts")
+    os.chmod(cache.directory, 0o777)
+    cache.activate()
+    assert megacache_loads == [] and os.environ["TORCHINDUCTOR_CACHE_DIR"] != str(
+        cache.directory / "inductor"
+    )
+    assert cache.outcome.startswith("refused") and "writable by other users" in cache.outcome
+    cache.save()  # nothing written there either
+    assert [p.name for p in cache.directory.iterdir()] == [cache.file.name]
