@@ -40,7 +40,7 @@ class ControlConfig(Section):
         description="Sleep until this long before each deadline, then spin (OS sleep is late by "
         "~0.1-0.2 ms; spinning is accurate to ~1 us when nothing else wants the core). A longer "
         "spin is worse under load: the spinning thread is preempted past its deadline "
-        "(scripts/bench_floor.py measures it).",
+        "(scripts/soak/bench_floor.py measures it).",
     )
     realtime_priority: int | None = Field(
         default=None,

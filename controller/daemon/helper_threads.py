@@ -15,7 +15,7 @@ the kernel's real-time throttling is the backstop. Threads whose work a client d
 status thread, /metrics' per-connection threads) stay ordinary: a flood of requests runs at the
 machine's pace, not the loop's.
 
-Measured (scripts/bench_recording.py, the demo ACT on a 2-core CPU, 200 Hz, three 480x640
+Measured (scripts/soak/bench_recording.py, the demo ACT on a 2-core CPU, 200 Hz, three 480x640
 cameras at 30 Hz, loop at SCHED_FIFO 50, continuous recording): waits between ticks that ended
 over 0.5 ms late with the loop blocked more than once (the GIL): docs/recording.md.
 """

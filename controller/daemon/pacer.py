@@ -3,7 +3,7 @@
 OS sleep wakes 0.1-0.2 ms late on these machines; spinning the last stretch lands within a few
 microseconds, but only a short stretch: a thread that spins long is preempted across its
 deadline when the machine is busy (p99 0.9 ms late spinning 1 ms, 50 us spinning 0.1 ms, on an
-H100 host beside two busy processes; scripts/bench_floor.py). Deadlines are absolute
+H100 host beside two busy processes; scripts/soak/bench_floor.py). Deadlines are absolute
 multiples of the period from the start, so error never accumulates. A tick that is missed
 entirely is counted and skipped, never made up with a burst. The clock is injectable so that
 tests run on a fake one.

@@ -36,7 +36,7 @@ from typing import Any, Literal, Protocol
 
 from controller.errors import PolicyError
 from controller.feed.served_policy import ServedPolicy
-from controller.link.episode_swap import Incoming
+from controller.link.incoming import Incoming
 from controller.link.process_spawner import Child, Spawner
 from controller.link.standbys import HotBuild
 from controller.observe.log_safety import TEXT_CHARS, shown

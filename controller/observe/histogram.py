@@ -14,7 +14,7 @@ bound inclusive, like Prometheus' `le`); bucket 0 holds everything up to 1 us (i
 zero and negative values, clamped to 0), the last one everything above 100 s.
 
 Cost of `record_ns`: one store into a preallocated ring of 256 raw values and an index
-increment, about 0.12 us on the 2-core CI machine (scripts/bench_telemetry.py). When the ring
+increment, about 0.12 us on the 2-core CI machine (scripts/bench/bench_telemetry.py). When the ring
 is full it is folded into the bucket counts with numpy (searchsorted + add.at, ~20 us per 256
 records, so ~0.08 us each, on the writer's thread after its work; each histogram folds at a
 different fill level, so sections recorded together do not all fold in the same tick). Nothing

@@ -88,8 +88,8 @@ class TelemetryConfig(BaseModel):
         description="Time the built-in sections (receive, upload, model, ensembler, guards, "
         "send, tick lateness, observation-to-action ...) into fixed-size histograms. Costs "
         "about 14 us per control step on a slow 2-core CPU: 0.07% of a 20 ms period, 0.1-0.3% "
-        "of an ACT step, 2.5% of a 0.55 ms tiny-policy step (scripts/bench_telemetry.py). false "
-        "removes the timing code from the hot path, and with it every duration in `tempo "
+        "of an ACT step, 2.5% of a 0.55 ms tiny-policy step (scripts/bench/bench_telemetry.py). "
+        "false removes the timing code from the hot path, and with it every duration in `tempo "
         "status` (tick lateness, latency and inference figures are then empty).",
     )
     cuda_events: bool = Field(

@@ -87,7 +87,8 @@ def _flow_advice(result: ProfileResult) -> list[str]:
             f"RTC exact's autograd correction (the VJP beyond a forward of the expert) is "
             f"{_ms(row.mean)}, {_pct(autograd)} of the eager forward. stop_grad skips it: "
             "`tempo profile compare CONFIG --rtc` says what each mode costs against RTC off on "
-            "this machine, scripts/rtc_smoothness.py what it buys in boundary smoothness."
+            "this machine, scripts/smoothness/rtc_smoothness.py what it buys in boundary "
+            "smoothness."
         )
     step = result.row("step")
     if step is None or not step.samples.size:
@@ -263,7 +264,7 @@ def render_profile(result: ProfileResult) -> str:
         "step": "policy step, and its phases          (share of the step)",
         "model": "eager forward by top-level submodule  (share of the forward)",
         "tick": "per control step, per robot          (share of the period)",
-        "phases": "policy by phase (flow, pi0)           (share of its eager forward)",
+        "phases": f"{'policy by phase':<38}(share of its eager forward)",
     }
     group = None
     for row in result.rows:

@@ -4,7 +4,7 @@
     frame 1..n   the bytes of each array named in header["arrays"], C order, little-endian
 
 Arrays travel as their own frames so that neither side copies them (1.0 ms vs 2.3 ms round trip
-for three 480x640 cameras, measured in scripts/bench_transport.py). docs/protocol.md is the
+for three 480x640 cameras, measured in scripts/bench/bench_transport.py). docs/protocol.md is the
 reference for drivers in other languages; keep the two in step.
 
 Decoding is strict and bounded, because the bytes come from another process: header size, frame

@@ -18,7 +18,7 @@ Source = Literal["lerobot", "openpi"]
 
 PALIGEMMA_TOKENIZER = "google/paligemma-3b-pt-224"
 # Tower widths for a checkpoint of reduced width (LeRobot's files name only the variants):
-# written by scripts/check_pi0_parity.py and the demo beside the checkpoint's own files.
+# written by scripts/parity/check_pi0_parity.py and the demo beside the checkpoint's own files.
 WIDTHS_FILE = "tempo_widths.json"
 LM_HEAD = "paligemma_with_expert.paligemma.lm_head.weight"
 # Tied to LM_HEAD in PaliGemma: safetensors keeps one of the two names.

@@ -1,4 +1,4 @@
-"""Short CPU runs of scripts/bench_fleet.py with the tiny policy: what each mode reports."""
+"""Short CPU runs of scripts.fleet.bench_fleet with the tiny policy: what each mode reports."""
 
 from __future__ import annotations
 
@@ -8,16 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench_fleet.py"
+REPO = Path(__file__).resolve().parents[2]  # where `python -m scripts...` finds scripts/
 
 
 def _bench(tmp_path: Path, *args: str) -> tuple[list[dict], str]:
     rows_file = tmp_path / "rows.json"
+    bench = ["scripts.fleet.bench_fleet", "--tiny", "--json", str(rows_file), *args]
     result = subprocess.run(
-        [sys.executable, str(BENCH), "--tiny", "--json", str(rows_file), *args],
+        [sys.executable, "-m", *bench],
         capture_output=True,
         text=True,
         timeout=240,
+        cwd=REPO,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(rows_file.read_text()), result.stdout

@@ -1,14 +1,10 @@
-"""scripts/bench_floor.py reads cyclictest's histogram into the percentiles it compares."""
+"""scripts.soak.bench_floor reads cyclictest's histogram into the percentiles it compares."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.script_modules import load_script
-
-
-def _bench_floor():
-    return load_script("bench_floor")
+from scripts.soak import bench_floor
 
 
 def _output(counts: dict[int, int], overflows: int, maximum: int) -> str:
@@ -24,18 +20,17 @@ def _output(counts: dict[int, int], overflows: int, maximum: int) -> str:
 
 
 def test_percentiles_come_from_the_histogram_counts() -> None:
-    floor = _bench_floor().parse_histogram(_output({5: 90, 10: 9, 50: 1}, 0, 50))
+    floor = bench_floor.parse_histogram(_output({5: 90, 10: 9, 50: 1}, 0, 50))
     assert floor == {"wakeups": 100.0, "p50_us": 5.0, "p99_us": 10.0, "max_us": 50.0}
 
 
 def test_overflows_count_as_wakeups_past_the_histogram() -> None:
-    module = _bench_floor()
-    floor = module.parse_histogram(_output({5: 97}, 3, 31_000))
+    floor = bench_floor.parse_histogram(_output({5: 97}, 3, 31_000))
     assert floor["wakeups"] == 100.0
-    assert floor["p99_us"] == module.HISTOGRAM_US  # the overflows reach the 99th percentile
+    assert floor["p99_us"] == bench_floor.HISTOGRAM_US  # the overflows reach the 99th percentile
     assert floor["max_us"] == 31_000.0
 
 
 def test_output_without_a_histogram_is_refused() -> None:
     with pytest.raises(ValueError, match="no histogram"):
-        _bench_floor().parse_histogram("cyclictest: invalid option\n")
+        bench_floor.parse_histogram("cyclictest: invalid option\n")

@@ -1,4 +1,4 @@
-"""scripts/bench_recording.py: its options, the policy settings it serves, its MCAP sizes and
+"""scripts.soak.bench_recording: its options, the policy settings it serves, its MCAP sizes and
 its table, without running a daemon."""
 
 from __future__ import annotations
@@ -7,15 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.script_modules import load_script
-
-
-def _bench():
-    return load_script("bench_recording")
+from scripts.soak import bench_recording as bench
 
 
 def test_modes_alternate_in_the_order_given_and_unknown_ones_are_refused():
-    bench = _bench()
     args = bench.parse_args(["--modes", "ring, off", "--seconds", "3"])
     assert args.modes == ["ring", "off"]
     assert bench.parse_args([]).modes == ["off", "continuous", "ring"]
@@ -28,7 +23,6 @@ def test_modes_alternate_in_the_order_given_and_unknown_ones_are_refused():
 def test_reach_serves_the_requested_cameras_as_a_valid_config():
     from controller.config import load_config
 
-    bench = _bench()
     args = bench.parse_args(["--policy", "reach", "--cameras", "3", "--height", "48"])
     config = load_config(None, bench.policy_sets(args, Path("/nonexistent")))
     assert [(c.name, c.height, c.width) for c in config.robot.cameras] == [
@@ -41,7 +35,6 @@ def test_reach_serves_the_requested_cameras_as_a_valid_config():
 def test_content_bytes_reads_the_uncompressed_size_and_none_for_a_cut_file(tmp_path):
     from controller.record.mcap_file import McapFile
 
-    bench = _bench()
     path = tmp_path / "a.mcap"
     file = McapFile(path, {})
     payload = b"\x10" * 200_000  # compresses to almost nothing
@@ -55,7 +48,6 @@ def test_content_bytes_reads_the_uncompressed_size_and_none_for_a_cut_file(tmp_p
 
 
 def test_table_shows_each_run_its_drops_by_kind_and_the_spread():
-    bench = _bench()
     args = bench.parse_args(["--modes", "off,continuous", "--repeats", "2"])
     run = {
         "tick_lateness_us_p50": 12.0,

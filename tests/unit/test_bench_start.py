@@ -1,4 +1,4 @@
-"""scripts/bench_start.py: the starts its --modes ask for, the built starts with built artefacts
+"""scripts.bench.bench_start: the starts its --modes ask for, the built starts with built artefacts
 on and the others with them off, and each start's log where --logs says, without starting a
 policy."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.script_modules import load_script
+from scripts.bench import bench_start as bench
 
 
 def _args(tmp_path: Path, modes: list[str], **more: Any) -> argparse.Namespace:
@@ -20,7 +20,6 @@ def _args(tmp_path: Path, modes: list[str], **more: Any) -> argparse.Namespace:
 
 
 def test_only_the_modes_asked_for_are_started(tmp_path: Path, monkeypatch, capsys) -> None:
-    bench = load_script("bench_start")
     started: list[tuple[dict[str, Any], Path | None]] = []
 
     def fake_start(plan: dict[str, Any], timeout_s: float, log_to: Path | None = None):
@@ -58,6 +57,5 @@ def test_only_the_modes_asked_for_are_started(tmp_path: Path, monkeypatch, capsy
 
 
 def test_warm_or_mega_without_cold_is_refused() -> None:
-    bench = load_script("bench_start")
     with pytest.raises(SystemExit):
         bench.main(["--policy", "tiny", "--modes", "warm", "built"])

@@ -11,9 +11,7 @@ from typing import Any
 import numpy as np
 
 from controller.wire.commands import ClientCounters, Command
-from tests.script_modules import load_script
-
-fleet_robots = load_script("fleet_robots")
+from scripts.fleet import fleet_robots
 
 
 class _ScriptedClient:

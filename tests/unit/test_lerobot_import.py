@@ -1,8 +1,8 @@
 """LeRobot ACT directories (both normalization layouts) load into Tempo and compute the same.
 
 The directories are written here the way LeRobot writes them (file names, JSON layout, tensor
-names), from a Tempo ACT whose outputs are the reference. scripts/check_lerobot_parity.py checks
-the same against LeRobot itself where LeRobot is installed.
+names), from a Tempo ACT whose outputs are the reference. scripts/parity/check_lerobot_parity.py
+checks the same against LeRobot itself where LeRobot is installed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tempo's pi0 and pi0.5 against LeRobot's own outputs, saved by scripts/check_pi0_parity.py.
+"""Tempo's pi0 and pi0.5 against LeRobot's own outputs, saved by scripts/parity/check_pi0_parity.py.
 
 tests/data/<family>_lerobot_tiny/ is the directory LeRobot's save_pretrained (and its processor
 pipelines) wrote for its own PI0Policy / PI05Policy at reduced widths, with random weights, plus

@@ -1,22 +1,14 @@
-"""scripts/quant_pi0_shapes.py (the per GEMM shape half of bench_quant_pi0.py): pi0's GEMM shapes
+"""scripts.quant.quant_pi0_shapes (the per GEMM shape half of bench_quant_pi0): pi0's GEMM shapes
 at its token counts, and a shape's table line."""
 
 from __future__ import annotations
 
-from types import ModuleType
-
 from policies.pi0.config import Pi0Config
-from tests.script_modules import load_script
-
-
-def _load(name: str) -> ModuleType:
-    return load_script(name)
+from scripts.quant import bench_quant_pi0, quant_pi0_shapes
 
 
 def test_pi0s_prefix_gemms_run_at_three_cameras_and_the_prompt() -> None:
-    shapes = _load("quant_pi0_shapes").gemm_shapes(
-        Pi0Config.model_validate({"tokenizer_max_length": 48}), 3
-    )
+    shapes = quant_pi0_shapes.gemm_shapes(Pi0Config.model_validate({"tokenizer_max_length": 48}), 3)
     prefix = {name: (tokens, fan_in, fan_out) for name, tokens, fan_in, fan_out in shapes}
     assert prefix["prefix q_proj"] == (816, 2048, 2048)  # 3 x 256 patches + 48 prompt tokens
     assert prefix["prefix down_proj"] == (816, 16384, 2048)
@@ -35,13 +27,12 @@ def test_a_shapes_line_gives_each_paths_speed_up_and_the_bytes_ratio() -> None:
         "dequant": {"median_ms": 2.0},
         "bytes": {"bf16": 1000, "w4_packed": 250},
     }
-    line = _load("quant_pi0_shapes").shape_line(row)
+    line = quant_pi0_shapes.shape_line(row)
     assert "2.00x" in line and "0.50x" in line and line.endswith("0.250")
 
 
 def test_the_script_still_finds_its_shapes_module() -> None:
-    script = _load("bench_quant_pi0")
-    assert script.bench_shapes.__module__ == "quant_pi0_shapes"
+    assert bench_quant_pi0.bench_shapes.__module__ == "scripts.quant.quant_pi0_shapes"
 
 
 def test_model_bytes_counts_the_host_tables_apart() -> None:
@@ -63,7 +54,7 @@ def test_model_bytes_counts_the_host_tables_apart() -> None:
     )
     with torch.device("meta"):
         step = Pi0Step(step_config)
-    before = _load("bench_quant_pi0").model_bytes(step)
+    before = bench_quant_pi0.model_bytes(step)
     tables = sum(m.weight.numel() * 2 for m in step.modules() if isinstance(m, HostTable))
     assert before["host_tables"] == tables > 0
     assert before["w4a8_packed"] == before["bf16"]  # nothing quantized yet
@@ -77,7 +68,7 @@ def test_model_bytes_counts_the_host_tables_apart() -> None:
     with torch.device("meta"):
         quant = QuantLinear(layout, "int8", packed=True)
         setattr(step.get_submodule(parent), leaf, quant)
-    after = _load("bench_quant_pi0").model_bytes(step)
+    after = bench_quant_pi0.model_bytes(step)
     assert after["bf16"] == before["bf16"] and after["host_tables"] == tables
     assert quant.out_padded * quant.width == linear.weight.numel()  # no padding at this shape
     codes = linear.weight.numel() // 2  # two 4-bit codes a byte: a quarter of BF16's bytes

@@ -1,7 +1,7 @@
-"""scripts/rtc_smoothness.py's pi0 path at a trivial size (a tiny pi0, a few training steps, a
-few simulated chunks): the training moves the action expert alone, every method gives finite
-metrics, the chunks hand over as the daemon's `newest` execution does, RTC pulls the new chunk
-onto the previous plan, and the command line runs end to end."""
+"""scripts.smoothness.rtc_smoothness's pi0 path at a trivial size (a tiny pi0, a few training
+steps, a few simulated chunks): the training moves the action expert alone, every method gives
+finite metrics, the chunks hand over as the daemon's `newest` execution does, RTC pulls the new
+chunk onto the previous plan, and the command line runs end to end."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from controller.policy_sections import RTCConfig
-from tests.script_modules import load_script
+from policies.flow.settings import RTCConfig
+from scripts.smoothness import rtc_smoothness
 
 CHUNK, HORIZON, STEPS, WARMUP, DELAY = 8, 4, 28, 8, 2
 METHODS = ("switching", "ensembling", "rtc-exact", "rtc-stop_grad", "rtc-inpaint")
@@ -26,7 +26,7 @@ def _one_thread() -> None:
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    return load_script("rtc_smoothness")  # it imports smoothness_models beside it
+    return rtc_smoothness
 
 
 @pytest.fixture(scope="module")
