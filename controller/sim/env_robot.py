@@ -71,13 +71,15 @@ def main_env_robot(
     max_steps: int | None,
     json_lines: bool,
     policy: str | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> int:
+    stream = out or sys.stdout  # looked up now: sys.stdout may have been replaced since import
+
     def report(result: EpisodeResult) -> None:
         if json_lines:
-            print(json.dumps({"env": env_name, **result.as_dict()}), file=out, flush=True)
+            print(json.dumps({"env": env_name, **result.as_dict()}), file=stream, flush=True)
         else:
-            print(episode_line(env_name, result), file=out, flush=True)
+            print(episode_line(env_name, result), file=stream, flush=True)
 
     run_env_episodes(endpoint, env_name, clock, seeds, max_steps, policy, report)
     return 0
