@@ -95,6 +95,11 @@ class SimEnv:
 
     def close(self) -> None:
         self._env.close()
+        # gym-aloha's close leaves dm_control's rendering contexts (OSMesa/EGL) to its exit
+        # hook, which runs after the render thread pool is shut down and prints tracebacks.
+        physics = getattr(getattr(self._env.unwrapped, "_env", None), "physics", None)
+        if physics is not None:
+            physics.free()
 
     def _map(self, observation: Mapping[str, Any]) -> EnvObservation:
         images = {}
