@@ -101,6 +101,14 @@ def test_sim_robot_options_still_read_a_given_config():
         (["--joints", "a", "--camera", "front=0x128"], "expected NAME=HEIGHTxWIDTH"),
         (["--joints", "a", "--camera", "f=1x1", "--camera", "f=2x2"], "'f' is given twice"),
         (["--camera", "front=96x128"], "--camera describes the robot together with --joints"),
+        (
+            ["--env", "pushT"],
+            "tempo: unknown environment 'pushT'; the environments are pusht, aloha-insertion, "
+            "aloha-transfer-cube\n",
+        ),
+        (["--env", "pusht", "--joints", "x,y"], "--env is the robot; leave out --joints"),
+        (["--env", "pusht", "--episodes", "0"], "--episodes must be at least 1, not 0"),
+        (["--env", "pusht", "--max-steps", "0"], "--max-steps must be at least 1, not 0"),
     ],
 )
 def test_sim_robot_refuses_bad_options(capsys, options, message):
