@@ -17,6 +17,7 @@ from controller.errors import ConfigError
 from controller.sim.env_driver import connect_env_client
 from controller.sim.envs.catalog import layout_of, make_env
 from controller.sim.episode_loop import EpisodeResult, run_episode
+from controller.sim.eval_summary import eval_summary, eval_table
 
 
 def run_env_episodes(
@@ -82,4 +83,35 @@ def main_env_robot(
             print(episode_line(env_name, result), file=stream, flush=True)
 
     run_env_episodes(endpoint, env_name, clock, seeds, max_steps, policy, report)
+    return 0
+
+
+def main_eval(
+    endpoint: str,
+    env_name: str,
+    clock: str,
+    seeds: Sequence[int],
+    max_steps: int | None,
+    json_out: str | None,
+    policy: str | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """`tempo eval`: the episodes, then the table; the JSON summary to `json_out` ("-": in
+    place of the table, on stdout)."""
+    stream = out or sys.stdout
+    progress = sys.stderr if json_out == "-" else stream
+
+    def report(result: EpisodeResult) -> None:
+        print(episode_line(env_name, result), file=progress, flush=True)
+
+    results = run_env_episodes(endpoint, env_name, clock, seeds, max_steps, policy, report)
+    summary = eval_summary(env_name, clock, [r.as_dict() for r in results])
+    if json_out == "-":
+        print(json.dumps(summary, indent=2), file=stream)
+        return 0
+    print(eval_table(summary), file=stream)
+    if json_out is not None:
+        with open(json_out, "w", encoding="utf-8") as file:
+            json.dump(summary, file, indent=2)
+            file.write("\n")
     return 0

@@ -1,5 +1,6 @@
-"""`tempo sim-robot` (a simulated robot driver against a daemon) and `tempo demo` (a daemon and
-a simulated robot, with a live status line).
+"""`tempo sim-robot` (a simulated robot driver against a daemon), `tempo eval` (seeded episodes
+of a simulated environment through the running daemon, summarised) and `tempo demo` (a daemon
+and a simulated robot, with a live status line).
 
 `tempo sim-robot --joints ...` runs on the driver's install (numpy, pyzmq, msgpack): the robot is
 then described by its options, and nothing of the serve extra is imported. Without --joints it
@@ -89,6 +90,27 @@ def add_sim_parsers(
         help="; ".join(f"{name}: {d.help}" for name, d in demos.items()),
     )
     demo.set_defaults(func=cmd_demo)
+
+    evaluate = sub.add_parser(
+        "eval", help="seeded episodes of a simulated environment through the running daemon"
+    )
+    add_config_args(evaluate)
+    evaluate.add_argument(
+        "--connect", help=f"daemon endpoint (default: server.bind, {DEFAULT_BIND})"
+    )
+    evaluate.add_argument(
+        "--env", required=True, metavar="NAME", help="pusht, aloha-insertion or aloha-transfer-cube"
+    )
+    add_episode_args(evaluate)
+    evaluate.add_argument(
+        "--policy", help="the daemon's policy to be served by (default: the daemon's default)"
+    )
+    evaluate.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the summary as JSON to PATH ('-': print it instead of the table)",
+    )
+    evaluate.set_defaults(func=lambda args: cmd_eval(args, setup_logging, load_config))
 
 
 def add_episode_args(parser: Any) -> None:
@@ -202,6 +224,23 @@ def _config_args(args: argparse.Namespace) -> list[str]:
     for override in args.overrides:
         out += ["--set", override]
     return out
+
+
+def cmd_eval(
+    args: argparse.Namespace, setup_logging: Callable[[str], None], load_config: LoadConfig
+) -> int:
+    setup_logging(args.log_level or "WARNING")
+    from controller.sim.env_robot import main_eval
+
+    return main_eval(
+        env_endpoint(args, load_config),
+        args.env,
+        args.clock,
+        episode_seeds(args),
+        args.max_steps,
+        args.json,
+        policy=args.policy,
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -105,3 +105,23 @@ def test_tempo_sim_robot_env_pusht_reports_each_episode(tmp_path, capsys):
         ("pusht", 8, "lockstep"),
     ]
     assert all(line["length"] == 5 and line["actions_applied"] == 5 for line in lines)
+
+
+def test_tempo_eval_summarises_seeded_episodes(tmp_path, capsys):
+    from controller import cli
+
+    config = ipc_config(tmp_path, "control.rate_hz=50")
+    summary_path = tmp_path / "eval.json"
+    with running_daemon(config, served_block_servo()):
+        args = ["eval", "--env", "pusht", "--connect", config.server.bind, "--episodes", "2"]
+        assert (
+            cli.main([*args, "--seed", "2", "--max-steps", "6", "--json", str(summary_path)]) == 0
+        )
+    summary = json.loads(summary_path.read_text())
+    assert [e["seed"] for e in summary["per_episode"]] == [2, 3]
+    assert summary["episodes"] == 2 and summary["length_mean"] == 6.0
+    low, high = summary["success_interval_95"]
+    assert 0.0 <= low <= summary["success_rate"] <= high <= 1.0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("pusht seed 2 (lockstep): ")
+    assert out[-1].startswith(f"pusht (lockstep): success {summary['successes']}/2 = ")

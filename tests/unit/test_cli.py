@@ -186,3 +186,11 @@ cli._exit_now(3)
     assert result.returncode == 3, result.stderr
     assert "teardown ran" not in result.stdout
     assert "written before exit" in log_file.read_text()
+
+
+def test_eval_of_an_unknown_environment_is_one_sentence(capsys):
+    assert cli.main(["eval", "--env", "aloha", "--connect", "ipc:///nonexistent"]) == 2
+    assert capsys.readouterr().err == (
+        "tempo: unknown environment 'aloha'; the environments are pusht, aloha-insertion, "
+        "aloha-transfer-cube\n"
+    )
