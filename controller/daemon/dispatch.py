@@ -169,8 +169,7 @@ class Dispatcher:
         in_place = bool(message.header.get("frames_in_place"))
         session = self.registry.open(identity, robot, now_ns, driver_limits, frame_ring=in_place)
         session.use_prompt(prompt)
-        if session.recording is not None:
-            session.recording.hello(prompt.task if prompt is not None else None)
+        session.recording.hello(prompt.task if prompt is not None else None)
         fields: dict[str, Any] = {
             "session": session.id,
             "control_hz": float(self.control_hz),
@@ -214,13 +213,12 @@ class Dispatcher:
             prompt=prompt,
         )
         recording = session.recording
-        if recording is not None:
-            if episode_start:
-                task = session.prompt.task if session.prompt is not None else None
-                recording.episode(session.episode, step, task)
-            recording.observation(
-                message.seq, step, now_ns, time_ns, images, state, teleop, session.episode
-            )
+        if episode_start:
+            task = session.prompt.task if session.prompt is not None else None
+            recording.episode(session.episode, step, task)
+        recording.observation(
+            message.seq, step, now_ns, time_ns, images, state, teleop, session.episode
+        )
         self.requests.submit_if_due(session, step)
 
     def _teleop(self, identity: bytes, message: Message, now_ns: int) -> None:
@@ -253,9 +251,7 @@ class Dispatcher:
         robot's marks, whoever asks, are kept within the recorder's budget (each may write a
         ring's seconds to disk: at most one a second, and so many a minute per robot and in
         all)."""
-        if session.recording is None:
-            return "this daemon records nothing (record.mode is off), so the mark was not kept"
-        refused = session.recording.mark_refused(now_ns)
+        refused = session.recording.mark_refused(now_ns)  # also when nothing is recorded
         if refused is not None:
             session.count("marks_refused")
             return refused

@@ -26,6 +26,7 @@ from controller.errors import ErrorCode, ProtocolError
 from controller.observe.log_safety import TEXT_CHARS, shown
 from controller.process_protocol.frame_slots import FrameSlots
 from controller.record.queue import PolicyRecording
+from controller.record.tick_observer import NOT_RECORDED
 from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,9 @@ class SessionRegistry:
             pipeline,
             tick_headers=TickHeaders(session_id, self.spec.action_dim),
             frame_ring=ring,
-            recording=self.recorder.robot(robot, session_id) if self.recorder else None,
+            recording=NOT_RECORDED
+            if self.recorder is None
+            else self.recorder.robot(robot, session_id),
         )
         self.sessions[session_id] = session
         self.live = tuple(self.sessions.values())
