@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
 from typing import TextIO
 
 from controller.errors import ConfigError
@@ -18,6 +19,7 @@ from controller.sim.env_driver import connect_env_client
 from controller.sim.envs.catalog import layout_of, make_env
 from controller.sim.episode_loop import EpisodeResult, run_episode
 from controller.sim.eval_summary import eval_summary, eval_table
+from controller.sim.rollout_video import RolloutVideo, check_video_installed
 
 
 def run_env_episodes(
@@ -28,21 +30,40 @@ def run_env_episodes(
     max_steps: int | None = None,
     policy: str | None = None,
     on_episode: Callable[[EpisodeResult], None] | None = None,
+    video_dir: Path | None = None,
+    video_seeds: Collection[int] = (),
 ) -> list[EpisodeResult]:
     """One episode per seed of environment `env_name` through the daemon at `endpoint` (its
     policy `policy`, default the daemon's). Raises ConfigError for an unknown environment, a
     missing package or a clock the daemon's rate does not allow, SpecMismatchError when the
-    served policy does not fit the environment (each one sentence)."""
+    served policy does not fit the environment (each one sentence). The episodes of
+    `video_seeds` are written to `video_dir` as ENV-seedN.mp4."""
     layout = layout_of(env_name)  # an unknown name before anything is imported or connected
     if max_steps is not None and max_steps < 1:
         raise ConfigError(f"--max-steps must be at least 1, not {max_steps}")
+    if video_seeds:
+        check_video_installed()
     env = make_env(layout)
     try:
         client = connect_env_client(endpoint, layout, policy=policy, clock=clock)
         try:
             results = []
             for seed in seeds:
-                result = run_episode(client, env, seed, clock, max_steps=max_steps)
+                video = None
+                if seed in video_seeds and video_dir is not None:
+                    video = RolloutVideo(video_dir / f"{env_name}-seed{seed}.mp4", layout.fps)
+                try:
+                    result = run_episode(
+                        client,
+                        env,
+                        seed,
+                        clock,
+                        max_steps=max_steps,
+                        on_step=None if video is None else lambda *_, v=video: v.add(env.render()),
+                    )
+                finally:
+                    if video is not None:
+                        video.close()
                 if on_episode is not None:
                     on_episode(result)
                 results.append(result)
@@ -95,16 +116,20 @@ def main_eval(
     json_out: str | None,
     policy: str | None = None,
     out: TextIO | None = None,
+    video_dir: Path | None = None,
+    video_seeds: Collection[int] = (),
 ) -> int:
     """`tempo eval`: the episodes, then the table; the JSON summary to `json_out` ("-": in
-    place of the table, on stdout)."""
+    place of the table, on stdout); rollout videos of `video_seeds` into `video_dir`."""
     stream = out or sys.stdout
     progress = sys.stderr if json_out == "-" else stream
 
     def report(result: EpisodeResult) -> None:
         print(episode_line(env_name, result), file=progress, flush=True)
 
-    results = run_env_episodes(endpoint, env_name, clock, seeds, max_steps, policy, report)
+    results = run_env_episodes(
+        endpoint, env_name, clock, seeds, max_steps, policy, report, video_dir, video_seeds
+    )
     summary = eval_summary(env_name, clock, [r.as_dict() for r in results])
     if json_out == "-":
         print(json.dumps(summary, indent=2), file=stream)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from controller.errors import ConfigError
@@ -110,6 +111,14 @@ def add_sim_parsers(
         metavar="PATH",
         help="also write the summary as JSON to PATH ('-': print it instead of the table)",
     )
+    evaluate.add_argument(
+        "--video",
+        metavar="SEED,SEED,...",
+        help="write these episodes' rollouts as MP4 (into --video-dir)",
+    )
+    evaluate.add_argument(
+        "--video-dir", type=Path, default=Path("."), help="where --video writes (default: here)"
+    )
     evaluate.set_defaults(func=lambda args: cmd_eval(args, setup_logging, load_config))
 
 
@@ -134,6 +143,21 @@ def episode_seeds(args: argparse.Namespace) -> list[int]:
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be at least 1, not {args.episodes}")
     return [args.seed + i for i in range(args.episodes)]
+
+
+def video_seeds(args: argparse.Namespace, seeds: Sequence[int]) -> list[int]:
+    """--video's seeds, each one of the episodes'."""
+    if args.video is None:
+        return []
+    chosen = []
+    for text in args.video.split(","):
+        if not text.strip().lstrip("-").isdigit() or int(text) not in seeds:
+            raise ConfigError(
+                f"--video {args.video!r}: each value must be the seed of one of the episodes "
+                f"({seeds[0]} to {seeds[-1]})"
+            )
+        chosen.append(int(text))
+    return chosen
 
 
 def env_endpoint(args: argparse.Namespace, load_config: LoadConfig) -> str:
@@ -232,14 +256,17 @@ def cmd_eval(
     setup_logging(args.log_level or "WARNING")
     from controller.sim.env_robot import main_eval
 
+    seeds = episode_seeds(args)
     return main_eval(
         env_endpoint(args, load_config),
         args.env,
         args.clock,
-        episode_seeds(args),
+        seeds,
         args.max_steps,
         args.json,
         policy=args.policy,
+        video_dir=args.video_dir,
+        video_seeds=video_seeds(args, seeds),
     )
 
 

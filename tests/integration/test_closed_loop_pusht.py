@@ -114,9 +114,8 @@ def test_tempo_eval_summarises_seeded_episodes(tmp_path, capsys):
     summary_path = tmp_path / "eval.json"
     with running_daemon(config, served_block_servo()):
         args = ["eval", "--env", "pusht", "--connect", config.server.bind, "--episodes", "2"]
-        assert (
-            cli.main([*args, "--seed", "2", "--max-steps", "6", "--json", str(summary_path)]) == 0
-        )
+        args += ["--seed", "2", "--max-steps", "6", "--json", str(summary_path)]
+        assert cli.main([*args, "--video", "3", "--video-dir", str(tmp_path / "videos")]) == 0
     summary = json.loads(summary_path.read_text())
     assert [e["seed"] for e in summary["per_episode"]] == [2, 3]
     assert summary["episodes"] == 2 and summary["length_mean"] == 6.0
@@ -124,4 +123,10 @@ def test_tempo_eval_summarises_seeded_episodes(tmp_path, capsys):
     assert 0.0 <= low <= summary["success_rate"] <= high <= 1.0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("pusht seed 2 (lockstep): ")
+    # The rollout of seed 3 only: one frame a step, at LeRobot's visualization size.
+    assert [p.name for p in (tmp_path / "videos").iterdir()] == ["pusht-seed3.mp4"]
+    av = pytest.importorskip("av")
+    with av.open(str(tmp_path / "videos" / "pusht-seed3.mp4")) as container:
+        frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+    assert len(frames) == 6 and frames[0].shape == (384, 384, 3)
     assert out[-1].startswith(f"pusht (lockstep): success {summary['successes']}/2 = ")

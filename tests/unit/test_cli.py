@@ -194,3 +194,12 @@ def test_eval_of_an_unknown_environment_is_one_sentence(capsys):
         "tempo: unknown environment 'aloha'; the environments are pusht, aloha-insertion, "
         "aloha-transfer-cube\n"
     )
+
+
+@pytest.mark.parametrize("video", ["9", "1,x"])
+def test_eval_video_of_a_seed_not_run_is_one_sentence(capsys, video):
+    args = ["eval", "--env", "pusht", "--episodes", "3", "--seed", "0", "--video", video]
+    assert cli.main(args) == 2
+    assert capsys.readouterr().err == (
+        f"tempo: --video {video!r}: each value must be the seed of one of the episodes (0 to 2)\n"
+    )

@@ -90,8 +90,10 @@ class SimEnv:
         )
 
     def render(self) -> np.ndarray:
-        """The first camera's newest frame, for a rollout video."""
-        return self._last_frame
+        """The scene now, for a rollout video: the environment's own rendering (PushT's at
+        LeRobot's visualization size), else the first camera's newest frame."""
+        frame = self._env.render()
+        return np.asarray(frame, dtype=np.uint8) if frame is not None else self._last_frame
 
     def close(self) -> None:
         self._env.close()
