@@ -130,3 +130,16 @@ def test_tempo_eval_summarises_seeded_episodes(tmp_path, capsys):
         frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
     assert len(frames) == 6 and frames[0].shape == (384, 384, 3)
     assert out[-1].startswith(f"pusht (lockstep): success {summary['successes']}/2 = ")
+
+
+def test_tempo_eval_json_dash_prints_the_summary_and_puts_progress_on_stderr(tmp_path, capsys):
+    from controller import cli
+
+    config = ipc_config(tmp_path, "control.rate_hz=50")
+    with running_daemon(config, served_block_servo()):
+        args = ["eval", "--env", "pusht", "--connect", config.server.bind, "--max-steps", "3"]
+        assert cli.main([*args, "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)  # the whole of stdout is the JSON document
+    assert summary["episodes"] == 1 and summary["per_episode"][0]["length"] == 3
+    assert captured.err.startswith("pusht seed 0 (lockstep): ")
