@@ -18,11 +18,11 @@ import pytest
 from controller.errors import PolicyError
 from controller.inference.buckets import split_into_buckets
 from controller.inference.runner import Runner
-from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
 from policies.base import Prediction, RobotContext
 from policies.demo import make_demo_flow_policy, make_demo_policy
 from policies.flow.rtc import serve_with_rtc
+from policies.flow.settings import RTCConfig
 from policies.inputs import InputCodec, example_frames
 from policies.tdmpc2.serving import random_tdmpc2_policy
 from policies.tensor_policy import TensorPolicy

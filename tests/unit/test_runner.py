@@ -45,7 +45,9 @@ def make_runner(cache_dir, faults=None, seed=0, **settings) -> Runner:  # type: 
     settings.setdefault("step_budget_ms", None)
     # The whole ladder: `auto` would start a CPU at eager_fp32.
     settings.setdefault("top_tier", "graph")
-    config = RunnerConfig(cache_dir=cache_dir, parity_observations=3, **settings)
+    config = RunnerConfig(
+        cache_dir=cache_dir, parity_observations=3, **{"serve_slower_tiers": True, **settings}
+    )
     return Runner(build_tiny_policy(seed=seed), config, device="cpu", faults=faults)
 
 
@@ -196,7 +198,12 @@ def test_k_overruns_in_n_steps_demote(cache_dir) -> None:
     clock = FakeClock()
     plan = FaultPlan(slow_on={1, 4}, slow_s=0.06, sleep=clock.advance)
     config = RunnerConfig(
-        cache_dir=cache_dir, top_tier="compiled", step_budget_ms=40, overrun_k=2, overrun_n=5
+        cache_dir=cache_dir,
+        top_tier="compiled",
+        serve_slower_tiers=True,
+        step_budget_ms=40,
+        overrun_k=2,
+        overrun_n=5,
     )
     runner = Runner(
         build_tiny_policy(), config, device="cpu", faults={"compiled": plan}, clock=clock
@@ -217,7 +224,12 @@ def test_overruns_spread_wider_than_n_steps_do_not_demote(cache_dir) -> None:
     clock = FakeClock()
     plan = FaultPlan(slow_on={0, 5, 10}, slow_s=0.06, sleep=clock.advance)
     config = RunnerConfig(
-        cache_dir=cache_dir, top_tier="compiled", step_budget_ms=40, overrun_k=2, overrun_n=5
+        cache_dir=cache_dir,
+        top_tier="compiled",
+        serve_slower_tiers=True,
+        step_budget_ms=40,
+        overrun_k=2,
+        overrun_n=5,
     )
     runner = Runner(
         build_tiny_policy(), config, device="cpu", faults={"compiled": plan}, clock=clock
