@@ -82,8 +82,15 @@ class PolicyConfig(Section):
     sections: Mapping[str, SerializeAsAny[BaseModel]] = Field(default_factory=dict)
 
     def section(self, name: str) -> Any:
-        """The section `name` (`rtc`, `reach`, ...), as its family's model."""
-        return self.sections[name]
+        """The section `name` (`rtc`, `reach`, ...), as its family's model; at its defaults for
+        a family registered after this config was made (a default config is made at import)."""
+        found = self.sections.get(name)
+        if found is not None:
+            return found
+        owned = settings_sections().get(name)
+        if owned is None:
+            raise KeyError(f"policy.{name} is no registered family's section")
+        return owned.model()()
 
     def with_section(self, name: str, value: BaseModel) -> PolicyConfig:
         """This config with section `name` replaced by `value`."""

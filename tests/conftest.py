@@ -283,11 +283,12 @@ class Recorder:
 
 
 def offline_daemon(
-    config: Any, policy: Any, worker: Any = None
+    config: Any, policy: Any, worker: Any = None, flight: Any = None
 ) -> tuple[Any, Any, Recorder, list[int]]:
     """The dispatcher and the loop of a daemon, without sockets or threads; inference runs at
-    once on submit unless another `worker` is given. The rest of its objects are the
-    dispatcher's (`dispatcher.registry`, `dispatcher.requests.feed`)."""
+    once on submit unless another `worker` is given; `flight`: the robots' flight recording
+    (a controller.record.queue.PolicyRecording; None: record.mode off). The rest of its
+    objects are the dispatcher's (`dispatcher.registry`, `dispatcher.requests.feed`)."""
     from controller.daemon.control import build_control
     from controller.daemon.execution import resolve_execution
     from controller.daemon.service import limits_for, pipeline_factory
@@ -307,6 +308,7 @@ def offline_daemon(
         inference=resolve_execution(config.inference, policy.spec)[0],
         limits=limits_for(policy.spec),
         send_prepared=recorder.send_prepared,
+        recorder=flight,
     )
     dispatcher, loop = control.dispatcher, control.loop
     return dispatcher, loop, recorder, step

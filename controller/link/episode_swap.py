@@ -4,13 +4,14 @@
     incoming = switch.begin(child, hello, spawner, config_json)   # the swap's, under switch_lock
     switch.swap_progress(channel, on_new=2, on_old=0)             # the feed's count of robots
     switch.finish(incoming)                      # the swap's, once no robot is on the old one
+    switch.abandon(incoming, "cancelled")        # or: replaced, cancelled, timed out
 
 Between `begin` and the end of the swap two processes serve: the old one (the record's channel,
 still "the serving process") and the new one (the record's `incoming`, with observation slots
 of its own, so that neither process reads or beats in the other's). The feed (remote_feed)
 sends a robot's request to the new one from its episode start on (a robot that connects now
 starts an episode too), else to the one that served it last, and counts the robots on each.
-The swap ends in one of three ways:
+The swap ends in one of four ways:
 
 - every robot bound to the old process has moved or left: the new one becomes the serving
   process (`finish`), the old one is asked to stop; nothing holds;
@@ -18,7 +19,10 @@ The swap ends in one of three ways:
   the supervisor thread): every robot holds a tick and starts afresh;
 - the new process fails (exits, or stops beating): the swap is aborted (`check`), the old one
   serves every robot again; the robots hold a tick, so that no robot goes on with a plan of the
-  new policy.
+  new policy;
+- the swap is replaced by a later one, cancelled (`tempo swap --cancel`) or times out (a robot
+  that never starts an episode; policy_swap decides which): `abandon`, as an abort, its process
+  asked to stop first.
 
 This module imports no torch (it runs in the control process).
 """
@@ -64,6 +68,9 @@ class EpisodeSwitch:
         from it (under `switch_lock`, while serving; the caller ends the process on an error)."""
         record = self._record
         slots = FrameSlots.create(hello.spec, record.slot_count)
+        # Its header laid out with a heartbeat of now, as the serving process's slots are:
+        # else `check` reads a beat of 0 until the process first beats and aborts the swap.
+        slots.reset()
         try:
             pinned = hand_slots(child, slots, record.stop_requested)
             channel = RequestChannel(child[0], slots, hello.spec, on_reply=record.note_reply)
@@ -98,10 +105,29 @@ class EpisodeSwitch:
             return
         record.drop_incoming(ask_to_stop=False)
         end_child(incoming.child, 0.0)
-        incoming.slots.close()
-        record.new_epoch()  # robots it served hold a tick and drop its plans (serving_watch)
+        self._back_to_old(incoming)
         log.warning("swap aborted: %s; the old policy serves every robot again", why)
         incoming.end("aborted", f"{why}; every robot is served by the old policy again")
+
+    def abandon(self, incoming: Incoming, why: str) -> bool:
+        """End the swap `incoming` serves although it has not failed (replaced, cancelled or
+        timed out, `why`; the swap's thread, under `switch_lock`, which says so): its process
+        is asked to stop, robots on it return to the old one. False if it ended otherwise
+        meanwhile."""
+        record = self._record
+        if record.incoming is not incoming:
+            return False
+        record.drop_incoming(ask_to_stop=True)
+        wait_or_kill(incoming.child[1], 2.0)
+        self._back_to_old(incoming)
+        incoming.end("aborted", why)
+        return True
+
+    def _back_to_old(self, incoming: Incoming) -> None:
+        """After the new process is out of use: its slots freed, and the robots it served
+        hold a tick and drop its plans (serving_watch) on their way back to the old one."""
+        incoming.slots.close()
+        self._record.new_epoch()
 
     def promote(self) -> bool:
         """The serving process failed during a swap: the new one serves every robot from now

@@ -35,8 +35,8 @@ new observation; the next hot standby is then built in the background), or nothi
 
 `swap(path, now=...)` builds a new checkpoint in a new process the same way, checks it
 (`policy_swap`) and switches every robot to it at once (`now`), or each robot at its next
-episode start (`episode_swap`: both processes serve meanwhile); a swap that fails changes
-nothing.
+episode start (`episode_swap`: both processes serve meanwhile; a later swap replaces it,
+`cancel_swap()` ends it, and it times out); a swap that fails changes nothing.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from controller.errors import PolicyError
 from controller.feed.batch_window import BatchWindow, step_times_of
 from controller.link.episode_swap import EpisodeSwitch
 from controller.link.incoming import Incoming, Routes
-from controller.link.policy_swap import Swapper
+from controller.link.policy_swap import EPISODE_SWAP_TIMEOUT_S, Swapper
 from controller.link.process_spawner import Child, Spawner, wait_or_kill
 from controller.link.remote_feed import RemoteFeed
 from controller.link.request_channel import (
@@ -88,12 +88,14 @@ class RemotePolicy:
         config_json: str | None = None,
         nice: int = 0,
         batching: tuple[Sequence[int], int] = ((1,), 0),
+        episode_swap_timeout_s: float = EPISODE_SWAP_TIMEOUT_S,
     ) -> None:
         # `config_json`: every process's stdin (held by the record, so that restarts need no
         # file); `nice`: how far below the control loop's CPU priority they run
         # (process_spawner); `batching`: inference.batch_sizes (the process's too) and
         # batch_window_us; `standby`: supervision.standby (off, spare, hot; True/False:
-        # spare/off).
+        # spare/off); `episode_swap_timeout_s`: supervision's, how long a swap at episode
+        # starts may wait for the robots (policy_swap).
         stdin = config_json.encode() if config_json is not None else None
         spawner = Spawner(command, env, stdin, nice)
         self.start_timeout_s = start_timeout_s
@@ -106,7 +108,7 @@ class RemotePolicy:
         self._supervisor = Supervisor(
             self.serving_process, self.standbys, self._episodes, start_timeout_s
         )
-        self._swapper = Swapper(self)
+        self._swapper = Swapper(self, episode_swap_timeout_s)
         # The last `predict`'s trips (ns): request sent -> taken there, chunk ready there ->
         # reply here. Both processes read one clock (CLOCK_MONOTONIC is system-wide).
         self.last_trips_ns: tuple[int, int] | None = None
@@ -314,6 +316,11 @@ class RemotePolicy:
         is refused at once."""
         return self._swapper.start(path, now=now, name=name)
 
+    def cancel_swap(self) -> dict[str, Any]:
+        """End the swap under way (`tempo swap --cancel`; policy_swap): the old policy serves
+        every robot. Its state once ended; PolicyError when no swap is under way."""
+        return self._swapper.cancel()
+
     # What the swap (policy_swap.Swapper) reads and calls.
 
     @property
@@ -353,3 +360,9 @@ class RemotePolicy:
         """Under `switch_lock`: no robot is left on the old process, the new one serves
         (episode_swap); False if the swap ended otherwise meanwhile."""
         return self._episodes.finish(incoming)
+
+    def abandon_incoming(self, incoming: Incoming, why: str) -> bool:
+        """Under `switch_lock`: the swap at episode starts is ended (replaced, cancelled, timed
+        out: `why`), its robots return to the old process (episode_swap); False if it ended
+        otherwise meanwhile."""
+        return self._episodes.abandon(incoming, why)

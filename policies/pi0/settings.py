@@ -22,6 +22,5 @@ class PromptSettings(FamilySection):
         default=None,
         min_length=1,
         max_length=1000,
-        description="The task of a robot whose hello names none; unset, such a robot is "
-        "refused.",
+        description="The task of a robot whose hello names none; unset, such a robot is refused.",
     )

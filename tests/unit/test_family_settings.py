@@ -111,3 +111,33 @@ def test_policy_kind_comes_from_the_registry():
     assert "policy.kind: 'magic' is not a kind of policy; known: 'checkpoint', 'reach'" in message
     # A family that builds no policy from the config (its policies are checkpoints) is no kind.
     assert "'act' is not a kind of policy" in config_error("policy.kind=act")
+
+
+def test_two_families_declaring_one_section_with_different_models_is_refused():
+    """Families share a section by naming one model (flow, pi0 and pi0.5 share policy.rtc);
+    two different models for one name is the families' mistake, said when a config is read."""
+    from policies.registry import FamilySettings, PolicyFamily, register, unregister
+    from policies.section_model import FamilySection
+
+    class One(FamilySection):
+        a: int = 1
+
+    class Other(FamilySection):
+        b: int = 2
+
+    for name, model in (("twin-a", One), ("twin-b", Other)):
+        section = FamilySettings(section="twin", model=lambda model=model: model)
+        register(PolicyFamily(name=name, title=name, summary="a twin", settings=(section,)))
+    try:
+        with pytest.raises(TypeError, match="policy.twin is declared by two families"):
+            load_config(None, ["policy.kind=reach"])
+        unregister("twin-b")
+        assert load_config(None, ["policy.twin.a=3"]).policy.section("twin") == One(a=3)
+        # A config made before the family was registered (the default one) has it at its
+        # defaults.
+        assert TempoConfig().policy.section("twin") == One()
+        with pytest.raises(KeyError, match="policy.nothing is no registered family's section"):
+            TempoConfig().policy.section("nothing")
+    finally:
+        unregister("twin-a")
+        unregister("twin-b")
