@@ -21,6 +21,13 @@ from controller.wire.header_schema import PROTOCOL_VERSION
 from controller.wire.protocol import decode
 
 
+@pytest.fixture(autouse=True)
+def _empty_hub_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
+    """An empty Hugging Face cache for every test: a developer's own (PaliGemma's tokenizer in
+    it, say) must not change what a checkpoint without a tokenizer reads."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("hub-cache")))
+
+
 def ipc_config(tmp_path: Path, *overrides: str) -> TempoConfig:
     """A config whose endpoints are private ipc:// paths (no fixed ports in tests)."""
     return load_config(

@@ -204,9 +204,10 @@ def with_prompt_settings(
     prompt = policy.spec.prompt
     if tokenizer is None and prompt is None:
         raise CheckpointError(
-            "policy.prompt.tokenizer is unset and this pi0 checkpoint ships no tokenizer "
-            "(tokenizer/tokenizer.model): set policy.prompt.tokenizer to PaliGemma's "
-            "SentencePiece model file"
+            "policy.prompt.tokenizer is unset, this pi0 checkpoint ships no tokenizer "
+            "(tokenizer/tokenizer.model) and the local Hugging Face cache holds none of the "
+            "one it names (`tempo checkpoint inspect` names it): set policy.prompt.tokenizer "
+            "to PaliGemma's SentencePiece model file (tokenizer.model)"
         )
     if tokenizer is not None:
         if not Path(tokenizer).is_file():

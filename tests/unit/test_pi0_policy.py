@@ -486,6 +486,32 @@ def write_openpi_demo(directory: Path, vocab: int) -> Path:
     return directory
 
 
+def test_an_openpi_directory_reads_paligemmas_tokenizer_from_the_hub_cache(
+    tmp_path: Path, demo_dirs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As LeRobot 0.6 does for the pi0 directories it saves without a tokenizer: the name the
+    checkpoint gives, looked up offline in the local Hugging Face cache."""
+    tokenizer = demo_dirs["pi0"] / "tokenizer" / "tokenizer.model"
+    vocab = sentencepiece.SentencePieceProcessor(model_file=str(tokenizer)).vocab_size()
+    openpi = write_openpi_demo(tmp_path / "openpi", vocab)
+    cache = tmp_path / "hub"
+    repo = cache / "models--google--paligemma-3b-pt-224"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "blobs").mkdir()
+    (repo / "blobs" / "5a1e").write_bytes(tokenizer.read_bytes())
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "tokenizer.model").symlink_to("../../blobs/5a1e")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    policy = build_tensor_policy(load_config(None, [f"policy.path={openpi}"]).policy)
+    assert policy.spec.prompt is not None
+    assert policy.spec.prompt.tokenizer == str(repo / "blobs" / "5a1e")  # resolved
+    lines = describe_pi0_checkpoint(openpi)
+    cached = "tokenizer: google/paligemma-3b-pt-224 from the local Hugging Face cache"
+    assert any(line.startswith(cached) for line in lines)
+
+
 def test_an_openpi_directory_needs_policy_tokenizer(tmp_path: Path, demo_dirs) -> None:
     tokenizer = demo_dirs["pi0"] / "tokenizer" / "tokenizer.model"
     vocab = sentencepiece.SentencePieceProcessor(model_file=str(tokenizer)).vocab_size()
