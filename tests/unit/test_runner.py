@@ -196,7 +196,9 @@ class FakeClock:
 
 def test_k_overruns_in_n_steps_demote(cache_dir) -> None:
     clock = FakeClock()
-    plan = FaultPlan(slow_on={1, 4}, slow_s=0.06, sleep=clock.advance)
+    # 5 s on the fake clock, costing no real time: a demotion is held back when the tier below
+    # took longer at start-up (timed for real), which a loaded machine made 60 ms reach.
+    plan = FaultPlan(slow_on={1, 4}, slow_s=5.0, sleep=clock.advance)
     config = RunnerConfig(
         cache_dir=cache_dir,
         top_tier="compiled",
