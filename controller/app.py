@@ -60,6 +60,7 @@ def inference_process(config: TempoConfig) -> RemotePolicy:
         config_json=json.dumps(config.model_dump(mode="json")),
         nice=INFERENCE_NICE,
         batching=(config.inference.batch_sizes, config.inference.batch_window_us),
+        episode_swap_timeout_s=supervision.episode_swap_timeout_s,
     )
 
 

@@ -12,6 +12,7 @@ a FIFO and never reads past the limit.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -41,12 +42,17 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _regular_fd(path: Path, error: type[TempoError], what: str) -> int:
+def regular_fd(path: Path, error: type[TempoError], what: str, follow_links: bool = True) -> int:
     """A descriptor of the regular file `path` (non-blocking: a FIFO is refused, not waited
-    on), else `error` with one sentence; the check is made on the open descriptor."""
+    on), else `error` with one sentence; the check is made on the open descriptor, on which a
+    caller may check more (its owner: controller.inference.artefact_files). With
+    `follow_links` off, a symbolic link at `path` is refused, not followed."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_links:
+            raise error(f"{what} {path} is a symbolic link, which Tempo does not follow") from None
         raise error(f"cannot read {what} {path}: {exc.strerror}") from None
     try:
         mode = os.fstat(fd).st_mode
@@ -57,6 +63,18 @@ def _regular_fd(path: Path, error: type[TempoError], what: str) -> int:
         os.close(fd)
         raise error(f"cannot read {what} {path}: it is {_kind(mode)}, not a regular file")
     return fd
+
+
+def read_fd(fd: int, limit: int, error: type[TempoError], what: str, path: Path) -> bytes:
+    """All of the open regular file `fd` (from its start; `path` names it in messages), else
+    `error` with one sentence if it has more than `limit` bytes."""
+    try:
+        data = _read_at_most(fd, limit + 1, offset=0)
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise error(f"{what} {path} is larger than {_size(limit)}, the most Tempo reads for it")
+    return data
 
 
 def read_bytes(
@@ -70,7 +88,7 @@ def read_bytes(
     """Up to `limit` bytes of the regular file `path` from `offset` (fewer when the file ends
     first); `error` with one sentence if it is not a regular file or, when `whole`, has more
     than `limit` bytes there (else the rest is not read)."""
-    fd = _regular_fd(path, error, what)
+    fd = regular_fd(path, error, what)
     try:
         os.lseek(fd, offset, os.SEEK_SET)
         data = _read_at_most(fd, limit + 1 if whole else limit)
@@ -86,7 +104,7 @@ def read_bytes(
 def open_regular(path: Path, error: type[TempoError], what: str) -> BinaryIO:
     """The regular file `path` opened for reading (a stream, for files read in parts: a
     recording), else `error` with one sentence; a FIFO is refused, not waited on."""
-    fd = _regular_fd(path, error, what)
+    fd = regular_fd(path, error, what)
     try:
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -169,11 +187,13 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _read_at_most(fd: int, count: int) -> bytes:
+def _read_at_most(fd: int, count: int, offset: int | None = None) -> bytes:
+    """Up to `count` bytes of `fd`, from its position or (pread) from `offset`."""
     parts: list[bytes] = []
     left = count
     while left > 0:
-        part = os.read(fd, min(left, _READ_CHUNK))
+        size = min(left, _READ_CHUNK)
+        part = os.read(fd, size) if offset is None else os.pread(fd, size, offset + count - left)
         if not part:
             break
         parts.append(part)

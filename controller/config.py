@@ -97,7 +97,7 @@ class TempoConfig(Section):
     @model_validator(mode="after")
     def _rtc_plays_the_newest_chunk(self) -> TempoConfig:
         for name, view in policy_views(self):
-            if view.policy.rtc.mode != "off" and view.inference.ensemble == "temporal":
+            if view.policy.section("rtc").mode != "off" and view.inference.ensemble == "temporal":
                 where = "" if name == DEFAULT_POLICY_NAME else f" (policy {name!r})"
                 raise ValueError(
                     f"policy.rtc needs inference.ensemble: newest{where} (real-time chunking "
@@ -126,8 +126,12 @@ def policy_views(config: TempoConfig) -> list[tuple[str, TempoConfig]]:
 def _describe(error: ValidationError, source: str) -> str:
     lines = []
     for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        loc = [str(part) for part in item["loc"]]
         message = item["msg"]
+        if item["type"] == "family_section":  # a family's section says where under `policy:`
+            loc.append(item["ctx"]["where"])
+            message = item["ctx"]["message"]
+        field = ".".join(loc) or "(top level)"
         if item["type"] == "extra_forbidden":
             message = "unknown field (check the spelling; `tempo config show` lists every field)"
         lines.append(f"{source}: {field}: {message}")

@@ -234,6 +234,14 @@ class SupervisionConfig(Section):
         gt=0,
         description="How long the inference process may take to load, compile and check.",
     )
+    episode_swap_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long a `tempo swap` at episode starts (without --now) may wait for "
+        "the robots still on the old policy to start an episode; then it ends, saying so, and "
+        "the old policy serves every robot again (a robot that never starts an episode would "
+        "otherwise hold the swap, and every later one, for good).",
+    )
     standby: Literal["off", "spare", "hot"] = Field(
         default="spare",
         description="What waits beside the serving inference process. spare: a process with "

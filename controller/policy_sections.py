@@ -1,6 +1,11 @@
 """The sections that say which policy the daemon serves and what it builds it from
-(`policy:`, with its `rtc:` and `planner:`, and `robot:`): the inference process builds the
-policy from these alone.
+(`policy:`, with the sections its families own, and `robot:`): the inference process builds
+the policy from these alone.
+
+`policy.kind` names `checkpoint` or a family that builds its policy itself, and every other
+section under `policy:` is a family's (policies.registry.FamilySettings: `policy.rtc`,
+`policy.prompt`, `policy.reach`, ...), validated by the family's own model. A
+family registered at run time brings its kind and its sections with it.
 
 The sections of the daemon itself (control loop, server, security, inference, supervision,
 logging) and the `Section` base are in controller.config_sections.
@@ -8,16 +13,29 @@ logging) and the `Section` base are in controller.config_sections.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from controller.config_sections import Section
+from policies.registry import FamilySettings, built_in_kinds, settings_sections
 
-# Real-time chunking's modes and mask schedules; policies.settings names the same ones.
-RTCMode = Literal["off", "exact", "stop_grad", "inpaint", "trained"]
-MaskSchedule = Literal["exp", "linear", "ones", "zeros"]
+log = logging.getLogger(__name__)
+
+# Old spellings already said to be old in this process (each is said once).
+_said_old: set[str] = set()
 
 
 class CameraConfig(Section):
@@ -37,118 +55,14 @@ class RobotConfig(Section):
     )
 
 
-class PlannerConfig(Section):
-    """How a TD-MPC2 checkpoint is served (the `policy.planner:` section)."""
-
-    mode: Literal["checkpoint", "plan", "prior"] = Field(
-        default="checkpoint",
-        description="plan: MPPI planning; prior: fast mode (the policy prior's mean, no "
-        "planning); checkpoint: what the checkpoint's config says.",
-    )
-    compute: Literal["checkpoint", "fp32", "tf32", "bf16"] = Field(
-        default="checkpoint",
-        description="fp32: every tier plans in FP32 (elementwise start-up parity). tf32 or bf16: "
-        "the graph, compiled and eager_half tiers plan with TF32 matmuls or pre-cast BF16 "
-        "weights (faster on a GPU), eager FP32 stays FP32, and start-up parity is the value "
-        "regret of their plans under the FP32 model. checkpoint: what the checkpoint says.",
-    )
-    prior_steps: int | None = Field(
-        default=None,
-        ge=1,
-        le=64,
-        description="Fast mode (and the fallback's prior): how many of the chunk's actions the "
-        "prior rolls out through the dynamics, the last one held after; 1 is the official "
-        "fast mode (encode and one prior mean, the least GPU work). null: the checkpoint's "
-        "(1 unless it says otherwise).",
-    )
-    fallback_budget_ms: float | None = Field(
-        default=None,
-        gt=0,
-        le=10_000,
-        description="When planning overruns this budget fallback_k times in the last "
-        "fallback_n plans, serve the policy prior for the next fallback_n steps (logged and "
-        "counted in status). null: always plan.",
-    )
-    fallback_k: int = Field(default=3, ge=1, le=1000, description="Overruns that switch ...")
-    fallback_n: int = Field(
-        default=20, ge=1, le=1000, description="... within the last n plans; prior steps after."
-    )
-
-    @model_validator(mode="after")
-    def _k_within_n(self) -> PlannerConfig:
-        if self.fallback_k > self.fallback_n:
-            raise ValueError(
-                f"fallback_k ({self.fallback_k}) must be at most fallback_n ({self.fallback_n})"
-            )
-        return self
-
-
-class RTCConfig(Section):
-    """Real-time chunking (Black, Galliker, Levine 2025): how a flow, pi0 or pi0.5 policy is
-    served so that a new chunk agrees with the actions the robot executes while it is being
-    computed."""
-
-    mode: RTCMode = Field(
-        default="off",
-        description="off: plain sampling. exact: the paper's guidance (a vector-Jacobian product "
-        "through the action expert; pi0: the prefix's keys and values held constant). "
-        "stop_grad: the correction is the weighted error (no Jacobian; cheaper; LeRobot's "
-        "'guided' mode). inpaint: the prefix is written into the noisy actions at every step "
-        "(hard for the first d actions, blended by the mask over the overlap). trained: "
-        "pi0.5 checkpoints trained with training-time RTC (LeRobot's rtc_training_max_delay "
-        "> 0) only: the first d actions are the previous chunk's, marked clean by their flow "
-        "time, no guidance (d is capped at rtc_training_max_delay).",
-    )
-    beta: float | None = Field(
-        default=None,
-        gt=0,
-        le=1e4,
-        description="Upper bound of the guidance weight (the paper's beta, LeRobot's "
-        "max_guidance_weight); null: the family's default, 5 for flow, 10 for pi0 and pi0.5 "
-        "(LeRobot's). It matters near the noise end, where the weight grows without bound. "
-        "Each Euler step moves by up to beta / n_steps times the error: far above 1 the "
-        "sampler overshoots (measured with scripts/smoothness/rtc_smoothness.py: beta 200 at 10 "
-        "steps diverged).",
-    )
-    overlap_rows: int | None = Field(
-        default=None,
-        ge=1,
-        le=10000,
-        description="How many rows of the previous plan the soft mask reaches (the guided "
-        "overlap ends there, as LeRobot's execution_horizon); null: the family's default, all "
-        "of the plan still ahead for flow, 10 for pi0 and pi0.5 (LeRobot's).",
-    )
-    schedule: MaskSchedule = Field(
-        default="exp",
-        description="How the mask decays from 1 (the first d actions, executed before the new "
-        "chunk lands) to 0 (the end of the previous chunk's actions): exp (the paper's), "
-        "linear, ones (no decay), zeros (only the first d actions guided).",
-    )
-
-    regional_compile: bool = Field(
-        default=True,
-        description="Compile one denoising step and call it for every Euler step "
-        "(torch.compiler.nested_compile_region) instead of compiling n unrolled copies: the "
-        "same chunks, a shorter cold compile. Modes stop_grad, inpaint, trained and off only: "
-        "exact always unrolls (its VJP inside a region does not compile on torch 2.11). Set "
-        "false if your torch cannot compile the region (the compiled tiers then fail at "
-        "start-up and the runner steps down).",
-    )
-
-    @field_validator("mode", mode="before")
-    @classmethod
-    def _yaml_off(cls, value: object) -> object:
-        # YAML reads a bare `off` as false (`--set policy.rtc.mode=off`): it means off here.
-        return "off" if value is False else value
-
-
 class PolicyConfig(Section):
-    """Which policy the daemon serves."""
+    """Which policy the daemon serves, and the sections its families own."""
 
-    kind: Literal["reach", "checkpoint"] = Field(
+    kind: str = Field(
         default="reach",
-        description="reach: the built-in scripted policy (moves smoothly toward `target`); "
-        "checkpoint: load the directory at `path`.",
+        description="checkpoint: load the directory at `path`; or a family that builds its "
+        "policy from the config (reach: the built-in scripted policy, moving smoothly toward "
+        "`policy.reach.target`).",
     )
     path: Path | None = Field(default=None, description="Checkpoint directory (kind: checkpoint).")
     device: Literal["auto", "cpu", "cuda"] = Field(
@@ -163,35 +77,52 @@ class PolicyConfig(Section):
         "directory (whose config has none; else taken from the dataset's meta/info.json next to "
         "it, else joint_0..). A Tempo checkpoint records its own; these must then agree.",
     )
-    chunk_size: int = Field(default=20, ge=1, le=1000, description="reach: steps per chunk.")
-    target: tuple[float, ...] | None = Field(
-        default=None, description="reach: target pose, one value per joint (default: 0.5 rad each)."
-    )
-    time_constant_steps: float = Field(
-        default=25.0, gt=0, description="reach: steps to cover ~63% of the way to the target."
-    )
-    rtc: RTCConfig = Field(
-        default=RTCConfig(),
-        description="Real-time chunking for a flow, pi0 or pi0.5 policy (mode "
-        "off|exact|stop_grad|inpaint|trained, beta, schedule, overlap_rows); the execution "
-        "horizon is inference.query_period, and the robot plays "
-        "the old chunk until the new one lands (needs inference.ensemble: newest).",
-    )
-    planner: PlannerConfig = Field(
-        default=PlannerConfig(), description="TD-MPC2 checkpoints: planning, fast mode, fallback."
-    )
-    tokenizer: Path | None = Field(
-        default=None,
-        description="pi0 / pi0.5: the PaliGemma SentencePiece model file (tokenizer.model), for a "
-        "checkpoint that ships none (openpi's); overrides one it ships.",
-    )
-    default_task: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=1000,
-        description="pi0 / pi0.5: the task of a robot whose hello names none; unset, such a "
-        "robot is refused.",
-    )
+    # The families' sections by name, each its family's model; written and read as
+    # `policy.<name>:` (see _family_sections and _flat), never as `sections:`.
+    sections: Mapping[str, SerializeAsAny[BaseModel]] = Field(default_factory=dict)
+
+    def section(self, name: str) -> Any:
+        """The section `name` (`rtc`, `reach`, ...), as its family's model; at its defaults for
+        a family registered after this config was made (a default config is made at import)."""
+        found = self.sections.get(name)
+        if found is not None:
+            return found
+        owned = settings_sections().get(name)
+        if owned is None:
+            raise KeyError(f"policy.{name} is no registered family's section")
+        return owned.model()()
+
+    def with_section(self, name: str, value: BaseModel) -> PolicyConfig:
+        """This config with section `name` replaced by `value`."""
+        return self.model_copy(update={"sections": {**self.sections, name: value}})
+
+    def __hash__(self) -> int:  # frozen as every section; the sections' mapping by its items
+        fields = (self.kind, self.path, self.device, self.joint_names)
+        return hash((fields, tuple(self.sections.items())))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_sections(cls, data: Any) -> Any:
+        """Each family's section validated by its model (a default one where unset), old
+        spellings moved to where they are now."""
+        if not isinstance(data, dict):
+            return data
+        if "sections" in data:
+            raise _section_error("sections", "unknown field (each section is policy.<name>)")
+        data = dict(data)
+        owned = settings_sections()
+        for section in owned.values():
+            _move_old_spellings(data, section)
+        sections = {}
+        for name, section in owned.items():
+            sections[name] = _validated(name, section, data.pop(name, None))
+        return {**data, "sections": sections}
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: Any) -> dict[str, Any]:
+        dumped = dict(handler(self))
+        sections = dumped.pop("sections", {})
+        return {**dumped, **sections}
 
     @model_validator(mode="before")
     @classmethod
@@ -201,13 +132,84 @@ class PolicyConfig(Section):
             return {**data, "kind": "checkpoint"}
         return data
 
+    @field_validator("kind")
+    @classmethod
+    def _a_known_kind(cls, kind: str) -> str:
+        """`checkpoint` or a family that builds its policy itself (the registry's, so a family
+        registered at run time is a kind too)."""
+        kinds = built_in_kinds()
+        if kind not in kinds:
+            raise PydanticCustomError(
+                "policy_kind",
+                "'{kind}' is not a kind of policy; known: {known}",
+                {"kind": kind, "known": ", ".join(repr(k) for k in kinds)},
+            )
+        return kind
+
     @model_validator(mode="after")
     def _path_for_checkpoint(self) -> PolicyConfig:
         if self.kind == "checkpoint" and self.path is None:
             raise ValueError("policy.kind 'checkpoint' needs policy.path set to a directory")
-        if self.kind == "reach" and self.path is not None:
+        if self.kind != "checkpoint" and self.path is not None:
             raise ValueError(
-                "policy.path is set but policy.kind is 'reach' (the scripted policy, which reads "
-                "no checkpoint): set policy.kind to 'checkpoint', or remove policy.path"
+                f"policy.path is set but policy.kind is {self.kind!r} (a built-in policy, which "
+                "reads no checkpoint): set policy.kind to 'checkpoint', or remove policy.path"
             )
         return self
+
+
+def _say_old(old: str, new: str) -> None:
+    if old not in _said_old:
+        _said_old.add(old)
+        log.warning("config: %s is the old spelling of %s (read as it; please rename)", old, new)
+
+
+def _move_old_spellings(data: dict[str, Any], section: FamilySettings) -> None:
+    """`policy.<old_section>` and the section's fields once directly under `policy:`, moved
+    into `policy.<section>`; the old and the new spelling both set is refused."""
+    name = section.section
+    if section.old_section is not None and section.old_section in data:
+        old = data.pop(section.old_section)
+        if name in data:
+            old_name = section.old_section
+            raise _section_error(
+                name, f"set policy.{name} or its old spelling policy.{old_name}, not both"
+            )
+        data[name] = old
+        _say_old(f"policy.{section.old_section}", f"policy.{name}")
+    for field in section.old_fields:
+        if field not in data:
+            continue
+        moved = data.get(name) or {}
+        if not isinstance(moved, dict) or field in moved:
+            raise _section_error(
+                f"{name}.{field}",
+                f"set policy.{name}.{field} or its old spelling policy.{field}, not both",
+            )
+        data[name] = {**moved, field: data.pop(field)}
+        _say_old(f"policy.{field}", f"policy.{name}.{field}")
+
+
+def _validated(name: str, section: FamilySettings, raw: Any) -> BaseModel:
+    """`raw` (a mapping, a model, or None for the defaults) as section `name`'s model; a bad
+    field is one sentence naming it."""
+    model = section.model()
+    if isinstance(raw, model):
+        return raw
+    try:
+        return model.model_validate({} if raw is None else raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in (name, *error["loc"]))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field (check the spelling; `tempo config show` lists every field)"
+        raise _section_error(where, message) from None
+
+
+def _section_error(where: str, message: str) -> PydanticCustomError:
+    """An error in a family's section, `where` under `policy:` (controller.config's
+    description of a bad config puts it after the section's own place)."""
+    return PydanticCustomError(
+        "family_section", "{where}: {message}", {"where": where, "message": message}
+    )

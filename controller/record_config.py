@@ -37,6 +37,28 @@ class RecordConfig(BaseModel):
         "until those left and the next file (max_file_mb) fit in this much; at least twice "
         "max_file_mb. 0: no limit.",
     )
+    max_incidents_mb: int = Field(
+        default=4096,
+        ge=0,
+        le=100_000_000,
+        description="ring: as an incident file is written, the oldest incident files this run "
+        "wrote are deleted until those left fit in this much (the newest is always kept), so "
+        "marks cannot fill the disk. 0: no limit.",
+    )
+    marks_per_minute: int = Field(
+        default=6,
+        ge=1,
+        le=600,
+        description="At most this many marks a minute per robot, whoever asks (a driver or an "
+        "operator; at most one a second); more are refused with a sentence.",
+    )
+    marks_per_minute_all: int = Field(
+        default=20,
+        ge=1,
+        le=6000,
+        description="At most this many marks a minute of all robots together; more are refused "
+        "with a sentence.",
+    )
     ring_seconds: float = Field(
         default=30.0, gt=0, le=3600, description="ring: how many seconds of records are kept."
     )

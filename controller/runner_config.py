@@ -174,6 +174,13 @@ class RunnerConfig(BaseModel):
         description="The built artefacts' folder; null: found as built_artefacts says. They are "
         "compiled code: trust the folder like the checkpoint and keep it private.",
     )
+    serve_slower_tiers: bool = Field(
+        default=False,
+        description="Serve a tier even when its start-up step took more than 1.5x (and 2 ms "
+        "more than) a lower tier's: off, such a tier is reported skipped with both times "
+        "(inductor's code for a large model on a CPU can be slower than eager). On: tests of "
+        "a tier's own behaviour, or comparing tiers.",
+    )
     repromote_after_s: float | None = Field(
         default=None,
         gt=0,

@@ -16,11 +16,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from controller.errors import ConfigError
-from policies.registry import families, get_family
+from policies.registry import FallbackPolicy, ProfilePhases, families, get_family
 from policies.tensor_policy import TensorPolicy, with_state_bounds
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
 
     from policies.settings import PolicySettings, RobotSettings
 
@@ -56,6 +57,29 @@ def build_tensor_policy(
         if family.serve_settings is not None:
             loaded = family.serve_settings(loaded, policy)
     return loaded
+
+
+def fallback_policy(served: TensorPolicy, policy: PolicySettings) -> FallbackPolicy | None:
+    """What a family serves instead of `served` when it overruns its deadline, as the `policy:`
+    settings ask (TD-MPC2: its policy prior, with policy.tdmpc2.fallback_budget_ms set); None
+    when no family's settings ask for one."""
+    for family in families():
+        if family.fallback is not None:
+            fallback = family.fallback(served, policy)
+            if fallback is not None:
+                return fallback
+    return None
+
+
+def profile_phases(module: nn.Module) -> ProfilePhases | None:
+    """How `tempo profile` times `module` phase by phase, if its family says (None: per
+    submodule)."""
+    for family in families():
+        if family.profile_phases is not None:
+            phases = family.profile_phases()
+            if phases.applies(module):
+                return phases
+    return None
 
 
 def describe_source(policy: PolicySettings) -> str:

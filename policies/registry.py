@@ -27,7 +27,7 @@ from controller.errors import ConfigError
 
 if TYPE_CHECKING:  # types only: importing them would load pydantic and torch
     from pydantic import BaseModel
-    from torch import nn
+    from torch import Tensor, nn
 
     from policies.base import PolicySpec
     from policies.settings import PolicySettings, RobotSettings
@@ -124,6 +124,50 @@ class BenchmarkPolicy:
     make: Callable[[], TensorPolicy]
 
 
+@dataclass(frozen=True)
+class FamilySettings:
+    """A section of `policy:` that a family owns, `policy.<section>:`, parsed by `model()` (a
+    pydantic model, frozen, every field with a default; its module imports no torch: the
+    control process validates the config). Families serving one kind of setting share the
+    section (flow, pi0 and pi0.5 share `rtc`) and must name the same model.
+
+    `old_section`: the section's earlier name (`policy.planner` for `policy.tdmpc2`);
+    `old_fields`: fields that sat directly under `policy:` before (`policy.target` is now
+    `policy.reach.target`). Both are still read, and said to be old once per process."""
+
+    section: str
+    model: Callable[[], type[BaseModel]]
+    old_section: str | None = None
+    old_fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FallbackPolicy:
+    """What a family serves instead of its policy when planning overruns `budget_s` in `k` of
+    the last `n` steps (TD-MPC2's policy prior): the inference process starts a second runner
+    for `policy` (controller.inference.prior_fallback)."""
+
+    policy: TensorPolicy
+    budget_s: float
+    k: int
+    n: int
+
+
+@dataclass(frozen=True)
+class ProfilePhases:
+    """How `tempo profile` times a family's policy phase by phase (controller.tools.phase_timing
+    runs the rounds, on the eager module in the serving precision, over the runner's inputs).
+    `applies(module)`: whether a served module is one this family times by phase (instead of
+    per submodule); `measure(module, inputs, time)`: one round, each phase's seconds by its
+    label, the first the whole (the others are shown as its shares); `time(work)` gives the
+    seconds of one call (CUDA events on a GPU, wall clock on a CPU)."""
+
+    applies: Callable[[nn.Module], bool]
+    measure: Callable[
+        [nn.Module, Sequence[Tensor], Callable[[Callable[[], object]], float]], Mapping[str, float]
+    ]
+
+
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity (a family is one object)
 class PolicyFamily:
     """One kind of policy. `name` is its checkpoints' policy_type (and `policy.kind` for a
@@ -138,7 +182,13 @@ class PolicyFamily:
     # Applied to every policy loaded from a checkpoint: serves it with the `policy:` settings
     # this family owns (TD-MPC2's planner, flow's rtc), refusing them for another family's.
     serve_settings: Callable[[TensorPolicy, PolicySettings], TensorPolicy] | None = None
+    # The `policy.<section>:` sections this family reads (serve_settings, build, fallback).
+    settings: tuple[FamilySettings, ...] = ()
+    # The policy served when the loaded one overruns its deadline, if its settings ask for one.
+    fallback: Callable[[TensorPolicy, PolicySettings], FallbackPolicy | None] | None = None
     import_commands: tuple[ImportCommand, ...] = ()
+    # How `tempo profile` times its policies phase by phase (imported when called).
+    profile_phases: Callable[[], ProfilePhases] | None = None
     demo: DemoPolicy | None = None
     benchmarks: Mapping[str, BenchmarkPolicy] = field(default_factory=dict)
 
@@ -193,6 +243,26 @@ def get_family(name: str) -> PolicyFamily:
             f"unknown policy family {name!r}; known: {', '.join(f.name for f in families())}"
         )
     return family
+
+
+def built_in_kinds() -> tuple[str, ...]:
+    """What `policy.kind` may name: `checkpoint`, then every family that builds a policy from
+    the config itself (reach)."""
+    return ("checkpoint", *(f.name for f in families() if f.build is not None))
+
+
+def settings_sections() -> dict[str, FamilySettings]:
+    """Every family's `policy:` sections by name; two families naming one section with
+    different models is refused (a family's mistake, found when the config is first read)."""
+    sections: dict[str, FamilySettings] = {}
+    for family in families():
+        for owned in family.settings:
+            known = sections.setdefault(owned.section, owned)
+            if known is not owned and known.model() is not owned.model():
+                raise TypeError(
+                    f"policy.{owned.section} is declared by two families with different models"
+                )
+    return sections
 
 
 def variants(family: str) -> tuple[CheckpointVariant, ...]:

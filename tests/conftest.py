@@ -21,6 +21,13 @@ from controller.wire.header_schema import PROTOCOL_VERSION
 from controller.wire.protocol import decode
 
 
+@pytest.fixture(autouse=True)
+def _empty_hub_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
+    """An empty Hugging Face cache for every test: a developer's own (PaliGemma's tokenizer in
+    it, say) must not change what a checkpoint without a tokenizer reads."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("hub-cache")))
+
+
 def ipc_config(tmp_path: Path, *overrides: str) -> TempoConfig:
     """A config whose endpoints are private ipc:// paths (no fixed ports in tests)."""
     return load_config(
@@ -134,24 +141,23 @@ def recording_client(endpoint: str, robot: str = "good", **kwargs: Any) -> Any:
     import numpy as np
 
     from controller.wire.client import TempoClient
-    from controller.wire.commands import CommandInbox
 
     class RecordingClient(TempoClient):
         def __init__(self) -> None:
-            super().__init__(
-                endpoint, robot, [f"joint_{i}" for i in range(6)], {"front": (96, 128)}, 6, **kwargs
-            )
             self.records: list[Record] = []
             self.origin: dict[int, Any] = {}  # id(Command) -> session of its message
             self._kept: list[Any] = []  # keeps those ids valid
-            self._origin: Any = None
-            self._inbox = RecordingInbox(self)
+            super().__init__(
+                endpoint,
+                robot,
+                [f"joint_{i}" for i in range(6)],
+                {"front": (96, 128)},
+                6,
+                on_command=self.record,
+                **kwargs,
+            )
 
-        def _on_message(self, message: Any, raise_refusal: bool) -> None:
-            self._origin = message.session
-            super()._on_message(message, raise_refusal)
-
-        def record(self, command: Any) -> None:
+        def record(self, command: Any, session: str) -> None:
             finite = command.action is None or bool(np.isfinite(command.action).all())
             self.records.append(
                 Record(
@@ -159,24 +165,13 @@ def recording_client(endpoint: str, robot: str = "good", **kwargs: Any) -> Any:
                     command.kind,
                     command.step,
                     command.reason,
-                    self._origin,
+                    session,
                     finite,
                     command.obs_seq,
                 )
             )
-            self.origin[id(command)] = self._origin
+            self.origin[id(command)] = session
             self._kept.append(command)
-
-    class RecordingInbox(CommandInbox):
-        """Hands the client every action and hold it stores, as it stores it."""
-
-        def __init__(self, client: RecordingClient) -> None:
-            super().__init__(client.counters)
-            self.client = client
-
-        def _store(self, command: Any) -> None:
-            self.client.record(command)
-            super()._store(command)
 
     return RecordingClient()
 
@@ -295,11 +290,12 @@ class Recorder:
 
 
 def offline_daemon(
-    config: Any, policy: Any, worker: Any = None
+    config: Any, policy: Any, worker: Any = None, flight: Any = None
 ) -> tuple[Any, Any, Recorder, list[int]]:
     """The dispatcher and the loop of a daemon, without sockets or threads; inference runs at
-    once on submit unless another `worker` is given. The rest of its objects are the
-    dispatcher's (`dispatcher.registry`, `dispatcher.requests.feed`)."""
+    once on submit unless another `worker` is given; `flight`: the robots' flight recording
+    (a controller.record.queue.PolicyRecording; None: record.mode off). The rest of its
+    objects are the dispatcher's (`dispatcher.registry`, `dispatcher.requests.feed`)."""
     from controller.daemon.control import build_control
     from controller.daemon.execution import resolve_execution
     from controller.daemon.service import limits_for, pipeline_factory
@@ -319,6 +315,7 @@ def offline_daemon(
         inference=resolve_execution(config.inference, policy.spec)[0],
         limits=limits_for(policy.spec),
         send_prepared=recorder.send_prepared,
+        recorder=flight,
     )
     dispatcher, loop = control.dispatcher, control.loop
     return dispatcher, loop, recorder, step

@@ -20,7 +20,7 @@ from controller.config_sections import InferenceConfig, ServerConfig
 from controller.daemon.dispatch import Dispatcher, HelloRouter
 from controller.daemon.loop import ControlLoop
 from controller.daemon.refusals import Refusals, Sender
-from controller.daemon.registry import PipelineFactory, SessionRegistry
+from controller.daemon.registry import PipelineFactory, RobotHolder, SessionRegistry
 from controller.daemon.tick_sender import PreparedSender, TickSender
 from controller.feed.inference_feed import InferenceFeed
 from controller.feed.pending_requests import InferenceRequests
@@ -62,6 +62,7 @@ def build_control(
     route_hello: HelloRouter | None = None,
     admit: Callable[[int], None] | None = None,
     occupied: Callable[[], int] | None = None,
+    holder: RobotHolder | None = None,
 ) -> Control:
     """`send`: any message through the transport; `send_prepared`: the tick's allocation-free
     send of packed headers (without it the tick's messages go through `send`, allocating);
@@ -69,7 +70,7 @@ def build_control(
     is ipc://); `serving`: whether the policy can answer now (see ControlLoop); `recorder`:
     the flight recorder (None: off). A daemon of several policies builds one per policy
     (controller.daemon.lanes): `policy_name`, `route_hello`, `admit` go to the dispatcher
-    (see Dispatcher), `occupied` to the registry (the robots of every policy)."""
+    (see Dispatcher), `occupied` and `holder` to the registry (the robots of every policy)."""
     registry = SessionRegistry(
         spec,
         new_pipeline,
@@ -77,6 +78,7 @@ def build_control(
         frames_in_place=frames_in_place,
         recorder=recorder,
         occupied=occupied,
+        holder=holder,
     )
     requests = InferenceRequests(feed, inference.query_period, period_ns)
     refusals = Refusals(send, registry.sessions)

@@ -2,8 +2,9 @@
 
     hello -> registry.open, `welcome`     obs -> session.take_observation, requests.submit_if_due
     teleop -> session.own_joints          bye -> registry.close
-    mark -> the session's flight recording (at most one a second per robot; an operator's
-            mark, controller.daemon.operator_marks, goes through keep_mark too)
+    mark -> the session's flight recording, within the recorder's budget of marks
+            (controller.record.mark_budget; an operator's mark, controller.daemon.operator_marks,
+            goes through keep_mark too)
 
 A bad message is answered with an `error` (a code and one sentence) and counted; it never raises
 out of here, so one misbehaving driver cannot disturb the others.
@@ -41,8 +42,6 @@ log = logging.getLogger(__name__)
 # A teleop change is logged at most this often per robot (a driver may flip its mask every
 # message); the changes in between are counted into the next line.
 TELEOP_LOG_INTERVAL_NS = 1_000_000_000
-# A robot may mark at most one moment a second (each may write a ring's seconds to disk).
-MARK_INTERVAL_NS = 1_000_000_000
 # (policy name, identity, hello, now_ns): a hello naming another policy than the dispatcher's.
 # Several policies: (the hello's policy name or None, identity, hello, now) -> its session opened
 # with the policy it names, or the daemon's default (controller.daemon.lanes.Lanes.route_hello).
@@ -101,7 +100,6 @@ class Dispatcher:
         # Lines a driver can cause once per message, rate-limited (log_safety.LineLimiter).
         self._muted_lines = LineLimiter()
         self._teleop_lines = LineLimiter(TELEOP_LOG_INTERVAL_NS)
-        self._last_mark_ns: dict[str, int] = {}  # by session id
 
     # -- entry point -----------------------------------------------------------------------
 
@@ -146,16 +144,19 @@ class Dispatcher:
             return
         if wanted is not None and wanted != self.policy_name:
             raise ProtocolError(ErrorCode.NOT_ALLOWED, unknown_policy(wanted, [self.policy_name]))
-        self.open_session(identity, message, self.check_hello(identity, message), now_ns)
+        self.open_session(identity, message, self.check_hello(identity, message, now_ns), now_ns)
 
-    def check_hello(self, identity: bytes, message: Message) -> Prompt | None:
+    def check_hello(self, identity: bytes, message: Message, now_ns: int) -> Prompt | None:
         """Everything that may refuse a hello to this dispatcher's policy, before anything
-        changes: the robot's name, its spec, its task, admission. The hello's prompt."""
-        check_robot_name(message.header["robot"])
+        changes: the robot's name (well formed, and no other live session's), its spec, its
+        task, admission. The hello's prompt."""
+        robot = message.header["robot"]
+        check_robot_name(robot)
         check_driver_spec(message.header["spec"], self.spec)
         prompt = self.prompts.for_hello(message.header.get("task"))
         if self._admit is not None:  # a second hello of a robot replaces its session
             self._admit(len(self.registry.sessions) - self.registry.serves(identity))
+        self.registry.check_name_free(robot, identity, now_ns)  # last: it may close a stale one
         return prompt
 
     def open_session(
@@ -168,8 +169,7 @@ class Dispatcher:
         in_place = bool(message.header.get("frames_in_place"))
         session = self.registry.open(identity, robot, now_ns, driver_limits, frame_ring=in_place)
         session.use_prompt(prompt)
-        if session.recording is not None:
-            session.recording.hello(prompt.task if prompt is not None else None)
+        session.recording.hello(prompt.task if prompt is not None else None)
         fields: dict[str, Any] = {
             "session": session.id,
             "control_hz": float(self.control_hz),
@@ -213,13 +213,12 @@ class Dispatcher:
             prompt=prompt,
         )
         recording = session.recording
-        if recording is not None:
-            if episode_start:
-                task = session.prompt.task if session.prompt is not None else None
-                recording.episode(session.episode, step, task)
-            recording.observation(
-                message.seq, step, now_ns, time_ns, images, state, teleop, session.episode
-            )
+        if episode_start:
+            task = session.prompt.task if session.prompt is not None else None
+            recording.episode(session.episode, step, task)
+        recording.observation(
+            message.seq, step, now_ns, time_ns, images, state, teleop, session.episode
+        )
         self.requests.submit_if_due(session, step)
 
     def _teleop(self, identity: bytes, message: Message, now_ns: int) -> None:
@@ -249,19 +248,13 @@ class Dispatcher:
     def keep_mark(self, session: Session, reason: str, now_ns: int, by: str) -> str | None:
         """A mark of this moment for `session`'s robot (from its driver, or from an operator:
         `by`) into its flight recording; None when kept, else why not (one sentence). A
-        robot's marks, whoever asks, are kept at most one a second (each may write a ring's
-        seconds to disk)."""
-        if session.recording is None:
-            return "this daemon records nothing (record.mode is off), so the mark was not kept"
-        last = self._last_mark_ns.get(session.id)
-        if last is not None and now_ns - last < MARK_INTERVAL_NS:
+        robot's marks, whoever asks, are kept within the recorder's budget (each may write a
+        ring's seconds to disk: at most one a second, and so many a minute per robot and in
+        all)."""
+        refused = session.recording.mark_refused(now_ns)  # also when nothing is recorded
+        if refused is not None:
             session.count("marks_refused")
-            return "a robot may mark at most one moment a second; this mark was not kept"
-        if len(self._last_mark_ns) > 4 * self.registry.max_robots:  # forget ended sessions
-            self._last_mark_ns = {
-                k: v for k, v in self._last_mark_ns.items() if k in self.registry.sessions
-            }
-        self._last_mark_ns[session.id] = now_ns
+            return refused
         session.count("marks")
         session.recording.mark(reason, now_ns)
         log.info("robot %s: %s marked this moment: %s", shown(session.robot), by,

@@ -10,8 +10,8 @@ from typing import Any
 
 from controller.config_sections import InferenceConfig
 from controller.errors import ConfigError
-from controller.policy_sections import RTCConfig
 from policies.base import Execution, PolicySpec
+from policies.flow.settings import RTCConfig
 
 # Where each inference setting in effect came from (resolve_execution).
 FROM_CONFIG = "config"

@@ -29,7 +29,7 @@ from controller.daemon.control import Control, build_control
 from controller.daemon.dispatch import unknown_policy
 from controller.daemon.execution import resolve_execution
 from controller.daemon.refusals import Sender
-from controller.daemon.registry import PipelineFactory
+from controller.daemon.registry import PipelineFactory, SessionRegistry
 from controller.daemon.session import Session
 from controller.daemon.side_channels import SideChannels
 from controller.daemon.tick_sender import PreparedSender
@@ -84,7 +84,8 @@ def build_lane(
     recorder: PolicyRecording | None = None,
 ) -> Lane:
     """One policy's lane (its feed not started); `lanes`: the daemon's, which it joins."""
-    inference, execution = resolve_execution(view.inference, policy.spec, view.policy.rtc)
+    rtc = view.policy.section("rtc")
+    inference, execution = resolve_execution(view.inference, policy.spec, rtc)
     rate_hz = view.control.rate_hz
     capacity = Capacity(
         name,
@@ -116,6 +117,7 @@ def build_lane(
         route_hello=lanes.route_hello,
         admit=capacity.admit,
         occupied=lanes.occupied,
+        holder=lanes.holder,
     )
     return Lane(name, view, policy, feed, inference, execution, limits, capacity, control)
 
@@ -148,7 +150,7 @@ class Lanes:
         target = self.default if name is None else self._by_name.get(name)
         if target is None:
             raise ProtocolError(ErrorCode.NOT_ALLOWED, unknown_policy(name or "", self._by_name))
-        prompt = target.control.dispatcher.check_hello(identity, message)
+        prompt = target.control.dispatcher.check_hello(identity, message, now_ns)
         for lane in self.all:
             if lane is not target:
                 lane.control.registry.leave(identity, f"the driver said hello to policy {name}")
@@ -161,6 +163,14 @@ class Lanes:
     def peer_gone(self, identity: bytes) -> None:
         for lane in self.all:
             lane.control.registry.peer_gone(identity)
+
+    def holder(self, robot: str) -> tuple[SessionRegistry, Session] | None:
+        """Who holds a robot's name, among every policy's sessions (a name is one at a time)."""
+        for lane in self.all:
+            found = lane.control.registry.holding(robot)
+            if found is not None:
+                return found
+        return None
 
     def occupied(self) -> int:
         """Robots served by every policy (what server.max_robots bounds)."""

@@ -139,19 +139,15 @@ class ControlLoop:
                 session.delivered(sent)
                 if sent and fresh is not None and timed:
                     self._times.obs_to_action.record_ns(now_ns - fresh.obs_received_ns)
-                if session.recording is not None:
-                    pipeline = session.pipeline  # the guards saw `mixed`, sent `command`
-                    session.recording.command(
-                        step, now_ns, None, pipeline.mixed, pipeline.command, pipeline.teleop.owned
-                    )
+                pipeline = session.pipeline  # the guards saw `mixed`, sent `command`
+                session.recording.command(
+                    step, now_ns, None, pipeline.mixed, pipeline.command, pipeline.teleop.owned
+                )
                 return
             self.late_actions_dropped += 1
             reason = session.action_too_late()
         self.sender.hold(session, step, reason)
-        if session.recording is not None:
-            session.recording.command(
-                step, now_ns, reason, None, None, session.pipeline.teleop.owned
-            )
+        session.recording.command(step, now_ns, reason, None, None, session.pipeline.teleop.owned)
 
     def _failed(self, session: Session, step: int) -> None:
         """A bug of ours on one robot's tick must not stop the others: hold that robot, end its

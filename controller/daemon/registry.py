@@ -1,6 +1,11 @@
-"""The sessions a daemon serves: opened on hello (make_room, then open), found by session id
-(and the identity that opened it), closed on bye, a lost connection, a time-out or to make
-room; at most `server.max_robots` at once.
+"""The sessions a daemon serves: opened on hello (check_name_free, make_room, then open), found
+by session id (and the identity that opened it), closed on bye, a lost connection, a time-out
+or to make room; at most `server.max_robots` at once.
+
+A robot's name is one session at a time, across every policy: a hello naming a robot another
+connection's live session holds is refused, so no second driver can act as a connected robot
+(its observations would go into that robot's recording). A holder that has sent no observation
+for `server.session_timeout_s` is stale (its driver crashed, and restarts): it is replaced.
 
 The tick iterates `live`, a tuple rebuilt when a session opens or closes (no list built per
 tick; a session closed mid-tick is harmless). Status reads `sessions` from another thread.
@@ -21,6 +26,7 @@ from controller.errors import ErrorCode, ProtocolError
 from controller.observe.log_safety import TEXT_CHARS, shown
 from controller.process_protocol.frame_slots import FrameSlots
 from controller.record.queue import PolicyRecording
+from controller.record.tick_observer import NOT_RECORDED
 from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
@@ -31,6 +37,8 @@ log = logging.getLogger(__name__)
 DRIVER_RING_SLOTS = 4
 # driver's joint limits from hello -> that robot's action pipeline (raises ValueError if invalid)
 PipelineFactory = Callable[[dict[str, tuple[float, float]]], ActionPipeline]
+# robot name -> the registry and live session holding it, among every policy's (or None)
+RobotHolder = Callable[[str], "tuple[SessionRegistry, Session] | None"]
 
 
 class SessionRegistry:
@@ -43,11 +51,13 @@ class SessionRegistry:
         frames_in_place: bool = False,
         recorder: PolicyRecording | None = None,
         occupied: Callable[[], int] | None = None,
+        holder: RobotHolder | None = None,
     ) -> None:
         """`frames_in_place`: a driver may ask for a shared-memory frame ring in hello (the
         daemon's endpoint is ipc://, so drivers are on this host); `recorder`: the flight
         recorder each session records into (None: off); `occupied`: the sessions that count
-        against `server.max_robots` (a daemon of several policies: all of theirs; None: these)."""
+        against `server.max_robots` (a daemon of several policies: all of theirs; None: these);
+        `holder`: who holds a robot's name (several policies: among all of theirs; None: here)."""
         self.spec = spec
         self.new_pipeline = new_pipeline
         self.max_robots = server.max_robots
@@ -59,8 +69,39 @@ class SessionRegistry:
         self.sessions: dict[str, Session] = {}
         self.live: tuple[Session, ...] = ()
         self._by_identity: dict[bytes, str] = {}
+        self._by_robot: dict[str, str] = {}  # robot name -> its session's id
+        self.holder = holder or self.holding
         # Guard interventions of sessions that have ended, so totals survive a disconnect.
         self.closed_guard_counts: collections.Counter[str] = collections.Counter()
+
+    def holding(self, robot: str) -> tuple[SessionRegistry, Session] | None:
+        """This registry and the session holding `robot`'s name here, if any."""
+        session = self.sessions.get(self._by_robot.get(robot, ""))
+        return None if session is None else (self, session)
+
+    def check_name_free(self, robot: str, identity: bytes, now_ns: int) -> None:
+        """Before a hello naming `robot` opens a session: ProtocolError while another
+        connection's live session holds the name; a stale holder is closed instead."""
+        found = self.holder(robot)
+        if found is None:
+            return
+        registry, session = found
+        if session.identity == identity:
+            return  # the same connection said hello again: make_room (or leave) closes it
+        idle_ns = now_ns - session.idle_since_ns
+        if idle_ns > registry.timeout_ns:
+            registry.close(
+                session.id,
+                "another connection said hello as this robot, and this session had sent no "
+                "observation within server.session_timeout_s",
+            )
+            return
+        raise ProtocolError(
+            ErrorCode.NOT_ALLOWED,
+            f"robot {robot} is connected already, in another session; a robot's name is one "
+            "session at a time: give this driver its own name, or end the other session (bye, "
+            f"or no observation for server.session_timeout_s, {registry.timeout_ns / 1e9:g} s)",
+        )
 
     def make_room(self, identity: bytes, now_ns: int) -> None:
         """Before a driver's hello opens a session: its earlier session, if any, is closed, and
@@ -107,11 +148,14 @@ class SessionRegistry:
             pipeline,
             tick_headers=TickHeaders(session_id, self.spec.action_dim),
             frame_ring=ring,
-            recording=self.recorder.robot(robot, session_id) if self.recorder else None,
+            recording=NOT_RECORDED
+            if self.recorder is None
+            else self.recorder.robot(robot, session_id),
         )
         self.sessions[session_id] = session
         self.live = tuple(self.sessions.values())
         self._by_identity[identity] = session_id
+        self._by_robot[robot] = session_id
         log.info(
             "robot %s connected (session %s%s)",
             shown(robot),
@@ -177,4 +221,6 @@ class SessionRegistry:
         self.live = tuple(self.sessions.values())
         if self._by_identity.get(session.identity) == session_id:
             del self._by_identity[session.identity]
+        if self._by_robot.get(session.robot) == session_id:
+            del self._by_robot[session.robot]
         log.info("robot %s disconnected (%s)", shown(session.robot), shown(reason, TEXT_CHARS))

@@ -36,7 +36,7 @@ from controller.errors import ErrorCode, ProtocolError
 from controller.feed.inference_feed import Chunk, InferenceQueues, InferenceRequest, Refusal
 from controller.feed.pending_requests import PendingObservation
 from controller.process_protocol.frame_slots import FrameSlots
-from controller.record.queue import RobotRecording
+from controller.record.tick_observer import NOT_RECORDED, TickObserver
 from policies.base import PolicySpec
 
 NEVER = -(10**18)  # the step of the last request (or observation) before there was one
@@ -58,11 +58,11 @@ class Session:
         pipeline: ActionPipeline,
         tick_headers: TickHeaders | None = None,
         frame_ring: FrameSlots | None = None,
-        recording: RobotRecording | None = None,
+        recording: TickObserver = NOT_RECORDED,
     ) -> None:
         """`tick_headers`: the tick's packed action and hold headers; `frame_ring`: a same-host
-        driver's frames in place (its hello asked for them); `recording`: where this robot's
-        records go (None: the flight recorder is off)."""
+        driver's frames in place (its hello asked for them); `recording`: the observer of this
+        robot's ticks (the flight recorder's handle; NOT_RECORDED: off)."""
         self._id = session_id
         self._identity = identity
         self._robot = robot
@@ -311,12 +311,10 @@ class Session:
             chunk = chunks.popleft()
             if not self._context.chunk_landed(chunk, step):
                 self._counters["chunks_of_ended_episode"] += 1
-                if recording is not None:
-                    recording.chunk(chunk, step, None)
+                recording.chunk(chunk, step, None)
                 continue  # planned before the robot's episode started again
             late = self._pipeline.on_chunk(chunk.start_step, chunk.actions, step)
-            if recording is not None:
-                recording.chunk(chunk, step, late)
+            recording.chunk(chunk, step, late)
             self._counters["late_steps_dropped"] += late
             if late < len(chunk.actions):
                 self._fresh_chunk = chunk

@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from controller.feed.inference_feed import InferenceFeed, InferenceQueues, InferenceRequest
-from controller.record.queue import RobotRecording
+from controller.record.tick_observer import TickObserver
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Requester(Protocol):
     @property
     def queues(self) -> InferenceQueues: ...
 
-    recording: RobotRecording | None  # the flight recorder's handle (None: off)
+    recording: TickObserver  # the flight recorder's handle (NOT_RECORDED: off)
 
     def request_if_due(
         self, step: int, query_period: int, at_tick: bool = False
@@ -89,5 +89,4 @@ class InferenceRequests:
         if request is not None:
             request.budget_ns = self.budget_ns
             self.feed.submit(session.queues, request)
-            if session.recording is not None:
-                session.recording.request(request)
+            session.recording.request(request)

@@ -56,6 +56,11 @@ class ServedPolicy(Policy, Protocol):
         for its status); its state, or PolicyError (one sentence) when refused."""
         ...
 
+    def cancel_swap(self) -> dict[str, Any]:
+        """End the swap under way (`tempo swap --cancel`); its state once ended, or
+        PolicyError (one sentence) when there is none."""
+        ...
+
 
 class ServedInProcess:
     """What a policy served in the daemon's own process says to a switch or a swap: it never
@@ -66,6 +71,12 @@ class ServedInProcess:
     def swap(self, path: str, *, now: bool, name: str) -> dict[str, Any]:
         raise PolicyError(
             "a swap needs the policy in its own process (supervision.inference_process: true)"
+        )
+
+    def cancel_swap(self) -> dict[str, Any]:
+        raise PolicyError(
+            "no swap is under way: a swap needs the policy in its own process "
+            "(supervision.inference_process: true)"
         )
 
 

@@ -1,6 +1,6 @@
 """What a built artefact (controller.inference.built_artefacts) was built for, and the checks
-before one is loaded: its manifest's identity against this process's, its bytes against their
-checksum, its folder's owner and mode."""
+before one is loaded: its manifest's identity against this process's, its folder's owner and
+mode (its files' own, and their checksum: controller.inference.artefact_files)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from controller.errors import TempoError
 from controller.inference.half_weights import precasts_half_weights
 from controller.runner_config import RunnerConfig
 from policies.model_hooks import hooks_of
@@ -28,7 +29,7 @@ MANIFEST_FORMAT = 2
 CODE_SETTINGS = {"precision", "compile_mode", "compile_backend", "freezing"}
 
 
-class ArtefactRefused(Exception):
+class ArtefactRefused(TempoError):
     """A built artefact that must not be loaded; the message is the reason, one clause."""
 
 

@@ -23,7 +23,7 @@ from controller.inference.runner import Runner
 from controller.inference.threads import apply_inference_threads  # noqa: F401 - for app.py
 from controller.policy_sections import PolicyConfig, RobotConfig
 from controller.runner_config import RunnerConfig
-from policies.catalog import build_tensor_policy
+from policies.catalog import build_tensor_policy, fallback_policy
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -74,10 +74,11 @@ def build_policy(
     """Load the policy the `policy:` section describes (`robot:` for a built-in one), or take
     `model` (made in code: tests, benchmarks), and make it ready to serve as `runner:` says:
     every tier built, warmed up and checked against the FP32 reference (see
-    controller.inference.runner); progress is logged, and passed to `progress` too. A TD-MPC2
-    planner with a fallback budget also gets its policy prior ready
-    (controller.inference.prior_fallback). `batch_sizes` and `batch_window_us`: the
-    `inference:` section's, robots served in one step (a prior fallback serves one a step).
+    controller.inference.runner); progress is logged, and passed to `progress` too. A policy
+    whose family declares a fallback for it (TD-MPC2's policy prior, when its section sets
+    a budget) gets that ready too (controller.inference.prior_fallback). `batch_sizes` and
+    `batch_window_us`: the `inference:` section's, robots served in one step (a prior
+    fallback serves one a step).
     The inference process's build; the control process's own only when
     `supervision.inference_process` is off (controller.app)."""
     device = resolve_device(policy.device)
@@ -92,15 +93,12 @@ def build_policy(
         log.info("policy read in %.1f s (onto %s)", time.perf_counter() - started, load_to)
     else:
         tensor_policy = model
-    planner = policy.planner
-    if planner.fallback_budget_ms is None:
+    fallback = fallback_policy(tensor_policy, policy)
+    if fallback is None:
         return _start_runner(tensor_policy, runner, device, progress, batch_sizes, batch_window_us)
     served = _start_runner(tensor_policy, runner, device, progress)
-    from policies.tdmpc2.serving import with_mode
-
-    prior = _start_runner(with_mode(tensor_policy, "prior"), runner, device, progress)
-    budget_s = planner.fallback_budget_ms / 1e3
-    return PriorFallback(served, prior, budget_s, planner.fallback_k, planner.fallback_n)
+    prior = _start_runner(fallback.policy, runner, device, progress)
+    return PriorFallback(served, prior, fallback.budget_s, fallback.k, fallback.n)
 
 
 def planner_runner(policy: Runner | PriorFallback) -> Runner:

@@ -32,6 +32,9 @@ flow-aloha serve their graph tier from packages on an H200, loaded in 0.1-0.2 s.
 
 A package is code: it is loaded only from the checkpoint's `tempo_build/` folder or the private
 compile cache, never from a folder other users may write, and must be trusted like the checkpoint.
+Its files too: a package or manifest that another user owns or may write, or a link, is refused
+and rebuilt; each is opened once and checked, hashed and loaded from that one descriptor
+(controller.inference.artefact_files).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from controller.inference.artefact_files import open_artefact, read_manifest
 from controller.inference.artefact_identity import (
     ArtefactRefused,
     differences,
@@ -160,23 +164,23 @@ class BuiltArtefacts:
     def _load(
         self, step: nn.Module, here: dict[str, Any], package: Path, manifest: Path
     ) -> tuple[Step, str]:
-        if not manifest.exists():
+        if not os.path.lexists(manifest):
             raise _NotBuilt
+        record = read_manifest(manifest)
         try:
-            record = json.loads(manifest.read_text())
             built_for, route = record["identity"], record["route"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ArtefactRefused(f"its manifest is unreadable: {_first_line(exc)}") from None
+        except KeyError as exc:
+            raise ArtefactRefused(f"its manifest is unreadable: it has no {exc}") from None
+        if not isinstance(built_for, dict):
+            raise ArtefactRefused("its manifest is unreadable: its identity is not an object")
         if built_for != here:
             raise ArtefactRefused(differences(built_for, here))
         if route != "aoti":
-            raise _CompileCacheRoute(record.get("reason", "recorded at build"))
-        if not package.exists():
+            raise _CompileCacheRoute(str(record.get("reason", "recorded at build")))
+        if not os.path.lexists(package):
             raise ArtefactRefused("its package is missing")
-        if file_sha256(package) != record.get("sha256"):
-            raise ArtefactRefused("its package does not match the checksum it was built with")
         started = time.perf_counter()
-        compiled = _load_package(package, step)
+        compiled = _load_checked(package, step, record.get("sha256"))
         took = time.perf_counter() - started
         return compiled, f"loaded {package} (AOTInductor, no tracing) in {took:.1f} s"
 
@@ -209,7 +213,7 @@ class BuiltArtefacts:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         self._save_manifest(manifest, here, route="aoti", sha256=digest)
-        return _load_package(package, step)
+        return _load_checked(package, step, digest)
 
     def _save_manifest(self, manifest: Path, here: dict[str, Any], **record: object) -> None:
         """Written last, atomically: a slot with a manifest has its package complete."""
@@ -317,6 +321,15 @@ def _open_package(package: Path) -> Any:
     its capture so: "operation not permitted when stream is capturing"). The runner's lock
     lets one thread at a time step it."""
     return torch._C._aoti.AOTIModelPackageLoader(str(package), "model", True, 1, -1)
+
+
+def _load_checked(package: Path, step: nn.Module, sha256: object) -> Step:
+    """The package loaded from one descriptor, checked (owner, mode, a regular file) and hashed
+    first: the loader opens that descriptor's inode (controller.inference.artefact_files)."""
+    with open_artefact(package, "package") as opened:
+        if opened.sha256() != sha256:
+            raise ArtefactRefused("its package does not match the checksum it was built with")
+        return _load_package(opened.path_for_loader, step)
 
 
 def _load_package(package: Path, step: nn.Module) -> Step:

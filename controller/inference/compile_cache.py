@@ -12,7 +12,11 @@ Two layers, both under `RunnerConfig.cache_dir`:
   saves.
 
 Both hold pickled compiler artifacts, so the directory must be trusted: it is created private to
-the daemon's user (0700). Dynamo's tracing still runs on every start (a few seconds for ACT).
+the daemon's user (0700), and one that another user owns or may write (its `inductor/` too) is
+not used, said in one log line. The mega-cache file is checked as a built package is (opened
+once, not through a link, a regular file that only this user or root owns and may write:
+controller.inference.artefact_files) and read from that descriptor. Dynamo's tracing still
+runs on every start (a few seconds for ACT).
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from controller.bounded_file import read_fd
+from controller.inference.artefact_files import open_artefact
+from controller.inference.artefact_identity import ArtefactRefused, trusted_folder
 from controller.inference.half_weights import precasts_half_weights
 from controller.runner_config import RunnerConfig
 from policies.base import PolicySpec
@@ -37,6 +44,9 @@ from policies.model_hooks import hooks_of
 log = logging.getLogger(__name__)
 
 DEFERRED = "deferred (the built artefacts come first)"
+REFUSED = "refused"  # the outcome's first word where the directory is not trusted: not used
+# The most of a mega-cache file read (an ACT or pi0 one is tens of MB).
+MAX_MEGACACHE_BYTES = 4 * 1024**3
 
 
 def cache_key(
@@ -122,9 +132,16 @@ class CompileCache:
         """Before the first compile: create the directory and point inductor (and Triton, which
         inductor places under it) at it. Process-wide, like torch's own cache settings. With
         `defer`, the mega-cache is loaded by load_deferred_megacaches, if ever."""
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         inductor_dir = self.directory / "inductor"
-        inductor_dir.mkdir(exist_ok=True, mode=0o700)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            trusted_folder(self.directory)
+            inductor_dir.mkdir(exist_ok=True, mode=0o700)
+            trusted_folder(inductor_dir)
+        except (ArtefactRefused, OSError) as exc:
+            log.warning("compile cache not used (%s): what is cached there is code", exc)
+            self.outcome = f"{REFUSED}: {exc}"
+            return
         # torch reads this each time it needs the directory; it is how torch takes the setting.
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_dir)
         os.environ.pop("TRITON_CACHE_DIR", None)  # default: <inductor dir>/triton
@@ -149,11 +166,22 @@ class CompileCache:
         if self._warm_marker.exists():
             self.outcome = "local (inductor's caches here are warm)"
             return
-        if not self.file.exists():
+        if not os.path.lexists(self.file):
             self.outcome = "cold (no saved artifacts yet)"
             return
         try:
-            loader(self.file.read_bytes())
+            with open_artefact(self.file, "mega-cache") as opened:
+                data = read_fd(
+                    opened.fd, MAX_MEGACACHE_BYTES, ArtefactRefused, "mega-cache", self.file
+                )
+        except ArtefactRefused as exc:  # replaced by the next save, as a built package is
+            log.warning(
+                "compile cache: %s not loaded (%s), and it is code; compiling cold", self.file, exc
+            )
+            self.outcome = f"cold ({self.file.name} refused: {exc})"
+            return
+        try:
+            loader(data)
             self.outcome = "loaded"
         except Exception as exc:  # a stale or truncated file must not stop the daemon
             log.warning("compile cache %s could not be loaded (%s); compiling cold", self.file, exc)
@@ -163,7 +191,7 @@ class CompileCache:
         """After a successful compile: keep the artifacts, unless they came from here; mark
         inductor's directory warm for this model. Nothing when its loading is still deferred:
         nothing went through torch.compile (the built artefacts served)."""
-        if self.outcome == DEFERRED:
+        if self.outcome == DEFERRED or self.outcome.startswith(REFUSED):
             return
         try:
             self._warm_marker.touch()

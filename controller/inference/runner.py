@@ -6,8 +6,8 @@
     chunk = runner.predict_chunk(images, state)   # the raw step on a state window, for tools
     results = runner.predict_batch([(images, context), ...])  # several robots in one step
 Several robots waiting at once are served in one step of a batch-size bucket (`batch_sizes`;
-controller.inference.batch_serving); batch 1 is the bucket of size 1. What the status, tools
-and benchmarks read of a runner is in controller.inference.runner_inspection.
+controller.inference.batch_serving, a BatchServer the runner owns); batch 1 is the bucket of
+size 1. The status snapshot is a RunnerReport's (controller.inference.runner_report).
 
 Tiers, highest first: graph (compiled + CUDA graph), compiled, eager_half, eager_fp32 (the
 reference; see `controller.runner_config`). At start every tier from `top_tier` down is built,
@@ -19,7 +19,8 @@ tiers (its precision scope, compile options) is declared in policies.model_hooks
 
 Serving, a tier that raises, returns a non-finite chunk or overruns its budget k of n steps is
 demoted at once (a failed step re-run below when it fits the budget); after a cool-down, higher
-tiers may be re-checked and promoted (controller.inference.ladder). One thread calls predict
+tiers may be re-checked and promoted (controller.inference.ladder; one step's walk down the
+ladder is controller.inference.ladder_step). One thread calls predict
 (its feed's); status() may be read from any thread.
 """
 
@@ -36,34 +37,39 @@ import numpy as np
 import torch
 from torch import nn
 
-from controller.errors import InputFault, PolicyError
-from controller.inference.buckets import Bucket, batch_sizes_for, start_buckets
-from controller.inference.compile_cache import CompileCache, open_compile_cache
+from controller.errors import PolicyError
+from controller.feed.inference_feed import InferenceFeed
+from controller.feed.served_policy import ServedInProcess
+from controller.inference.batch_serving import BatchServer, Result
+from controller.inference.buckets import batch_sizes_for
 from controller.inference.examples import Example, random_example
-from controller.inference.faults import FaultPlan, FaultyTier
-from controller.inference.host_weights import check_host_weights, stream_host_weights
+from controller.inference.faults import FaultPlan
+from controller.inference.host_weights import check_host_weights
 from controller.inference.ladder import ServingLadder
-from controller.inference.parity import NonFiniteOutput, all_finite
-from controller.inference.progress import Progress, first_line
-from controller.inference.runner_inspection import RunnerInspection
+from controller.inference.ladder_step import LadderStep
+from controller.inference.progress import Progress
+from controller.inference.runner_report import RunnerReport
+from controller.inference.staging import Item
+from controller.inference.step_counts import StepCounts
 from controller.inference.step_path import StepPath
 from controller.inference.tier_checks import (
     reference_at_start,
     repromote,
     start_tiers,
-    tier_names,
 )
-from controller.inference.tier_report import TierReport
-from controller.inference.tiers import EagerTier, Tier, build_tiers, half_tier_weights
+from controller.inference.tier_report import TierChange, TierReport
+from controller.inference.tiers import Tier
+from controller.inference.weights_phase import place_weights
 from controller.observe.telemetry import Telemetry
 from controller.runner_config import TIER_ORDER, RunnerConfig
 from policies.base import PolicySpec, Prediction, RobotContext, window_context
+from policies.inputs import InputCodec
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
 
 
-class Runner(RunnerInspection):
+class Runner(ServedInProcess):
     """A Policy served through the tier ladder. The constructor does no work; `start` does."""
 
     def __init__(
@@ -98,23 +104,22 @@ class Runner(RunnerInspection):
         self._tiers: dict[str, Tier] = {}
         self._reports: dict[str, TierReport] = {}
         self._ladder = ServingLadder(self._config)
-        self._counts = {"steps": 0, "failed_steps": 0, "reruns": 0, "input_faults": 0}
-        self._last_error = ""
+        self._counts = StepCounts()
         self._seed = 0
-        self._start_s: float | None = None
-        # Where start() spent its time: "weights" (placing the model, half copy, compile
-        # cache), "reference" (the FP32 reference pass), each tier, "the rest" (batch buckets,
-        # cache save).
-        self._start_phases: dict[str, float] = {}
-        self._cache: CompileCache | None = None
         self._path: StepPath | None = None
+        self._reference: Tier | None = None
+        self._ladder_step: LadderStep | None = None
         # The module the half-precision tiers run (its weights cast once, at start); the
         # profile's eager phase timing runs it too, as served. None before start.
         self.half_module: nn.Module | None = None
-        self._batch_sizes = batch_sizes_for(policy, batch_sizes)
-        self._buckets: dict[int, Bucket] = {}
-        self._window_us = batch_window_us
-        self.steps_by_bucket: Counter[int] = Counter()
+        self._batch = BatchServer(
+            batch_sizes_for(policy, batch_sizes), batch_window_us, lock=self._lock,
+            ladder=self._ladder, reports=self._reports, counts=self._counts, clock=clock,
+            alone=self.predict, prediction=self._prediction,
+        )  # fmt: skip
+        self._report = RunnerReport(
+            self._ladder, self._counts, self._reports, self._config, self._batch, self._device
+        )
 
     # ---- Policy protocol -------------------------------------------------------------------
 
@@ -145,85 +150,28 @@ class Runner(RunnerInspection):
             context = dataclasses.replace(context, prompt=self._codec.example(0).prompt)
         return self.predict(images, context).actions
 
+    def predict_batch(self, items: Sequence[Item]) -> list[Result]:
+        """Each robot's observation and context -> its Prediction, or the exception `predict`
+        would have raised for it alone, in order (controller.inference.batch_serving)."""
+        return self._batch.predict_batch(items)
+
+    def _prediction(self, outputs: list[np.ndarray]) -> Prediction:
+        names = self._codec.outputs
+        if not names:
+            return Prediction(outputs[0])
+        return Prediction(outputs[0], dict(zip(names, outputs[1:], strict=True)))
+
     def _step(self, images: Mapping[str, np.ndarray], context: RobotContext) -> list[np.ndarray]:
         started = self._clock()
         with self._lock:
-            ladder = self._ladder
-            if ladder.current is None:
+            if self._ladder.current is None:
                 raise PolicyError("the runner is not started: call start() before predict")
-            if ladder.repromote_due():
+            if self._ladder.repromote_due():
                 self._try_repromote_locked()
-            path = self._path
-            if path is None:  # unreachable once started; keeps the type checker honest
+            step = self._ladder_step
+            if step is None:  # unreachable once started; keeps the type checker honest
                 raise PolicyError("the runner is not started: call start() before predict")
-            with path.scope:  # one stream switch for upload, run and download
-                outputs, name = self._serve(path, images, context, started)
-            self._reports[name].served_steps += 1
-            self._counts["steps"] += 1
-            self.steps_by_bucket[1] += 1
-            ladder.record_step(self._clock() - started)
-            return outputs
-
-    def _serve(
-        self,
-        path: StepPath,
-        images: Mapping[str, np.ndarray],
-        context: RobotContext,
-        started: float,
-    ) -> tuple[list[np.ndarray], str]:
-        """Upload, then run on the serving tier, stepping down on trouble (see predict);
-        returns the outputs and the tier that produced them."""
-        ladder = self._ladder
-        try:
-            path.stage(images, context)
-        except ValueError:
-            raise
-        except Exception as exc:
-            raise PolicyError(f"uploading the observation failed: {first_line(exc)}") from exc
-        while True:
-            name = ladder.tiers[ladder.current or 0]
-            try:
-                outputs = path.run(self._tiers[name])
-                if not all_finite(outputs):
-                    raise NonFiniteOutput("the chunk has NaN or Inf values")
-                return outputs, name
-            except Exception as exc:
-                if isinstance(exc, NonFiniteOutput) and self._reference_fails_too(path):
-                    # The input is at fault, not the tier: refuse it, demote nothing.
-                    self._counts["input_faults"] += 1
-                    raise InputFault(
-                        "the policy's FP32 reference also returns NaN or Inf for this "
-                        "observation, so the observation was refused (no tier was demoted)"
-                    ) from None
-                self._counts["failed_steps"] += 1
-                self._last_error = f"{name}: {first_line(exc)}"
-                cause = "non_finite" if isinstance(exc, NonFiniteOutput) else "exception"
-                to = ladder.demote(cause, first_line(exc))
-                if to is None:
-                    raise PolicyError(
-                        f"tier {name} failed ({first_line(exc)}) and no lower tier is left; "
-                        "this step has no chunk"
-                    ) from exc
-                budget = ladder.budget_s
-                spent = self._clock() - started
-                expected = self._reports[to].step_s or 0.0
-                if budget is not None and spent + expected > budget:
-                    raise PolicyError(
-                        f"tier {name} failed ({first_line(exc)}); demoted to {to}, but this "
-                        f"step was not re-run: {spent * 1e3:.1f} ms spent + "
-                        f"{expected * 1e3:.1f} ms expected exceeds the {budget * 1e3:.1f} ms "
-                        "budget"
-                    ) from exc
-                self._counts["reruns"] += 1
-
-    def _reference_fails_too(self, path: StepPath) -> bool:
-        """Run eager FP32 (the reference) on the observation still in the static inputs: does
-        it fail as well? Then the observation, not the tier, is at fault."""
-        try:
-            return not all_finite(path.execute(self._reference))
-        except Exception as exc:  # the reference cannot say: blame the tier, as before
-            log.warning("fault attribution: the reference failed (%s)", first_line(exc))
-            return False
+            return step.serve(images, context, started)
 
     # ---- start-up ----------------------------------------------------------------------------
 
@@ -244,73 +192,53 @@ class Runner(RunnerInspection):
 
             if self._device.type == "cuda" and not torch.cuda.is_available():
                 raise PolicyError("the runner was asked for CUDA, but torch sees no CUDA device")
-            host_weights = self._config.reference_weights == "host"
-            if host_weights:
+            if self._config.reference_weights == "host":
                 check_host_weights(self._policy.module, self._device)
-            # The "weights" phase's parts, logged: where a big model's start goes.
-            parts: list[tuple[str, float]] = [("", started)]
-
-            def part(name: str) -> None:
-                parts.append((name, time.perf_counter()))
-
+            config = self._config
             self._path = path = StepPath(
-                self.spec, self._policy.module, self._device, self._config, self._codec
+                self.spec, self._policy.module, self._device, config, self._codec
             )
-            part("placing")
-            names = tier_names(self._device, self._config, self._reports)
-            config, device = self._config, self._device
-            self._cache = open_compile_cache(names, self.spec, path.module, config, device)
-            if self._cache is not None:
-                say(f"compile cache: {self._cache.outcome} ({self._cache.file})")
-            part("compile cache")
-            exact: dict[int, torch.Tensor] | None = {} if host_weights else None
-            half_module = self.half_module = half_tier_weights(
-                names, path.module, config, device, exact
-            )
-            part("half copy")
-            tiers = build_tiers(names, path.module, path.staging, config, half_module)
-            part("tiers")
-            if host_weights:  # after the half copy is made, which must not take the hooks along
-                say(stream_host_weights(path.module, device, exact).describe())
-                part("reference hooks")
-            self._tiers = {
-                name: FaultyTier(tier, self._faults[name]) if name in self._faults else tier
-                for name, tier in tiers.items()
-            }
-            self._reference = EagerTier("eager_fp32", path.module, path.staging, None)
-            observations = self._examples()
-            part("examples")
-            log.info(
-                "weights phase: %s",
-                ", ".join(
-                    f"{name} {now - before:.2f} s"
-                    for (_, before), (name, now) in zip(parts, parts[1:], strict=False)
-                ),
-            )
-            phases = self._start_phases = {"weights": time.perf_counter() - started}
-            reference = reference_at_start(path, self._reference, observations)
+            placed = place_weights(
+                path, self.spec, config, self._faults, self._reports, self._examples, say,
+                started,
+            )  # fmt: skip
+            self.half_module, self._tiers = placed.half_module, placed.tiers
+            self._reference = placed.reference
+            self._ladder_step = LadderStep(
+                path, placed.tiers, placed.reference, self._ladder, self._reports,
+                self._counts, self._clock,
+            )  # fmt: skip
+            self._report.cache_opened(placed.cache)
+            observations = placed.examples
+            # Where start() spent its time: "weights" (placing the model, half copy, compile
+            # cache), "reference" (the FP32 reference pass), each tier, "the rest" (batch
+            # buckets, cache save).
+            phases = {"weights": time.perf_counter() - started}
+            self._report.start_began(phases)
+            reference = reference_at_start(path, placed.reference, observations)
             phases["reference"] = time.perf_counter() - started - sum(phases.values())
             ready = start_tiers(
                 path, self._tiers, self._reports, self._policy, self._config,
                 observations, reference, say, phases,
             )  # fmt: skip
-            self._buckets = start_buckets(
-                path, self._batch_sizes, ready, path.module, half_module, config,
-                self._policy, observations, reference.outputs, say,
+            self._batch.build(
+                path, ready, placed.half_module, config, self._policy, observations,
+                reference.outputs, say,
             )  # fmt: skip
-            if self._cache is not None and {"graph", "compiled"} & set(ready):
-                self._cache.save()
-            for bucket in [*self._buckets.values(), None]:
-                for tier in (bucket.tiers if bucket else self._tiers).values():
-                    tier.begin_serving()
+            if placed.cache is not None and {"graph", "compiled"} & set(ready):
+                placed.cache.save()
+            self._batch.begin_serving()
+            for tier in self._tiers.values():
+                tier.begin_serving()
             if self._telemetry is not None:
                 for each in self._step_paths():
                     each.enable_telemetry(self._telemetry)
             self._ladder.begin(ready, {name: self._reports[name].step_s for name in ready})
-            self._start_s = time.perf_counter() - started
-            phases["the rest"] = self._start_s - sum(phases.values())
+            took = time.perf_counter() - started
+            self._report.started(took)
+            phases["the rest"] = took - sum(phases.values())
             say(
-                f"policy started in {self._start_s:.1f} s: serving from {ready[0]} "
+                f"policy started in {took:.1f} s: serving from {ready[0]} "
                 f"(fallbacks: {', '.join(ready[1:]) or 'none'}); "
                 + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items())
             )
@@ -338,6 +266,8 @@ class Runner(RunnerInspection):
         if not self._ladder.current:
             return False
         observations = self._examples()
+        if self._reference is None:  # unreachable once started
+            return False
         return repromote(
             self._ladder, self._checked_path(), self._reference, self._tiers, self._policy,
             self._config, observations,
@@ -363,6 +293,89 @@ class Runner(RunnerInspection):
                     each.enable_telemetry(telemetry)
 
     serving = True  # the served-policy contract (feed.served_policy): here, always answering
+
+    def feed(self, telemetry: Telemetry) -> InferenceFeed:
+        """A thread of this process runs it, batching robots as `batch_window_us` says."""
+        return self._batch.feed(self, telemetry)
+
+    def step_times_s(self) -> dict[int, float]:
+        """Median step time per batch size that the serving tier serves (start-up's measure)."""
+        return self._batch.step_times_s()
+
+    def _step_paths(self) -> list[StepPath]:
+        """Batch 1's step path, then each larger bucket's."""
+        return [self._checked_path(), *self._batch.paths]
+
+    # ---- what status, tools and benchmarks read ----------------------------------------------
+
+    def status(self) -> dict[str, object]:
+        """A JSON-able snapshot for the daemon's status and metrics, read without waiting for a
+        step in progress or a start-up (controller.inference.runner_report)."""
+        return self._report.status(self._path)
+
+    @property
+    def steps_by_bucket(self) -> Counter[int]:
+        """Steps served so far per batch size (1: a robot alone); a copy."""
+        return Counter(self._counts.by_bucket)
+
+    @property
+    def tier(self) -> str | None:
+        """Name of the serving tier (None before start)."""
+        return self._ladder.serving
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Names of the policy's extra outputs (its memory), after the chunk."""
+        return self._codec.outputs
+
+    @property
+    def ready_tiers(self) -> list[str]:
+        return list(self._ladder.tiers)
+
+    @property
+    def demotions(self) -> list[TierChange]:
+        return list(self._ladder.demotions)
+
+    @property
+    def policy(self) -> TensorPolicy:
+        """The TensorPolicy served (its spec, module and input codec)."""
+        return self._policy
+
+    @property
+    def module(self) -> nn.Module:
+        """The policy's module: the one every tier runs (on the runner's device once started)."""
+        return self._policy.module
+
+    @property
+    def codec(self) -> InputCodec:
+        """How a robot's context becomes the module's inputs (for tools that fill the staging)."""
+        return self._codec
+
+    @property
+    def step_path(self) -> StepPath:
+        """The started runner's step path (staging, stream, download), for profiling tools that
+        time its phases one by one; the serving path itself goes through predict."""
+        return self._checked_path()
+
+    @property
+    def serving_tier(self) -> Tier:
+        """The Tier object now serving (its name is `tier`); for profiling tools."""
+        name = self._ladder.serving
+        if name is None:
+            raise PolicyError("the runner is not started: call start() first")
+        return self._tiers[name]
+
+    def use_tier(self, name: str) -> None:
+        """Serve from `name` (a tier that passed start-up) without recording a demotion: for
+        benchmarks and tests, never for the daemon."""
+        with self._lock:
+            self._ladder.use(name)
+
+    def time_device(self, name: str, iterations: int = 100) -> list[float]:
+        """Seconds per step of tier `name` on the last uploaded observation: CUDA-event time of
+        the model alone on a GPU (no upload or download), wall time on a CPU. For benchmarks."""
+        with self._lock:
+            return self._checked_path().time_device(self._tiers[name], iterations)
 
     def _next_seed(self) -> int:
         self._seed += 1

@@ -112,7 +112,38 @@ def start_tiers(
     if not ready:
         reasons = "; ".join(f"{n}: {r.reason}" for n, r in reports.items())
         raise PolicyError(f"no inference tier passed its start-up checks ({reasons})")
-    return ready
+    return ready if config.serve_slower_tiers else without_slower_tiers(ready, reports, say)
+
+
+# A start-up median is a few steps on a possibly busy host: only a clear loss drops a tier,
+# by a factor and by a margin a control period would notice.
+SLOWER_FACTOR = 1.5
+SLOWER_MARGIN_S = 0.002
+
+
+def without_slower_tiers(
+    ready: list[str], reports: dict[str, TierReport], say: Progress
+) -> list[str]:
+    """`ready` less each tier whose start-up step took more than SLOWER_FACTOR times (and
+    SLOWER_MARGIN_S more than) a lower ready tier's: it would serve slower than its own fallback
+    (inductor's code for a large model on a CPU can be), so it is marked skipped, said once, and
+    the faster one serves."""
+    kept = []
+    for index, name in enumerate(ready):
+        mine = reports[name].step_s
+        below = [(s, n) for n in ready[index + 1 :] if (s := reports[n].step_s) is not None]
+        if mine is not None and below:
+            fastest_s, fastest = min(below)
+            if mine > SLOWER_FACTOR * fastest_s and mine - fastest_s > SLOWER_MARGIN_S:
+                skip(
+                    reports[name],
+                    f"{mine * 1e3:.1f} ms a step at start-up, slower than {fastest}'s "
+                    f"{fastest_s * 1e3:.1f} ms, so {fastest} serves instead",
+                )
+                say(f"{name}: not served: {reports[name].reason}")
+                continue
+        kept.append(name)
+    return kept
 
 
 def tier_parity(

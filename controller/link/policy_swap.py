@@ -5,6 +5,7 @@
     check_compatible(old_spec, new_spec)                  # PolicyError, one sentence, if not
     swapper = Swapper(remote_policy)                        # RemotePolicy's (SwappablePolicy)
     swapper.start("/ckpt/new", now=True, name="arm")        # refused at once, or under way
+    swapper.cancel()                                        # `tempo swap --cancel`
     swapper.status()                                        # the last swap, for status
 
 RemotePolicy.swap builds the new policy in a new inference process (a hot standby of the same
@@ -15,14 +16,15 @@ robot at its next episode start (`episode_swap`: both processes serve until no r
 the old one; the phase is "switching" meanwhile, with how many robots have moved). A swap that
 fails any of this leaves the serving process, its config and its standby as they were, and says
 why (`SwapState.detail`); so does one whose new process fails while robots move (those on it
-return to the old one), and one whose old process fails then is done (every robot moves).
+return to the old one), and one whose old process fails then is done (every robot moves). A
+swap at episode starts never holds the next one: a later swap replaces it, `cancel` ends it,
+and it times out (Swapper's doc).
 
 This module imports no torch (it runs in the control process).
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
@@ -31,23 +33,26 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from controller.errors import PolicyError
 from controller.feed.served_policy import ServedPolicy
-from controller.link.episode_swap import Incoming
+from controller.link.incoming import Incoming
 from controller.link.process_spawner import Child, Spawner
 from controller.link.standbys import HotBuild
+from controller.link.swap_checks import check_compatible
 from controller.observe.log_safety import TEXT_CHARS, shown
-from controller.process_protocol.frame_slots import slot_parts
 from controller.process_protocol.process_messages import Hello
-from policies.base import PolicySpec, PromptSpec
+from policies.base import PolicySpec
 
 log = logging.getLogger(__name__)
 
 
-SwapPhase = Literal["building", "switching", "done", "failed"]
+SwapPhase = Literal["building", "switching", "done", "failed", "cancelled", "replaced", "timed_out"]
+EPISODE_SWAP_TIMEOUT_S = 300.0  # supervision.episode_swap_timeout_s's default
+# `tempo swap --cancel` waits this long for the swap to have ended (its new process is killed
+# 2 s after it is asked to stop), on the status socket's thread, within the client's 5 s.
+CANCEL_WAIT_S = 3.0
 
 
 def resolve_policy_name(name: str | None, names: tuple[str, ...]) -> str:
@@ -67,76 +72,6 @@ def config_with_path(config_json: str, path: str) -> str:
     config["policy"]["kind"] = "checkpoint"
     config["policy"]["path"] = path
     return json.dumps(config)
-
-
-def check_compatible(old: PolicySpec, new: PolicySpec) -> None:
-    """PolicyError (one sentence) unless `new` serves the robots bound to `old` as they are:
-    the same joints in the same order (so the same action size), the same cameras and state,
-    the same chunk size, and a prompt exactly where there was one."""
-    if new.joint_names != old.joint_names:
-        raise PolicyError(
-            f"the new policy commands joints {list(new.joint_names)}, not the "
-            f"{list(old.joint_names)} the robots are bound to; nothing was changed"
-        )
-    if slot_parts(new) != slot_parts(old):
-        raise PolicyError(
-            "the new policy reads other cameras or another state "
-            f"({_observation(new)}) than the one serving ({_observation(old)}); "
-            "nothing was changed"
-        )
-    if new.chunk_size != old.chunk_size:
-        raise PolicyError(
-            f"the new policy predicts chunks of {new.chunk_size} actions, not "
-            f"{old.chunk_size} as the one serving; nothing was changed"
-        )
-    if (new.prompt is None) != (old.prompt is None):
-        reads = "reads a prompt" if new.prompt is not None else "reads no prompt"
-        raise PolicyError(f"the new policy {reads}, unlike the one serving; nothing was changed")
-    # What the daemon worked out from the old checkpoint and keeps using for these robots: the
-    # robots' token ids, the range their states are checked against, how chunks are played.
-    if new.prompt and old.prompt and _prompt_key(new.prompt) != _prompt_key(old.prompt):
-        raise PolicyError(
-            "the new policy tokenizes prompts differently (another tokenizer, vocabulary, "
-            "length or template) from the one serving; nothing was changed"
-        )
-    if not _within(old.state_bounds, new.state_bounds):
-        raise PolicyError(
-            "the new policy accepts a narrower range of states than the one serving, against "
-            "whose range the robots' states are checked; nothing was changed"
-        )
-    if new.execution != old.execution:
-        raise PolicyError(
-            f"the new policy's execution settings ({new.execution}) differ from those of the "
-            f"one serving ({old.execution}); nothing was changed"
-        )
-
-
-def _within(
-    checked: tuple[tuple[float, float], ...] | None,
-    accepted: tuple[tuple[float, float], ...] | None,
-) -> bool:
-    """Whether every state that passes `checked` (None: any finite one) is within `accepted`."""
-    if accepted is None:
-        return True
-    if checked is None:
-        return False
-    pairs = zip(checked, accepted, strict=True)
-    return all(a_lo <= c_lo and c_hi <= a_hi for (c_lo, c_hi), (a_lo, a_hi) in pairs)
-
-
-def _prompt_key(prompt: PromptSpec) -> tuple[Any, ...]:
-    """A prompt spec without its tokenizer's path, with the tokenizer file's contents."""
-    fields = prompt.model_dump(exclude={"tokenizer"})
-    try:
-        digest = hashlib.sha256(Path(prompt.tokenizer).read_bytes()).hexdigest()
-    except OSError as exc:
-        digest = f"unreadable: {exc.strerror}"
-    return tuple(sorted(fields.items())), digest
-
-
-def _observation(spec: PolicySpec) -> str:
-    cameras = ", ".join(f"{c.name} {c.height}x{c.width}" for c in spec.cameras) or "no cameras"
-    return f"{cameras}; state {spec.state_history}x{spec.state_size}"
 
 
 class SwappablePolicy(Protocol):
@@ -171,6 +106,8 @@ class SwappablePolicy(Protocol):
 
     def finish_incoming(self, incoming: Incoming) -> bool: ...
 
+    def abandon_incoming(self, incoming: Incoming, why: str) -> bool: ...
+
 
 @dataclass
 class SwapState:
@@ -193,24 +130,47 @@ class SwapState:
         # The detail may quote the path a client sent: escaped, as it reaches logs and status.
         self.phase, self.detail, self.finished = phase, shown(detail, TEXT_CHARS), time.time()
 
+    @property
+    def under_way(self) -> bool:
+        return self.phase in ("building", "switching")
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class SwapEnded(PolicyError):
+    """A swap under way was ended before it was done: cancelled, replaced or timed out (its
+    phase), as `detail` says; the old policy serves every robot."""
+
+    def __init__(self, phase: SwapPhase, detail: str) -> None:
+        super().__init__(detail)
+        self.phase = phase
 
 
 class Swapper:
     """A RemotePolicy's swaps: one at a time, each built and checked on the swap thread, then
     switched under the policy's `switch_lock` (never beside a restart).
 
+    A swap switching at episode starts waits on robots, which may never start an episode: a
+    later swap replaces it (`start`), `cancel` ends it, and it times out after
+    `episode_timeout_s` (supervision.episode_swap_timeout_s); each time its new process ends
+    and the old policy serves every robot again. A swap being built is refused a replacement
+    (it ends on its own, within supervision.start_timeout_s) but can be cancelled.
+
     The swap thread lives until `close`, not one swap: an inference process asks the kernel to
     kill it when the thread that spawned it ends (PR_SET_PDEATHSIG follows the thread, not the
     process), and a swapped-in process (and the standby its switch starts) serves on."""
 
-    def __init__(self, policy: SwappablePolicy) -> None:
+    def __init__(
+        self, policy: SwappablePolicy, episode_timeout_s: float = EPISODE_SWAP_TIMEOUT_S
+    ) -> None:
         self._policy = policy
+        self._episode_timeout_s = episode_timeout_s
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._current: SwapState | None = None
         self._build: HotBuild | None = None
+        self._ending: dict[int, SwapEnded] = {}  # swaps asked to end, by id, and why
         self._closed = False
         # Each swap with the path as sent; its state shows the path escaped (`shown`).
         self._queue: queue.SimpleQueue[tuple[SwapState, str] | None] = queue.SimpleQueue()
@@ -226,15 +186,46 @@ class Swapper:
             current = self._current
             if self._closed:
                 raise PolicyError("the daemon is stopping")
-            if current is not None and current.phase in ("building", "switching"):
-                raise PolicyError(f"a swap to {current.path} is already under way")
-            state = self._current = SwapState(next(self._ids), shown(path, TEXT_CHARS), name, now)
+            if current is not None and current.phase == "building":
+                raise PolicyError(
+                    f"a swap to {current.path} is being built; swap once it is switching or "
+                    "done, or end it with `tempo swap --cancel`"
+                )
+            state = SwapState(next(self._ids), shown(path, TEXT_CHARS), name, now)
+            if current is not None and current.phase == "switching":
+                # The swap thread ends it (its robots go back to the old policy), then builds this.
+                replaced = SwapEnded("replaced", f"replaced by the swap to {state.path}")
+                self._ending[current.id] = replaced
+            self._current = state
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="tempo-swap")
                 self._thread.daemon = True
                 self._thread.start()
         self._queue.put((state, path))
         return state.as_dict()
+
+    def cancel(self, wait_s: float = CANCEL_WAIT_S) -> dict[str, Any]:
+        """End the swap under way (`tempo swap --cancel`): its new process ends and the old
+        policy serves every robot; its state once ended (waited for up to `wait_s`).
+        PolicyError when no swap is under way."""
+        with self._lock:
+            current = self._current
+            if current is None or not current.under_way:
+                raise PolicyError("no swap is under way; nothing was cancelled")
+            ended = SwapEnded("cancelled", "cancelled by `tempo swap --cancel`")
+            self._ending[current.id] = ended
+            build = self._build
+        if build is not None:
+            build.cancel_build()  # its wait ends at once; the swap thread ends the process
+        deadline = time.monotonic() + wait_s
+        while current.under_way and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return current.as_dict()
+
+    def _ended(self, state: SwapState) -> SwapEnded | None:
+        """Why `state`'s swap was asked to end, if it was."""
+        with self._lock:
+            return self._ending.get(state.id)
 
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -244,6 +235,17 @@ class Swapper:
         try:
             detail = self._swap(state, path)
         except PolicyError as exc:
+            # Replaced or cancelled (a cancelled build fails as its wait is cut short), or
+            # timed out; else it failed.
+            ended = exc if isinstance(exc, SwapEnded) else self._ended(state)
+            if ended is not None:
+                state.robots_moved = 0 if state.switched is not None else None
+                after = "nothing was changed" if state.switched is None else (
+                    "every robot is served by the old policy again"
+                )  # fmt: skip
+                state.finish(ended.phase, f"{ended}; {after}")
+                log.warning("swap to %s: %s", state.path, state.detail)
+                return
             detail = str(exc)
             if state.switched is None and "nothing was changed" not in detail:
                 detail += "; nothing was changed"  # failed before the switch: the old serves on
@@ -255,11 +257,16 @@ class Swapper:
         else:
             state.finish("done", detail)
             log.info("swap: %s", state.detail)
+        finally:
+            with self._lock:
+                self._ending.pop(state.id, None)
 
     def _swap(self, state: SwapState, path: str) -> str:
         served = self._policy
         if served.config_json is None:  # checked by start(); a swap cannot unset it
             raise PolicyError("this daemon's inference process has no config to build from")
+        if (ended := self._ended(state)) is not None:  # replaced or cancelled while queued
+            raise ended
         config_json = config_with_path(served.config_json, path)
         spawner = served.spawner_for(config_json)
         try:
@@ -276,6 +283,8 @@ class Swapper:
             hello = build.wait(served.start_timeout_s)
             check_compatible(served.spec, hello.spec)  # set since it first served (start)
             with served.switch_lock:  # never beside a restart or a take-over
+                if (ended := self._ended(state)) is not None:
+                    raise ended
                 if not served.serving or served.stopping:
                     raise PolicyError(
                         "the inference process failed while the new policy was built; "
@@ -299,10 +308,12 @@ class Swapper:
     def _follow(self, state: SwapState, incoming: Incoming) -> str:
         """Robots move at their episode start: show how many have, and once none is left on
         the old process make the new one the serving process; PolicyError if the new one
-        failed meanwhile (the old one serves every robot again)."""
+        failed meanwhile (the old one serves every robot again), SwapEnded if the swap was
+        replaced, cancelled or timed out."""
         served = self._policy
         serves = f"{state.path} (process {incoming.pid}) serves each robot from its episode start"
         state.phase, state.detail = "switching", serves
+        deadline = time.monotonic() + self._episode_timeout_s
         while not incoming.ended.wait(0.05):
             state.robots_moved, state.robots_on_old = incoming.on_new, incoming.on_old
             if incoming.on_old is not None:
@@ -311,6 +322,14 @@ class Swapper:
                 )
             if served.stopping:
                 raise PolicyError("the daemon stopped during the swap")
+            ended = self._ended(state)
+            if ended is None and time.monotonic() > deadline:
+                ended = SwapEnded("timed_out", self._timed_out(incoming.on_old))
+            if ended is not None:
+                with served.switch_lock:
+                    if served.abandon_incoming(incoming, str(ended)):
+                        raise ended
+                continue  # it ended otherwise meanwhile (done, or the new process failed)
             if incoming.all_moved.is_set():
                 with served.switch_lock:
                     served.finish_incoming(incoming)
@@ -319,6 +338,16 @@ class Swapper:
             state.robots_moved = 0
             raise PolicyError(f"the swap was aborted: {incoming.failure}")
         return f"every robot is served by {state.path} (process {incoming.pid}): {incoming.outcome}"
+
+    def _timed_out(self, on_old: int | None) -> str:
+        waited = f"timed out after {self._episode_timeout_s:g} s"
+        if on_old is None:
+            return f"{waited} (supervision.episode_swap_timeout_s) before any robot was counted"
+        robots = "1 robot" if on_old == 1 else f"{on_old} robots"
+        return (
+            f"{waited} (supervision.episode_swap_timeout_s) with {robots} still on the old "
+            "policy, not having started an episode"
+        )
 
     def status(self) -> dict[str, Any] | None:
         current = self._current
@@ -339,11 +368,14 @@ def swap_command(
 ) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """The status socket's `swap` command for the daemon's policies by name (status_server):
     {"kind": "swap", "path": str, "now": bool, "policy": str | None} -> {"swap": its state},
+    {"kind": "swap", "cancel": true, "policy": ...} ends the swap under way (`cancel_swap`),
     or {"error": one sentence} when refused."""
 
     def swap(request: dict[str, Any]) -> dict[str, Any]:
-        path, name = request.get("path"), request.get("policy")
-        if not isinstance(path, str) or not path:
+        path, name, cancel = request.get("path"), request.get("policy"), request.get("cancel")
+        if cancel and path is not None:
+            return {"error": "a swap request either names a new checkpoint or cancels, not both"}
+        if not cancel and (not isinstance(path, str) or not path):
             return {"error": "a swap needs the new checkpoint's path"}
         if name is not None and not isinstance(name, str):
             return {"error": "a swap's policy name must be text"}
@@ -353,7 +385,9 @@ def swap_command(
                              "--policy"}  # fmt: skip
         try:
             name = resolve_policy_name(name, tuple(policies))
-            return {"swap": policies[name].swap(path, now=bool(request.get("now")), name=name)}
+            if isinstance(path, str):
+                return {"swap": policies[name].swap(path, now=bool(request.get("now")), name=name)}
+            return {"swap": policies[name].cancel_swap()}
         except PolicyError as exc:
             return {"error": str(exc)}
 

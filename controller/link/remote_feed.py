@@ -19,7 +19,9 @@ would come too late for it). Robots wait their turn in order of arrival, each wi
 newest observation. What becomes of a
 reply is `InferenceOutcomes`, as for the thread feed. While the process is down or restarting,
 requests fail at once (the loop holds every robot meanwhile), and a request in flight when the
-process went down is given up on.
+process went down is given up on. A reply is turned into its prediction here
+(`prediction_of`): the request channel has told the serving process's record of it as it was
+taken (a chunk's status, a fatal reply: `ServingProcess.note_reply`), so nothing goes back.
 
 During a swap at episode starts (`episode_swap`) two processes serve: a robot's request goes to
 the new one from its episode start on (`episode_start` in its context: also a robot that has just
@@ -38,17 +40,16 @@ from typing import Protocol
 
 from controller.feed.batch_window import BatchWindow, Waiting, waiting_sessions
 from controller.feed.inference_feed import InferenceOutcomes, InferenceRequest, RobotQueues
-from controller.link.episode_swap import Routes
+from controller.link.incoming import Routes
 from controller.link.request_channel import (
     InferenceUnavailable,
     ProcessStuck,
     RequestChannel,
-    StepReply,
+    prediction_of,
 )
 from controller.observe.telemetry import PROCESS_STEP, Telemetry
 from controller.process_protocol.process_channel import ProcessChannel
 from controller.process_protocol.process_messages import ChunkReply
-from policies.base import Prediction
 
 
 @dataclass
@@ -73,8 +74,6 @@ class SupervisedProcess(Protocol):
     def swapping(self) -> bool: ...
 
     def swap_progress(self, channel: RequestChannel, on_new: int, on_old: int) -> None: ...
-
-    def prediction(self, reply: StepReply) -> Prediction: ...
 
     def hang_timeout(self) -> float: ...
 
@@ -188,8 +187,8 @@ class RemoteFeed(InferenceOutcomes):
             flight = flights.pop(reply.id)
             if isinstance(reply, ChunkReply):
                 self._t_process_step.record_ns(reply.step_ns)
-            try:
-                prediction = self.policy.prediction(reply)
+            try:  # the channel has told the policy of the reply (status, a fatal one)
+                prediction = prediction_of(reply)
             except Exception as exc:  # noqa: BLE001 - every failure is counted and told
                 self.failed(flight.session, flight.request, exc)
                 continue

@@ -15,6 +15,10 @@ process competes with the loop for the GIL. Frames a same-host driver wrote in p
 (and pins it) and reads the driver's slot itself (`request_channel`); a generation check after
 the reply refuses the observation if the driver wrote it since.
 
+The serving process's state is one record (`serving_process.ServingProcess`, `serving_process`
+here), which three parts receive and change through its methods: the supervisor
+(`supervision`), the episode-start switch (`episode_swap`) and the swapper (`policy_swap`).
+
 Supervision (a thread of its own, `supervision`): the process exiting, or its heartbeat stopping for
 `hang_timeout()` while serving (a hung step; it is then killed), or a `fatal` reply (a poisoned
 CUDA context) ends `serving` at once and starts a fresh process, which loads from the warm compile
@@ -31,51 +35,46 @@ new observation; the next hot standby is then built in the background), or nothi
 
 `swap(path, now=...)` builds a new checkpoint in a new process the same way, checks it
 (`policy_swap`) and switches every robot to it at once (`now`), or each robot at its next
-episode start (`episode_swap`: both processes serve meanwhile); a swap that fails changes
-nothing.
+episode start (`episode_swap`: both processes serve meanwhile; a later swap replaces it,
+`cancel_swap()` ends it, and it times out); a swap that fails changes nothing.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import logging
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from controller.errors import PolicyError
 from controller.feed.batch_window import BatchWindow, step_times_of
-from controller.link.episode_swap import EpisodeSwitch, Incoming
-from controller.link.policy_swap import Swapper
+from controller.link.episode_swap import EpisodeSwitch
+from controller.link.incoming import Incoming, Routes
+from controller.link.policy_swap import EPISODE_SWAP_TIMEOUT_S, Swapper
 from controller.link.process_spawner import Child, Spawner, wait_or_kill
 from controller.link.remote_feed import RemoteFeed
 from controller.link.request_channel import (
     InferenceUnavailable,
-    ProcessFatal,
     RequestChannel,
     StepReply,
     prediction_of,
 )
-from controller.link.restart_ledger import Restart, RestartLedger
+from controller.link.restart_ledger import Restart
+from controller.link.serving_process import ServingProcess
 from controller.link.standbys import Standbys, resident_bytes, standby_mode
-from controller.link.supervision import POLL_MS
+from controller.link.supervision import POLL_MS, Supervisor
 from controller.observe.telemetry import Telemetry
-from controller.process_protocol.frame_slots import FrameSlots
-from controller.process_protocol.process_channel import ProcessChannel
-from controller.process_protocol.process_messages import ChunkReply, Hello, RequestFailed
+from controller.process_protocol.process_messages import ChunkReply, Hello
 from policies.base import PolicySpec, Prediction, RobotContext
-
-log = logging.getLogger(__name__)
 
 SWITCH_WAIT_S = 10.0  # at stop, for a swap's switch under way to finish
 
 
-class RemotePolicy(EpisodeSwitch):
+class RemotePolicy:
     """A policy served by a supervised inference process (see the module doc)."""
 
     def __init__(
@@ -89,43 +88,31 @@ class RemotePolicy(EpisodeSwitch):
         config_json: str | None = None,
         nice: int = 0,
         batching: tuple[Sequence[int], int] = ((1,), 0),
+        episode_swap_timeout_s: float = EPISODE_SWAP_TIMEOUT_S,
     ) -> None:
-        # `config_json`: every process's stdin (held here, so that restarts need no file);
-        # `nice`: how far below the control loop's CPU priority they run (process_spawner);
-        # `batching`: inference.batch_sizes (the process's too) and batch_window_us;
-        # `standby`: supervision.standby (off, spare, hot; True/False: spare/off).
+        # `config_json`: every process's stdin (held by the record, so that restarts need no
+        # file); `nice`: how far below the control loop's CPU priority they run
+        # (process_spawner); `batching`: inference.batch_sizes (the process's too) and
+        # batch_window_us; `standby`: supervision.standby (off, spare, hot; True/False:
+        # spare/off); `episode_swap_timeout_s`: supervision's, how long a swap at episode
+        # starts may wait for the robots (policy_swap).
         stdin = config_json.encode() if config_json is not None else None
-        self._spawner = Spawner(command, env, stdin, nice)
-        self._config_json = config_json
-        self._standbys = Standbys(self._spawner, standby_mode(standby), start_timeout_s)
-        self._batching = batching
-        self.hang_timeout_s = hang_timeout_s
+        spawner = Spawner(command, env, stdin, nice)
         self.start_timeout_s = start_timeout_s
-        self._lock = threading.Lock()  # the channel: one request at a time, or a restart
-        self._switch = threading.Lock()  # a restart, a take-over or a swap: one at a time
-        self._link: ProcessChannel | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._slots: FrameSlots | None = None
-        self._spec: PolicySpec | None = None
-        self._status: dict[str, Any] = {}
-        self._memory: dict[str, Any] | None = None  # what the serving process said of its own
-        # The last step as the inference process timed it (request taken -> chunk in its host
-        # memory), for benchmarks; the daemon records every one in telemetry (remote_feed).
-        self.last_step_ns: int | None = None
+        self.serving_process = ServingProcess(
+            spawner, config_json, hang_timeout_s=hang_timeout_s, batch_sizes=batching[0]
+        )
+        self.standbys = Standbys(spawner, standby_mode(standby), start_timeout_s)
+        self._batching = batching
+        self._episodes = EpisodeSwitch(self.serving_process, self.standbys)
+        self._supervisor = Supervisor(
+            self.serving_process, self.standbys, self._episodes, start_timeout_s
+        )
+        self._swapper = Swapper(self, episode_swap_timeout_s)
         # The last `predict`'s trips (ns): request sent -> taken there, chunk ready there ->
         # reply here. Both processes read one clock (CLOCK_MONOTONIC is system-wide).
         self.last_trips_ns: tuple[int, int] | None = None
-        self._channel: RequestChannel | None = None  # the serving process's (one per process)
-        self._incoming: Incoming | None = None  # a swap's new process beside it (episode_swap)
-        self._serving = threading.Event()
-        self._failed = threading.Event()  # the serving process is gone: requests stop waiting
-        self._stop = threading.Event()
-        self._watch: threading.Thread | None = None
-        self._ledger = RestartLedger()  # restarts and their causes, for status
-        self.pinned = False
-        self.epoch = 0  # processes that have served (serving_watch)
         self._stopped = False
-        self._swapper = Swapper(self)
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -133,7 +120,7 @@ class RemotePolicy(EpisodeSwitch):
         """Start the process and wait until it serves; PolicyError with its reason if it
         cannot (a bad checkpoint, no tier passing), after which nothing is left running."""
         try:
-            self._launch(progress)
+            self._supervisor.launch(progress)
         except OSError as exc:  # no room for the slots in /dev/shm, no process to spawn
             self.stop()
             raise PolicyError(
@@ -142,46 +129,68 @@ class RemotePolicy(EpisodeSwitch):
         except BaseException:  # Ctrl-C during a long compile too: leave nothing running
             self.stop()
             raise
-        self._watch = threading.Thread(target=self._supervise, name="tempo-supervisor")
-        self._watch.daemon = True
-        self._watch.start()
+        self._supervisor.start()
 
     def stop(self) -> None:
         """End the process and free everything; safe to call twice."""
         if self._stopped:
             return
         self._stopped = True
-        self._stop.set()
-        self._serving.clear()
-        self._failed.set()
-        if self._watch is not None and self._watch is not threading.current_thread():
-            self._watch.join(timeout=2.0)
+        record = self.serving_process
+        record.stop()
+        self._supervisor.join(2.0)
         # A swap's switch under way finishes first (it attaches a process and its slots, which
         # must not escape the teardown below); bounded, should a stop come from inside one.
-        switching = self._switch.acquire(timeout=SWITCH_WAIT_S)
+        switching = record.switch_lock.acquire(timeout=SWITCH_WAIT_S)
         try:
-            standbys = self._standbys.close()  # asked first: they exit while the serving one does
+            standbys = self.standbys.close()  # asked first: they exit while the serving one does
             self._swapper.close()
-            self._end_incoming()
-            self._end_process(polite=True)
-            with self._lock:
-                if self._slots is not None:
-                    self._slots.close()
-                    self._slots = None
+            self._episodes.end()
+            record.end(polite=True)
+            record.close_slots()
         finally:
             if switching:
-                self._switch.release()
+                record.switch_lock.release()
         for process, grace_s in standbys:
             wait_or_kill(process, grace_s)
 
     @property
     def serving(self) -> bool:
-        return self._serving.is_set()
+        return self.serving_process.serving
+
+    @property
+    def epoch(self) -> int:
+        """Processes that have served so far: a switch is seen by the loop (serving_watch)."""
+        return self.serving_process.epoch
+
+    @property
+    def pinned(self) -> bool:
+        """The serving process pinned its observation slots for DMA."""
+        return self.serving_process.pinned
+
+    @property
+    def hang_timeout_s(self) -> float:
+        return self.serving_process.hang_timeout_s
+
+    @property
+    def last_step_ns(self) -> int | None:
+        """The last step as the inference process timed it (request taken -> chunk in its host
+        memory), for benchmarks; the daemon records every one in telemetry (remote_feed)."""
+        return self.serving_process.last_step_ns
+
+    def hang_timeout(self) -> float:
+        """How long a step may keep the process silent (ServingProcess.hang_timeout)."""
+        return self.serving_process.hang_timeout()
+
+    def report_hang(self, detail: str) -> None:
+        """A caller waited too long for a step: the process is taken for hung and restarted."""
+        self.serving_process.fail("hung", detail)
 
     def feed(self, telemetry: Telemetry) -> RemoteFeed:
         """Fed by the control loop's own thread between ticks (remote_feed says why)."""
         sizes, window_us = self._batching
-        window = BatchWindow(window_us, sizes, lambda: step_times_of(self._status))
+        record = self.serving_process
+        window = BatchWindow(window_us, sizes, lambda: step_times_of(record.status))
         return RemoteFeed(self, telemetry, window)
 
     def attach_telemetry(self, telemetry: Telemetry) -> None:
@@ -191,28 +200,30 @@ class RemotePolicy(EpisodeSwitch):
     @property
     def restarts(self) -> collections.deque[Restart]:
         """The newest restarts, each with its cause (RESTARTS_KEPT of them)."""
-        return self._ledger.restarts
+        return self.serving_process.ledger.restarts
 
     @property
     def restart_count(self) -> int:
-        return self._ledger.count
+        return self.serving_process.ledger.count
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        process = self.serving_process.process
+        return process.pid if process is not None else None
 
     @property
     def standby_pid(self) -> int | None:
         """The standby process's pid (see the module doc); None when there is none."""
-        return self._standbys.pid
+        return self.standbys.pid
 
     # ---- the Policy contract ---------------------------------------------------------------
 
     @property
     def spec(self) -> PolicySpec:
-        if self._spec is None:
+        spec = self.serving_process.spec
+        if spec is None:
             raise PolicyError("the inference process has not started: call start() first")
-        return self._spec
+        return spec
 
     def predict(self, images: Mapping[str, np.ndarray], context: RobotContext) -> Prediction:
         """One observation through the inference process, waiting for its chunk (the daemon's
@@ -225,37 +236,39 @@ class RemotePolicy(EpisodeSwitch):
             self.last_trips_ns = None  # until this step's reply says when it was taken
             sent_ns = time.monotonic_ns()
             request_id = channel.send(images, context)
-            reply = self._await_reply(channel, request_id)
+            reply = self.wait_for_reply(channel, request_id)
             answered_ns = time.monotonic_ns()
         if isinstance(reply, ChunkReply):
             taken_ns, step_ns = reply.received_ns, reply.step_ns
             self.last_trips_ns = (taken_ns - sent_ns, answered_ns - taken_ns - step_ns)
-        return self.prediction(reply)
+        return prediction_of(reply)  # a fatal reply has failed the process (note_reply)
 
-    @contextlib.contextmanager
-    def requests(self) -> Iterator[RequestChannel | None]:
+    def requests(self) -> contextlib.AbstractContextManager[RequestChannel | None]:
         """The serving process's request channel, held: no restart replaces or closes it until
         the block ends (keep blocks short: a restart waits for them). None while the process
         is down or restarting."""
-        with self._lock:
-            yield self._channel if self._serving.is_set() else None
+        return self.serving_process.requests()
 
-    def prediction(self, reply: StepReply) -> Prediction:
-        """A step reply as a Prediction (see `request_channel.prediction_of`); a `fatal` reply
-        (a poisoned CUDA context) ends serving and starts a fresh process."""
-        if isinstance(reply, ChunkReply):
-            if reply.status is not None:
-                self._status = reply.status
-            self.last_step_ns = reply.step_ns
-        try:
-            return prediction_of(reply)
-        except ProcessFatal as exc:
-            self._fail("fatal", reply.error if isinstance(reply, RequestFailed) else str(exc))
-            raise InferenceUnavailable(str(exc)) from None
+    def routes(self) -> contextlib.AbstractContextManager[Routes]:
+        """The serving channel and, during a swap at episode starts, the new process's, held
+        (ServingProcess.routes; the feed's)."""
+        return self.serving_process.routes()
 
-    def _await_reply(self, channel: RequestChannel, request_id: int) -> StepReply:
+    @property
+    def swapping(self) -> bool:
+        """A new process serves robots at their episode start beside the old one."""
+        return self._episodes.swapping
+
+    def swap_progress(self, channel: RequestChannel, on_new: int, on_old: int) -> None:
+        """The feed's count of robots on a swap's new process and on the old one."""
+        self._episodes.swap_progress(channel, on_new, on_old)
+
+    def wait_for_reply(self, channel: RequestChannel, request_id: int) -> StepReply:
+        """`predict`'s wait for the reply to `request_id`; InferenceUnavailable if the process
+        stops (its channel closed, or it failed) or does not answer within the hang bound."""
         # Its own deadline too: if the supervisor thread were gone, nothing else would end it.
-        deadline = time.monotonic() + self.hang_timeout() + 1.0
+        record = self.serving_process
+        deadline = time.monotonic() + record.hang_timeout() + 1.0
         while True:
             gone = False
             if channel.link.poll(POLL_MS):
@@ -263,33 +276,35 @@ class RemotePolicy(EpisodeSwitch):
                 if reply is not None and reply.id == request_id:
                     return reply
                 gone = reply is None and channel.link.closed  # nothing more will come
-            if gone or self._failed.is_set():
+            if gone or record.failed:
                 raise InferenceUnavailable("the inference process stopped during this step")
             if time.monotonic() > deadline:
-                self._fail("hung", f"no answer to a step within {self.hang_timeout() + 1:.0f} s")
+                limit_s = record.hang_timeout() + 1
+                record.fail("hung", f"no answer to a step within {limit_s:.0f} s")
                 raise InferenceUnavailable("the inference process did not answer this step")
 
     # ---- status --------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         """The runner's status as the inference process last reported it, and the process's."""
-        process, channel = self._process, self._channel
+        record = self.serving_process
+        process, channel = record.process, record.channel
         memory = None
         if process is not None:  # as it reported it once built, and its resident memory now
-            memory = {**(self._memory or {}), "host_resident_bytes": resident_bytes(process.pid)}
+            memory = {**(record.memory or {}), "host_resident_bytes": resident_bytes(process.pid)}
         return {
-            **self._status,
+            **record.status,
             "process": {
                 "pid": process.pid if process is not None else None,
                 "serving": self.serving,
                 "memory": memory,
-                **self._standbys.status(),  # standby, standby_pid, standby_ready, its memory
+                **self.standbys.status(),  # standby, standby_pid, standby_ready, its memory
                 "swap": self._swapper.status(),
-                "pinned_slots": self.pinned,
+                "pinned_slots": record.pinned,
                 # Same-host drivers' frame rings read in place, and how many are pinned.
                 "driver_rings": len(channel.rings) if channel is not None else 0,
                 "pinned_driver_rings": len(channel.pinned_rings) if channel is not None else 0,
-                **self._ledger.status(),  # restart_count, restarts, restart_failure
+                **record.ledger.status(),  # restart_count, restarts, restart_failure
             },
         }
 
@@ -301,37 +316,53 @@ class RemotePolicy(EpisodeSwitch):
         is refused at once."""
         return self._swapper.start(path, now=now, name=name)
 
-    # What the swap (policy_swap.Swapper) reads and calls; `switch_to` is supervision's.
+    def cancel_swap(self) -> dict[str, Any]:
+        """End the swap under way (`tempo swap --cancel`; policy_swap): the old policy serves
+        every robot. Its state once ended; PolicyError when no swap is under way."""
+        return self._swapper.cancel()
+
+    # What the swap (policy_swap.Swapper) reads and calls.
 
     @property
     def config_json(self) -> str | None:
         """The config (JSON) every inference process reads at start, a swapped-in policy's
         once switched; None: none was given (nothing to build a swap from)."""
-        return self._config_json
+        return self.serving_process.config_json
 
     @property
     def stopping(self) -> bool:
         """`stop()` was called: nothing may switch to a new process any more."""
-        return self._stop.is_set()
+        return self.serving_process.stop_requested.is_set()
 
     @property
     def switch_lock(self) -> threading.Lock:
         """Held while the serving process changes (a restart, a take-over, a swap's switch):
         one at a time."""
-        return self._switch
+        return self.serving_process.switch_lock
 
     def spawner_for(self, config_json: str) -> Spawner:
         """Spawns inference processes as this policy's do, reading `config_json` instead."""
-        return self._spawner.with_stdin(config_json.encode())
+        return self.serving_process.spawner.with_stdin(config_json.encode())
+
+    def switch_to(self, child: Child, hello: Hello, spawner: Spawner, config_json: str) -> float:
+        """Under `switch_lock`, while serving: every robot is served by the built process
+        `child` from now on (Supervisor.switch_to); when (wall clock) it began to."""
+        return self._supervisor.switch_to(child, hello, spawner, config_json)
 
     def begin_incoming(
         self, child: Child, hello: Hello, spawner: Spawner, config_json: str
     ) -> Incoming:
         """Under `switch_lock`, while serving: the built process `child` serves each robot
         from its episode start beside the serving one (episode_swap)."""
-        return self._begin_incoming(child, hello, spawner, config_json)
+        return self._episodes.begin(child, hello, spawner, config_json)
 
     def finish_incoming(self, incoming: Incoming) -> bool:
         """Under `switch_lock`: no robot is left on the old process, the new one serves
         (episode_swap); False if the swap ended otherwise meanwhile."""
-        return self._finish_incoming(incoming)
+        return self._episodes.finish(incoming)
+
+    def abandon_incoming(self, incoming: Incoming, why: str) -> bool:
+        """Under `switch_lock`: the swap at episode starts is ended (replaced, cancelled, timed
+        out: `why`), its robots return to the old process (episode_swap); False if it ended
+        otherwise meanwhile."""
+        return self._episodes.abandon(incoming, why)

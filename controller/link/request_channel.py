@@ -1,9 +1,13 @@
 """The request side of one inference process: observations out, replies in, never blocking.
 
-    channel = RequestChannel(link, slots, spec)       # per started process (RemotePolicy)
+    channel = RequestChannel(link, slots, spec, on_reply=note)  # per started process
     request_id = channel.send(images, context)        # frames in a slot (or the driver's), sent
-    reply = channel.receive()                         # the next StepReply, or None for now
+    reply = channel.receive()                         # the next StepReply (`note` told), or None
     prediction = prediction_of(reply)                 # or the exception the reply stands for
+
+Each reply is told to `on_reply` as it is taken (the serving process's record keeps the status
+a chunk brings and fails the process on a `fatal` reply), so whoever took it turns it into its
+prediction directly, with nothing to hand back.
 
 Frames are copied into the process's observation slots, except those a same-host driver wrote
 in place (`SlotFrames` of its session's ring): the first time a ring is seen, the process is
@@ -24,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,10 +62,17 @@ class InferenceUnavailable(PolicyError):
 
 
 class RequestChannel:
-    def __init__(self, link: ProcessChannel, slots: FrameSlots, spec: PolicySpec) -> None:
+    def __init__(
+        self,
+        link: ProcessChannel,
+        slots: FrameSlots,
+        spec: PolicySpec,
+        on_reply: Callable[[StepReply], None] | None = None,
+    ) -> None:
         self.link = link
         self.slots = slots
         self.spec = spec
+        self._on_reply = on_reply
         self._next_slot = 0
         self._request_id = 0
         # Same-host drivers' frame rings the process has attached: ring -> (id, ring). Keyed by
@@ -134,7 +145,7 @@ class RequestChannel:
     def receive(self) -> StepReply | None:
         """The next step reply waiting on the channel (answers to ring requests are taken in
         passing), or None when none is there yet (or the process has gone: its supervisor
-        sees it exit)."""
+        sees it exit). Each is told to `on_reply` first."""
         while True:
             data = self.link.receive()
             if data is None:
@@ -146,6 +157,8 @@ class RequestChannel:
                     self._ring_answered(ring, message)
                     continue
             if isinstance(message, ChunkReply | RequestFailed):
+                if self._on_reply is not None:
+                    self._on_reply(message)
                 return message
 
     def _send(self, message: Message, fds: Sequence[int] = ()) -> None:
@@ -246,8 +259,9 @@ class ProcessStuck(ProcessGone):
     """The inference process has stopped reading its channel (see process_channel)."""
 
 
-class ProcessFatal(PolicyError):
-    """The reply says the device is unusable and the process is exiting (a restart follows)."""
+class ProcessFatal(InferenceUnavailable):
+    """The reply says the device is unusable and the process is exiting (a restart follows;
+    the robots are held meanwhile)."""
 
 
 def prediction_of(reply: StepReply) -> Prediction:

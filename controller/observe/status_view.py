@@ -244,6 +244,15 @@ def recording_line(recording: dict[str, Any]) -> str:
             f"; {_num(recording['not_json'])} records left out (a value JSON cannot hold, "
             "such as a NaN in a policy's memory)"
         )
+    if recording.get("incidents_deleted"):  # record.max_incidents_mb at work
+        line += (
+            f"; {_num(recording['incidents_deleted'])} oldest incident files deleted to stay "
+            "within max_incidents_mb"
+        )
+    if recording.get("paused"):
+        line += f"; paused, writes fail ({recording['paused']}): retried"
+    if recording.get("incidents_not_written"):
+        line += f"; {_num(recording['incidents_not_written'])} marks not written while paused"
     if recording.get("error"):
         line += f"; stopped writing: {recording['error']}"
     return line

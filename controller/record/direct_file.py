@@ -24,6 +24,8 @@ import mmap
 import os
 from pathlib import Path
 
+from controller.record.private_files import FILE_MODE, make_private_file
+
 BLOCK_BYTES = 4 << 20
 PAGE_BYTES = 4096  # what O_DIRECT aligns offsets, lengths and memory to here
 O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux; elsewhere the page cache
@@ -35,8 +37,9 @@ class DirectFile:
     def __init__(self, path: Path, direct: bool = True) -> None:
         """Creates `path` (FileExistsError if it exists: a recording never overwrites one)."""
         # os.open's descriptors are not inherited by children already (PEP 446).
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
+            make_private_file(self._fd)  # 0600 whatever the umask: it holds camera frames
             # Turned on after the file exists: an open with O_DIRECT on a file system without
             # it creates the file and then fails, and a second open would find it there.
             self.direct = bool(direct and O_DIRECT) and self._set_direct(True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,27 @@ class FramePool:
             free = self._free.get((frame.shape, frame.dtype.str))
             if free is not None and len(free) < MAX_FREE_PER_SHAPE:
                 free.append(frame)
+
+    def own_slot_frames(self, fields: Any) -> bool:
+        """An observation's frames still in the driver's slot (SlotFrames: not a plain dict)
+        copied into the pool, and the slot let go (its last reference is the record's); False
+        when the driver wrote over them before the copy (a driver ignoring holds): left out."""
+        images = fields["images"]
+        if type(images) is dict:
+            return True
+        copies = {name: self.copy(frame) for name, frame in images.items()}
+        # Not SlotFrames.unchanged(): that one is False once the session ended and its ring
+        # closed, and a session's last frames are often the ones an incident needs.
+        written_as_read = getattr(images, "written_as_read", None)
+        torn = written_as_read is not None and not written_as_read()
+        if torn:
+            self.give_back(copies.values())
+            copies = {}
+        # The record's own dict (queue.RobotRecording.observation): replacing its frames here
+        # drops the slot's last reference, which gives the slot back to the driver now.
+        fields["images"] = copies
+        fields["pooled"] = bool(copies)
+        return not torn
 
     def free_count(self) -> int:
         return sum(len(free) for free in list(self._free.values()))

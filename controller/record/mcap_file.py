@@ -14,6 +14,7 @@ from mcap.writer import CompressionType, Writer
 
 from controller.record import image_cdr, jpeg_frames
 from controller.record.direct_file import DirectFile
+from controller.record.private_files import make_private_dir
 from controller.record.schemas import METADATA, PROFILE, SCHEMAS
 
 # Chunks are compressed and written out at this size, so the file's size on disk follows its
@@ -32,7 +33,7 @@ class McapFile:
     def __init__(self, path: Path, metadata: dict[str, str], compression: str = "lz4") -> None:
         """`compression`: of the chunks, record.compression's name."""
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path.parent)  # record.dir again, if it was removed: 0700
         self._stream = DirectFile(path)
         try:
             self._writer = Writer(  # the writer takes any stream with write and tell

@@ -21,20 +21,24 @@ from typing import Any
 
 import numpy as np
 
+from controller.record.mark_budget import MarkBudget
+
 # The kinds of record, in the order of an observation's path (also the drop counters' names).
 KINDS = ("session", "observation", "episode", "request", "chunk", "command", "mark")
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One thing that happened to robot `robot` at `time_ns` (the daemon's monotonic clock).
-    An observation's `pooled` field is True once the writer has copied its frames into its
-    pool (to give back when written)."""
+    """One thing that happened to robot `robot` at `time_ns` (the daemon's monotonic clock),
+    in its session `session` (the id its welcome gave: every record names the session it came
+    from). An observation's `pooled` field is True once the writer has copied its frames into
+    its pool (to give back when written)."""
 
     kind: str
     robot: str
     time_ns: int
     fields: Mapping[str, Any]
+    session: str = ""
 
     def pooled_frames(self) -> list[Any]:
         """The frames this record borrowed from the writer's pool (none for most records)."""
@@ -88,9 +92,16 @@ class PolicyRecording:
     policy): their robots' records name that policy's joints and its serving tier."""
 
     def __init__(
-        self, queue: RecordQueue, policy: str | None, joints: Sequence[str], tier: Tier
+        self,
+        queue: RecordQueue,
+        policy: str | None,
+        joints: Sequence[str],
+        tier: Tier,
+        marks: MarkBudget | None = None,
     ) -> None:
+        """`marks`: the recorder's budget of marks, shared by every policy's robots."""
         self.queue = queue
+        self.marks = marks
         self.policy = policy
         self.joints = list(joints)
         self.tier = tier
@@ -113,7 +124,7 @@ class RobotRecording:
         self.session = session
 
     def _put(self, kind: str, time_ns: int, fields: dict[str, Any]) -> None:
-        self._queue.put(Record(kind, self.robot, time_ns, fields))
+        self._queue.put(Record(kind, self.robot, time_ns, fields, self.session))
 
     def hello(self, task: str | None) -> None:
         """The robot's session began (with its task, for a prompt-reading policy)."""
@@ -212,6 +223,12 @@ class RobotRecording:
                 "_policy": self._policy,
             },
         )
+
+    def mark_refused(self, now_ns: int) -> str | None:
+        """Why a mark of this robot now is not kept (past its or all robots' budget), or None
+        (then counted: `mark` follows)."""
+        budget = self._policy.marks if self._policy is not None else None
+        return None if budget is None else budget.take(self.robot, now_ns)
 
     def mark(self, reason: str, now_ns: int) -> None:
         """The driver marked this moment (in ring mode: the ring is written out)."""

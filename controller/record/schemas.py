@@ -12,10 +12,11 @@ Per robot R (docs/recording.md is the reference):
     /R/command              tempo.Command      the action or hold sent, guard clamps, teleop
     /R/mark                 tempo.Mark         a driver's mark, or a guard stop
 
-Every message's publish time is the daemon's monotonic clock when it happened (an observation's
-and its frames': when it was received, the key that joins them); its log time is the same
-moment in wall-clock nanoseconds (what Foxglove shows). Arrays are JSON lists of numbers;
-float32 values survive the trip exactly.
+Every record names the session it came from (`session`, the id its robot's welcome gave), so
+one robot name's sessions are told apart. Every message's publish time is the daemon's
+monotonic clock when it happened (an observation's and its frames': when it was received, the
+key that joins them); its log time is the same moment in wall-clock nanoseconds (what Foxglove
+shows). Arrays are JSON lists of numbers; float32 values survive the trip exactly.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ _STRINGS = {"type": "array", "items": {"type": "string"}}
 
 
 def _object(title: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """A record's schema: its own properties, and the session it came from (every record)."""
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": title,
         "type": "object",
-        "properties": properties,
+        "properties": {"session": {"type": "string"}, **properties},
     }
 
 
@@ -50,7 +52,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "tempo.Session": _object(
         "tempo.Session",
         {
-            "session": {"type": "string"},
             "task": _TEXT_OR_NULL,
             "policy": _TEXT_OR_NULL,  # the named policy serving the robot
             "joints": _STRINGS,  # its joints, in the order of state, action and command
@@ -201,6 +202,10 @@ def clamped(
 def record_json(record: Record, joints: Sequence[str], tier: str | None) -> dict[str, Any]:
     """A record (not its frames) as its schema's value, its arrays kept as arrays (the file
     process writes them as JSON lists: packed_json); `tier`: the tier serving now (chunks)."""
+    return {"session": record.session, **_fields_json(record, joints, tier)}
+
+
+def _fields_json(record: Record, joints: Sequence[str], tier: str | None) -> dict[str, Any]:
     f = record.fields
     kind = record.kind
     if kind == "observation":
@@ -234,4 +239,4 @@ def record_json(record: Record, joints: Sequence[str], tier: str | None) -> dict
             "clamped_joints": clamped(f["proposed"], f["command"], joints),
             "teleop_joints": list(f["teleop_joints"]),
         }
-    return dict(f)
+    return dict(f)  # a session record names its session itself: the same id

@@ -9,14 +9,16 @@ continuous: every record goes to the current file, which ends once it reaches `m
 (files named by the time they began); with `max_total_mb`, the oldest files this recorder
 finished are deleted as each file ends, so that they and the next file fit. ring: records of
 the last `ring_seconds` (and at most `ring_max_mb`) are kept in memory; a driver's `mark`, or a
-robot's guard stop (its first `stopped` hold), writes them all to a file of their own, so every
-incident is kept.
+robot's guard stop (its first `stopped` hold), writes them all to a file of their own; past
+`max_incidents_mb` of them the oldest incident files go (controller.record.file_budget).
+
+A write error (a full disk) pauses recording (controller.record.write_pause): records are
+dropped and counted (ring mode keeps its ring in memory) until record.dir can be written
+again; then recording goes on in a new file.
 """
 
 from __future__ import annotations
 
-import collections
-import datetime
 import logging
 import threading
 import time
@@ -26,45 +28,25 @@ from typing import Any
 
 from controller.errors import ConfigError
 from controller.record import image_cdr
+from controller.record.file_budget import FileBudget
 from controller.record.file_client import RecordingFile, RecordingFiles
 from controller.record.frame_pool import FramePool
 from controller.record.jpeg_frames import check_available
+from controller.record.mark_budget import MarkBudget
 from controller.record.mcap_file import CHUNK_BYTES, metadata_of
+from controller.record.memory_ring import MemoryRing
 from controller.record.packed_json import pack
+from controller.record.private_files import make_private_dir
 from controller.record.queue import PolicyRecording, Record, RecordQueue, RobotRecording, Tier
+from controller.record.record_files import file_part, frames_of, nbytes, stamp
 from controller.record.schemas import TOPICS, camera_topic, record_json, topic
+from controller.record.write_pause import RETRY_S, WRITE_ERRORS, WritePause
 from controller.record_config import RecordConfig
 
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.005  # the writer's nap when the queue is empty
-RECORD_OVERHEAD_BYTES = 1024  # what a record costs in the ring besides its arrays
 STOP_REASON = "stopped"  # the hold reason of a guard stop (controller.daemon.session)
-
-
-def _stamp(wall_ns: int) -> str:
-    moment = datetime.datetime.fromtimestamp(wall_ns / 1e9, tz=datetime.timezone.utc)
-    return moment.strftime("%Y%m%dT%H%M%S.%fZ")
-
-
-def _frames_of(record: Record) -> tuple[tuple[str, Any], ...]:
-    """An observation's (camera, frame) pairs; nothing for other records."""
-    images = record.fields.get("images") if record.kind == "observation" else None
-    return tuple(images.items()) if images else ()
-
-
-def _nbytes(record: Record) -> int:
-    frames = sum(frame.nbytes for _, frame in _frames_of(record))
-    return frames + RECORD_OVERHEAD_BYTES
-
-
-# A record as the ring keeps it: (time_ns, robot, kind, its message packed and the most bytes of
-# JSON it makes (packed_json.pack), its frames, its size in bytes, whether its frames are the
-# pool's). Only
-# strings, ints, bytes and arrays, none of which the garbage collector tracks: 30 s of records
-# held as Record objects and their dicts made the collector's pauses, in every thread, the
-# largest part of the loop's tick lateness (ring p99 8.0-8.4 ms against 2.3-2.9 ms off).
-RingEntry = tuple[int, str, str, bytes, int, tuple[tuple[str, Any], ...], int, bool]
 
 
 class Recorder:
@@ -80,7 +62,9 @@ class Recorder:
         self.config = config
         self.joints = list(joints)
         self.queue = RecordQueue(config.queue)
-        self._default = PolicyRecording(self.queue, None, joints, tier)
+        # Marks of every policy's robots, within record.marks_per_minute(_all).
+        self.marks = MarkBudget(config.marks_per_minute, config.marks_per_minute_all)
+        self._default = PolicyRecording(self.queue, None, joints, tier, self.marks)
         self._scale = config.scale if config.frames == "downscale" else 1
         jpeg_qscale = config.jpeg_qscale if config.frames == "jpeg" else None
         self._metadata = metadata_of(
@@ -94,34 +78,33 @@ class Recorder:
             }
         )
         self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
+        self._jpeg_qscale = jpeg_qscale
         self._files = RecordingFiles(jpeg_qscale)  # the process that writes them
         self._file: RecordingFile | None = None
-        self._ring: collections.deque[RingEntry] = collections.deque()
-        self._ring_bytes = 0
-        self._ring_ns = int(config.ring_seconds * 1e9)
-        self._ring_max = config.ring_max_mb * 1024 * 1024
         self._last_reason: dict[str, str | None] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.written = 0  # records written to a file
         self.files: list[str] = []
-        # continuous: the files this recorder finished, oldest first, with their sizes on disk:
-        # the only ones max_total_mb deletes (never another program's, nor the open file).
-        self._finished: collections.deque[tuple[Path, int]] = collections.deque()
-        self.files_deleted = 0
-        self.bytes_deleted = 0
+        # The files this recorder finished: the only ones its caps delete.
+        self._rotated = FileBudget(config.max_total_mb, "record.max_total_mb")
+        self._incident_files = FileBudget(config.max_incidents_mb, "record.max_incidents_mb")
+        self._pause = WritePause(config.dir)
+        self._unwritten: list[Record] = []  # a failed batch's records after the failed one
         self.incidents = 0
+        self.incidents_not_written = 0  # marks and guard stops while paused
         self.torn_frames = 0  # observations whose frames the driver wrote over before the copy
         self.not_json = 0  # records left out: a value JSON cannot hold (a NaN in memory)
         self.error: str | None = None
         self._frames = FramePool()
+        self._ring = MemoryRing(config.ring_seconds, config.ring_max_mb, self._frames)
 
     def robot(self, robot: str, session: str) -> RobotRecording:
         return self._default.robot(robot, session)
 
     def policy(self, name: str, joints: Sequence[str], tier: Tier) -> PolicyRecording:
         """The recorder for the robots of the named policy `name`."""
-        return PolicyRecording(self.queue, name, joints, tier)
+        return PolicyRecording(self.queue, name, joints, tier, self.marks)
 
     def _policy_of(self, record: Record) -> PolicyRecording:
         return record.fields.get("_policy") or self._default
@@ -133,7 +116,7 @@ class Recorder:
         the writer thread."""
         check_available(self.config)
         try:
-            self.config.dir.mkdir(parents=True, exist_ok=True)
+            make_private_dir(self.config.dir)  # 0700 when made here: frames are private
         except OSError as exc:
             raise ConfigError(
                 f"record.dir {self.config.dir} cannot be created ({exc.strerror}); set "
@@ -163,10 +146,17 @@ class Recorder:
 
     def _run(self) -> None:
         try:
-            self._write_until_stopped()
-            self._close_file()  # a full disk can first show when the last chunk is written
-            return
-        except Exception as exc:  # a full disk, a bug: say so once, in the log and in status
+            while True:
+                try:
+                    self._write_until_stopped()
+                    self._close_file()  # a full disk can first show when the last chunk is
+                    return
+                except WRITE_ERRORS as exc:  # a full disk: paused, said once, no traceback
+                    self._lost_file()
+                    self._pause.pause(exc)
+                if self._paused_until_writable():
+                    return  # stopped while paused
+        except Exception as exc:  # a bug of ours: say so once, in the log and in status
             self.error = f"{type(exc).__name__}: {exc}"
             log.exception("the recorder stopped writing; records are dropped from now on")
         self._file = None  # the file process failed with it: nothing to close
@@ -179,6 +169,46 @@ class Recorder:
                 queue.dropped[record.kind] += 1
             if stopping:
                 return
+
+    def _lost_file(self) -> None:
+        """A write failed: the file process ended with it (a new one is started for the next
+        file); the file cut short stays, readable to where it got, under the caps."""
+        file, self._file = self._file, None
+        if file is not None:
+            budget = self._rotated if self.config.mode == "continuous" else self._incident_files
+            budget.finished(file.path)
+        files, self._files = self._files, RecordingFiles(self._jpeg_qscale)
+        files.stop()
+
+    def _paused_until_writable(self) -> bool:
+        """Take records while paused (dropped; ring: kept in the ring) until record.dir can be
+        written again (False) or the recorder stops (True)."""
+        next_try = time.monotonic() + RETRY_S
+        unwritten, self._unwritten = self._unwritten, []
+        for record in unwritten:  # the failed batch's rest
+            self._take_paused(record)
+        while True:
+            stopping = self._stop.wait(IDLE_WAIT_S)
+            for record in self.queue.take_all():
+                self._take_paused(record)
+            if stopping:
+                return True
+            if time.monotonic() >= next_try:
+                if self._pause.try_resume():
+                    return False
+                next_try = time.monotonic() + RETRY_S
+
+    def _take_paused(self, record: Record) -> None:
+        if record.kind == "observation":
+            self._own_frames(record)
+        if self.config.mode == "continuous":
+            self.queue.dropped[record.kind] += 1
+            self._frames.give_back(record.pooled_frames())
+            return
+        if record.kind == "mark":
+            self.incidents_not_written += 1
+        tier = self._policy_of(record).tier() if record.kind == "chunk" else None
+        self._keep(record, tier)
 
     def _write_until_stopped(self) -> None:
         queue = self.queue
@@ -199,10 +229,23 @@ class Recorder:
             for index, record in enumerate(records):
                 try:
                     self._take(record)
+                except WRITE_ERRORS:
+                    self._not_written(record)
+                    self._unwritten = records[index + 1 :]  # taken as paused (_paused_until_..)
+                    raise
                 except Exception:
                     for lost in records[index:]:  # this batch's rest is never written
                         queue.dropped[lost.kind] += 1
                     raise
+
+    def _not_written(self, record: Record) -> None:
+        """The record whose write failed: dropped (continuous), or, in ring mode, kept in the
+        ring with the incident it began not written."""
+        if self.config.mode == "continuous":
+            self.queue.dropped[record.kind] += 1
+            self._frames.give_back(record.pooled_frames())
+        else:
+            self.incidents_not_written += 1
 
     def _take(self, record: Record) -> None:
         if record.kind == "observation":
@@ -219,30 +262,15 @@ class Recorder:
             stopped = reason == STOP_REASON and self._last_reason.get(record.robot) != STOP_REASON
             self._last_reason[record.robot] = reason
             if stopped:
-                mark = Record("mark", record.robot, record.time_ns, {"reason": "guard stop"})
+                mark = Record(
+                    "mark", record.robot, record.time_ns, {"reason": "guard stop"}, record.session
+                )
                 self._keep(mark, None)
                 self._write_ring("guard_stop", record.robot)
 
     def _own_frames(self, record: Record) -> None:
-        """Frames still in the driver's slot (SlotFrames: not a plain dict) copied into the
-        pool, and the slot let go (its last reference is the record's). Frames the driver
-        wrote over before the copy (a driver ignoring holds) are left out and counted."""
-        fields = record.fields
-        images = fields["images"]
-        if type(images) is dict:
-            return
-        copies = {name: self._frames.copy(frame) for name, frame in images.items()}
-        # Not SlotFrames.unchanged(): that one is False once the session ended and its ring
-        # closed, and a session's last frames are often the ones an incident needs.
-        written_as_read = getattr(images, "written_as_read", None)
-        if written_as_read is not None and not written_as_read():
-            self._frames.give_back(copies.values())
+        if not self._frames.own_slot_frames(record.fields):
             self.torn_frames += 1
-            copies = {}
-        # The record's own dict (queue.RobotRecording.observation): replacing its frames here
-        # drops the slot's last reference, which gives the slot back to the driver now.
-        fields["images"] = copies  # type: ignore[index]
-        fields["pooled"] = bool(copies)  # type: ignore[index]
 
     # -- continuous ---------------------------------------------------------------------------
 
@@ -251,14 +279,16 @@ class Recorder:
         if message is None:
             return
         file = self._file
-        next_bytes = 2 * _nbytes(record) + message[1]  # frames twice over, its JSON's bound
+        next_bytes = 2 * nbytes(record) + message[1]  # frames twice over, its JSON's bound
         if file is not None and file.size + next_bytes >= self._max_file_bytes:
             self._close_file()
-            self._make_room()  # here, on the writer thread: the tick path never waits for it
+            # Here, on the writer thread: the tick path never waits for it. The next file (at
+            # most max_file_mb) is reserved for.
+            self._rotated.make_room(self.config.max_file_mb * 1024 * 1024)
             file = None
         if file is None:
-            file = self._file = self._open(f"tempo-{_stamp(self._wall(record.time_ns))}.mcap")
-        frames = _frames_of(record)
+            file = self._file = self._open(f"tempo-{stamp(self._wall(record.time_ns))}.mcap")
+        frames = frames_of(record)
         self._write_entry(file, record.time_ns, record.robot, record.kind, message, frames)
         self._frames.give_back(record.pooled_frames())
 
@@ -281,66 +311,33 @@ class Recorder:
             file, self._file = self._file, None
             file.close()  # returns once the file is complete on disk: its size is final
             log.info("recording %s written (%d messages)", file.path, file.messages)
-            self._finished_file(file.path)
-
-    def _finished_file(self, path: Path) -> None:
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:  # removed already (by an operator): nothing to account for
-            return
-        self._finished.append((path, size))
-
-    def _make_room(self) -> None:
-        """Delete this recorder's oldest finished files until the rest and the next file (at
-        most max_file_mb) fit in max_total_mb (0: no limit)."""
-        limit = self.config.max_total_mb * 1024 * 1024
-        reserved = self.config.max_file_mb * 1024 * 1024  # the next file, opened next
-        # The newest finished file is always kept: a single record larger than max_file_mb
-        # makes a file past the reserve, which would otherwise go the moment it closed.
-        finished = self._finished
-        while limit and len(finished) > 1 and sum(s for _, s in finished) + reserved > limit:
-            path, size = finished.popleft()
-            try:
-                path.unlink()
-            except FileNotFoundError:  # an operator removed it first: its bytes are free
-                continue
-            except OSError as exc:  # the recording goes on; the cap is not kept for this file
-                log.warning("record.max_total_mb: could not delete %s (%s)", path, exc)
-                continue
-            self.files_deleted += 1
-            self.bytes_deleted += size
-            log.info("recording %s deleted (record.max_total_mb)", path)
+            self._rotated.finished(file.path)
 
     # -- ring -----------------------------------------------------------------------------------
 
     def _keep(self, record: Record, tier: str | None) -> None:
-        ring = self._ring
         packed = self._packed(record, tier)
-        if packed is None:
-            return
-        message, bound = packed
-        frames = _frames_of(record)
-        size = _nbytes(record) + len(message)
-        pooled = bool(record.pooled_frames())
-        entry = (record.time_ns, record.robot, record.kind, message, bound, frames, size, pooled)
-        ring.append(entry)
-        self._ring_bytes += size
-        oldest_kept = record.time_ns - self._ring_ns
-        while ring and (ring[0][0] < oldest_kept or self._ring_bytes > self._ring_max):
-            *_, gone_frames, gone_size, gone_pooled = ring.popleft()
-            self._ring_bytes -= gone_size
-            if gone_pooled:
-                self._frames.give_back(frame for _, frame in gone_frames)
+        if packed is not None:
+            self._ring.keep(record, packed)
 
     def _write_ring(self, trigger: str, robot: str) -> None:
         """Every record in the ring to a file of its own (the ring keeps them too: the next
         incident's file has its own last seconds)."""
         now = self._wall(time.monotonic_ns())
-        file = self._open(f"incident-{_stamp(now)}-{trigger}-{_file_part(robot)}.mcap")
-        for at, robot_of, kind, message, bound, frames, *_ in list(self._ring):
+        file = self._open(f"incident-{stamp(now)}-{trigger}-{file_part(robot)}.mcap")
+        self._file = file  # a write error finds it here (_lost_file)
+        for at, robot_of, kind, message, bound, frames, *_ in self._ring:
             self._write_entry(file, at, robot_of, kind, (message, bound), frames)
         file.close()  # not after a failure: the file process has ended, having said why
+        self._file = None
         self.incidents += 1
+        self._incident_files.finished(file.path)
+        deleted = self._incident_files.files_deleted
+        self._incident_files.make_room(quiet=True)
+        if self._incident_files.files_deleted > deleted == 0:  # the first time only
+            log.warning("recording: record.max_incidents_mb (%d) reached; the oldest incident "
+                        "files are deleted from now on (counted in status)",
+                        self.config.max_incidents_mb)  # fmt: skip
         # A robot's name is plain ASCII (checked at hello): safe in a log line as it is.
         log.warning("recording: %s of robot %s, the last %.1f s written to %s", trigger,
                     robot, self.config.ring_seconds, file.path)  # fmt: skip
@@ -396,14 +393,12 @@ class Recorder:
             "files": len(self.files),
             "current_file": str(current.path) if current is not None else None,
             "incidents": self.incidents,
-            "files_deleted": self.files_deleted,
-            "bytes_deleted": self.bytes_deleted,
+            "incidents_deleted": self._incident_files.files_deleted,
+            "incidents_not_written": self.incidents_not_written,
+            "files_deleted": self._rotated.files_deleted,
+            "bytes_deleted": self._rotated.bytes_deleted + self._incident_files.bytes_deleted,
+            "paused": self._pause.reason,  # None, or why writes fail now (retried)
             "torn_frames": self.torn_frames,
             "not_json": self.not_json,
             "error": self.error,
         }
-
-
-def _file_part(robot: str) -> str:
-    """A robot's name as part of a file name (its letters, digits, - and _)."""
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in robot)[:64]

@@ -172,7 +172,7 @@ def step_versus_period(status: dict[str, Any]) -> str | None:
         f"control period ({period_ms:.0f} ms at {status['control_hz']:g} Hz): each chunk arrives "
         "a step or more after its observation and its first actions are skipped. A GPU (or a "
         "lower control.rate_hz, a longer inference.query_period; for TD-MPC2 "
-        "policy.planner.mode=prior) closes the gap."
+        "policy.tdmpc2.mode=prior) closes the gap."
     )
 
 

@@ -42,7 +42,7 @@ CPU_FITS: dict[str, CpuFit] = {
         "a 50 Hz control period, so it runs at 10 Hz, a chunk every 10 steps (1 s)",
     ),
     "tdmpc2": CpuFit(
-        ("policy.planner.mode=prior",),
+        ("policy.tdmpc2.mode=prior",),
         "a CPU plan (512 samples x 6 iterations) takes longer than its chunk lasts, so the "
         "demo serves fast mode: the policy prior's action, no planning",
     ),
@@ -69,6 +69,7 @@ def cpu_fit(policy: str, cuda: bool, explicit: Sequence[str] = ()) -> tuple[list
 def explicit_keys(config_path: Path | None, overrides: Sequence[str]) -> list[str]:
     """Dotted keys ("control.rate_hz") the user set in the --config file or with --set."""
     from controller.config import load_config
+    from controller.policy_sections import PolicyConfig
 
     config = load_config(config_path, list(overrides))
     keys = [o.split("=", 1)[0].strip() for o in overrides]
@@ -76,6 +77,10 @@ def explicit_keys(config_path: Path | None, overrides: Sequence[str]) -> list[st
     def walk(model: object, prefix: str) -> None:
         for name in getattr(model, "model_fields_set", ()):
             value = getattr(model, name)
+            if isinstance(model, PolicyConfig) and name == "sections":
+                for section, settings in value.items():  # spelled policy.<section>
+                    walk(settings, f"{prefix}{section}.")
+                continue
             keys.append(prefix + name)
             if hasattr(value, "model_fields_set"):
                 walk(value, f"{prefix}{name}.")

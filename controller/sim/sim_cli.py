@@ -1,5 +1,6 @@
-"""`tempo sim-robot` (a simulated robot driver against a daemon) and `tempo demo` (a daemon and
-a simulated robot, with a live status line).
+"""`tempo sim-robot` (a simulated robot driver against a daemon), `tempo eval` (seeded episodes
+of a simulated environment through the running daemon, summarised) and `tempo demo` (a daemon
+and a simulated robot, with a live status line).
 
 `tempo sim-robot --joints ...` runs on the driver's install (numpy, pyzmq, msgpack): the robot is
 then described by its options, and nothing of the serve extra is imported. Without --joints it
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from controller.errors import ConfigError
+from controller.sim.clocks import CLOCKS
 from policies.registry import families
 
 if TYPE_CHECKING:
@@ -50,6 +53,14 @@ def add_sim_parsers(
         metavar="NAME=HxW",
         help="a camera of the robot given by --joints, e.g. front=96x128 (repeatable)",
     )
+    sim.add_argument(
+        "--env",
+        metavar="NAME",
+        help="drive a simulated environment instead of the simulated arm: "
+        "pusht, aloha-insertion or aloha-transfer-cube (the sim extra); its observations "
+        "are the policy's cameras and state as LeRobot's env configs map them",
+    )
+    add_episode_args(sim)
     sim.add_argument("--seconds", type=float, default=10.0, help="how long to run (default 10)")
     sim.add_argument(
         "--camera-hz", type=float, default=30.0, help="new camera frames per second (default 30)"
@@ -80,6 +91,79 @@ def add_sim_parsers(
         help="; ".join(f"{name}: {d.help}" for name, d in demos.items()),
     )
     demo.set_defaults(func=cmd_demo)
+
+    evaluate = sub.add_parser(
+        "eval", help="seeded episodes of a simulated environment through the running daemon"
+    )
+    add_config_args(evaluate)
+    evaluate.add_argument(
+        "--connect", help=f"daemon endpoint (default: server.bind, {DEFAULT_BIND})"
+    )
+    evaluate.add_argument(
+        "--env", required=True, metavar="NAME", help="pusht, aloha-insertion or aloha-transfer-cube"
+    )
+    add_episode_args(evaluate)
+    evaluate.add_argument(
+        "--policy", help="the daemon's policy to be served by (default: the daemon's default)"
+    )
+    evaluate.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the summary as JSON to PATH ('-': print it instead of the table)",
+    )
+    evaluate.add_argument(
+        "--video",
+        metavar="SEED,SEED,...",
+        help="write these episodes' rollouts as MP4 (into --video-dir)",
+    )
+    evaluate.add_argument(
+        "--video-dir", type=Path, default=Path("."), help="where --video writes (default: here)"
+    )
+    evaluate.set_defaults(func=lambda args: cmd_eval(args, setup_logging, load_config))
+
+
+def add_episode_args(parser: Any) -> None:
+    """The options of seeded episodes (`sim-robot --env`, `eval`)."""
+    parser.add_argument(
+        "--clock",
+        choices=CLOCKS,
+        default="lockstep",
+        help="realtime: the environment moves on at its frame rate while the policy infers (the "
+        "daemon must tick at that rate); lockstep: it waits for each action, as LeRobot's eval "
+        "loop does (default)",
+    )
+    parser.add_argument("--episodes", type=int, default=1, help="episodes to run (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="the first episode's seed (default 0)")
+    parser.add_argument(
+        "--max-steps", type=int, help="end each episode after this many steps (default: the env's)"
+    )
+
+
+def episode_seeds(args: argparse.Namespace) -> list[int]:
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes must be at least 1, not {args.episodes}")
+    return [args.seed + i for i in range(args.episodes)]
+
+
+def video_seeds(args: argparse.Namespace, seeds: Sequence[int]) -> list[int]:
+    """--video's seeds, each one of the episodes'."""
+    if args.video is None:
+        return []
+    chosen = []
+    for text in args.video.split(","):
+        if not text.strip().lstrip("-").isdigit() or int(text) not in seeds:
+            raise ConfigError(
+                f"--video {args.video!r}: each value must be the seed of one of the episodes "
+                f"({seeds[0]} to {seeds[-1]})"
+            )
+        chosen.append(int(text))
+    return chosen
+
+
+def env_endpoint(args: argparse.Namespace, load_config: LoadConfig) -> str:
+    """--connect, else a given config's server.bind, else the default (no config needed)."""
+    given = load_config(args) if args.config or args.overrides else None
+    return str(args.connect or (given.server.bind if given else DEFAULT_BIND))
 
 
 def _robot_description(config: TempoConfig) -> tuple[list[str], dict[str, tuple[int, int]], int]:
@@ -129,6 +213,19 @@ def cmd_sim_robot(
     args: argparse.Namespace, setup_logging: Callable[[str], None], load_config: LoadConfig
 ) -> int:
     setup_logging(args.log_level or "WARNING")
+    if args.env is not None:
+        if args.joints is not None or args.cameras:
+            raise ConfigError("--env is the robot; leave out --joints and --camera")
+        from controller.sim.env_robot import main_env_robot
+
+        return main_env_robot(
+            env_endpoint(args, load_config),
+            args.env,
+            args.clock,
+            episode_seeds(args),
+            args.max_steps,
+            args.json_lines,
+        )
     joints, cameras, state_size, endpoint = sim_robot_description(args, load_config)
     from controller.sim.sim_robot import main_sim_robot
 
@@ -151,6 +248,26 @@ def _config_args(args: argparse.Namespace) -> list[str]:
     for override in args.overrides:
         out += ["--set", override]
     return out
+
+
+def cmd_eval(
+    args: argparse.Namespace, setup_logging: Callable[[str], None], load_config: LoadConfig
+) -> int:
+    setup_logging(args.log_level or "WARNING")
+    from controller.sim.env_robot import main_eval
+
+    seeds = episode_seeds(args)
+    return main_eval(
+        env_endpoint(args, load_config),
+        args.env,
+        args.clock,
+        seeds,
+        args.max_steps,
+        args.json,
+        policy=args.policy,
+        video_dir=args.video_dir,
+        video_seeds=video_seeds(args, seeds),
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

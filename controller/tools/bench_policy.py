@@ -161,6 +161,7 @@ def runner_config(args: argparse.Namespace, cache_dir: Path, **overrides: Any): 
         "cudnn_benchmark": args.cudnn_benchmark,
         "cache_dir": cache_dir,
         "step_budget_ms": None,  # measure every tier; never demote for time here
+        "serve_slower_tiers": True,  # and time a tier slower than one below it too
     }
     settings.update(overrides)
     return RunnerConfig(**settings)

@@ -58,9 +58,9 @@ from controller.errors import TempoError
 from controller.inference.build import build_runner, resolve_device
 from controller.observe.percentiles import summarize
 from controller.runner_config import RunnerConfig
-from controller.tools.tdmpc2_official import OfficialStylePlanner
 from policies.base import RobotContext
 from policies.tdmpc2.config import TDMPC2Config
+from policies.tdmpc2.official_style_planner import OfficialStylePlanner
 from policies.tdmpc2.planner import TDMPC2Policy
 from policies.tdmpc2.serving import MEAN, random_tdmpc2_policy, tdmpc2_policy
 
@@ -136,6 +136,7 @@ def runner_config(args: argparse.Namespace, cuda: bool, parity_rtol: float) -> R
         compile_mode=args.compile_mode,
         cache_dir=Path(tempfile.mkdtemp(prefix="tempo-bench-tdmpc2-")),
         step_budget_ms=None,
+        serve_slower_tiers=True,  # time every tier, a slower one too
         parity_rtol=parity_rtol,
     )
 

@@ -73,7 +73,9 @@ def run_build(config: Any, rebuild: bool = False) -> int:
     """Build (or check) the artefacts of `config`'s policy (a TempoConfig); exit code."""
     import torch
 
+    from controller.inference.artefact_files import unusable_slots
     from controller.inference.artefact_folders import folder_to_build
+    from controller.inference.artefact_identity import ArtefactRefused
     from controller.inference.build import build_policy, planner_runner, resolve_device
     from controller.inference.tier_checks import tier_names
 
@@ -90,7 +92,12 @@ def run_build(config: Any, rebuild: bool = False) -> int:
     folder = folder_to_build(runner, config.policy)
     if rebuild:
         for stale in folder.glob("step-*"):
-            stale.unlink()
+            try:
+                stale.unlink()
+            except OSError as exc:
+                raise ArtefactRefused(
+                    f"--rebuild cannot remove {stale} ({exc.strerror}); remove it by hand"
+                ) from None
     began = time.perf_counter()
     policy = build_policy(
         config.policy,
@@ -101,6 +108,13 @@ def run_build(config: Any, rebuild: bool = False) -> int:
     )
     served = planner_runner(policy)
     took = time.perf_counter() - began
+    unusable = unusable_slots(folder)
+    if unusable:  # left as it is, serve would refuse it and build again at every start
+        manifest, why = unusable[0]
+        more = f" (and {len(unusable) - 1} more)" if len(unusable) > 1 else ""
+        raise ArtefactRefused(
+            f"{manifest}{more} cannot be used by serve ({why}); remove it and run tempo build again"
+        )
     packages = sorted(p.name for p in folder.glob("step-*.pt2"))
     print(
         f"built in {took:.1f} s into {folder}: {len(packages)} AOTInductor package(s); "

@@ -8,7 +8,9 @@ for the observation's control step (the first command of that step or later, bef
 observation). A hold sends nothing new: its frame gets the last action sent in the episode (the
 observed state before any) and `action.held`. `teleop` says the operator owned a joint then,
 `teleop.joints` which. Episodes are the recording's (`obs.episode_start`); a robot that never
-started one is one episode. An episode cut by a file's rotation continues in the next file.
+started one is one episode. Each session of a robot name is walked apart (every record names
+its session): one session's commands never answer another's observations, and no episode holds
+two sessions' frames. An episode cut by a file's rotation continues in the next file.
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ class ExportNotes:
 
 
 class _RobotWalk:
-    """One robot's messages, file after file, in order: observations become frames, commands
-    fill in their action."""
+    """One robot session's messages, file after file, in order: observations become frames,
+    commands fill in their action."""
 
-    def __init__(self, robot: str) -> None:
+    def __init__(self, robot: str, session: str) -> None:
         self.robot = robot
+        self.session_id = session  # "": a recording older than session ids (one walk a robot)
         self.episode: Episode | None = None
         self.pending: tuple[Episode, int, int] | None = None  # (episode, frame, its step)
         self.last_action: np.ndarray | None = None
@@ -91,7 +94,7 @@ class _RobotWalk:
             and received - episode.last_ns > ROTATION_GAP_NS
         ):
             task = self.tasks.get(number) or self.task
-            episode = Episode(self.robot, number, task)
+            episode = Episode(self.robot, number, task, self.session_id)
             done.append(episode)
             self.episode = episode
             self.last_action = None
@@ -142,7 +145,7 @@ def recorded_episodes(
     """Every robot's (or only `robot`'s) episodes in the recordings, in order."""
     notes = ExportNotes()
     episodes: list[Episode] = []
-    walks: dict[str, _RobotWalk] = {}  # a robot's, going on from file to file
+    walks: dict[tuple[str, str], _RobotWalk] = {}  # a robot session's, from file to file
     for recording in recordings:
         for going_on in walks.values():
             going_on.first = True
@@ -156,10 +159,14 @@ def recorded_episodes(
         for message in recording.messages:
             if robot is not None and message.robot != robot:
                 continue
-            walk = walks.get(message.robot)
-            if walk is None:
-                walk = walks[message.robot] = _RobotWalk(message.robot)
             name, data = message.name, message.data
+            if name.startswith("camera/"):
+                continue  # joined to their observation above
+            session = data.get("session")
+            whose = (message.robot, session if isinstance(session, str) else "")
+            walk = walks.get(whose)
+            if walk is None:
+                walk = walks[whose] = _RobotWalk(*whose)
             if name == "observation":
                 key = (message.robot, message.publish_ns)
                 walk.observation(data, frames.get(key), notes, episodes)

@@ -14,7 +14,9 @@ cut short is replayed as far as it can be read, and says so in one sentence.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator, Mapping
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,11 +135,21 @@ def recorded_requests(
         )
 
 
-def replay(recording: Recording, policy: Policy) -> ReplayResult:
-    """Every recorded request through `policy`, each chunk against the one served."""
+PROGRESS_EVERY_S = 5.0  # a replay of a long recording on a CPU runs for minutes
+
+
+def replay(
+    recording: Recording, policy: Policy, say: Callable[[str], None] | None = None
+) -> ReplayResult:
+    """Every recorded request through `policy`, each chunk against the one served; `say` hears
+    how far it got every PROGRESS_EVERY_S seconds."""
     result = ReplayResult(problem=recording.problem)
     spec = policy.spec
+    started = last_said = time.monotonic()
     for request in recorded_requests(recording, result.skipped):
+        if say is not None and time.monotonic() - last_said >= PROGRESS_EVERY_S:
+            last_said = time.monotonic()
+            say(f"replayed {len(result.steps)} requests ({last_said - started:.0f} s)")
         for camera in spec.cameras:
             frame = request.images.get(camera.name)
             if frame is None or frame.shape != camera.shape:
@@ -219,12 +231,17 @@ def run_replay(args: argparse.Namespace, config: Any) -> int:
     """`tempo replay` with the loaded config (the policy: --config, --set, --policy.path)."""
     from controller.inference.build import build_policy
 
+    def say(line: str) -> None:  # progress on stderr: stdout holds only the comparison
+        print(f"tempo replay: {line}", file=sys.stderr, flush=True)
+
     recording = read_recording(args.file)  # before the policy loads: a bad file fails fast
     # No step budget: a replay has no control period to keep, so the serving-only budget's
     # warnings and overrun demotions would say nothing about the recording.
     runner = config.runner.model_copy(update={"top_tier": args.tier, "step_budget_ms": None})
+    say(f"building the policy (up to tier {args.tier})")
     policy = build_policy(config.policy, config.robot, runner)
-    result = replay(recording, policy)
+    say("replaying the recorded requests")
+    result = replay(recording, policy, say)
     print(render(result, top=args.top, every_step=not args.summary))
     if args.plot is not None:
         print(f"plot written to {plot(result, args.plot)}")

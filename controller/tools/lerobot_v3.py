@@ -45,6 +45,7 @@ class Episode:
     robot: str
     number: int  # the recording's episode number
     task: str
+    session: str = ""  # the recording's session id ("" in recordings older than session ids)
     state: list[np.ndarray] = field(default_factory=list)
     action: list[np.ndarray | None] = field(default_factory=list)  # None: not yet known
     held: list[bool] = field(default_factory=list)

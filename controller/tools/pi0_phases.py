@@ -29,9 +29,9 @@ import torch
 from controller.inference.device_timer import DeviceTimer
 from controller.inference.runner import Runner
 from controller.inference.tiers import precision_dtype
-from controller.policy_sections import RTCConfig
 from controller.tools.phase_timing import eager_module, timed_rounds
 from controller.tools.profile_result import Row, rtc_phase_rows
+from policies.flow.settings import RTCConfig
 from policies.inputs import example_frames
 from policies.pi0.rtc import Pi0RealTimeChunking
 from policies.pi0.step import Pi0Step

@@ -264,7 +264,7 @@ def render_profile(result: ProfileResult) -> str:
         "step": "policy step, and its phases          (share of the step)",
         "model": "eager forward by top-level submodule  (share of the forward)",
         "tick": "per control step, per robot          (share of the period)",
-        "phases": "policy by phase (flow, pi0)           (share of its eager forward)",
+        "phases": f"{'policy by phase':<38}(share of its eager forward)",
     }
     group = None
     for row in result.rows:

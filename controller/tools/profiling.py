@@ -57,13 +57,14 @@ from controller.inference.step_path import StepPath
 from controller.inference.tiers import Tier, precision_dtype
 from controller.tools.flow_phases import phase_rows, phase_summary
 from controller.tools.module_timing import FORWARD, SubmoduleTimer
+from controller.tools.phase_timing import family_phase_rows
 from controller.tools.profile_result import ProfileResult, Row
 from controller.tools.profile_view import recommend, render_profile
 from controller.tools.replay import ObservationSource
 from controller.tools.reports import write_profile_report
 from controller.tools.torch_trace import torch_trace
 from policies.base import PolicySpec, window_context
-from policies.catalog import describe_source
+from policies.catalog import describe_source, profile_phases
 from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
@@ -252,10 +253,12 @@ def run_profile(
         ens, guards = timed_control_step(pipeline, i, due, state[-1])
         columns["ensembler"][i], columns["guards"][i] = ens / 1e9, guards / 1e9
     flow = phase_summary(runner.step_path.module)
-    if flow is None:
+    family_phases = profile_phases(runner.step_path.module)
+    if flow is None and family_phases is None:
         say("timing the eager forward per submodule (forward hooks)")
         children, uncalled = _breakdown(runner, precision, source, iterations)
-    else:  # a flow or pi0 policy's time is in its phases (encode once, n steps, guidance)
+    else:  # a flow or pi0 policy's time is in its phases (encode once, n steps, guidance);
+        # another's in the phases its family names (policies.registry.ProfilePhases)
         say("timing the policy's phases (eager)")
         children, uncalled = {}, []
 
@@ -329,6 +332,8 @@ def run_profile(
         )
     if flow is not None:
         rows += phase_rows(runner, precision, iterations)
+    if family_phases is not None:
+        rows += family_phase_rows(runner, precision, iterations, family_phases)
     rows += [
         Row(
             "ensembler",

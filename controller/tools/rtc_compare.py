@@ -101,9 +101,8 @@ class RTCCompareResult:
 
 def rtc_variant(config: TempoConfig, mode: str) -> TempoConfig:
     """`config` with policy.rtc.mode = `mode` and newest-chunk execution."""
-    policy = config.policy.model_copy(
-        update={"rtc": config.policy.rtc.model_copy(update={"mode": mode})}
-    )
+    rtc = config.policy.section("rtc").model_copy(update={"mode": mode})
+    policy = config.policy.with_section("rtc", rtc)
     inference = config.inference.model_copy(update={"ensemble": "newest"})
     return config.model_copy(update={"policy": policy, "inference": inference})
 

@@ -21,13 +21,15 @@ socket. Write a camera straight into the next slot to skip even the one copy:
 
 If the daemon restarts, the client notices (an `unknown_session` error, or silence) and makes a
 fresh handshake on a fresh socket by itself; until the new `welcome` it answers `hold`, and no
-action from before the restart is ever returned.
+action from before the restart is ever returned. The socket, the handshake and the frame ring
+are the client's `connection` (controller.wire.client_connection); the client checks what the
+robot sends and keeps what the daemon answers.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +43,12 @@ from controller.errors import (
 )
 from controller.wire.client_connection import ClientConnection, Welcome, checked_task
 from controller.wire.commands import ClientCounters, Command, CommandInbox
-from controller.wire.curve import ClientKeys, load_client_keys
+from controller.wire.curve import load_client_keys
 from controller.wire.declared_robot import DeclaredRobot
-from controller.wire.frame_ring_writer import FrameRingWriter
-from controller.wire.handshake_watch import HandshakeWatch
 from controller.wire.header_schema import check_mark_reason
 
 
-class TempoClient(ClientConnection):
+class TempoClient:
     def __init__(
         self,
         endpoint: str,
@@ -67,52 +67,109 @@ class TempoClient(ClientConnection):
         frames_in_place: bool | None = None,
         task: str | None = None,
         policy: str | None = None,  # the daemon's policy to be served by (None: its default)
+        on_command: Callable[[Command, str], None] | None = None,
     ) -> None:
         """`frames_in_place`: camera frames through a shared-memory ring instead of the
         socket. None (default): when the endpoint is ipc:// and the daemon offers one; True:
         required (connect raises HandshakeRefused if the daemon offers none); False: never.
         `task`: what the robot is asked to do, for a policy that reads a text prompt (see
-        `connect`)."""
-        self.task = checked_task(task, "hello")
-        self.policy = policy
-        self.endpoint = endpoint
-        self.frames_in_place = frames_in_place
-        self._ask_in_place = frames_in_place is True or (
-            frames_in_place is None and endpoint.startswith("ipc://")
-        )
-        self._frames: FrameRingWriter | None = None  # frames in place, once welcomed
-        self.robot = robot
-        self._declared = DeclaredRobot(joints, cameras, state_size, limits)
-        self.spec = self._declared.spec
-        self.stale_after_ns = int(stale_after_s * 1e9)
-        self.silence_reconnect_ns = int(silence_reconnect_s * 1e9)
-        self.handshake_timeout_ns = int(handshake_timeout_s * 1e9)
-        self.context = context or zmq.Context.instance()
+        `connect`). `on_command(command, session)`: called with every action and hold of the
+        current session as it arrives, on the thread that calls receive (recorders, tests)."""
         if (client_secret_key is None) != (server_public_key is None):
             raise SecurityError(
                 "client_secret_key and server_public_key go together; pass both or neither"
             )
-        # Loaded once: every reconnect makes a fresh socket and must not re-read files.
-        self._keys: ClientKeys | None = (
-            load_client_keys(Path(client_secret_key), Path(server_public_key))
-            if client_secret_key is not None and server_public_key is not None
-            else None
-        )
+        self._declared = DeclaredRobot(joints, cameras, state_size, limits)
+        self.stale_after_ns = int(stale_after_s * 1e9)
         self.counters = ClientCounters()
-        self._inbox = CommandInbox(self.counters)
-        self.welcome: Welcome | None = None
-        self._socket: zmq.Socket | None = None
-        self._watch: HandshakeWatch | None = None  # why ZeroMQ's own handshake failed, if it did
-        self._seq = 0
-        self._last_heard_ns = 0
-        self._hello_sent_ns = 0
+        self._inbox = CommandInbox(self.counters, on_command)
+        self.connection = ClientConnection(
+            endpoint,
+            robot,
+            self._declared,
+            task=checked_task(task, "hello"),
+            policy=policy,
+            frames_in_place=frames_in_place,
+            # Loaded once: every reconnect makes a fresh socket and must not re-read files.
+            keys=(
+                load_client_keys(Path(client_secret_key), Path(server_public_key))
+                if client_secret_key is not None and server_public_key is not None
+                else None
+            ),
+            context=context or zmq.Context.instance(),
+            counters=self.counters,
+            inbox=self._inbox,
+            handshake_timeout_ns=int(handshake_timeout_s * 1e9),
+            silence_reconnect_ns=int(silence_reconnect_s * 1e9),
+        )
+
+    # -- the connection --------------------------------------------------------------------
+
+    def connect(self, task: str | None = None) -> Welcome:
+        """Handshake, waiting up to the handshake timeout. Raises HandshakeRefused (also when
+        the daemon's CurveZMQ security refused this driver's keys, or their absence) or
+        DaemonUnavailable. `task` (or the one given before): the robot's task, for a policy
+        that reads a text prompt; a reconnection says it again. ValueError, before sending,
+        for a blank task or one over 1,000 bytes of UTF-8."""
+        return self.connection.connect(task)
+
+    def close(self) -> None:
+        """Say bye (best effort) and close the socket."""
+        self.connection.close()
+
+    @property
+    def connected(self) -> bool:
+        return self.connection.connected
+
+    @property
+    def welcome(self) -> Welcome | None:
+        """The daemon's welcome of this session; None while not connected."""
+        return self.connection.welcome
+
+    @property
+    def robot(self) -> str:
+        return self.connection.robot
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The robot as its hello declares it (joints, cameras, state size, limits)."""
+        return self._declared.spec
+
+    @property
+    def endpoint(self) -> str:
+        return self.connection.endpoint
+
+    @property
+    def task(self) -> str | None:
+        """The robot's task, as the next hello says it."""
+        return self.connection.task
+
+    @property
+    def policy(self) -> str | None:
+        return self.connection.policy
+
+    @property
+    def frames_in_place(self) -> bool | None:
+        return self.connection.frames_in_place
+
+    @property
+    def context(self) -> zmq.Context:
+        return self.connection.context
+
+    @property
+    def handshake_timeout_ns(self) -> int:
+        return self.connection.handshake_timeout_ns
+
+    @property
+    def silence_reconnect_ns(self) -> int:
+        return self.connection.silence_reconnect_ns
 
     # -- frames in place -------------------------------------------------------------------
 
     @property
     def frames_shared(self) -> bool:
         """Whether this session's frames go through the daemon's shared-memory ring."""
-        return self._frames is not None
+        return self.connection.frames is not None
 
     def frame_buffers(self) -> dict[str, np.ndarray] | None:
         """Writable views of the next frame slot, one (height, width, 3) uint8 array per
@@ -120,7 +177,8 @@ class TempoClient(ClientConnection):
         which then sends only the header. The slot is the daemon's from that send until it
         has finished with the observation: write only into what this returns, before sending.
         None without a ring, or while the daemon holds every slot (send arrays then)."""
-        return self._frames.buffers() if self._frames is not None else None
+        frames = self.connection.frames
+        return frames.buffers() if frames is not None else None
 
     def __enter__(self) -> TempoClient:
         self.connect()
@@ -163,14 +221,16 @@ class TempoClient(ClientConnection):
                     "episode_start=True with it"
                 )
             task = checked_task(task, "obs")
-        in_place = self._frames is not None and self._frames.claimed(images)
+        ring = self.connection.frames
+        in_place = ring is not None and ring.claimed(images)
         arrays: dict[str, np.ndarray] = {} if in_place else dict(images)
         if not in_place:
             self._declared.check_images(arrays)  # checked first, connected or not
         arrays["state"] = self._declared.state(state)
         if teleop is not None:
             arrays["teleop"] = self._declared.teleop(teleop)
-        self._check_connection()
+        self.connection.keep_alive()
+        ring = self.connection.frames  # a reconnect may have closed the ring
         if self.welcome is None:
             self.counters.dropped_observations += 1
             return None
@@ -180,22 +240,19 @@ class TempoClient(ClientConnection):
         if episode_start:
             fields["episode_start"] = True
         if task is not None:
-            fields["task"] = self.task = task
+            fields["task"] = task
+            self.connection.say_task(task)
         slot = None
-        if self._frames is not None:
-            slot = self._frames.place(arrays, in_place)
+        if ring is not None:
+            slot = ring.place(arrays, in_place)
             if slot is None:  # the daemon holds every slot: these frames go on the socket
                 self.counters.frames_on_socket += 1
             else:
                 fields["frame_slot"] = slot
         dropped = self.counters.dropped_observations
-        seq = self._send("obs", fields, arrays)
-        if (
-            slot is not None
-            and self._frames is not None
-            and dropped != self.counters.dropped_observations
-        ):
-            self._frames.unsent(slot["index"], slot["generation"])  # never left: slot free
+        seq = self.connection.send("obs", fields, arrays)
+        if slot is not None and ring is not None and dropped != self.counters.dropped_observations:
+            ring.unsent(slot["index"], slot["generation"])  # never left: slot free
         return seq
 
     def set_teleop(self, joints: Sequence[str]) -> None:
@@ -212,7 +269,7 @@ class TempoClient(ClientConnection):
             )
         if self.welcome is None:
             raise DaemonUnavailable("not connected; call connect() first")
-        self._send("teleop", {"session": self.welcome.session, "joints": list(joints)})
+        self.connection.send("teleop", {"session": self.welcome.session, "joints": list(joints)})
 
     def mark(self, reason: str) -> None:
         """Ask the daemon's flight recorder to keep this moment (in ring mode: the last seconds
@@ -227,7 +284,7 @@ class TempoClient(ClientConnection):
             raise ValueError(str(exc)) from None
         if self.welcome is None:
             raise DaemonUnavailable("not connected; call connect() first")
-        self._send("mark", {"session": self.welcome.session, "reason": reason})
+        self.connection.send("mark", {"session": self.welcome.session, "reason": reason})
 
     # -- receiving -------------------------------------------------------------------------
 
@@ -239,8 +296,8 @@ class TempoClient(ClientConnection):
         `hold` when no action came for `stale_after_s` (reason `no_action`), or the daemon's own
         `hold`.
         """
-        self._pump(int(timeout_s * 1000), raise_refusal=False)
-        self._check_connection()
+        self.connection.pump(int(timeout_s * 1000), raise_refusal=False)
+        self.connection.keep_alive()
         now = time.monotonic_ns()
         if self.welcome is None:
             return Command("hold", reason="connecting")

@@ -1,7 +1,9 @@
-"""The connection half of TempoClient (controller.wire.client): a fresh DEALER socket for each
-hello, the hello/welcome handshake, the loop that takes the daemon's messages off the socket,
-and reconnecting when the daemon restarts (an `unknown_session` error) or falls silent. Until a
-new `welcome` nothing from an earlier session is acted on.
+"""A driver's connection to the daemon, which TempoClient (controller.wire.client) owns: a
+fresh DEALER socket for each hello, the hello/welcome handshake, the frame ring the welcome
+offers, the loop that takes the daemon's messages off the socket (the session's actions and
+holds go to the client's CommandInbox), and reconnecting when the daemon restarts (an
+`unknown_session` error) or falls silent. Until a new `welcome` nothing from an earlier session
+is acted on.
 
 Also `checked_task`, the check of a robot's task as the daemon will make it.
 """
@@ -41,29 +43,56 @@ class Welcome:
 
 
 class ClientConnection:
-    """Mixed into TempoClient, whose attributes these are (set by its constructor)."""
+    def __init__(
+        self,
+        endpoint: str,
+        robot: str,
+        declared: DeclaredRobot,
+        *,
+        task: str | None,
+        policy: str | None,
+        frames_in_place: bool | None,
+        keys: ClientKeys | None,
+        context: zmq.Context,
+        counters: ClientCounters,
+        inbox: CommandInbox,
+        handshake_timeout_ns: int,
+        silence_reconnect_ns: int,
+    ) -> None:
+        """declared: the robot its hello declares; task: already checked (checked_task);
+        counters and inbox: the client's, which this connection counts and delivers into."""
+        self.endpoint = endpoint
+        self.robot = robot
+        self._declared = declared
+        self.task = task
+        self.policy = policy
+        self.frames_in_place = frames_in_place
+        self._ask_in_place = frames_in_place is True or (
+            frames_in_place is None and endpoint.startswith("ipc://")
+        )
+        self._keys = keys
+        self.context = context
+        self._counters = counters
+        self._inbox = inbox
+        self.handshake_timeout_ns = handshake_timeout_ns
+        self.silence_reconnect_ns = silence_reconnect_ns
+        self.welcome: Welcome | None = None
+        # The daemon's frame ring for this session (frames in place), once welcomed.
+        self.frames: FrameRingWriter | None = None
+        self._socket: zmq.Socket | None = None
+        self._watch: HandshakeWatch | None = None  # why ZeroMQ's own handshake failed, if it did
+        self._seq = 0
+        self._last_heard_ns = 0
+        self._hello_sent_ns = 0
 
-    endpoint: str
-    robot: str
-    spec: dict[str, Any]
-    task: str | None
-    policy: str | None
-    frames_in_place: bool | None
-    handshake_timeout_ns: int
-    silence_reconnect_ns: int
-    context: zmq.Context
-    counters: ClientCounters
-    welcome: Welcome | None
-    _ask_in_place: bool
-    _frames: FrameRingWriter | None
-    _declared: DeclaredRobot
-    _keys: ClientKeys | None
-    _inbox: CommandInbox
-    _socket: zmq.Socket | None
-    _watch: HandshakeWatch | None
-    _seq: int
-    _last_heard_ns: int
-    _hello_sent_ns: int
+    @property
+    def seq(self) -> int:
+        """The sequence number of the last message sent (0 before any)."""
+        return self._seq
+
+    def say_task(self, task: str) -> None:
+        """The robot's task (checked) from now on: the next hello says it."""
+        self.task = task
 
     # -- the handshake ------------------------------------------------------------------------
 
@@ -85,7 +114,7 @@ class ClientConnection:
             if remaining_ms <= 0:
                 timeout_s = self.handshake_timeout_ns / 1e9
                 raise DaemonUnavailable(no_answer(self.endpoint, timeout_s, self._keys is not None))
-            self._pump(min(remaining_ms, 50), raise_refusal=True)  # 50: look at the watch too
+            self.pump(min(remaining_ms, 50), raise_refusal=True)  # 50: look at the watch too
         return self.welcome
 
     @property
@@ -106,13 +135,13 @@ class ClientConnection:
         self._hello_sent_ns = time.monotonic_ns()
         self._last_heard_ns = self._hello_sent_ns
         self._close_ring()
-        fields: dict[str, Any] = {"spec": self.spec}
+        fields: dict[str, Any] = {"spec": self._declared.spec}
         if self._ask_in_place:
             fields["frames_in_place"] = True
         if self.task is not None:
             fields["task"] = self.task
         fields.update({"policy": self.policy} if self.policy is not None else {})
-        self._send("hello", fields)
+        self.send("hello", fields)
 
     def _close_socket(self) -> None:
         if self._watch is not None:
@@ -126,8 +155,8 @@ class ClientConnection:
         refused = self._watch.failure() if self._watch is not None else None
         if refused is not None:  # say why, not only that nothing came
             why = f"{why}; the handshake was refused: {refused}"
-            self.counters.last_error = f"handshake refused: {refused}"
-        self.counters.reconnects += 1
+            self._counters.last_error = f"handshake refused: {refused}"
+        self._counters.reconnects += 1
         log.warning("reconnecting to %s: %s", self.endpoint, why)
         self._send_hello()
 
@@ -136,21 +165,23 @@ class ClientConnection:
         if self._socket is None:
             return
         if self.welcome is not None:
-            self._send("bye", {"session": self.welcome.session})
+            self.send("bye", {"session": self.welcome.session})
         self._close_socket()
         self.welcome = None
         self._close_ring()
 
     def _close_ring(self) -> None:
-        if self._frames is not None:
-            self._frames.close()
-        self._frames = None
+        if self.frames is not None:
+            self.frames.close()
+        self.frames = None
 
     # -- the socket ---------------------------------------------------------------------------
 
-    def _send(
+    def send(
         self, kind: str, fields: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None
     ) -> int:
+        """Send one message of this robot, as it is (no checks: the client made them); its
+        sequence number. Dropped and counted when the socket's queue is full."""
         self._seq += 1
         frames = encode(
             kind,
@@ -165,10 +196,12 @@ class ClientConnection:
         try:
             self._socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:
-            self.counters.dropped_observations += 1
+            self._counters.dropped_observations += 1
         return self._seq
 
-    def _pump(self, timeout_ms: int, raise_refusal: bool) -> None:
+    def pump(self, timeout_ms: int, raise_refusal: bool) -> None:
+        """Wait up to `timeout_ms` for a message, then take every one queued. raise_refusal:
+        a refused hello raises HandshakeRefused (else it is logged and counted)."""
         if self._socket is None:
             return
         if timeout_ms > 0 and not self._socket.poll(timeout_ms):
@@ -181,8 +214,8 @@ class ClientConnection:
             try:
                 message = decode(frames)
             except ProtocolError as exc:
-                self.counters.errors += 1
-                self.counters.last_error = f"undecodable message from the daemon: {exc}"
+                self._counters.errors += 1
+                self._counters.last_error = f"undecodable message from the daemon: {exc}"
                 continue
             self._last_heard_ns = time.monotonic_ns()
             self._on_message(message, raise_refusal)
@@ -193,8 +226,8 @@ class ClientConnection:
             self._inbox.new_session()
             offer = header.get("frame_ring")
             if offer is not None:
-                self._frames = FrameRingWriter.attach(
-                    offer, self._declared.camera_shapes, bool(self.frames_in_place), self.counters
+                self.frames = FrameRingWriter.attach(
+                    offer, self._declared.camera_shapes, bool(self.frames_in_place), self._counters
                 )
             elif self.frames_in_place:
                 raise HandshakeRefused(
@@ -211,9 +244,9 @@ class ClientConnection:
             return
         if message.kind == "error":
             code, text = header["code"], header["message"]
-            self.counters.errors += 1
-            self.counters.error_codes[code] = self.counters.error_codes.get(code, 0) + 1
-            self.counters.last_error = f"{code}: {text}"
+            self._counters.errors += 1
+            self._counters.error_codes[code] = self._counters.error_codes.get(code, 0) + 1
+            self._counters.last_error = f"{code}: {text}"
             if (
                 self.welcome is None
                 and self._ask_in_place
@@ -237,9 +270,11 @@ class ClientConnection:
             return
         if self.welcome is None or message.session != self.welcome.session:
             return  # from an earlier session: never act on it
-        self._inbox.take(message)
+        self._inbox.take(message, self.welcome.session)
 
-    def _check_connection(self) -> None:
+    def keep_alive(self) -> None:
+        """Say hello again, on a fresh socket, when no welcome came within the handshake
+        timeout or the daemon has been silent for `silence_reconnect_ns`."""
         now = time.monotonic_ns()
         if self.welcome is None:
             if self._socket is not None and now - self._hello_sent_ns > self.handshake_timeout_ns:

@@ -5,6 +5,7 @@ late, lost or twice. Only numpy and the standard library (a driver imports this)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,10 +43,14 @@ class ClientCounters:
 
 class CommandInbox:
     """One session's actions and holds as they arrive (see the module doc); counts into
-    `counters` (actions, holds, expired, lost, duplicated)."""
+    `counters` (actions, holds, expired, lost, duplicated). on_command(command, session), if
+    given, sees each action and hold as it arrives, whether or not it becomes the newest."""
 
-    def __init__(self, counters: ClientCounters) -> None:
+    def __init__(
+        self, counters: ClientCounters, on_command: Callable[[Command, str], None] | None = None
+    ) -> None:
         self.counters = counters
+        self._on_command = on_command
         self.latest: Command | None = None
         self._latest_received_ns = 0
         self._last_daemon_seq = 0
@@ -58,26 +63,27 @@ class CommandInbox:
         """A welcome: the daemon numbers the new session's actions and holds from 1 again."""
         self._last_daemon_seq = 0
 
-    def take(self, message: Message) -> None:
-        """An action or hold of this session, as received."""
+    def take(self, message: Message, session: str) -> None:
+        """An action or hold of this session (`session`, the welcome's), as received."""
         header = message.header
         self._count_sequence(message.seq)
         if message.kind == "action":
             self.counters.actions += 1
             self._store(
+                session,
                 Command(
                     "action",
                     action=message.arrays["action"],
                     step=header["step"],
                     obs_seq=header["obs_seq"],
                     deadline_ns=header["deadline_ns"],
-                )
+                ),
             )
             if time.monotonic_ns() > header["deadline_ns"]:
                 self.counters.expired += 1
         elif message.kind == "hold":
             self.counters.holds += 1
-            self._store(Command("hold", step=header["step"], reason=header["reason"]))
+            self._store(session, Command("hold", step=header["step"], reason=header["reason"]))
 
     def current(self, now_ns: int, stale_after_ns: int) -> Command:
         """The newest action if its deadline has not passed, else `hold` (reason `expired`,
@@ -100,7 +106,9 @@ class CommandInbox:
         self.counters.lost += seq - self._last_daemon_seq - 1
         self._last_daemon_seq = seq
 
-    def _store(self, command: Command) -> None:
+    def _store(self, session: str, command: Command) -> None:
+        if self._on_command is not None:
+            self._on_command(command, session)
         if self.latest is None or command.step >= self.latest.step:
             self.latest = command
             self._latest_received_ns = time.monotonic_ns()

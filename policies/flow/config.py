@@ -1,6 +1,6 @@
 """The configuration of a flow-matching policy (stored in its checkpoint). Imports pydantic only.
-How real-time chunking is set when serving (`policy.rtc`) is the daemon config's; the modes and
-schedules it may name are policies.settings' RTCMode and MaskSchedule.
+How real-time chunking is set when serving (`policy.rtc`) is the family's section
+(policies.flow.settings, with the modes and mask schedules it may name).
 
 The model is shaped like the action experts of pi0-class policies, scaled down: image tokens from
 a ResNet, one state token, a transformer over them (the context, encoded once per inference), and

@@ -10,11 +10,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from policies.registry import CheckpointFamily, DemoPolicy, PolicyFamily
+from policies.registry import CheckpointFamily, DemoPolicy, FamilySettings, PolicyFamily
 
 if TYPE_CHECKING:
+    from policies.flow.settings import RTCConfig
     from policies.settings import PolicySettings
     from policies.tensor_policy import TensorPolicy
+
+
+def _rtc_model() -> type[RTCConfig]:
+    from policies.flow.settings import RTCConfig
+
+    return RTCConfig
+
+
+# `policy.rtc:`, shared with pi0 and pi0.5, which serve real-time chunking their own way.
+RTC_SETTINGS = FamilySettings(section="rtc", model=_rtc_model)
 
 
 def _checkpoint() -> CheckpointFamily:
@@ -27,13 +38,14 @@ def serve_rtc_settings(policy: TensorPolicy, settings: PolicySettings) -> Tensor
     """`policy` served with real-time chunking as policy.rtc says (unchanged when it is off);
     RTC set for a policy that is not a flow is refused, unless its own family serves it (pi0
     and pi0.5: policies.pi0.family)."""
-    if settings.rtc.mode == "off" or getattr(policy.module, "serves_rtc_itself", False):
+    rtc = settings.section("rtc")
+    if rtc.mode == "off" or getattr(policy.module, "serves_rtc_itself", False):
         return policy
     from controller.errors import ConfigError
     from policies.flow.rtc import serve_with_rtc
 
     try:
-        return serve_with_rtc(policy, settings.rtc)
+        return serve_with_rtc(policy, rtc)
     except ValueError as exc:
         raise ConfigError(f"policy.rtc: {exc}") from None
 
@@ -62,6 +74,7 @@ FAMILY = PolicyFamily(
     summary="flow-matching action experts (pi0-like), with real-time chunking when served",
     checkpoint=_checkpoint,
     serve_settings=serve_rtc_settings,
+    settings=(RTC_SETTINGS,),
     demo=DemoPolicy(
         help="a small flow-matching policy with random weights, served with real-time chunking",
         settings=demo_settings,

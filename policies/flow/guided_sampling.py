@@ -42,8 +42,8 @@ from typing import Any
 
 import torch
 
+from policies.flow.settings import MaskSchedule, RTCConfig
 from policies.model_hooks import ServedModule
-from policies.settings import MaskSchedule, RTCSettings
 
 
 def soft_mask(
@@ -111,7 +111,7 @@ class GuidedChunkSampler(ServedModule):
 
     def __init__(
         self,
-        config: RTCSettings,
+        config: RTCConfig,
         n_steps: int,
         chunk_size: int,
         *,

@@ -22,7 +22,7 @@ from policies.flow.guided_sampling import (
     soft_mask,
 )
 from policies.flow.model import Context, FlowMatchingPolicy
-from policies.settings import RTCSettings
+from policies.flow.settings import RTCConfig
 from policies.tensor_policy import TensorPolicy
 
 __all__ = ["RealTimeChunking", "guidance_weights", "serve_with_rtc", "soft_mask"]
@@ -34,7 +34,7 @@ class RealTimeChunking(GuidedChunkSampler):
     """A flow policy served with RTC. With mode `off` the prefix is ignored and the result is
     the flow policy's own. Mode `trained` is refused: no flow policy is trained for it."""
 
-    def __init__(self, flow: FlowMatchingPolicy, config: RTCSettings) -> None:
+    def __init__(self, flow: FlowMatchingPolicy, config: RTCConfig) -> None:
         if config.mode == "trained":
             raise ValueError(
                 "mode trained needs a pi0.5 checkpoint trained with training-time RTC "
@@ -96,7 +96,7 @@ class RealTimeChunking(GuidedChunkSampler):
         return self
 
 
-def serve_with_rtc(policy: TensorPolicy, config: RTCSettings) -> TensorPolicy:
+def serve_with_rtc(policy: TensorPolicy, config: RTCConfig) -> TensorPolicy:
     """`policy` (a flow policy) served with real-time chunking: its module wrapped, its codec
     the RTC one. Mode `off` returns it unchanged. ValueError for a policy that is not a flow."""
     if config.mode == "off":

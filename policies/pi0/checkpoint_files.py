@@ -34,6 +34,7 @@ with only .bin / .pt / .pth weights is refused. The two layouts are read by
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from controller.errors import CheckpointError
@@ -44,6 +45,7 @@ from policies.checkpoints.files import (
     locate_checkpoint,
     read_json,
 )
+from policies.checkpoints.hub_cache import cached_snapshot
 from policies.pi0.checkpoint_contents import Pi0CheckpointFiles
 from policies.pi0.lerobot_files import read_lerobot_pi0
 from policies.pi0.openpi_files import read_openpi_pi0
@@ -71,11 +73,11 @@ def read_pi0_checkpoint(
     raw = read_json(src / CONFIG_FILE)
     _require_safetensors(src)
     if "type" in raw and "format" not in raw:
-        return read_lerobot_pi0(src, raw, tensors=tensors)
+        return _with_cached_tokenizer(read_lerobot_pi0(src, raw, tensors=tensors))
     if raw.get("format") == FORMAT:
         raise CheckpointError(f"{src} is a Tempo checkpoint, not a pi0 one; load it directly")
     if "action_horizon" in raw and "action_dim" in raw:
-        return read_openpi_pi0(src, raw, asset_id, tensors=tensors)
+        return _with_cached_tokenizer(read_openpi_pi0(src, raw, asset_id, tensors=tensors))
     raise CheckpointError(
         f'{src / CONFIG_FILE} is neither a LeRobot policy config (no "type") nor an openpi '
         "PyTorch config (no action_horizon and action_dim); point at a pi0 or pi0.5 checkpoint"
@@ -92,3 +94,16 @@ def _require_safetensors(src: Path) -> None:
             f"convert them to {WEIGHTS_FILE}"
         )
     raise CheckpointError(f"{src / WEIGHTS_FILE} is missing; a pi0 checkpoint needs its weights")
+
+
+def _with_cached_tokenizer(files: Pi0CheckpointFiles) -> Pi0CheckpointFiles:
+    """A checkpoint that ships no tokenizer reads the one it names from the local Hugging Face
+    cache, as LeRobot does (offline: nothing is fetched), and says so in a note."""
+    if files.tokenizer is not None:
+        return files
+    # Tempo reads PaliGemma's SentencePiece model (prompt_spec), not tokenizer.json alone.
+    snapshot = cached_snapshot(files.tokenizer_name, ("tokenizer.model",))
+    if snapshot is None:
+        return files
+    note = f"tokenizer {files.tokenizer_name} read from the local Hugging Face cache ({snapshot})"
+    return dataclasses.replace(files, tokenizer=snapshot, notes=(*files.notes, note))

@@ -226,4 +226,4 @@ def demo_settings(cache: Path, family: str) -> list[str]:
     """`tempo demo --policy pi0|pi05`: the family's demo directory under `cache` (written on the
     first run) and the task its simulated robot, which names none, is given."""
     directory = write_demo_checkpoint(cache / f"demo-{family}", family)
-    return [f"policy.path={directory}", f"policy.default_task={TASKS[0]}"]
+    return [f"policy.path={directory}", f"policy.prompt.default_task={TASKS[0]}"]

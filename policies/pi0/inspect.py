@@ -99,4 +99,6 @@ def _width(widths: dict[str, Any], tower: str) -> str:
 def _tokenizer(files: Pi0CheckpointFiles) -> str:
     if files.tokenizer is None:
         return f"not shipped; {files.tokenizer_name} must be fetched"
+    if not files.tokenizer.is_relative_to(files.path):
+        return f"{files.tokenizer_name} from the local Hugging Face cache ({files.tokenizer})"
     return f"shipped in {files.tokenizer.relative_to(files.path)}/"

@@ -121,7 +121,7 @@ def prompt_spec(
 ) -> PromptSpec | None:
     """The prompt the policy reads: its tokenizer is `tokenizer`, else the one the checkpoint
     ships (tokenizer/tokenizer.model); None when there is neither (serve_settings then asks
-    for policy.tokenizer)."""
+    for policy.prompt.tokenizer)."""
     if tokenizer is None and files.tokenizer is not None:
         shipped = files.tokenizer / "tokenizer.model"
         tokenizer = shipped if shipped.is_file() else None
@@ -196,7 +196,7 @@ def read_pi0_policy(
 def with_prompt_settings(
     policy: TensorPolicy, tokenizer: Path | None, default_task: str | None
 ) -> TensorPolicy:
-    """The policy with `policy.tokenizer` / `policy.default_task` applied to its prompt; a
+    """The policy with `policy.prompt.tokenizer` / `default_task` applied to its prompt; a
     checkpoint that ships no tokenizer needs the first (one sentence naming the field)."""
     step = policy.module
     if not isinstance(step, Pi0Step):
@@ -204,13 +204,14 @@ def with_prompt_settings(
     prompt = policy.spec.prompt
     if tokenizer is None and prompt is None:
         raise CheckpointError(
-            "policy.tokenizer is unset and this pi0 checkpoint ships no tokenizer "
-            "(tokenizer/tokenizer.model): set policy.tokenizer to PaliGemma's SentencePiece "
-            "model file"
+            "policy.prompt.tokenizer is unset, this pi0 checkpoint ships no tokenizer "
+            "(tokenizer/tokenizer.model) and the local Hugging Face cache holds none of the "
+            "one it names (`tempo checkpoint inspect` names it): set policy.prompt.tokenizer "
+            "to PaliGemma's SentencePiece model file (tokenizer.model)"
         )
     if tokenizer is not None:
         if not Path(tokenizer).is_file():
-            raise CheckpointError(f"policy.tokenizer: {tokenizer} is not a file")
+            raise CheckpointError(f"policy.prompt.tokenizer: {tokenizer} is not a file")
         network = step.config.network
         prompt = PromptSpec(
             tokenizer=str(Path(tokenizer).resolve()),
@@ -219,7 +220,7 @@ def with_prompt_settings(
             template="pi05" if not step.uses_state else "pi0",
         )
     if prompt is None:  # unreachable: said above
-        raise CheckpointError("policy.tokenizer is needed")
+        raise CheckpointError("policy.prompt.tokenizer is needed")
     if default_task is not None:
         prompt = prompt.model_copy(update={"default_task": default_task})
     spec = policy.spec.model_copy(update={"prompt": prompt})

@@ -35,9 +35,9 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
 from policies.flow.guided_sampling import GuidedChunkSampler, differentiation_disabled
+from policies.flow.settings import RTCConfig
 from policies.pi0.backbone import PrefixCache, SuffixAttention
 from policies.pi0.step import Pi0Step
-from policies.settings import RTCSettings
 from policies.tensor_policy import TensorPolicy
 
 PI0_BETA = 10.0  # LeRobot's RTCConfig.max_guidance_weight
@@ -71,7 +71,7 @@ class Pi0RealTimeChunking(GuidedChunkSampler):
 
     pi0_times: Tensor
 
-    def __init__(self, step: Pi0Step, config: RTCSettings) -> None:
+    def __init__(self, step: Pi0Step, config: RTCConfig) -> None:
         if config.mode == "trained":
             refuse_trained(step)
         # Served, never trained: exact's backward through compiled layers would otherwise also
@@ -189,7 +189,7 @@ class Pi0RealTimeChunking(GuidedChunkSampler):
         return self.step.compile_regions(compile_fn)
 
 
-def serve_pi0_with_rtc(policy: TensorPolicy, config: RTCSettings) -> TensorPolicy:
+def serve_pi0_with_rtc(policy: TensorPolicy, config: RTCConfig) -> TensorPolicy:
     """`policy` (pi0 or pi0.5) served with real-time chunking: its step wrapped, its codec the
     RTC one (same noise seed). Mode `off` returns it unchanged; ValueError (one sentence) for
     mode trained on a checkpoint not trained for it."""

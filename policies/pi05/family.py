@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from policies.flow.family import RTC_SETTINGS
+from policies.pi0.family import PROMPT_SETTINGS
 from policies.registry import CheckpointFamily, DemoPolicy, PolicyFamily
 
 
@@ -30,7 +32,8 @@ FAMILY = PolicyFamily(
     summary="Physical Intelligence's pi0.5 (adaRMS action expert, state in the prompt), from "
     "LeRobot checkpoints",
     checkpoint=_checkpoint,
-    # policy.tokenizer / default_task: the pi0 family's hook serves both (one module type).
+    # policy.prompt and policy.rtc: the pi0 family's hook serves both (one module type).
+    settings=(RTC_SETTINGS, PROMPT_SETTINGS),
     demo=DemoPolicy(
         help="pi0.5 at a reduced width with random weights (CPU-sized), prompted per robot",
         settings=demo_settings,

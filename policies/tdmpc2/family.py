@@ -1,6 +1,6 @@
 """The tdmpc2 family: TD-MPC2 agents (a world model planned with MPPI, or its policy prior in
 fast mode), from Tempo checkpoints or official .pt files (`tempo checkpoint import-tdmpc2`),
-served with the `policy.planner` settings.
+served with the `policy.tdmpc2` settings (`policy.planner` before).
 
 Standard library only at import (see policies.registry); each part imports what it needs when
 it is used.
@@ -13,11 +13,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller.errors import ConfigError
-from policies.registry import CheckpointFamily, DemoPolicy, ImportCommand, PolicyFamily
+from policies.registry import (
+    CheckpointFamily,
+    DemoPolicy,
+    FallbackPolicy,
+    FamilySettings,
+    ImportCommand,
+    PolicyFamily,
+)
 
 if TYPE_CHECKING:
     from policies.settings import PolicySettings
+    from policies.tdmpc2.settings import PlannerSettings
     from policies.tensor_policy import TensorPolicy
+
+
+def _planner_model() -> type[PlannerSettings]:
+    from policies.tdmpc2.settings import PlannerSettings
+
+    return PlannerSettings
+
+
+PLANNER_SETTINGS = FamilySettings(section="tdmpc2", model=_planner_model, old_section="planner")
 
 
 def _checkpoint() -> CheckpointFamily:
@@ -27,9 +44,9 @@ def _checkpoint() -> CheckpointFamily:
 
 
 def serve_planner_settings(policy: TensorPolicy, settings: PolicySettings) -> TensorPolicy:
-    """`policy` planning as policy.planner says (unchanged at its defaults); planner settings
+    """`policy` planning as policy.tdmpc2 says (unchanged at its defaults); planner settings
     for a policy that is not a TD-MPC2 agent are refused."""
-    planner = settings.planner
+    planner = settings.section("tdmpc2")
     changed = planner.mode != "checkpoint" or planner.compute != "checkpoint"
     changed = changed or planner.prior_steps is not None
     if not changed and planner.fallback_budget_ms is None:
@@ -48,13 +65,32 @@ def serve_planner_settings(policy: TensorPolicy, settings: PolicySettings) -> Te
         elif planner.fallback_budget_ms is not None:
             with_mode(policy, "prior")  # refuse a fallback for a policy without a prior
     except ValidationError as exc:  # the agent's config refuses a setting (prior_steps)
-        raise ConfigError(f"policy.planner: {exc.errors()[0]['msg']}") from None
+        raise ConfigError(f"policy.tdmpc2: {exc.errors()[0]['msg']}") from None
     except ValueError:
         raise ConfigError(
-            f"policy.planner applies to TD-MPC2 checkpoints; {settings.path} holds another "
-            "policy (leave policy.planner at its defaults)"
+            f"policy.tdmpc2 applies to TD-MPC2 checkpoints; {settings.path} holds another "
+            "policy (leave policy.tdmpc2 at its defaults)"
         ) from None
     return policy
+
+
+def prior_fallback(policy: TensorPolicy, settings: PolicySettings) -> FallbackPolicy | None:
+    """The policy prior (fast mode) over `policy`'s weights, served when planning overruns
+    policy.tdmpc2.fallback_budget_ms; None when no budget is set."""
+    planner = settings.section("tdmpc2")
+    if planner.fallback_budget_ms is None:
+        return None
+    from policies.tdmpc2.serving import with_mode
+
+    try:
+        prior = with_mode(policy, "prior")
+    except ValueError:
+        raise ConfigError(
+            "policy.tdmpc2.fallback_budget_ms applies to TD-MPC2 agents; this policy has no "
+            "prior to fall back to"
+        ) from None
+    budget_s = planner.fallback_budget_ms / 1e3
+    return FallbackPolicy(prior, budget_s, planner.fallback_k, planner.fallback_n)
 
 
 def add_import_arguments(parser: argparse.ArgumentParser) -> None:
@@ -210,6 +246,8 @@ FAMILY = PolicyFamily(
     summary="TD-MPC2 agents: MPPI planning over a learned world model, or its prior (fast mode)",
     checkpoint=_checkpoint,
     serve_settings=serve_planner_settings,
+    settings=(PLANNER_SETTINGS,),
+    fallback=prior_fallback,
     import_commands=(
         ImportCommand(
             name="import-tdmpc2",

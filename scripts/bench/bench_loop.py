@@ -23,6 +23,7 @@ from controller.daemon.service import Daemon
 from controller.feed.served_policy import served_here
 from controller.inference.build import build_policy
 from controller.observe.histogram import window
+from controller.observe.instruments import Section
 from controller.observe.telemetry import TICK_LATENESS
 
 
@@ -78,6 +79,8 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
         )
         # Every tick's lateness is in the daemon's histogram; the run is the difference.
         lateness_section = daemon.telemetry.section(TICK_LATENESS)
+        if not isinstance(lateness_section, Section):  # what the run reads its lateness from
+            raise SystemExit("bench_loop reads the tick lateness from telemetry, which is off")
         before = lateness_section.snapshot(buckets=True)
         time.sleep(seconds)
         lateness = window(before, lateness_section.snapshot(buckets=True))

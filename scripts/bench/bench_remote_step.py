@@ -40,6 +40,7 @@ from controller.daemon.pacer import Pacer
 from controller.daemon.registry import DRIVER_RING_SLOTS
 from controller.inference.build import build_policy
 from controller.inference.examples import random_observation
+from controller.link.remote_policy import RemotePolicy
 from controller.observe.percentiles import summarize
 from controller.process_protocol.frame_slots import FrameSlots
 from controller.wire.slot_ring import SlotFrames
@@ -92,7 +93,7 @@ def time_steps(policy: Policy, observations: list, iterations: int, period_ms: f
 
 
 def time_in_place(
-    policy: Policy,
+    policy: RemotePolicy,
     observations: list,  # type: ignore[type-arg]
     iterations: int,
     period_ms: float,
@@ -149,7 +150,8 @@ def main() -> int:
         observations = [random_observation(policy.spec, seed) for seed in range(8)]
         local = build_policy(config.policy, config.robot, config.runner)
         in_process = time_steps(local, observations, args.iters, args.period_ms)
-        device, tier = local.status()["device"], local.tier
+        status = local.status()
+        device, tier = status["device"], status["tier"]
         del local
         remote = inference_process(config)
         try:

@@ -146,7 +146,8 @@ class Step:
         self.clock = telemetry.clock
         self.receive_timed = telemetry.section(RECEIVE)(self._decode)
         self.check_timed = telemetry.section(PREPROCESS)(self._check)
-        names = (MAILBOX_WAIT, INFERENCE, UPLOAD, MODEL, POSTPROCESS, TICK_LATENESS, ENSEMBLER)
+        names: tuple[str, ...] = (MAILBOX_WAIT, INFERENCE, UPLOAD, MODEL, POSTPROCESS)
+        names += (TICK_LATENESS, ENSEMBLER)
         names += (GUARDS, SEND, TICK, OBS_TO_ACTION)
         self.s = {name: telemetry.section(name) for name in names}
 

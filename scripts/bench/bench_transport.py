@@ -73,7 +73,7 @@ def serve(endpoint: str, form: str, bound: mp.Queue, sockbuf: int) -> None:
 
 
 def run_client(endpoint: str, form: str, iterations: int, sockbuf: int) -> np.ndarray:
-    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket: zmq.Socket = zmq.Context.instance().socket(zmq.DEALER)
     tune(socket, sockbuf)
     socket.connect(endpoint)
     images, state = observation()

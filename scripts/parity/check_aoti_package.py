@@ -43,6 +43,7 @@ import torch
 
 from controller.inference.built_artefacts import (
     PackageStep,
+    Step,
     _load_package,
     _open_package,
     package_options,
@@ -189,6 +190,7 @@ def fresh(args: argparse.Namespace, name: str) -> dict[str, Any]:
     faulthandler.dump_traceback_later(20, exit=False)
     times = {"start": time.perf_counter()}
     package = args.work / f"{name}.pt2"
+    loaded: Step
     if name in CONSTANTS_INSIDE:
         loaded = PackageStep(_open_package(package))
     else:

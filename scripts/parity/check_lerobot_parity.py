@@ -162,7 +162,7 @@ def run_case(case: Case, seed: int, keep: Path | None) -> tuple[dict[str, float]
     if processors is not None:
         for pipeline in processors:
             pipeline.save_pretrained(work)
-    tempo = load_checkpoint(work).module
+    tempo: Any = load_checkpoint(work).module  # Tempo's ACT: its config, norms and layouts
 
     gen = torch.Generator().manual_seed(seed + 1)
     batch_size = 2

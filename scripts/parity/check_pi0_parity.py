@@ -252,10 +252,9 @@ def save_processors(policy: Any, family: str, directory: Path, seed: int) -> Non
 def lerobot_chunk(policy: Any, family: str, x: dict) -> torch.Tensor:
     images = [x["images"][:, i] for i in range(x["images"].shape[1])]
     masks = [x["image_masks"][:, i] for i in range(x["image_masks"].shape[1])]
-    if family == "pi0":
-        args = (images, masks, x["tokens"], x["token_mask"], x["state"])
-    else:  # pi0.5: the state reaches the model as prompt tokens, not as an input
-        args = (images, masks, x["tokens"], x["token_mask"])
+    args = [images, masks, x["tokens"], x["token_mask"]]
+    if family == "pi0":  # pi0.5: the state reaches the model as prompt tokens, not as an input
+        args.append(x["state"])
     return policy.model.sample_actions(*args, noise=x["noise"]).float()
 
 
@@ -279,16 +278,20 @@ def tempo_chunk(
     """Tempo's network from the directory LeRobot saved, through Tempo's reader."""
     from policies.pi0.checkpoint_files import read_pi0_checkpoint
     from policies.pi0.from_checkpoint import build_network, network_config
+    from policies.pi0.network import Pi0Network
+    from policies.pi0.pi05_network import Pi05Network
     from policies.pi0.prompt import PromptEmbedder
 
     files = read_pi0_checkpoint(directory)
     network = build_network(files, network_config(files, widths, dtype), device)
     embedder = PromptEmbedder.from_network(network)
     embedded = torch.from_numpy(embedder.embed(x["tokens"].cpu().numpy())).to(device)
-    args = [x["images"], x["image_masks"], embedded, x["token_mask"]]
-    if family == "pi0":
-        args.append(x["state"])
-    return network.sample_actions(*args, noise=x["noise"]).float()
+    prefix = (x["images"], x["image_masks"], embedded, x["token_mask"])
+    if isinstance(network, Pi0Network):
+        return network.sample_actions(*prefix, x["state"], noise=x["noise"]).float()
+    if isinstance(network, Pi05Network):  # the state is in the prompt's tokens
+        return network.sample_actions(*prefix, noise=x["noise"]).float()
+    raise TypeError(f"{directory} built a {type(network).__name__}, neither pi0's nor pi0.5's")
 
 
 def check(family: str, size: str, dtype: str, device: str, save: Path | None) -> dict:

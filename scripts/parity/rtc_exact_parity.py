@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from controller.inference.runner import Runner
-from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
 from policies.base import Plan, RobotContext
 from policies.demo import make_demo_flow_policy, make_flow_aloha_policy
 from policies.flow.rtc import serve_with_rtc
+from policies.flow.settings import RTCConfig
 from policies.inputs import example_frames
 from policies.tensor_policy import EagerPolicy
 from scripts.measure import relative_error
@@ -40,7 +40,7 @@ def vjp_zero_under_inference_mode() -> bool:
     """Whether this torch has pytorch#177318: d(x^2) = 2x comes back as zeros."""
     x = torch.arange(1.0, 4.0)
     with torch.inference_mode():
-        _, pullback = torch.func.vjp(lambda a: a * a, x)
+        pullback = torch.func.vjp(lambda a: a * a, x)[1]  # (output, pullback)
         (grad,) = pullback(torch.ones(3))
     return bool((grad == 0).all())
 
@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     base = make_flow_aloha_policy() if args.policy == "aloha" else make_demo_flow_policy()
     served = serve_with_rtc(base, RTCConfig(mode="exact"))  # exact always unrolls its steps
-    config = RunnerConfig(top_tier=args.tier, precision=args.precision, step_budget_ms=None)
+    config = RunnerConfig(
+        top_tier=args.tier, precision=args.precision, step_budget_ms=None, serve_slower_tiers=True
+    )
     runner = Runner(served, config, device=args.device)
     runner.start(progress=lambda line: print(line, file=sys.stderr))
     print(f"serving from {runner.tier} ({runner.status()['device']})")

@@ -108,7 +108,11 @@ def quantized(
 ) -> TensorPolicy:
     module = copy.deepcopy(policy.module).to(device)
     images, state = calibration
-    quantize_module(module, settings, lambda: run_module(module, images, state, device))
+
+    def calibrate() -> None:
+        run_module(module, images, state, device)
+
+    quantize_module(module, settings, calibrate)
     return TensorPolicy(spec=policy.spec, module=module.cpu(), reference=policy.reference)
 
 

@@ -32,7 +32,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -50,9 +50,10 @@ from policies.pi0.policy import pi0_policy
 from policies.pi0.quantized import PI0_TARGET
 from policies.pi0.step import Pi0Step, Pi0StepConfig
 from policies.quant.apply import quantize_module
-from policies.quant.config import QuantSettings
+from policies.quant.config import ComputePath, QuantSettings
 from policies.quant.layer import QuantLinear, memory_bytes
 from policies.tensor_policy import ReferenceChunks, TensorPolicy
+from scripts.measure import relative_error
 from scripts.quant.quant_pi0_shapes import bench_shapes, compute_paths, shape_line
 
 log = logging.getLogger("bench_quant_pi0")
@@ -214,13 +215,12 @@ def bench_step(
         out["model_bytes"] = model_bytes(policy.module)
         fake_quant = eager_chunks(policy, examples, torch_device)
         out["fake_quant_error"] = max(
-            float(np.linalg.norm(q - r) / np.linalg.norm(r))
-            for q, r in zip(fake_quant, chunks, strict=True)
+            relative_error(q, r) for q, r in zip(fake_quant, chunks, strict=True)
         )
         for path in [p for p in compute_paths(torch_device) if p != "fused packed"]:
             for layer in policy.module.modules():
                 if isinstance(layer, QuantLinear):
-                    layer.compiled_path = path
+                    layer.compiled_path = cast(ComputePath, path)  # "fused packed" is left out
             torch._dynamo.reset()
             runner, start_s = serve(policy, device, Path(cache) / path)
             out[f"w4a8 {path}"] = time_top_tier(runner, policy, args.iters) | {"start_s": start_s}

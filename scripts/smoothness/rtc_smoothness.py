@@ -48,8 +48,8 @@ import torch
 from controller.action.guards_config import GuardsConfig
 from controller.action.pipeline import ActionPipeline
 from controller.action.teleop import TeleopConfig
-from controller.policy_sections import RTCConfig
 from policies.base import RobotContext
+from policies.flow.settings import RTCConfig
 from scripts.smoothness.smoothness_models import (
     FAMILIES,
     JOINTS,

@@ -34,7 +34,6 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
-from controller.policy_sections import RTCConfig
 from policies.base import CameraSpec, PolicySpec, PromptTokens, RobotContext
 from policies.demo import make_demo_flow_policy
 from policies.demo_arm import HOME_POSE
@@ -43,13 +42,13 @@ from policies.flow.demo import FLOW_ACTION_STD
 from policies.flow.guided_sampling import GuidedChunkSampler
 from policies.flow.model import FlowMatchingPolicy
 from policies.flow.rtc import RealTimeChunking
+from policies.flow.settings import RTCConfig
 from policies.inputs import InputCodec
 from policies.pi0.backbone import PrefixCache
 from policies.pi0.config import tiny_pi0_config
 from policies.pi0.rtc import Pi0RealTimeChunking
 from policies.pi0.rtc_codec import Pi0RTCCodec
 from policies.pi0.step import Pi0Step, Pi0StepConfig
-from policies.settings import RTCSettings
 
 FAMILIES = ("flow", "pi0")
 # Default training steps: 75-105 s of one core each on the 2-core machine of docs/rtc-smoothness.md
@@ -88,7 +87,7 @@ class SmoothnessModel:
         )
         return center.detach().numpy().astype(np.float32).copy()
 
-    def sampler(self, config: RTCSettings) -> GuidedChunkSampler:
+    def sampler(self, config: RTCConfig) -> GuidedChunkSampler:
         if isinstance(self.module, Pi0Step):
             return Pi0RealTimeChunking(self.module, config)
         if not isinstance(self.module, FlowMatchingPolicy):

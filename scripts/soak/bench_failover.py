@@ -50,7 +50,7 @@ import numpy as np
 
 from controller.observe.status_server import request_command, request_status
 from controller.wire.client import TempoClient
-from controller.wire.commands import CommandInbox
+from controller.wire.commands import Command
 
 
 def _tiny(directory: Path, seed: int) -> Path:
@@ -107,30 +107,15 @@ class Received:
     reason: str
 
 
-class _Recorder(CommandInbox):
-    """Every action and hold as it reaches the driver."""
-
-    def __init__(self, client: TempoClient, log: list[Received]) -> None:
-        super().__init__(client.counters)
-        self._log = log
-
-    def _store(self, command: Any) -> None:
-        self._log.append(
-            Received(time.monotonic_ns(), command.kind, command.obs_seq, command.reason or "")
-        )
-        super()._store(command)
-
-
 class Driver:
     """A robot on its own thread: an observation every 1/obs_hz s, every command recorded
     (`log`); `sent` maps each observation's seq to when it went out (monotonic ns)."""
 
     def __init__(self, endpoint: str, spec: Any, obs_hz: float) -> None:
         cameras = {c.name: (c.height, c.width) for c in spec.cameras}
+        self.log: list[Received] = []  # every action and hold as it reaches the driver
         self.client = TempoClient(endpoint, "bench", list(spec.joint_names), cameras,
-                                  spec.state_size)  # fmt: skip
-        self.log: list[Received] = []
-        self.client._inbox = _Recorder(self.client, self.log)
+                                  spec.state_size, on_command=self._received)  # fmt: skip
         self.sent: dict[int, int] = {}
         self.episode_starts: list[int] = []  # seqs of the observations that started one
         self._start_episode = threading.Event()
@@ -139,6 +124,11 @@ class Driver:
         self.state = np.zeros(spec.state_size, np.float32)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _received(self, command: Command, session: str) -> None:
+        self.log.append(
+            Received(time.monotonic_ns(), command.kind, command.obs_seq, command.reason or "")
+        )
 
     def __enter__(self) -> Driver:
         self.client.connect()

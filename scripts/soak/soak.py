@@ -18,12 +18,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from multiprocessing.synchronize import Event
 from typing import Any
 
 from controller.observe.status_server import request_status
 
 
-def burn(stop: mp.Event) -> None:
+def burn(stop: Event) -> None:
     x = 0
     while not stop.is_set():
         for _ in range(100_000):

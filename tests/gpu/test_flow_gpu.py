@@ -10,11 +10,11 @@ torch = pytest.importorskip("torch")
 
 from controller.inference.parity import relative_error  # noqa: E402
 from controller.inference.runner import Runner  # noqa: E402
-from controller.policy_sections import RTCConfig  # noqa: E402
 from controller.runner_config import RunnerConfig  # noqa: E402
 from policies.base import Plan, RobotContext  # noqa: E402
 from policies.demo import make_demo_flow_policy  # noqa: E402
 from policies.flow.rtc import serve_with_rtc  # noqa: E402
+from policies.flow.settings import RTCConfig  # noqa: E402
 from policies.inputs import example_frames  # noqa: E402
 from policies.tensor_policy import EagerPolicy  # noqa: E402
 

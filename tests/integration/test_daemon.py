@@ -84,7 +84,7 @@ def test_handshake_refused_with_a_sentence(tmp_path, kwargs, fragment):
 
 
 def test_steady_stream_moves_toward_target(tmp_path):
-    config = ipc_config(tmp_path, "control.rate_hz=100", "policy.target=[1, 1, 1, 1, 1, 1]")
+    config = ipc_config(tmp_path, "control.rate_hz=100", "policy.reach.target=[1, 1, 1, 1, 1, 1]")
     with running_daemon(config) as daemon, make_client(config) as client:
         state = np.zeros(6, dtype=np.float32)
         commands = stream(client, state, 0, until=count_actions(60))
@@ -99,7 +99,7 @@ def test_steady_stream_moves_toward_target(tmp_path):
 
 
 def test_two_robots_have_separate_sessions(tmp_path):
-    config = ipc_config(tmp_path, "control.rate_hz=100", "policy.target=[1, 1, 1, 1, 1, 1]")
+    config = ipc_config(tmp_path, "control.rate_hz=100", "policy.reach.target=[1, 1, 1, 1, 1, 1]")
     with running_daemon(config) as daemon:
         with make_client(config, robot="left") as left, make_client(config, robot="right") as right:
             assert left.welcome.session != right.welcome.session
@@ -167,7 +167,7 @@ def test_bad_message_gets_error_and_others_keep_streaming(tmp_path):
 
 def test_driver_limits_from_hello_clamp_actions(tmp_path):
     # The reach target is 1.0 for every joint; the robot says joint_0 stops at 0.2.
-    config = ipc_config(tmp_path, "control.rate_hz=100", "policy.target=[1, 1, 1, 1, 1, 1]")
+    config = ipc_config(tmp_path, "control.rate_hz=100", "policy.reach.target=[1, 1, 1, 1, 1, 1]")
     with running_daemon(config):
         with make_client(config, limits={"joint_0": (-0.2, 0.2)}) as client:
             assert client.welcome.limits["joint_0"] == [-0.2, 0.2]
@@ -222,7 +222,7 @@ def test_guard_interventions_are_counted_in_status_and_survive_disconnect(tmp_pa
     config = ipc_config(
         tmp_path,
         "control.rate_hz=100",
-        "policy.target=[1, 1, 1, 1, 1, 1]",
+        "policy.reach.target=[1, 1, 1, 1, 1, 1]",
         "guards.position_limits={joint_0: [-0.1, 0.1]}",
     )
     with running_daemon(config) as daemon:
@@ -244,7 +244,7 @@ def test_after_a_watchdog_stop_no_action_from_the_old_plan_is_sent(tmp_path):
     config = ipc_config(
         tmp_path,
         "control.rate_hz=100",
-        "policy.chunk_size=200",
+        "policy.reach.chunk_size=200",
         "guards.hold_after_ms=50",
         "guards.stop_after_ms=100",
     )

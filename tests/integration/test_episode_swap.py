@@ -145,7 +145,7 @@ def test_each_robot_moves_at_its_episode_start_and_then_the_old_process_ends(
     assert policy.pid == new != old
     wait_for(lambda: _gone(old or 0), 10)  # the old process has ended
     assert np.allclose(robots.ask("b", episode_start=False), act)
-    assert json.loads(policy._config_json or "")["policy"]["path"] == checkpoint
+    assert json.loads(policy.config_json or "")["policy"]["path"] == checkpoint
     assert policy.restart_count == 0
 
 
@@ -176,7 +176,7 @@ def test_the_new_process_failing_during_the_swap_aborts_it(
 ) -> None:
     policy, checkpoint = served
     robots = Robots(policy)
-    old, epoch, config = policy.pid, policy.epoch, policy._config_json
+    old, epoch, config = policy.pid, policy.epoch, policy.config_json
     reach = _start_switching(policy, robots, checkpoint)
     new = _swap(policy)["pid"]
     assert not np.allclose(robots.ask("a", episode_start=True), reach)
@@ -190,7 +190,7 @@ def test_the_new_process_failing_during_the_swap_aborts_it(
     # a returns to the old policy, at an episode start or not.
     assert np.allclose(robots.ask("a", episode_start=False), reach)
     assert np.allclose(robots.ask("a", episode_start=True), reach)
-    assert policy._config_json == config  # the new checkpoint was not adopted
+    assert policy.config_json == config  # the new checkpoint was not adopted
     wait_for(lambda: _gone(new), 10)
 
 

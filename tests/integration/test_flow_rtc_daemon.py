@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from controller.policy_sections import RTCConfig
 from policies.demo import make_demo_flow_policy
 from policies.flow.rtc import serve_with_rtc
+from policies.flow.settings import RTCConfig
 from policies.tensor_policy import EagerPolicy
 from tests.conftest import ipc_config
 from tests.integration.rtc_daemon_check import Recording, guided_calls

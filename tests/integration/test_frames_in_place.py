@@ -116,8 +116,8 @@ def test_frames_written_in_place_give_the_actions_of_frames_sent_on_the_socket(
                     return shared.send_observation({"front": image}, STATE)
 
             in_place = action_for(shared, send).action
-            assert shared._frames is not None
-            ring = shared._frames.ring
+            assert shared.connection.frames is not None
+            ring = shared.connection.frames.ring
             # Once the daemon has served or dropped the observations, their slots are free.
             wait_for(lambda ring=ring: all(ring.free(i) for i in range(ring.count)))
             on_socket = action_for(
@@ -138,7 +138,8 @@ def test_frames_written_in_place_give_the_actions_of_frames_sent_on_the_socket(
         assert shared.counters.frames_on_socket >= 1
         for index in range(ring.count):
             ring.release(index, 10**9)
-        ring_file = shared._frames.ring.path if shared._frames is not None else None
+        writer = shared.connection.frames
+        ring_file = writer.ring.path if writer is not None else None
         assert ring_file is not None
         memory = os.stat(ring_file).st_ino  # the daemon's sealed memory, no file in /dev/shm
     finally:
@@ -166,12 +167,12 @@ def test_a_slot_written_after_it_was_sent_is_refused_and_others_are_served(
         buffers = rogue.frame_buffers()
         assert buffers is not None
         buffers["front"][:] = SLOW_PIXEL
-        assert rogue._frames is not None
-        index = rogue._frames.next
+        assert rogue.connection.frames is not None
+        index = rogue.connection.frames.next
         slow_seq = rogue.send_observation(buffers, STATE)
         # The daemon has accepted it (the slot was intact then) and the policy is reading it.
         wait_for(lambda: any(s.last_obs_seq == slow_seq for s in daemon.registry.live))
-        ring = rogue._frames.ring
+        ring = rogue.connection.frames.ring
         ring.begin(index)
         ring.arrays(index)["front"][:] = 0
         ring.end(index)

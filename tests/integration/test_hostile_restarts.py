@@ -70,7 +70,7 @@ def test_a_restart_failing_the_same_way_says_why_how_often_and_when_it_tries_nex
     try:
         assert _predicts(policy)
         # From now on every start of the process fails the same way (a broken install, say).
-        policy._spawner.command = [sys.executable, "-c", "import sys; sys.exit(7)"]
+        policy.serving_process.spawner.command = [sys.executable, "-c", "import sys; sys.exit(7)"]
         os.kill(policy.pid or 0, signal.SIGKILL)
         failing = wait_for(
             lambda: (f := policy.status()["process"]["restart_failure"]) and f["count"] >= 3 and f,
@@ -112,7 +112,8 @@ def test_no_room_for_shared_memory_at_start_is_one_sentence(tmp_path: Path) -> N
 
 
 class _TimedLock:
-    """RemotePolicy's lock, timing how long the control loop's thread waits for it."""
+    """The serving process's lock (RemotePolicy.serving_process.lock), timing how long the
+    control loop's thread waits for it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -155,7 +156,7 @@ def test_restarts_of_act_run_below_the_control_loop_and_never_make_it_wait(
     policy = app.inference_process(config)
     policy.start()
     lock = _TimedLock()
-    policy._lock = lock  # type: ignore[assignment]
+    policy.serving_process.lock = lock  # type: ignore[assignment]
     try:
         with running_daemon(config, policy) as daemon:
             driver = StreamingDriver(f"ipc://{tmp_path}/tempo.sock").start()

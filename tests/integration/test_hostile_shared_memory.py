@@ -81,15 +81,15 @@ def test_a_driver_that_truncates_its_frame_ring_cannot_kill_the_daemon(
     try:
         assert attacker.frames_shared
         attacker.send_observation({"front": np.zeros((96, 128, 3), np.uint8)}, STATE)
-        truncate(attacker._frames.ring.path)
+        assert attacker.connection.frames is not None
+        truncate(attacker.connection.frames.ring.path)
         # An observation naming a slot, sent without touching the (maybe truncated) memory.
         fields = {"session": attacker.welcome.session, "frame_slot": {"index": 1, "generation": 2}}
-        attacker._send("obs", fields, {"state": STATE})
+        attacker.connection.send("obs", fields, {"state": STATE})
         _actions_after(good, 20)
         assert daemon.poll() is None
     finally:
-        attacker._frames = None  # its mapping may be gone: the client must not touch it
-        attacker.close()
+        attacker.close()  # unmaps the ring without touching its (maybe truncated) memory
 
 
 def test_the_inference_slots_truncated_by_another_process_cannot_kill_the_daemon(

@@ -142,7 +142,7 @@ def test_a_robot_gets_no_action_from_before_the_fault_when_the_standby_takes_ove
             shown = render_status(request_status(status_at, 2.0) or {})
             assert f"hot standby {hot}: ready; host memory" in shown  # its cost, stated
             first = process()["pid"]
-            seq_at_fault = driver.client._seq
+            seq_at_fault = driver.client.connection.seq
             os.kill(first, signal.SIGKILL)
             wait_for(lambda: process()["pid"] == hot, 30)
             seen = len(driver.records)
@@ -183,7 +183,7 @@ def test_the_control_loop_drops_every_plan_when_another_process_serves(tmp_path:
         try:
             wait_for(lambda: sum(r.kind == "action" for r in driver.records) >= 20, 30)
             assert not any(r.reason == "inference_restarting" for r in driver.records)
-            seq_at_switch = driver.client._seq
+            seq_at_switch = driver.client.connection.seq
             start = len(driver.records)
             policy.epoch = 2  # another process serves from now on
             wait_for(

@@ -90,7 +90,7 @@ def test_driver_is_held_then_served_fresh_after_the_inference_process_dies(
         try:
             _actions_after(driver, 20)
             child = wait_for(lambda: _child_pid(tmp_path))
-            seq_at_fault = driver.client._seq
+            seq_at_fault = driver.client.connection.seq
             os.kill(child, signal.SIGKILL if fault == "sigkill" else signal.SIGSTOP)
             wait_for(lambda: any(r.reason == "inference_restarting" for r in driver.records), 30)
             wait_for(lambda: _child_pid(tmp_path) not in (None, child), 60)

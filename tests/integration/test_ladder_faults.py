@@ -28,6 +28,7 @@ def ladder_daemon(tmp_path, plan: FaultPlan, budget_ms: float | None):
         tmp_path,
         "control.rate_hz=50",
         "runner.top_tier=compiled",
+        "runner.serve_slower_tiers=true",  # this test is of the compiled tier
         "runner.compile_backend=eager",
         f"runner.step_budget_ms={'null' if budget_ms is None else budget_ms}",
     )

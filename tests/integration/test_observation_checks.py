@@ -58,7 +58,7 @@ def test_the_daemon_logs_why_it_refuses_a_robots_messages_rate_limited(
             bad = {"front": np.zeros((3, 96, 128), np.uint8)}  # past the client's own check
             fields = {"session": client.welcome.session}
             for _ in range(50):
-                client._send("obs", fields, {**bad, "state": STATE})
+                client.connection.send("obs", fields, {**bad, "state": STATE})
             wait_for(lambda: sum(daemon.dispatcher.errors.values()) >= 50, timeout=10)
         finally:
             client.close()

@@ -102,7 +102,7 @@ def test_two_robots_with_their_own_tasks_get_pi0_actions(tmp_path, demo_dirs) ->
 
 
 def test_a_robot_without_a_task_gets_the_default_task_of_pi05(tmp_path, demo_dirs) -> None:
-    overrides = (f"policy.path={demo_dirs['pi05']}", "policy.default_task=wave")
+    overrides = (f"policy.path={demo_dirs['pi05']}", "policy.prompt.default_task=wave")
     with daemon_process(tmp_path, *overrides):
         robot = client(tmp_path, "quiet")
         try:
@@ -124,7 +124,7 @@ def test_a_tokenizer_of_another_vocabulary_stops_the_daemon_at_start(tmp_path, d
             "--set", f"server.bind=ipc://{tmp_path}/tempo.sock",
             "--set", f"server.status_bind=ipc://{tmp_path}/status.sock",
             "--set", f"policy.path={demo_dirs['pi0']}",
-            "--set", f"policy.tokenizer={other / 'tokenizer.model'}",
+            "--set", f"policy.prompt.tokenizer={other / 'tokenizer.model'}",
         ],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from controller.policy_sections import RTCConfig
+from policies.flow.settings import RTCConfig
 from policies.pi0.demo import write_demo_checkpoint
 from policies.pi0.policy import read_pi0_policy
 from policies.pi0.rtc import serve_pi0_with_rtc

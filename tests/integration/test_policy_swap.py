@@ -63,13 +63,13 @@ def test_a_swap_to_a_policy_for_another_robot_is_refused_and_changes_nothing(
     policy.start()
     try:
         served = _act(policy)
-        old, epoch, config = policy.pid, policy.epoch, policy._config_json
+        old, epoch, config = policy.pid, policy.epoch, policy.config_json
         policy.swap(other_robot, now=True, name="default")  # built and checked, then refused
         refused = _finished(policy)
         assert refused["phase"] == "failed"
         assert "commands joints" in refused["detail"]
         assert "nothing was changed" in refused["detail"]
-        assert policy.pid == old and policy.epoch == epoch and policy._config_json == config
+        assert policy.pid == old and policy.epoch == epoch and policy.config_json == config
         wait_for(lambda: not Path(f"/proc/{refused['pid']}").exists(), 10)  # it was ended
         assert np.allclose(_act(policy), served)
     finally:
@@ -92,7 +92,7 @@ def test_a_swap_serves_the_new_checkpoint_and_restarts_build_it(tmp_path: Path) 
         act = _act(policy)
         assert act.shape == before.shape and not np.allclose(act, before)  # other weights
         # From now on a restart builds the new checkpoint.
-        assert json.loads(policy._config_json or "")["policy"]["path"] == checkpoint
+        assert json.loads(policy.config_json or "")["policy"]["path"] == checkpoint
         assert policy.restart_count == 0
     finally:
         policy.stop()
@@ -162,7 +162,7 @@ def test_tempo_swap_now_switches_the_robots_to_the_new_checkpoint(
             start = len(driver.records)
             code, text = _swap(tmp_path, capsys, "--path", str(checkpoint), "--now")
             assert code == 0 and text.startswith("tempo swap: done"), text
-            swapped_at = driver.client._seq
+            swapped_at = driver.client.connection.seq
             seen = len(driver.records)
             wait_for(lambda: any(r.obs_seq > swapped_at for r in driver.records[seen:]), 30)
             after = request_status(status_at, 2.0)

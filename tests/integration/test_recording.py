@@ -100,7 +100,10 @@ def test_continuous_recording_has_the_documented_topics_and_reads_back(tmp_path)
         by_name["camera/front"][5]["width"] == 128
         and by_name["camera/front"][5]["encoding"] == "rgb8"
     )
-    assert by_name["mark"] == [{"reason": "operator saw a wobble"}]
+    session = by_name["session"][0]["session"]  # every record names the session it came from
+    assert by_name["mark"] == [{"session": session, "reason": "operator saw a wobble"}]
+    kinds = ("observation", "command", "chunk")
+    assert {m["session"] for name in kinds for m in by_name[name]} == {session}
     assert by_name["episode"][0]["episode"] == 1
     chunk = by_name["chunk"][0]
     assert np.asarray(chunk["actions"]).shape == (20, 6) and chunk["tier"] == "eager_fp32"
@@ -130,7 +133,7 @@ def _served(tmp_path: Path, name: str, *overrides: str) -> list[tuple[int, np.nd
         tmp_path / name,
         "control.rate_hz=100",
         "inference.ensemble=newest",
-        "policy.target=[1, 1, 1, 1, 1, 1]",
+        "policy.reach.target=[1, 1, 1, 1, 1, 1]",
         "guards.hold_after_ms=2000",
         "guards.stop_after_ms=4000",
         *overrides,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from controller.daemon.execution import resolve_execution
 from controller.feed.served_policy import served_here
 from controller.observe.status_view import render_status
-from controller.policy_sections import RTCConfig
 from policies.demo import make_demo_flow_policy
 from policies.flow.rtc import serve_with_rtc
+from policies.flow.settings import RTCConfig
 from policies.tensor_policy import EagerPolicy
 from tests.conftest import ipc_config, running_daemon
 

@@ -18,11 +18,11 @@ import pytest
 from controller.errors import PolicyError
 from controller.inference.buckets import split_into_buckets
 from controller.inference.runner import Runner
-from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
 from policies.base import Prediction, RobotContext
 from policies.demo import make_demo_flow_policy, make_demo_policy
 from policies.flow.rtc import serve_with_rtc
+from policies.flow.settings import RTCConfig
 from policies.inputs import InputCodec, example_frames
 from policies.tdmpc2.serving import random_tdmpc2_policy
 from policies.tensor_policy import TensorPolicy
@@ -136,7 +136,7 @@ def test_the_buckets_a_batch_is_split_into() -> None:
 
 def test_a_malformed_observation_is_refused_alone() -> None:
     runner = started(tiny())
-    items = robots(runner._policy, 3)
+    items = robots(runner.policy, 3)
     broken = dict(items[1][0], cam0=np.zeros((2, 2, 3), np.uint8))
     results = runner.predict_batch([items[0], (broken, items[1][1]), items[2]])
     assert isinstance(results[1], ValueError) and "cam0" in str(results[1])
@@ -181,5 +181,5 @@ def test_a_bucket_whose_tier_fails_is_dropped_and_batch_one_serves() -> None:
 
 def test_predict_batch_before_start_says_so() -> None:
     runner = Runner(tiny(), RunnerConfig(top_tier="eager_fp32", cache_dir=None), device="cpu")
-    results = runner.predict_batch(robots(runner._policy, 2))
+    results = runner.predict_batch(robots(runner.policy, 2))
     assert all(isinstance(r, PolicyError) and "start()" in str(r) for r in results)

@@ -50,7 +50,8 @@ def fresh_build(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
         return lambda *x: (step(*x),)
 
     def load(package: Path, step: Any) -> Any:
-        loaded.append(package.name)
+        # The loader is handed the checked descriptor's /proc/self/fd path: name its file.
+        loaded.append(Path(os.readlink(package)).name)
         return lambda *x: (step(*x),)
 
     monkeypatch.setattr(ba.BuiltArtefacts, "_build", build)

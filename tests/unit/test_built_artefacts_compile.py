@@ -39,7 +39,7 @@ from controller.inference.examples import random_observation
 from controller.inference.runner import Runner
 from controller.runner_config import RunnerConfig
 from policies.tiny import build_tiny_policy
-config = RunnerConfig(top_tier="compiled", cache_dir=Path(sys.argv[1]),
+config = RunnerConfig(top_tier="compiled", serve_slower_tiers=True, cache_dir=Path(sys.argv[1]),
                       artefacts_dir=Path(sys.argv[2]), parity_observations=2, step_budget_ms=None)
 runner = Runner(build_tiny_policy(seed=0), config, device="cpu")
 runner.start()
@@ -71,6 +71,7 @@ def test_a_built_package_is_loaded_without_tracing_and_serves_the_modules_weight
     monkeypatch.setattr(ba, "_checks_load_in_a_child", lambda device_type: True)
     config = RunnerConfig(
         top_tier="compiled",
+        serve_slower_tiers=True,
         cache_dir=tmp_path / "cache",
         artefacts_dir=tmp_path / "built",
         parity_observations=2,
@@ -126,9 +127,9 @@ def test_a_package_that_kills_its_loader_is_never_loaded_here(
     monkeypatch.setattr(ba, "_checks_load_in_a_child", lambda device_type: True)
     monkeypatch.setattr(ba, "LOAD_CHECK", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     caplog.set_level(logging.INFO, logger="controller.inference.built_artefacts")
-    config = RunnerConfig(top_tier="compiled", cache_dir=tmp_path / "cache",
-                          artefacts_dir=tmp_path / "built", parity_observations=2,
-                          step_budget_ms=None)  # fmt: skip
+    config = RunnerConfig(top_tier="compiled", serve_slower_tiers=True,
+                          cache_dir=tmp_path / "cache", artefacts_dir=tmp_path / "built",
+                          parity_observations=2, step_budget_ms=None)  # fmt: skip
     first = start(config, seed=0)
     assert first.tier == "compiled"  # served, by the compile cache
     (manifest,) = (tmp_path / "built").glob("step-*.json")

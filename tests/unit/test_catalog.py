@@ -20,13 +20,13 @@ def test_reach_takes_its_joints_and_cameras_from_the_robot_section() -> None:
     policy = build_tensor_policy(config.policy, config.robot)
     assert policy.spec.joint_names == ("a", "b", "c")
     assert [(c.name, c.height, c.width) for c in policy.spec.cameras] == [("top", 8, 16)]
-    assert policy.spec.chunk_size == config.policy.chunk_size
+    assert policy.spec.chunk_size == config.policy.section("reach").chunk_size
     assert describe_source(config.policy) == "built-in reach"
 
 
 def test_reach_refusals_are_config_errors() -> None:
-    config = load_config(None, ["policy.target=[1, 2]"])  # the robot has 6 joints
-    with pytest.raises(ConfigError, match=r"^policy.target: reach target has 2 values"):
+    config = load_config(None, ["policy.reach.target=[1, 2]"])  # the robot has 6 joints
+    with pytest.raises(ConfigError, match=r"^policy.reach.target: reach target has 2 values"):
         build_tensor_policy(config.policy, config.robot)
     with pytest.raises(ConfigError, match="needs the robot section"):
         build_tensor_policy(config.policy)

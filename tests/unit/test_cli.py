@@ -101,6 +101,14 @@ def test_sim_robot_options_still_read_a_given_config():
         (["--joints", "a", "--camera", "front=0x128"], "expected NAME=HEIGHTxWIDTH"),
         (["--joints", "a", "--camera", "f=1x1", "--camera", "f=2x2"], "'f' is given twice"),
         (["--camera", "front=96x128"], "--camera describes the robot together with --joints"),
+        (
+            ["--env", "pushT"],
+            "tempo: unknown environment 'pushT'; the environments are pusht, aloha-insertion, "
+            "aloha-transfer-cube\n",
+        ),
+        (["--env", "pusht", "--joints", "x,y"], "--env is the robot; leave out --joints"),
+        (["--env", "pusht", "--episodes", "0"], "--episodes must be at least 1, not 0"),
+        (["--env", "pusht", "--max-steps", "0"], "--max-steps must be at least 1, not 0"),
     ],
 )
 def test_sim_robot_refuses_bad_options(capsys, options, message):
@@ -178,3 +186,20 @@ cli._exit_now(3)
     assert result.returncode == 3, result.stderr
     assert "teardown ran" not in result.stdout
     assert "written before exit" in log_file.read_text()
+
+
+def test_eval_of_an_unknown_environment_is_one_sentence(capsys):
+    assert cli.main(["eval", "--env", "aloha", "--connect", "ipc:///nonexistent"]) == 2
+    assert capsys.readouterr().err == (
+        "tempo: unknown environment 'aloha'; the environments are pusht, aloha-insertion, "
+        "aloha-transfer-cube\n"
+    )
+
+
+@pytest.mark.parametrize("video", ["9", "1,x"])
+def test_eval_video_of_a_seed_not_run_is_one_sentence(capsys, video):
+    args = ["eval", "--env", "pusht", "--episodes", "3", "--seed", "0", "--video", video]
+    assert cli.main(args) == 2
+    assert capsys.readouterr().err == (
+        f"tempo: --video {video!r}: each value must be the seed of one of the episodes (0 to 2)\n"
+    )

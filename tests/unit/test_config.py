@@ -67,7 +67,7 @@ def test_overrides_are_parsed_as_yaml():
         overrides=[
             "control.rate_hz=200",  # a number
             "robot.joints=[x, y, z]",  # a list
-            "policy.target=[0.1, 0.2, 0.3]",  # a list of numbers
+            "policy.reach.target=[0.1, 0.2, 0.3]",  # a list of numbers
             "logging.level=DEBUG",  # a string
             "inference.ensemble=newest",
             "guards.max_velocity={x: 1.5}",  # a mapping
@@ -76,7 +76,7 @@ def test_overrides_are_parsed_as_yaml():
     )
     assert config.control.rate_hz == 200.0
     assert config.robot.joints == ("x", "y", "z")
-    assert config.policy.target == (0.1, 0.2, 0.3)
+    assert config.policy.section("reach").target == (0.1, 0.2, 0.3)
     assert config.logging.level == "DEBUG"
     assert config.inference.ensemble == "newest"
     assert config.guards.max_velocity == {"x": 1.5}
@@ -273,7 +273,7 @@ def test_dump_of_a_changed_config_loads_back_equal(tmp_path):
             "robot.cameras=[{name: left, height: 4, width: 5}, {name: right, height: 6, width: 7}]",
             "policy.kind=checkpoint",
             "policy.path=/models/act",
-            "policy.target=[1, 2, 3]",
+            "policy.reach.target=[1, 2, 3]",
             "guards.position_limits={a: [-1, 1]}",
             "guards.max_velocity=2.0",
             "teleop.joints=[b]",
@@ -353,17 +353,14 @@ def test_config_show_leaves_unset_inference_fields_to_the_checkpoint(tmp_path):
     assert reloaded.inference.query_period == 5
 
 
-def test_rtc_section_names_the_flow_policys_modes_and_schedules():
-    """policy.rtc is defined on the config side (the config imports nothing of policies/); its
-    modes and schedules must be the ones the flow policy's RTC implements."""
-    from typing import get_args
+def test_rtc_section_is_the_flow_familys_model():
+    """policy.rtc is validated by the model the flow family declares (one definition of the
+    modes and schedules, the one its samplers read)."""
+    from policies.flow.settings import RTCConfig
 
-    from controller import policy_sections
-    from policies import settings
-
-    assert get_args(policy_sections.RTCMode) == get_args(settings.RTCMode)
-    assert get_args(policy_sections.MaskSchedule) == get_args(settings.MaskSchedule)
-    assert load_config(None, ["policy.rtc.mode=off"]).policy.rtc.mode == "off"
+    rtc = load_config(None, ["policy.rtc.mode=off"]).policy.section("rtc")
+    assert type(rtc) is RTCConfig
+    assert rtc.mode == "off"  # YAML's bare `off` is false; it means off here
 
 
 def test_a_policy_path_alone_means_a_checkpoint(tmp_path: Path) -> None:

@@ -55,3 +55,20 @@ def test_the_control_process_modules_import_without_torch() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_validating_every_family_section_loads_no_torch() -> None:
+    """The config validates each `policy.<section>` with its family's model, found through the
+    registry (which loads every family.py): none of that may load torch."""
+    code = (
+        "import sys\n"
+        "from controller.config import load_config\n"
+        "config = load_config(None, ['policy.rtc.mode=exact', 'inference.ensemble=newest',\n"
+        "                            'policy.tdmpc2.mode=prior', 'policy.reach.target=[1]',\n"
+        "                            'policy.prompt.default_task=wave'])\n"
+        "assert set(config.policy.sections) >= {'rtc', 'tdmpc2', 'reach', 'prompt'}\n"
+        "if 'torch' in sys.modules:\n"
+        "    sys.exit('validating the families sections loads torch')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -17,7 +17,7 @@ def test_without_cuda_act_gets_a_lower_rate_and_a_chunk_every_ten_steps() -> Non
 
 def test_without_cuda_tdmpc2_serves_fast_mode() -> None:
     settings, line = cpu_fit("tdmpc2", cuda=False)
-    assert settings == ["policy.planner.mode=prior"]
+    assert settings == ["policy.tdmpc2.mode=prior"]
     assert line is not None and "fast mode" in line
 
 
@@ -31,9 +31,19 @@ def test_what_the_user_set_is_not_touched(tmp_path: Path) -> None:
     settings, line = cpu_fit("act", cuda=False, explicit=["control.rate_hz"])
     assert not any(s.startswith("control.rate_hz") for s in settings)
     assert line is not None and "rate_hz" not in line
-    assert cpu_fit("tdmpc2", cuda=False, explicit=["policy.planner.mode"]) == ([], None)
+    assert cpu_fit("tdmpc2", cuda=False, explicit=["policy.tdmpc2.mode"]) == ([], None)
     config = tmp_path / "robot.yaml"
     config.write_text("control:\n  rate_hz: 30\n")
     keys = explicit_keys(config, ["inference.query_period=5"])
     assert "control.rate_hz" in keys and "inference.query_period" in keys
     assert "runner.step_budget_ms" not in keys
+
+
+def test_a_family_section_set_by_the_user_is_not_touched(tmp_path: Path) -> None:
+    """policy.tdmpc2.mode set in the file, or with --set in its old spelling policy.planner,
+    keeps the demo's fast mode off it (both spellings at once would be refused)."""
+    config = tmp_path / "robot.yaml"
+    config.write_text("policy:\n  tdmpc2:\n    mode: plan\n")
+    assert "policy.tdmpc2.mode" in explicit_keys(config, [])
+    assert "policy.tdmpc2.mode" in explicit_keys(None, ["policy.planner.mode=plan"])
+    assert "policy.tdmpc2.compute" not in explicit_keys(config, [])

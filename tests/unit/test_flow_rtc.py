@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from controller.policy_sections import RTCConfig
 from policies.flow.config import FlowConfig
 from policies.flow.model import FlowMatchingPolicy
 from policies.flow.rtc import RealTimeChunking, guidance_weights, soft_mask
+from policies.flow.settings import RTCConfig
 
 H, A = 10, 3
 

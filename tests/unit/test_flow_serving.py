@@ -11,7 +11,6 @@ from controller.config import load_config
 from controller.errors import ConfigError
 from controller.inference.parity import relative_error
 from controller.inference.runner import Runner
-from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
 from policies.base import Plan, RobotContext
 from policies.catalog import build_tensor_policy
@@ -19,6 +18,7 @@ from policies.checkpoints.tempo_format import save_checkpoint
 from policies.demo import make_demo_flow_policy
 from policies.flow.codec import FlowCodec, RTCCodec
 from policies.flow.rtc import RealTimeChunking, serve_with_rtc
+from policies.flow.settings import RTCConfig
 from policies.tensor_policy import EagerPolicy, TensorPolicy
 
 H = 8
@@ -91,7 +91,8 @@ def test_the_runner_serves_rtc_and_keeps_the_executed_prefix(mode: str) -> None:
 
 
 def test_config_and_catalog_refuse_rtc_where_it_cannot_work(tmp_path: Path) -> None:
-    assert load_config(None, ["policy.rtc.mode=off"]).policy.rtc.mode == "off"  # YAML's `off`
+    off = load_config(None, ["policy.rtc.mode=off"]).policy.section("rtc")
+    assert off.mode == "off"  # YAML's `off`
     with pytest.raises(ConfigError, match="inference.ensemble: newest"):
         load_config(None, ["policy.rtc.mode=exact"])
     config = load_config(None, ["policy.rtc.mode=exact", "inference.ensemble=newest"])
@@ -186,7 +187,9 @@ def test_rtc_exact_is_served_compiled_and_matches_the_reference_on_served_plans(
         cameras=(("front", 32, 32),), chunk_size=H, dim_model=16, n_steps=3
     )
     served = serve_with_rtc(small, RTCConfig(mode="exact"))
-    config = RunnerConfig(top_tier="compiled", step_budget_ms=None, cache_dir=None)
+    config = RunnerConfig(
+        top_tier="compiled", serve_slower_tiers=True, step_budget_ms=None, cache_dir=None
+    )
     runner = Runner(served, config, "cpu")
     runner.start()
     assert runner.tier == "compiled", runner.status()["tiers"]

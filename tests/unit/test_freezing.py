@@ -46,7 +46,11 @@ def test_the_freezing_setting_decides_whether_inductor_freezes(
     folded_inputs, tmp_path, freezing: bool
 ) -> None:  # type: ignore[no-untyped-def]
     config = RunnerConfig(
-        cache_dir=tmp_path, top_tier="compiled", step_budget_ms=None, freezing=freezing
+        cache_dir=tmp_path,
+        top_tier="compiled",
+        step_budget_ms=None,
+        freezing=freezing,
+        serve_slower_tiers=True,
     )
     runner = Runner(build_tiny_policy(seed=0), config, device="cpu")
     runner.start()

@@ -35,12 +35,27 @@ def test_a_policy_that_is_no_name_is_malformed(policy: object, why: str):
     assert "policy" in str(refused.value) and why in str(refused.value)
 
 
-def test_the_client_names_the_policy_in_its_hello(monkeypatch: pytest.MonkeyPatch):
+def test_the_client_names_the_policy_in_its_hello():
+    import zmq
+
+    from controller.errors import DaemonUnavailable
     from controller.wire.client import TempoClient
 
-    sent: list[tuple[str, dict[str, object]]] = []
-    client = TempoClient("ipc:///nonexistent", "r", ["a"], {}, 1, policy="pi0")
-    monkeypatch.setattr(client, "_send", lambda kind, fields: sent.append((kind, fields)))
-    client._send_hello()
-    client._close_socket()
-    assert sent[0][0] == "hello" and sent[0][1]["policy"] == "pi0"
+    context = zmq.Context()
+    daemon = context.socket(zmq.ROUTER)  # stands for the daemon: takes the hello, answers none
+    daemon.bind("inproc://hello-policy")
+    client = TempoClient(
+        "inproc://hello-policy", "r", ["a"], {}, 1, policy="pi0", context=context,
+        handshake_timeout_s=0.05,
+    )  # fmt: skip
+    try:
+        with pytest.raises(DaemonUnavailable):
+            client.connect()
+        assert daemon.poll(1000)
+        _identity, *frames = daemon.recv_multipart()
+        said = decode(frames)
+        assert said.kind == "hello" and said.header["policy"] == "pi0"
+    finally:
+        client.close()
+        daemon.close(linger=0)
+        context.term()

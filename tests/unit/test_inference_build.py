@@ -86,3 +86,59 @@ def test_a_checkpoint_is_read_where_its_reference_weights_stay(
     build.build_policy(section, RobotConfig(), RunnerConfig(reference_weights=weights))
     assert read == [read_on]
     assert started == ["cuda"]  # the runner still serves on the GPU
+
+
+def test_a_familys_fallback_hook_is_what_build_policy_serves_beside_the_policy() -> None:
+    """The fallback is the family's hook (TD-MPC2's policy prior is one): a family registered
+    at run time with its own hook gets its fallback built and served under deadline pressure,
+    and a hook that asks for nothing leaves the plain runner."""
+    from controller.inference.build import build_policy
+    from controller.inference.prior_fallback import PriorFallback
+    from controller.policy_sections import PolicyConfig, RobotConfig
+    from policies.registry import FallbackPolicy, PolicyFamily, register, unregister
+
+    served, fallback = build_tiny_policy(), build_tiny_policy()
+    asked: list[object] = []
+
+    def hook(policy, settings):
+        asked.append(policy)
+        return FallbackPolicy(fallback, 0.25, 2, 5) if policy is served else None
+
+    register(PolicyFamily(name="fallback-toy", title="Toy", summary="a toy", fallback=hook))
+    try:
+        config = RunnerConfig(top_tier="eager_fp32", cache_dir=None, parity_observations=1)
+        section = PolicyConfig(device="cpu")
+        built = build_policy(section, RobotConfig(), config, model=served)
+        assert isinstance(built, PriorFallback)
+        assert built.planner.module is served.module
+        assert asked == [served]
+        plain = build_policy(section, RobotConfig(), config, model=build_tiny_policy())
+        assert isinstance(plain, Runner)
+    finally:
+        unregister("fallback-toy")
+
+
+def test_the_inference_process_imports_no_family() -> None:
+    """controller/inference builds and serves any family through the registry's hooks: no module
+    of it imports a family's folder (policies.<family>) by name."""
+    import ast
+    from pathlib import Path
+
+    import controller.inference
+    from policies.registry import families
+
+    folders = {f"policies.{family.name}" for family in families()} | {"policies.pi05"}
+    found = []
+    for path in Path(controller.inference.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [
+                f"{path.name}: {name}"
+                for name in names
+                if any(name == f or name.startswith(f"{f}.") for f in folders)
+            ]
+    assert found == []

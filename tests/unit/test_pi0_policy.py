@@ -442,12 +442,12 @@ def test_other_families_checkpoints_are_served_untouched_by_the_prompt_settings(
     tmp_path: Path,
 ) -> None:
     """The catalog hands every checkpoint to every family's serve_settings: pi0's leaves an
-    ACT policy as it is, and refuses policy.tokenizer / default_task for it."""
+    ACT policy as it is, and refuses policy.prompt.tokenizer / default_task for it."""
     act = write_processor_layout(tmp_path / "act", tempo_model(), MEAN_STD, MEAN_STD_NAMES)
     config = load_config(None, [f"policy.path={act}"])
     policy = build_tensor_policy(config.policy, config.robot)
     assert type(policy.module).__name__ == "ACT" and policy.spec.prompt is None
-    config = load_config(None, [f"policy.path={act}", "policy.default_task=wave"])
+    config = load_config(None, [f"policy.path={act}", "policy.prompt.default_task=wave"])
     with pytest.raises(ConfigError) as caught:
         build_tensor_policy(config.policy, config.robot)
     assert "apply to pi0 / pi0.5 checkpoints" in one_sentence(str(caught.value))
@@ -486,6 +486,32 @@ def write_openpi_demo(directory: Path, vocab: int) -> Path:
     return directory
 
 
+def test_an_openpi_directory_reads_paligemmas_tokenizer_from_the_hub_cache(
+    tmp_path: Path, demo_dirs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As LeRobot 0.6 does for the pi0 directories it saves without a tokenizer: the name the
+    checkpoint gives, looked up offline in the local Hugging Face cache."""
+    tokenizer = demo_dirs["pi0"] / "tokenizer" / "tokenizer.model"
+    vocab = sentencepiece.SentencePieceProcessor(model_file=str(tokenizer)).vocab_size()
+    openpi = write_openpi_demo(tmp_path / "openpi", vocab)
+    cache = tmp_path / "hub"
+    repo = cache / "models--google--paligemma-3b-pt-224"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "blobs").mkdir()
+    (repo / "blobs" / "5a1e").write_bytes(tokenizer.read_bytes())
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "tokenizer.model").symlink_to("../../blobs/5a1e")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    policy = build_tensor_policy(load_config(None, [f"policy.path={openpi}"]).policy)
+    assert policy.spec.prompt is not None
+    assert policy.spec.prompt.tokenizer == str(repo / "blobs" / "5a1e")  # resolved
+    lines = describe_pi0_checkpoint(openpi)
+    cached = "tokenizer: google/paligemma-3b-pt-224 from the local Hugging Face cache"
+    assert any(line.startswith(cached) for line in lines)
+
+
 def test_an_openpi_directory_needs_policy_tokenizer(tmp_path: Path, demo_dirs) -> None:
     tokenizer = demo_dirs["pi0"] / "tokenizer" / "tokenizer.model"
     vocab = sentencepiece.SentencePieceProcessor(model_file=str(tokenizer)).vocab_size()
@@ -494,15 +520,15 @@ def test_an_openpi_directory_needs_policy_tokenizer(tmp_path: Path, demo_dirs) -
     with pytest.raises(CheckpointError) as caught:
         build_tensor_policy(config.policy, config.robot)
     message = one_sentence(str(caught.value))
-    assert "ships no tokenizer" in message and "set policy.tokenizer" in message
+    assert "ships no tokenizer" in message and "set policy.prompt.tokenizer" in message
 
     missing = tmp_path / "absent" / "tokenizer.model"
-    config = load_config(None, [f"policy.path={openpi}", f"policy.tokenizer={missing}"])
+    config = load_config(None, [f"policy.path={openpi}", f"policy.prompt.tokenizer={missing}"])
     with pytest.raises(CheckpointError) as caught:
         build_tensor_policy(config.policy, config.robot)
-    assert f"policy.tokenizer: {missing} is not a file" == one_sentence(str(caught.value))
+    assert f"policy.prompt.tokenizer: {missing} is not a file" == one_sentence(str(caught.value))
 
-    config = load_config(None, [f"policy.path={openpi}", f"policy.tokenizer={tokenizer}"])
+    config = load_config(None, [f"policy.path={openpi}", f"policy.prompt.tokenizer={tokenizer}"])
     policy = build_tensor_policy(config.policy, config.robot)
     assert policy.spec.prompt is not None
     assert policy.spec.prompt.tokenizer == str(tokenizer.resolve())
@@ -517,10 +543,11 @@ def test_an_openpi_directory_needs_policy_tokenizer(tmp_path: Path, demo_dirs) -
 def test_a_tokenizer_of_another_vocabulary_is_refused_naming_both_sizes(
     tmp_path: Path, demo_dirs
 ) -> None:
-    """policy.tokenizer pointing at another SentencePiece model: the control process's
+    """policy.prompt.tokenizer pointing at another SentencePiece model: the control process's
     tokenizer (RobotPrompts, built when the daemon starts) refuses it."""
     other = DATA / "pi0_lerobot_tiny" / "tokenizer" / "tokenizer.model"  # 512 pieces
-    config = load_config(None, [f"policy.path={demo_dirs['pi0']}", f"policy.tokenizer={other}"])
+    overrides = [f"policy.path={demo_dirs['pi0']}", f"policy.prompt.tokenizer={other}"]
+    config = load_config(None, overrides)
     policy = build_tensor_policy(config.policy, config.robot)
     prompt = policy.spec.prompt
     assert prompt is not None and prompt.tokenizer == str(other) and prompt.vocab_size != 512

@@ -19,10 +19,10 @@ import torch.nn.functional as F  # noqa: N812
 from controller.config import load_config
 from controller.errors import ConfigError
 from controller.inference.half_weights import copy_sharing_tensors
-from controller.policy_sections import RTCConfig
 from policies.base import Plan
 from policies.catalog import build_tensor_policy
 from policies.flow.guided_sampling import GuidedChunkSampler
+from policies.flow.settings import RTCConfig
 from policies.inputs import example_frames, stack_frames
 from policies.pi0.policy import read_pi0_policy
 from policies.pi0.rtc import Pi0RealTimeChunking, serve_pi0_with_rtc

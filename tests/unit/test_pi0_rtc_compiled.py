@@ -14,9 +14,9 @@ import torch
 
 from controller.inference.parity import relative_error
 from controller.inference.runner import Runner
-from controller.policy_sections import RTCConfig
 from controller.runner_config import RunnerConfig
 from policies.base import Plan
+from policies.flow.settings import RTCConfig
 from policies.inputs import example_frames
 from policies.pi0.demo import write_demo_checkpoint
 from policies.pi0.policy import read_pi0_policy
@@ -30,7 +30,9 @@ def compiled_tier_serves_the_eager_reference(pi0: TensorPolicy, mode: str) -> No
     """pi0 with RTC `mode` served by the compiled tier (inductor, fullgraph) gives the eager
     FP32 reference's chunks for several delays, and the guidance moved them."""
     served = serve_pi0_with_rtc(pi0, RTCConfig(mode=mode))
-    config = RunnerConfig(top_tier="compiled", step_budget_ms=None, cache_dir=None)
+    config = RunnerConfig(
+        top_tier="compiled", serve_slower_tiers=True, step_budget_ms=None, cache_dir=None
+    )
     runner = Runner(served, config, "cpu")
     runner.start()
     assert runner.tier == "compiled", runner.status()["tiers"]
@@ -78,7 +80,9 @@ def test_pi0_compiled_by_regions_serves_every_bucket(
     third, so four robots were served as two steps of two."""
     torch.set_num_threads(1)
     pi0 = read_pi0_policy(write_demo_checkpoint(tmp_path / "pi0", "pi0"), None).policy
-    config = RunnerConfig(top_tier="compiled", step_budget_ms=None, cache_dir=None)
+    config = RunnerConfig(
+        top_tier="compiled", serve_slower_tiers=True, step_budget_ms=None, cache_dir=None
+    )
     runner = Runner(pi0, config, "cpu", batch_sizes=(1, 2, 4))
     with caplog.at_level(logging.INFO):
         runner.start()

@@ -182,7 +182,7 @@ def test_profile_builds_what_serve_builds_the_prior_fallback_included() -> None:
     from policies.tdmpc2.config import TDMPC2Config
     from policies.tdmpc2.serving import random_tdmpc2_policy
 
-    config = fast_config("policy.planner.fallback_budget_ms=5")
+    config = fast_config("policy.tdmpc2.fallback_budget_ms=5")
     model = random_tdmpc2_policy(TDMPC2Config(obs_dim=4, action_dim=2, model_size=1))
     built: list[str] = []
     runner, description = profiled_runner(config, model, built.append)
@@ -195,7 +195,10 @@ def test_profile_leaves_a_compiled_tier_serving(tmp_path: Path) -> None:
     """The submodule hooks go on the module the compiled tier traced; they must come off
     again, or the next compiled call would recompile (an error while serving)."""
     config = fast_config(
-        "runner.top_tier=compiled", "runner.compile_backend=eager", "runner.cache_dir=null"
+        "runner.top_tier=compiled",
+        "runner.serve_slower_tiers=true",
+        "runner.compile_backend=eager",
+        "runner.cache_dir=null",
     )
     result = run_profile(config, 4, warmup=1, policy=build_tiny_policy())
     assert result.tier == "compiled" and result.demotions == []

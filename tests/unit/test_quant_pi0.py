@@ -138,6 +138,7 @@ def test_the_compiled_tier_of_a_quantized_pi0_equals_eager_fake_quant(quantized,
     # seconds; QuantLinear takes its compiled path whenever it is traced.
     config = RunnerConfig(
         top_tier="compiled",
+        serve_slower_tiers=True,
         compile_backend="eager",
         cache_dir=None,
         step_budget_ms=None,

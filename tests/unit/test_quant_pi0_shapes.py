@@ -8,9 +8,7 @@ from scripts.quant import bench_quant_pi0, quant_pi0_shapes
 
 
 def test_pi0s_prefix_gemms_run_at_three_cameras_and_the_prompt() -> None:
-    shapes = quant_pi0_shapes.gemm_shapes(
-        Pi0Config.model_validate({"tokenizer_max_length": 48}), 3
-    )
+    shapes = quant_pi0_shapes.gemm_shapes(Pi0Config.model_validate({"tokenizer_max_length": 48}), 3)
     prefix = {name: (tokens, fan_in, fan_out) for name, tokens, fan_in, fan_out in shapes}
     assert prefix["prefix q_proj"] == (816, 2048, 2048)  # 3 x 256 patches + 48 prompt tokens
     assert prefix["prefix down_proj"] == (816, 16384, 2048)

@@ -68,7 +68,7 @@ def test_the_ring_keeps_at_most_its_memory(tmp_path) -> None:
     for i in range(20):
         recorder._take(observation(i, frame_bytes=300_000))
     assert len(recorder._ring) == 3  # 3 x 300 KB fit in 1 MiB, 4 do not
-    assert recorder._ring_bytes <= 1024 * 1024
+    assert recorder._ring.bytes <= 1024 * 1024
 
 
 def test_a_directory_that_cannot_be_made_is_one_sentence(tmp_path) -> None:
@@ -107,9 +107,12 @@ def test_the_files_chunks_are_compressed_as_configured(tmp_path, setting, chunks
 
 
 @pytest.mark.parametrize("mode", ["continuous", "ring"])
-def test_a_failed_file_process_is_one_error_and_stop_is_quiet(tmp_path, mode, monkeypatch) -> None:
-    """A file the process cannot make: the recorder says why once (in status), drops what comes
-    after, and stops without a second error (a traceback from its thread)."""
+def test_a_failed_file_process_pauses_with_its_reason_and_stop_is_quiet(
+    tmp_path, mode, monkeypatch
+) -> None:
+    """A file the process cannot make: the recorder pauses, says why (in status), drops what
+    comes after (ring mode keeps it in its ring), and stops without an error (a traceback from
+    its thread)."""
     (tmp_path / "blocked").write_bytes(b"a file where the directory should be")
     config = RecordConfig(mode=mode, dir=tmp_path, compression="none")
     recorder = Recorder(config, JOINTS, 50.0)
@@ -121,15 +124,19 @@ def test_a_failed_file_process_is_one_error_and_stop_is_quiet(tmp_path, mode, mo
     recorder.queue.put(observation(1))
     recorder.queue.put(Record("mark", "arm", 2, {"reason": "look"}))
     deadline = time.monotonic() + 30
-    while recorder.error is None and time.monotonic() < deadline:
+    while recorder.status()["paused"] is None and time.monotonic() < deadline:
         time.sleep(0.05)
     recorder.queue.put(observation(3))
+    paused = recorder.status()["paused"]
     recorder.stop()
-    assert (
-        recorder.error is not None and "FileExistsError" in recorder.error
-    )  # the reason, not "it ended"
-    assert crashes == []
-    assert recorder.queue.dropped["observation"] >= 1
+    assert paused is not None and "FileExistsError" in paused  # the reason, not "it ended"
+    assert recorder.error is None and crashes == []
+    if mode == "continuous":
+        assert recorder.queue.dropped["observation"] >= 1
+    else:  # the ring keeps its records while paused; the mark's incident is counted unwritten
+        assert recorder.queue.dropped["observation"] == 0
+        assert recorder.status()["incidents_not_written"] >= 1
+        assert recorder.status()["incidents"] == 0
 
 
 def framed(time_ns: int) -> Record:
@@ -179,7 +186,7 @@ def test_max_total_mb_deletes_the_oldest_files_this_recorder_wrote(tmp_path) -> 
         kept, total = kept + 1, total + sizes[path]
     assert left == [*finished[len(finished) - kept :], recorder.files[-1]] and kept >= 2
     status = recorder.status()
-    assert status["files_deleted"] == recorder.files_deleted == len(gone)
+    assert status["files_deleted"] == len(gone)
     assert status["bytes_deleted"] == sum(sizes[path] for path in gone)
     for name, content in foreign.items():
         assert (tmp_path / name).read_bytes() == content
@@ -204,7 +211,8 @@ def test_an_old_file_already_removed_is_skipped(tmp_path, caplog) -> None:
     recorder.stop()
     assert [os.path.exists(path) for path in recorder.files] == [False, False, True, True]
     # The second file deleted by the cap; the first, removed by hand, counted by neither.
-    assert recorder.files_deleted == 1 and recorder.bytes_deleted == sizes[recorder.files[1]]
+    status = recorder.status()
+    assert status["files_deleted"] == 1 and status["bytes_deleted"] == sizes[recorder.files[1]]
     assert recorder.error is None
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
 
@@ -246,7 +254,7 @@ def test_a_file_that_cannot_be_deleted_is_said_and_recording_goes_on(
         i += 1
     recorder._close_file()
     recorder.stop()
-    assert recorder.error is None and recorder.files_deleted == 0
+    assert recorder.error is None and recorder.status()["files_deleted"] == 0
     assert all(os.path.exists(path) for path in recorder.files)
     refused = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert refused and "record.max_total_mb: could not delete" in refused[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -19,9 +20,9 @@ import pytest
 
 from controller.feed.inference_feed import Chunk, InferenceRequest, Refusal
 from controller.feed.mailbox import Mailbox
-from controller.link.episode_swap import Routes
+from controller.link.incoming import Routes
 from controller.link.remote_feed import RemoteFeed
-from controller.link.request_channel import RequestChannel, StepReply, prediction_of
+from controller.link.request_channel import RequestChannel
 from controller.process_protocol import process_channel
 from controller.process_protocol.frame_slots import FrameSlots
 from controller.process_protocol.process_channel import ProcessChannel
@@ -34,7 +35,7 @@ from controller.process_protocol.process_messages import (
     encode,
 )
 from controller.wire.slot_ring import SlotFrames
-from policies.base import CameraSpec, PolicySpec, Prediction, first_context
+from policies.base import CameraSpec, PolicySpec, first_context
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="shared memory in /dev/shm")
 
@@ -73,9 +74,6 @@ class FakePolicy:
     def routes(self) -> Iterator[Routes]:
         yield Routes(self.channel if self.serving else None)
 
-    def prediction(self, reply: StepReply) -> Prediction:
-        return prediction_of(reply)
-
     def hang_timeout(self) -> float:
         return 5.0
 
@@ -88,6 +86,7 @@ class Links:
 
     def __init__(self) -> None:
         self.made: list[ProcessChannel] = []
+        self.sockets: list[socket.socket] = []  # other ends the test keeps unread
 
     def pair(self) -> tuple[ProcessChannel, ProcessChannel]:
         ours, theirs = ProcessChannel.pair()
@@ -102,6 +101,8 @@ def context() -> Iterator[Links]:
     yield links
     for link in links.made:
         link.close()
+    for sock in links.sockets:
+        sock.close()
 
 
 @pytest.fixture
@@ -318,12 +319,17 @@ def test_a_process_that_stopped_reading_is_reported_for_a_restart_without_blocki
     context: Links, slots: FrameSlots, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(process_channel, "MAX_QUEUED_BYTES", 0)  # any backlog: stuck
-    channel, _peer = channel_pair(context, slots)  # the peer never reads
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # theirs never reads
+    ours.setblocking(False)
     try:
         while True:  # fill the kernel's buffer, as a peer that stopped reading would leave it
-            channel.link._sock.send(b"\0" * 65_536)  # noqa: SLF001
+            ours.send(b"\0" * 65_536)
     except BlockingIOError:
         pass
+    link = ProcessChannel(ours)
+    context.made.append(link)
+    context.sockets.append(theirs)
+    channel = RequestChannel(link, slots, SPEC)
     policy = FakePolicy(channel)
     worker = RemoteFeed(policy)  # type: ignore[arg-type]
     worker.start()
@@ -349,7 +355,7 @@ def test_waiting_for_a_step_ends_when_the_process_closes_its_channel(
 
     def wait() -> None:
         try:
-            remote._await_reply(channel, 1)  # noqa: SLF001
+            remote.wait_for_reply(channel, 1)
         except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
             outcome.append(exc)
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from controller.feed.inference_feed import InferenceRequest
-from controller.link.episode_swap import Routes
+from controller.link.incoming import Routes
 from controller.link.remote_feed import RemoteFeed
 from controller.link.request_channel import RequestChannel
 from controller.process_protocol.frame_slots import FrameSlots

@@ -44,18 +44,22 @@ def serve(tmp_path: Path, policy: PromptRecorder) -> tuple[Any, Any, Any]:
     return dispatcher, recorder, step
 
 
-def hello(dispatcher: Any, recorder: Any, identity: bytes, **fields: Any) -> dict[str, Any]:
-    frames = encode("hello", robot="r", seq=1, time_ns=0, fields={"spec": SPEC, **fields})
+def hello(
+    dispatcher: Any, recorder: Any, identity: bytes, robot: str = "r", **fields: Any
+) -> dict[str, Any]:
+    frames = encode("hello", robot=robot, seq=1, time_ns=0, fields={"spec": SPEC, **fields})
     dispatcher.handle(identity, frames, time.monotonic_ns())
     _, kind, reply, _ = recorder.sent[-1]
     return {"kind": kind, **reply}
 
 
-def observe(dispatcher: Any, identity: bytes, session: str, seq: int, **fields: Any) -> None:
+def observe(
+    dispatcher: Any, identity: bytes, session: str, seq: int, robot: str = "r", **fields: Any
+) -> None:
     state = np.array([0.01 * seq, 0.0, 0.0], np.float32)
     frames = encode(
         "obs",
-        robot="r",
+        robot=robot,
         seq=seq,
         time_ns=time.monotonic_ns(),
         fields={"session": session, **fields},
@@ -166,11 +170,14 @@ def test_a_truncated_task_is_said_once_per_robot(tmp_path, model_file, caplog) -
     dispatcher, recorder, step = serve(tmp_path, policy)
     long_task = "pick up the red cube and place it in the box"
     caplog.set_level(logging.WARNING, logger="controller.daemon.prompts")
-    sessions = [hello(dispatcher, recorder, i, task=long_task)["session"] for i in (b"L", b"R")]
+    robots = {b"L": "left", b"R": "right"}  # two robots: a name is one session at a time
+    sessions = [hello(dispatcher, recorder, i, robots[i], task=long_task)["session"]
+                for i in robots]  # fmt: skip
     for seq in range(1, 4):
         step[0] = seq
-        for identity, session in zip((b"L", b"R"), sessions, strict=True):
-            observe(dispatcher, identity, session, seq, episode_start=True, task=long_task)
+        for identity, session in zip(robots, sessions, strict=True):
+            observe(dispatcher, identity, session, seq, robots[identity], episode_start=True,
+                    task=long_task)  # fmt: skip
     lines = [r.getMessage() for r in caplog.records if "tokens, more than" in r.getMessage()]
     assert len(lines) == 2  # one per robot, not per episode
     assert policy.contexts[-1].prompt.ids.tolist() == ids_of(model_file, long_task)[:4]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from controller.policy_sections import RTCConfig
+from policies.flow.settings import RTCConfig
 from scripts.smoothness import rtc_smoothness
 
 CHUNK, HORIZON, STEPS, WARMUP, DELAY = 8, 4, 28, 8, 2

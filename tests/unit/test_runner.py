@@ -45,7 +45,9 @@ def make_runner(cache_dir, faults=None, seed=0, **settings) -> Runner:  # type: 
     settings.setdefault("step_budget_ms", None)
     # The whole ladder: `auto` would start a CPU at eager_fp32.
     settings.setdefault("top_tier", "graph")
-    config = RunnerConfig(cache_dir=cache_dir, parity_observations=3, **settings)
+    config = RunnerConfig(
+        cache_dir=cache_dir, parity_observations=3, **{"serve_slower_tiers": True, **settings}
+    )
     return Runner(build_tiny_policy(seed=seed), config, device="cpu", faults=faults)
 
 
@@ -101,7 +103,7 @@ def test_eager_fp32_is_checked_by_the_reference_pass_not_run_again(cache_dir) ->
     # tier over them again (plus warm-up) would double a slow model's start.
     runner = make_runner(cache_dir, top_tier="eager_fp32", warmup_steps=2)
     steps: list[int] = []
-    runner._policy.module.register_forward_hook(lambda *_: steps.append(1))
+    runner.module.register_forward_hook(lambda *_: steps.append(1))
     messages: list[str] = []
     runner.start(progress=messages.append)
     assert len(steps) == 3  # parity_observations, once
@@ -194,9 +196,16 @@ class FakeClock:
 
 def test_k_overruns_in_n_steps_demote(cache_dir) -> None:
     clock = FakeClock()
-    plan = FaultPlan(slow_on={1, 4}, slow_s=0.06, sleep=clock.advance)
+    # 5 s on the fake clock, costing no real time: a demotion is held back when the tier below
+    # took longer at start-up (timed for real), which a loaded machine made 60 ms reach.
+    plan = FaultPlan(slow_on={1, 4}, slow_s=5.0, sleep=clock.advance)
     config = RunnerConfig(
-        cache_dir=cache_dir, top_tier="compiled", step_budget_ms=40, overrun_k=2, overrun_n=5
+        cache_dir=cache_dir,
+        top_tier="compiled",
+        serve_slower_tiers=True,
+        step_budget_ms=40,
+        overrun_k=2,
+        overrun_n=5,
     )
     runner = Runner(
         build_tiny_policy(), config, device="cpu", faults={"compiled": plan}, clock=clock
@@ -217,7 +226,12 @@ def test_overruns_spread_wider_than_n_steps_do_not_demote(cache_dir) -> None:
     clock = FakeClock()
     plan = FaultPlan(slow_on={0, 5, 10}, slow_s=0.06, sleep=clock.advance)
     config = RunnerConfig(
-        cache_dir=cache_dir, top_tier="compiled", step_budget_ms=40, overrun_k=2, overrun_n=5
+        cache_dir=cache_dir,
+        top_tier="compiled",
+        serve_slower_tiers=True,
+        step_budget_ms=40,
+        overrun_k=2,
+        overrun_n=5,
     )
     runner = Runner(
         build_tiny_policy(), config, device="cpu", faults={"compiled": plan}, clock=clock

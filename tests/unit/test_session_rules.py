@@ -43,7 +43,8 @@ class Still:
 
 
 class Driver:
-    """One driver of the offline daemon: its identity, session and sequence numbers."""
+    """One driver of the offline daemon: its identity (its robot's name too), session and
+    sequence numbers."""
 
     def __init__(self, daemon: tuple[Any, Any, Any, list[int]], name: bytes) -> None:
         self.dispatcher, self.loop, self.recorder, self.step = daemon
@@ -57,7 +58,12 @@ class Driver:
         if kind != "hello":
             fields["session"] = self.session
         frames = encode(
-            kind, robot="r", seq=self.seq, time_ns=time_ns, fields=fields, arrays=arrays or {}
+            kind,
+            robot=self.identity.decode(),
+            seq=self.seq,
+            time_ns=time_ns,
+            fields=fields,
+            arrays=arrays or {},
         )
         before = len(self.recorder.sent)
         self.dispatcher.handle(self.identity, frames, now_ns)

@@ -12,14 +12,10 @@ import zmq
 from controller.config import load_config
 from controller.errors import ConfigError, PolicyError
 from controller.feed.served_policy import served_here
-from controller.link.policy_swap import (
-    check_compatible,
-    config_with_path,
-    resolve_policy_name,
-    swap_command,
-)
+from controller.link.policy_swap import config_with_path, resolve_policy_name, swap_command
 from controller.link.serving_watch import serving_watch
 from controller.link.standbys import standby_mode
+from controller.link.swap_checks import check_compatible
 from controller.observe.status_server import StatusServer, request_command, request_status
 from policies.base import CameraSpec, Execution, PolicySpec, PromptSpec
 
@@ -150,6 +146,25 @@ class _Swappable:
         if path == "/refused":
             raise PolicyError("the new policy reads no prompt, unlike the one serving")
         return {"id": 1, "phase": "building"}
+
+    def cancel_swap(self) -> dict[str, Any]:
+        self.asked.append(("cancel", False, None))
+        return {"id": 1, "phase": "cancelled"}
+
+
+def test_the_swap_command_cancels_and_refuses_a_path_with_a_cancel() -> None:
+    policy = _Swappable()
+    swap = swap_command({"default": policy, "wrist": policy})  # type: ignore[dict-item]
+    cancel = {"kind": "swap", "cancel": True, "policy": "wrist"}
+    assert swap(cancel) == {"swap": {"id": 1, "phase": "cancelled"}}
+    both = swap({**cancel, "path": "/ckpt"})
+    assert both == {"error": "a swap request either names a new checkpoint or cancels, not both"}
+    unnamed = swap({"kind": "swap", "cancel": True})
+    assert "name one with --policy" in unnamed["error"]
+    assert policy.asked == [("cancel", False, None)]  # the refusals asked nobody
+    here = served_here(_Swappable())  # type: ignore[arg-type]
+    reply = swap_command({"default": here})({"kind": "swap", "cancel": True})
+    assert reply["error"].startswith("no swap is under way")
 
 
 def test_the_status_socket_answers_status_and_the_swap_command(tmp_path: Path) -> None:

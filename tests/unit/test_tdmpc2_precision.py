@@ -119,11 +119,11 @@ def test_policy_planner_section_selects_the_compute(tmp_path) -> None:  # type: 
     from policies.demo import make_demo_checkpoint, make_demo_tdmpc2_checkpoint
 
     path = make_demo_tdmpc2_checkpoint(tmp_path / "tdmpc2")
-    section = PolicyConfig(kind="checkpoint", path=path, planner={"compute": "tf32"})
+    section = PolicyConfig(kind="checkpoint", path=path, tdmpc2={"compute": "tf32"})
     policy = build_tensor_policy(section)
     assert policy.module.config.compute == "tf32" and isinstance(policy.parity, ValueRegret)
     plain = build_tensor_policy(PolicyConfig(kind="checkpoint", path=path))
     assert plain.module.config.compute == "fp32" and plain.parity is None
     act = make_demo_checkpoint(tmp_path / "act")
     with pytest.raises(ConfigError, match="TD-MPC2 checkpoints"):
-        build_tensor_policy(PolicyConfig(kind="checkpoint", path=act, planner={"compute": "bf16"}))
+        build_tensor_policy(PolicyConfig(kind="checkpoint", path=act, tdmpc2={"compute": "bf16"}))

@@ -53,7 +53,12 @@ def serve(top_tier: str, mode: str = "plan", **overrides: object) -> Runner:
     values: dict = dict(num_samples=32, num_pi_trajs=4, horizon=3) | overrides
     policy = random_tdmpc2_policy(small_config(**values))
     policy = with_mode(policy, mode)  # type: ignore[arg-type]
-    config = RunnerConfig(top_tier=top_tier, cache_dir=None, step_budget_ms=None)  # type: ignore[arg-type]
+    config = RunnerConfig(
+        top_tier=top_tier,  # type: ignore[arg-type]
+        cache_dir=None,
+        step_budget_ms=None,
+        serve_slower_tiers=True,
+    )
     runner = Runner(policy, config, device="cpu")
     runner.start()
     return runner
@@ -99,18 +104,18 @@ def test_policy_planner_section_selects_fast_mode(tmp_path) -> None:  # type: ig
     from policies.demo import make_demo_checkpoint, make_demo_tdmpc2_checkpoint
 
     path = make_demo_tdmpc2_checkpoint(tmp_path / "tdmpc2")
-    section = PolicyConfig(kind="checkpoint", path=path, planner={"mode": "prior"})
+    section = PolicyConfig(kind="checkpoint", path=path, tdmpc2={"mode": "prior"})
     assert build_tensor_policy(section).module.config.mode == "prior"
     assert build_tensor_policy(PolicyConfig(kind="checkpoint", path=path)).module.config.mode == (
         "plan"
     )
-    short = PolicyConfig(kind="checkpoint", path=path, planner={"prior_steps": 1})
+    short = PolicyConfig(kind="checkpoint", path=path, tdmpc2={"prior_steps": 1})
     assert build_tensor_policy(short).module.config.prior_steps == 1
-    too_long = PolicyConfig(kind="checkpoint", path=path, planner={"prior_steps": 64})
-    with pytest.raises(ConfigError, match="policy.planner: .*prior_steps \\(64\\) must be at most"):
+    too_long = PolicyConfig(kind="checkpoint", path=path, tdmpc2={"prior_steps": 64})
+    with pytest.raises(ConfigError, match="policy.tdmpc2: .*prior_steps \\(64\\) must be at most"):
         build_tensor_policy(too_long)
     act = make_demo_checkpoint(tmp_path / "act")
     with pytest.raises(ConfigError, match="TD-MPC2 checkpoints"):
         build_tensor_policy(
-            PolicyConfig(kind="checkpoint", path=act, planner={"fallback_budget_ms": 5})
+            PolicyConfig(kind="checkpoint", path=act, tdmpc2={"fallback_budget_ms": 5})
         )

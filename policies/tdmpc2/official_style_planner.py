@@ -1,6 +1,7 @@
 """The benchmark's reference for TD-MPC2: an eager FP32 planner written the way the official
 `TDMPC2.act` / `_plan` runs (nicklashansen/tdmpc2 at e9f5932), structure included, on Tempo's
-world-model weights (see controller.tools.bench_tdmpc2)."""
+world-model weights (`tempo bench --tdmpc2`, controller.tools.bench_tdmpc2, times Tempo's
+planner against it). The family's own: it is TD-MPC2's planning, written another way."""
 
 from __future__ import annotations
 
