@@ -48,7 +48,11 @@ class DiffusionCodec(InputCodec):
     @property
     def inputs(self) -> tuple[TensorInput, ...]:
         past = (TensorInput("past", self._past_shape), TensorInput("has_past", (1,)))
-        return (*super().inputs, *(past if self.remembers else ()), TensorInput("fixed_noise", (1,)))
+        return (
+            *super().inputs,
+            *(past if self.remembers else ()),
+            TensorInput("fixed_noise", (1,)),
+        )
 
     def encode(self, context: RobotContext, out: Sequence[np.ndarray]) -> None:
         super().encode(context, out[:1])

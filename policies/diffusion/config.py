@@ -113,7 +113,9 @@ class DiffusionConfig(BaseModel):
             )
         for width in self.down_dims:
             if width % self.n_groups != 0:
-                raise ValueError(f"each of down_dims must be divisible by n_groups ({self.n_groups})")
+                raise ValueError(
+                    f"each of down_dims must be divisible by n_groups ({self.n_groups})"
+                )
         if self.n_cameras:
             height, width = self.resize_shape or (self.image_height, self.image_width)
             if self.crop_shape is not None and (

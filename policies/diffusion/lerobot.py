@@ -64,13 +64,13 @@ from policies.checkpoints.files import (
 )
 from policies.checkpoints.tempo_format import build_module
 from policies.diffusion.codec import diffusion_policy
-from policies.diffusion.model import DiffusionPolicy
 from policies.diffusion.config import (
     BETA_SCHEDULES,
     PREDICTION_TYPES,
     SCHEDULER_TYPES,
     DiffusionConfig,
 )
+from policies.diffusion.model import DiffusionPolicy
 from policies.tensor_policy import TensorPolicy
 
 LEROBOT_TYPE = "diffusion"
@@ -120,7 +120,14 @@ _CONFIG_FIELDS = (
     "num_inference_steps",
 )  # fmt: skip
 # LeRobot's nn.Sequential of torchvision's ResNet children -> their names.
-_BACKBONE_NAMES = {"0": "conv1", "1": "bn1", "4": "layer1", "5": "layer2", "6": "layer3", "7": "layer4"}
+_BACKBONE_NAMES = {
+    "0": "conv1",
+    "1": "bn1",
+    "4": "layer1",
+    "5": "layer2",
+    "6": "layer3",
+    "7": "layer4",
+}
 _BACKBONE_KEY = re.compile(r"^(rgb_encoder\.(?:\d+\.)?backbone\.)(\d+)\.(.*)$")
 
 

@@ -45,7 +45,6 @@ from policies.diffusion.unet import ConditionalUnet1d
 from policies.diffusion.vision import RgbEncoder
 from policies.model_hooks import ServedModule
 
-
 NOISE_SEED = 0xD1FF
 
 
@@ -104,6 +103,8 @@ class DiffusionPolicy(ServedModule):
             copies = features.unsqueeze(1).expand_as(previous)
             previous = torch.where(has_past.unsqueeze(-1) > 0.5, previous, copies)
             history = torch.cat([previous, history], dim=1)
+        elif self.rgb_encoder is None:  # no camera: zero features for every observation step
+            history = history.expand(-1, self.config.n_obs_steps, -1)
         cond = self.conditioning(state, history)
         fixed = fixed_noise.reshape(-1, 1, 1) > 0.5
         actions = self.denoise(cond, fixed)[:, self.config.n_obs_steps - 1 :]

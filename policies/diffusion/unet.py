@@ -63,7 +63,9 @@ class ResidualBlock(nn.Module):
         self.film_scale = film_scale
         self.out_channels = out
         self.conv1 = ConvBlock(inp, out, kernel_size, n_groups)
-        self.cond_encoder = nn.Sequential(nn.Mish(), nn.Linear(cond_dim, out * (2 if film_scale else 1)))
+        self.cond_encoder = nn.Sequential(
+            nn.Mish(), nn.Linear(cond_dim, out * (2 if film_scale else 1))
+        )
         self.conv2 = ConvBlock(out, out, kernel_size, n_groups)
         self.residual_conv: nn.Module = nn.Conv1d(inp, out, 1) if inp != out else nn.Identity()
 
@@ -117,11 +119,14 @@ class ConditionalUnet1d(nn.Module):
             up = nn.ConvTranspose1d(out, out, 4, 2, 1)
             self.up_modules.append(nn.ModuleList([block(inp * 2, out), block(out, out), up]))
         self.final_conv = nn.Sequential(
-            ConvBlock(down_dims[0], down_dims[0], kernel_size, n_groups),
+            # 8 groups whatever n_groups says: LeRobot builds this block with its default.
+            ConvBlock(down_dims[0], down_dims[0], kernel_size, 8),
             nn.Conv1d(down_dims[0], action_dim, 1),
         )
 
-    def forward(self, x: torch.Tensor, step: torch.Tensor, global_cond: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, step: torch.Tensor, global_cond: torch.Tensor
+    ) -> torch.Tensor:
         cond = torch.cat([self.diffusion_step_encoder(step), global_cond], dim=-1)
         h = x.transpose(1, 2)  # (B, action_dim, horizon): channels first for the convolutions
         skips = []

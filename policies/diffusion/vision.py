@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from policies.act.backbone import ResNet, backbone_channels, feature_map_size
+from policies.act.backbone import FrozenBatchNorm2d, ResNet, backbone_channels, feature_map_size
 from policies.diffusion.config import DiffusionConfig
 
 
@@ -27,9 +27,9 @@ def group_norm(channels: int) -> nn.Module:
 
 
 def batch_norm(channels: int) -> nn.Module:
-    """Batch norm as trained (torchvision's BatchNorm2d, whose names LeRobot's weights carry);
-    the module is served in eval mode, so its running statistics apply."""
-    return nn.BatchNorm2d(channels)
+    """Batch norm in eval mode: its running statistics, frozen (torchvision's BatchNorm2d names,
+    which LeRobot's weights carry; their num_batches_tracked is dropped)."""
+    return FrozenBatchNorm2d(channels)
 
 
 class SpatialSoftmax(nn.Module):
