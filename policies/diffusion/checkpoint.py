@@ -35,9 +35,11 @@ def describe_diffusion(spec: PolicySpec, config: DiffusionConfig) -> list[str]:
     if config.n_cameras:
         height, width = config.backbone_input
         rows, cols = feature_map_size(height, width)
-        seen = [f"resized to {config.resize_shape[0]}x{config.resize_shape[1]}"] * bool(
-            config.resize_shape
-        ) + [f"center crop {height}x{width}"] * bool(config.crop_shape)
+        seen = []
+        if config.resize_shape is not None:
+            seen.append(f"resized to {config.resize_shape[0]}x{config.resize_shape[1]}")
+        if config.crop_shape is not None:
+            seen.append(f"center crop {height}x{width}")
         encoders = "one each" if config.use_separate_rgb_encoder_per_camera else "shared"
         lines.append(
             f"vision: {config.vision_backbone} ({'group' if config.use_group_norm else 'batch'} "

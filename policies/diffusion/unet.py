@@ -15,6 +15,7 @@ are; as there, every decoder stage ends in a transposed convolution.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -130,13 +131,15 @@ class ConditionalUnet1d(nn.Module):
         cond = torch.cat([self.diffusion_step_encoder(step), global_cond], dim=-1)
         h = x.transpose(1, 2)  # (B, action_dim, horizon): channels first for the convolutions
         skips = []
-        for first, second, down in self.down_modules:  # type: ignore[misc]
+        for stage in self.down_modules:
+            first, second, down = cast(nn.ModuleList, stage)
             h = second(first(h, cond), cond)
             skips.append(h)
             h = down(h)
         for middle in self.mid_modules:
             h = middle(h, cond)
-        for first, second, up in self.up_modules:  # type: ignore[misc]
+        for stage in self.up_modules:
+            first, second, up = cast(nn.ModuleList, stage)
             h = torch.cat((h, skips.pop()), dim=1)
             h = up(second(first(h, cond), cond))
         return self.final_conv(h).transpose(1, 2)

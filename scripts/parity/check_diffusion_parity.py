@@ -24,9 +24,9 @@ tolerance (FP32, 1e-4 by default).
     PYTHONPATH=. /work/venvs/lerobot/bin/python -m scripts.parity.check_diffusion_parity
     ... -m scripts.parity.check_diffusion_parity --save-reference tests/data
 
-`--save-reference DIR` writes the last case's directory (no camera: a ResNet-18 is 45 MB) as `DIR/diffusion_lerobot_tiny/` with
-the inputs and LeRobot's chunk (`reference.safetensors`): tests/unit/test_diffusion_reference.py
-checks Tempo against them in CI, where LeRobot is not installed.
+`--save-reference DIR` writes the last case's directory (no camera: a ResNet-18 is 45 MB) as
+`DIR/diffusion_lerobot_tiny/` with the inputs and LeRobot's chunk (`reference.safetensors`):
+tests/unit/test_diffusion_reference.py checks Tempo against them in CI, without LeRobot.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -48,6 +48,7 @@ from safetensors.torch import save_file
 from policies.base import RobotContext
 from policies.checkpoints.load import load_checkpoint
 from policies.diffusion.codec import IMAGE_FEATURES
+from policies.diffusion.model import DiffusionPolicy
 from policies.tensor_policy import EagerPolicy
 
 TINY = dict(
@@ -209,7 +210,7 @@ def run_case(case: Case, seed: int, save: Path | None, steps: int) -> dict[str, 
     preprocessor.save_pretrained(work)
     postprocessor.save_pretrained(work)
     tempo = load_checkpoint(work)
-    module = tempo.module
+    module = cast(DiffusionPolicy, tempo.module)
     n_obs = policy.config.n_obs_steps
     n_act = policy.config.n_action_steps
 
@@ -269,7 +270,7 @@ def stream_error(
     EagerPolicy with the context a session would build (state window filled with the first
     state at the episode start; past features of the previous control steps)."""
     preprocessor, postprocessor = processors
-    module = tempo.module
+    module = cast(DiffusionPolicy, tempo.module)
     n_obs, n_act = policy.config.n_obs_steps, policy.config.n_action_steps
     eager = EagerPolicy(tempo)
     policy.reset()

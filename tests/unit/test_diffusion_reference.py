@@ -2,9 +2,10 @@
 
 tests/data/diffusion_lerobot_tiny/ is what LeRobot 0.6.1's DiffusionPolicy.save_pretrained and
 its processor pipelines wrote for a tiny DDPM policy with random weights (no camera: an
-environment state of 5, 2 observation steps, 25 of 50 steps), plus `reference.safetensors`: the inputs and the chunk LeRobot's
-predict_action_chunk returned with Tempo's fixed noise bank as its noise, written by
-scripts/parity/check_diffusion_parity.py. Here Tempo must reproduce it without LeRobot.
+environment state of 5, 2 observation steps, 25 of 50 steps), plus `reference.safetensors`:
+the inputs and the chunk LeRobot's predict_action_chunk returned with Tempo's fixed noise
+bank as its noise, written by scripts/parity/check_diffusion_parity.py. Here Tempo must
+reproduce it without LeRobot.
 """
 
 from __future__ import annotations
