@@ -88,8 +88,8 @@ def test_checkpoint_refuses_an_unknown_policy_type_and_a_mismatched_spec(tmp_pat
     directory = save_checkpoint(tmp_path / "flow", policy)
     path = directory / "config.json"
     raw = json.loads(path.read_text())
-    path.write_text(json.dumps(raw | {"policy_type": "diffusion"}))
-    with pytest.raises(CheckpointError, match="policy_type 'diffusion'"):
+    path.write_text(json.dumps(raw | {"policy_type": "no_such_family"}))
+    with pytest.raises(CheckpointError, match="policy_type 'no_such_family'"):
         load_checkpoint(directory)
     raw["model"]["chunk_size"] = 9
     path.write_text(json.dumps(raw))
