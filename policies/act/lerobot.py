@@ -156,6 +156,33 @@ def import_lerobot(
     return save_checkpoint(dst, imported.policy)
 
 
+def resolve_joint_names(
+    src: Path,
+    joint_names: Sequence[str] | None,
+    action_dim: int,
+    notes: list[str],
+    how_to_set: str = "set policy.joint_names, or --joint-names",
+) -> list[str]:
+    """A LeRobot policy's joint names: those given (one per action entry), else the dataset
+    metadata's beside the checkpoint, else joint_0.. (each source said in `notes`)."""
+    if joint_names is not None:
+        if len(joint_names) != action_dim:
+            raise CheckpointError(
+                f"{len(joint_names)} joint names were given but the LeRobot policy outputs "
+                f"{action_dim} actions; give one name per action entry"
+            )
+        return list(joint_names)
+    found, where = dataset_joint_names(src, action_dim)
+    if found is not None:
+        notes.append(f"joint names from {where}")
+        return found
+    notes.append(
+        "LeRobot configs carry no joint names and no dataset metadata was found next to the "
+        f"checkpoint; generated joint_0.. ({how_to_set})"
+    )
+    return [f"joint_{i}" for i in range(action_dim)]
+
+
 def read_lerobot_act(
     src: str | Path,
     *,
@@ -200,21 +227,7 @@ def read_lerobot_act(
     weights.update(norm.tensors)
 
     config = _act_config(options, features, norm, config_path)
-    if joint_names is None:
-        joint_names, where = dataset_joint_names(src, features.action_dim)
-        if joint_names is None:
-            joint_names = [f"joint_{i}" for i in range(features.action_dim)]
-            notes.append(
-                "LeRobot configs carry no joint names and no dataset metadata was found next to "
-                "the checkpoint; generated joint_0.. (set policy.joint_names, or --joint-names)"
-            )
-        else:
-            notes.append(f"joint names from {where}")
-    elif len(joint_names) != features.action_dim:
-        raise CheckpointError(
-            f"{len(joint_names)} joint names were given but the LeRobot policy outputs "
-            f"{features.action_dim} actions; give one name per action entry"
-        )
+    joint_names = resolve_joint_names(src, joint_names, features.action_dim, notes)
     execution = lerobot_execution(
         options["n_action_steps"],
         options["temporal_ensemble_coeff"],

@@ -29,7 +29,7 @@ different shapes, input features other than cameras / `observation.state` /
 
 Serving: the chunk is the U-Net's actions from the current observation step on (horizon -
 n_obs_steps + 1; LeRobot plays the first n_action_steps of them: the spec's execution says
-so). Joint names as for ACT (policies.act.lerobot.dataset_joint_names).
+so). Joint names as for ACT (policies.act.lerobot.resolve_joint_names).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from controller.errors import CheckpointError
-from policies.act.lerobot import dataset_joint_names
+from policies.act.lerobot import resolve_joint_names
 from policies.act.lerobot_format import (
     POSTPROCESSOR_FILE,
     PREPROCESSOR_FILE,
@@ -184,7 +184,9 @@ def read_lerobot_diffusion(
     config = _diffusion_config(options, features, norm.modes, norm.eps, config_path)
 
     notes = list(norm.notes)
-    joint_names = _joint_names(src, joint_names, features.action_dim, notes)
+    joint_names = resolve_joint_names(
+        src, joint_names, features.action_dim, notes, "set policy.joint_names"
+    )
     if config.n_cameras and config.n_obs_steps > 1:
         notes.append(
             "past image features come from the robot's previous requests (LeRobot's from the "
@@ -220,27 +222,6 @@ def _tempo_name(name: str) -> str:
         return name
     prefix, child, rest = match.groups()
     return f"{prefix}{_BACKBONE_NAMES.get(child, child)}.{rest}"
-
-
-def _joint_names(
-    src: Path, joint_names: Sequence[str] | None, action_dim: int, notes: list[str]
-) -> list[str]:
-    if joint_names is not None:
-        if len(joint_names) != action_dim:
-            raise CheckpointError(
-                f"{len(joint_names)} joint names were given but the LeRobot policy outputs "
-                f"{action_dim} actions; give one name per action entry"
-            )
-        return list(joint_names)
-    found, where = dataset_joint_names(src, action_dim)
-    if found is not None:
-        notes.append(f"joint names from {where}")
-        return found
-    notes.append(
-        "LeRobot configs carry no joint names and no dataset metadata was found next to the "
-        "checkpoint; generated joint_0.. (set policy.joint_names)"
-    )
-    return [f"joint_{i}" for i in range(action_dim)]
 
 
 def _read_options(raw: dict[str, Any], path: Path, allow_unknown: bool) -> dict[str, Any]:
