@@ -13,7 +13,7 @@
 
 The history lives in the robot's session, never in the module, so robots share one model. The
 state history holds one state per control step, as LeRobot's observation queue does. The image
-features are those of the robot's previous inference requests: with `inference.query_period`
+features are those of the robot's previous inference requests: with `execution.query_period`
 1 they are the previous control steps' frames, as in LeRobot; with a longer period they are
 older frames (LeRobot keeps every step's frames, which a session does not carry).
 

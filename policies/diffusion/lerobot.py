@@ -190,7 +190,7 @@ def read_lerobot_diffusion(
     if config.n_cameras and config.n_obs_steps > 1:
         notes.append(
             "past image features come from the robot's previous requests (LeRobot's from the "
-            "previous control steps): the same with inference.query_period 1"
+            "previous control steps): the same with execution.query_period 1"
         )
     execution = lerobot_execution(
         options["n_action_steps"],
