@@ -33,3 +33,21 @@ def test_many_connections_do_not_grow_it_without_bound() -> None:
     for i in range(10 * MAX_TRACKED):
         budget.admit(i.to_bytes(4, "little"), i * 1000)
     assert len(budget._windows) <= MAX_TRACKED
+
+
+def test_within_one_tick_a_connection_gets_its_per_tick_budget_then_a_fresh_one() -> None:
+    budget = ConnectionBudget(max_messages=10_000, period_ns=1000, per_tick=3)
+    assert [budget.admit(b"a", t) for t in range(5)] == [True] * 3 + [False] * 2
+    assert budget.over_tick == 2 and budget.dropped == 0
+    assert budget.admit(b"b", 5), "another connection's tick budget is its own"
+    assert [budget.admit(b"a", 1000 + t) for t in range(4)] == [True] * 3 + [False]
+
+
+def test_newcomers_and_hellos_share_one_budget_a_tick() -> None:
+    budget = ConnectionBudget(max_messages=10_000, period_ns=1000, greetings_per_tick=2)
+    assert budget.admit(b"new-1", 0, newcomer=True)
+    assert budget.greeting(1)  # a hello on a connection with a session
+    assert not budget.admit(b"new-2", 2, newcomer=True)
+    assert budget.admit(b"old", 3), "a connection with a session is not a newcomer"
+    assert budget.greetings_dropped == 1
+    assert budget.admit(b"new-2", 1000, newcomer=True), "the next tick's budget"
