@@ -7,18 +7,21 @@ connection in turn, so what one connection may cost the loop is what bounds how 
 robot's observation waits. Three budgets, each past its end dropping messages unread (a few
 microseconds each), counted:
 
-    per connection, per tick's time (period)  `per_tick` messages: a driver sends about one
-                                              observation per tick, so a flooder's backlog is
-                                              worked off a few messages a tick, never in one go
-    per connection, per second                `max_messages` messages or `max_refusals`
-                                              refusals; past either, the connection is muted
-                                              for the rest of the second (a broken driver
-                                              still hears why, `max_refusals` times a second)
-    every hello and every message from a      `greetings_per_tick` in all, per tick's time: a
-    connection without a session              storm of new connections (each with budgets of
-                                              its own) opens a few sessions a tick; a hello
-                                              dropped is sent again by its driver (the
-                                              handshake's time-out)
+    per connection, a rate and a burst   `per_tick` messages per tick's time (period) on
+                                         average, up to `burst` at once (a token bucket, kept
+                                         as its theoretical arrival time): a driver sends
+                                         about one observation per tick, and a daemon that
+                                         read late finds a backlog of a few dozen; a
+                                         flooder's backlog costs the loop `burst` messages
+                                         once, then `per_tick` a tick, never all in one go
+    per connection, per second           `max_messages` messages or `max_refusals`
+                                         refusals; past either, the connection is muted for
+                                         the rest of the second (a broken driver still hears
+                                         why, `max_refusals` times a second)
+    every hello and every message from   `greetings_per_tick` in all, per tick's time: a
+    a connection without a session       storm of new connections (each with budgets of its
+                                         own) opens a few sessions a tick; a hello dropped is
+                                         sent again by its driver (the handshake's time-out)
 
 Windows are the clock's multiples of the period (the second: of a second), so a test drives
 the budget with its own `now_ns`.
@@ -29,8 +32,9 @@ from __future__ import annotations
 MAX_TRACKED = 1024  # connections remembered; quiet ones are forgotten past this
 WINDOW_NS = 1_000_000_000
 
-# A connection's window: [second start, messages, refusals, muted (0 or 1), tick, tick's messages]
-_START, _MESSAGES, _REFUSALS, _MUTED, _TICK, _TICK_MESSAGES = range(6)
+# A connection's window: [second start, messages, refusals, muted (0 or 1), the bucket's
+# theoretical arrival time: when it would be full again]
+_START, _MESSAGES, _REFUSALS, _MUTED, _FULL_AT = range(5)
 
 
 class ConnectionBudget:
@@ -40,19 +44,23 @@ class ConnectionBudget:
         max_refusals: int = 100,
         *,
         period_ns: int = 20_000_000,
-        per_tick: int = 16,
+        per_tick: int = 4,
+        burst: int = 64,
         greetings_per_tick: int = 16,
     ) -> None:
         self.max_messages = max_messages
         self.max_refusals = max_refusals
         self.period_ns = period_ns
         self.per_tick = per_tick
+        self.burst = burst
+        self._cost_ns = period_ns // per_tick  # of the bucket, per message
+        self._tolerance_ns = (burst - 1) * self._cost_ns
         self.greetings_per_tick = greetings_per_tick
         self._windows: dict[bytes, list[int]] = {}
         self._greeting_tick = -1
         self._greetings = 0
         self.dropped = 0  # messages dropped unread while their connection was muted
-        self.over_tick = 0  # dropped unread past a connection's budget for one tick
+        self.over_rate = 0  # dropped unread past a connection's rate and burst
         self.greetings_dropped = 0  # newcomers' messages and hellos dropped past their budget
 
     def admit(self, identity: bytes, now_ns: int, newcomer: bool = False) -> bool:
@@ -64,13 +72,11 @@ class ConnectionBudget:
             window[_MUTED] = 1
             self.dropped += 1
             return False
-        tick = now_ns // self.period_ns
-        if window[_TICK] != tick:
-            window[_TICK], window[_TICK_MESSAGES] = tick, 0
-        window[_TICK_MESSAGES] += 1
-        if window[_TICK_MESSAGES] > self.per_tick:
-            self.over_tick += 1
+        full_at = max(window[_FULL_AT], now_ns)
+        if full_at - now_ns > self._tolerance_ns:
+            self.over_rate += 1
             return False
+        window[_FULL_AT] = full_at + self._cost_ns
         return not newcomer or self.greeting(now_ns)
 
     def greeting(self, now_ns: int) -> bool:
@@ -99,9 +105,8 @@ class ConnectionBudget:
         if window is None or now_ns - window[_START] >= WINDOW_NS:
             if window is None and len(self._windows) >= MAX_TRACKED:
                 self._forget(now_ns)
-            tick = window[_TICK] if window is not None else -1
-            count = window[_TICK_MESSAGES] if window is not None else 0
-            window = self._windows[identity] = [now_ns, 0, 0, 0, tick, count]
+            full_at = window[_FULL_AT] if window is not None else 0
+            window = self._windows[identity] = [now_ns, 0, 0, 0, full_at]
         return window
 
     def _forget(self, now_ns: int) -> None:

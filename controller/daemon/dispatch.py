@@ -92,8 +92,8 @@ class Dispatcher:
         self.errors = refusals.errors  # per error code, for status
         self.messages = 0
         # A flood from one connection is dropped unread past its budgets: a driver sends about
-        # one observation per tick; sixteen in one tick's time, and four per tick and a
-        # hundred more a second, is plenty. Newcomers and hellos: sixteen a tick in all.
+        # one observation per tick; four per tick on average (64 at once), and four per tick
+        # and a hundred more a second, is plenty. Newcomers and hellos: sixteen a tick in all.
         self.budget = ConnectionBudget(
             max_messages=int(4 * control_hz) + 100, period_ns=int(round(1e9 / control_hz))
         )

@@ -35,12 +35,16 @@ def test_many_connections_do_not_grow_it_without_bound() -> None:
     assert len(budget._windows) <= MAX_TRACKED
 
 
-def test_within_one_tick_a_connection_gets_its_per_tick_budget_then_a_fresh_one() -> None:
-    budget = ConnectionBudget(max_messages=10_000, period_ns=1000, per_tick=3)
-    assert [budget.admit(b"a", t) for t in range(5)] == [True] * 3 + [False] * 2
-    assert budget.over_tick == 2 and budget.dropped == 0
-    assert budget.admit(b"b", 5), "another connection's tick budget is its own"
-    assert [budget.admit(b"a", 1000 + t) for t in range(4)] == [True] * 3 + [False]
+def test_a_connection_gets_its_burst_at_once_then_its_rate_per_tick() -> None:
+    budget = ConnectionBudget(max_messages=10_000, period_ns=1000, per_tick=2, burst=5)
+    assert [budget.admit(b"a", 0) for _ in range(7)] == [True] * 5 + [False] * 2
+    assert budget.over_rate == 2 and budget.dropped == 0
+    assert budget.admit(b"b", 0), "another connection's bucket is its own"
+    # One tick later: its rate's worth again (2), not the whole burst.
+    assert [budget.admit(b"a", 1000) for _ in range(3)] == [True, True, False]
+    # A driver at its rate is never dropped; quiet for a while, it has its whole burst again.
+    assert all(budget.admit(b"a", 2000 + 500 * i) for i in range(100))
+    assert [budget.admit(b"a", 10**6) for _ in range(6)] == [True] * 5 + [False]
 
 
 def test_newcomers_and_hellos_share_one_budget_a_tick() -> None:
