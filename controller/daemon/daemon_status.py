@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from controller.config import TempoConfig
 from controller.daemon.lanes import Lane, Lanes
+from controller.daemon.openpi_endpoint import OpenpiEndpoint
 from controller.daemon.pacer import Pacer
 from controller.daemon.session import Session
 from controller.daemon.transport import RouterTransport
@@ -101,6 +102,7 @@ class Daemon(Protocol):
     policy: ServedPolicy
     execution: str
     started_ns: int
+    openpi: OpenpiEndpoint | None
 
 
 def daemon_status(daemon: Daemon) -> dict[str, Any]:
@@ -138,7 +140,10 @@ def daemon_status(daemon: Daemon) -> dict[str, Any]:
         "guard_interventions": guard_totals(
             closed, (s.pipeline.guards.counters for _, s in sessions)
         ),
-        "robots": [robot_status(lane, session, now) for lane, session in sessions],
+        # openpi clients are listed with the robots ("client": "openpi"): /metrics too.
+        "robots": [robot_status(lane, session, now) for lane, session in sessions]
+        + (daemon.openpi.robots(now) if daemon.openpi is not None else []),
+        "openpi": daemon.openpi.status() if daemon.openpi is not None else None,
         # The flight recorder: records written and dropped (by kind), files, incidents.
         "recording": daemon.recorder.status() if daemon.recorder is not None else None,
         # The default policy's, as its line has it: its status reads each process's /proc.
