@@ -16,7 +16,6 @@ from controller.daemon.openpi_endpoint import OpenpiEndpoint
 from controller.daemon.pacer import Pacer
 from controller.daemon.session import Session
 from controller.daemon.transport import RouterTransport
-from controller.feed.served_policy import ServedPolicy
 from controller.observe.late_ticks import LateTicks
 from controller.observe.log_safety import shown
 from controller.observe.status import guard_totals, recorded_figures
@@ -99,8 +98,6 @@ class Daemon(Protocol):
     transport: RouterTransport
     recorder: Recorder | None
     late_ticks: LateTicks
-    policy: ServedPolicy
-    execution: str
     started_ns: int
     openpi: OpenpiEndpoint | None
 
@@ -125,7 +122,7 @@ def daemon_status(daemon: Daemon) -> dict[str, Any]:
     return {
         "uptime_s": uptime,
         "control_hz": daemon.config.control.rate_hz,
-        "execution": daemon.execution,
+        "execution": daemon.lanes.default.execution,
         "ticks": ticks,
         "achieved_hz": ticks / uptime if uptime > 0 else 0.0,
         "missed_ticks": pacer.missed_ticks,

@@ -192,12 +192,6 @@ class Daemon:
                 else self.recorder.policy(name, served.spec.joint_names, _tier_of(served)),
             )
             self.lanes.add(lane)
-        # The default policy's, as a one-policy daemon has them (status and tests read them).
-        default = self.lanes.default
-        self.policy, self.feed = default.policy, default.feed
-        self.inference, self.execution = default.inference, default.execution
-        self.registry, self.sender = default.control.registry, default.control.sender
-        self.dispatcher, self.loop = default.control.dispatcher, default.control.loop
         self._side = self.lanes.side_channel()
         # openpi clients (server.openpi): sessions of a lane, serviced first while the loop
         # waits, so that a request handed to a process's channel goes out in the same pass.
@@ -209,9 +203,10 @@ class Daemon:
         self.openpi_endpoint = ""
         # One policy: its own objects straight (no routing on the loop's path).
         one = len(self.lanes.all) == 1
-        self.transport.on_peer_gone = self.registry.peer_gone if one else self.lanes.peer_gone
-        handle = self.dispatcher.handle if one else self.lanes.handle
-        self._tick = self.loop.tick if one else self.lanes.tick
+        control = self.lanes.default.control
+        self.transport.on_peer_gone = control.registry.peer_gone if one else self.lanes.peer_gone
+        handle = control.dispatcher.handle if one else self.lanes.handle
+        self._tick = control.loop.tick if one else self.lanes.tick
         # Receive/decode: the handler wrapped once (the bound method itself when telemetry is off).
         self._handle = self.telemetry.section(RECEIVE)(handle)
         self._timed = self.telemetry.enabled
