@@ -3,14 +3,16 @@
     watchdog       the observation is older than hold_after_ms -> HOLD; older than stop_after_ms
                    -> STOP: only holds go out until a fresh observation arrives (and, with
                    resume: explicit, until `resume()` is called as well)
-    (a) finite     any NaN/Inf element -> the whole action becomes the last safe action (the last
-                   one sent, or the seed); with none yet -> HOLD. The guards below still apply:
+    (a) finite     any NaN/Inf element, or one of a magnitude no joint has (beyond 1e300, where
+                   the sums below would overflow) -> the whole action becomes the last safe
+                   action (the last one sent, or the seed); with none yet -> HOLD. The guards
+                   below still apply:
                    with an acceleration limit a moving joint brakes instead of stopping dead
     (b) position   clamp each joint into its limits
     (c) velocity   clamp each joint's change per tick to max_velocity / rate_hz
     (d) accel      clamp the change of that change to max_acceleration / rate_hz^2 (optional)
-    last           the result is checked for finiteness once more (the arithmetic on huge
-                   inputs can overflow), with the same fallback as (a)
+    last           the result is checked for finiteness once more (belt and braces), with the
+                   same fallback as (a)
 
 Precedence when they disagree: position limits win over the acceleration limit (a joint that the
 acceleration limit would carry past its limit stops at the limit), and the velocity limit holds
@@ -39,6 +41,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from controller.action.guards_config import GuardsConfig, check_limit_pair
+
+# Larger than any joint's position in any unit, far enough below float64's 1.8e308 that sums
+# of a few such values (last + step + limit) cannot overflow.
+_MAGNITUDE = 1e300
 
 
 class Verdict(enum.Enum):
@@ -187,8 +193,8 @@ class GuardChain:
         that rate limits apply from where the robot is."""
         if position.shape != self._last.shape:
             raise ValueError(f"seed has shape {position.shape}, expected {self._last.shape}")
-        if not np.isfinite(position).all():
-            raise ValueError("seed position contains NaN or Inf")
+        if not (np.abs(position.astype(np.float64)) < _MAGNITUDE).all():
+            raise ValueError("seed position contains NaN, Inf or a value beyond 1e300")
         np.copyto(self._last, position)
         self._has_last = True
         self._last_step.fill(0.0)
@@ -226,9 +232,12 @@ class GuardChain:
 
         work = self._work
         n = self._n
-        # (a) finite. count_nonzero is ~5x cheaper than ndarray.all() on small arrays.
+        # (a) finite and below _MAGNITUDE (NaN compares false, so it fails too): the sums below
+        # then stay finite, with no overflow warning. count_nonzero is ~5x cheaper than
+        # ndarray.all() on small arrays.
         work[...] = proposed
-        if np.count_nonzero(np.isfinite(work, out=self._changed)) != n:
+        np.abs(work, out=self._lo)
+        if np.count_nonzero(np.less(self._lo, _MAGNITUDE, out=self._changed)) != n:
             counts["non_finite"] += 1
             if not self._has_last:
                 return self._hold(Verdict.HOLD)

@@ -239,6 +239,7 @@ class Session:
             received_ns=received_ns,
             images=images,
             state_window=self._context.push_state(state),
+            past_frames=self._context.push_frames(images),
         )
         self._last_obs_step = step
 

@@ -18,6 +18,7 @@ from controller.errors import ConfigError
 from controller.sim.env_driver import connect_env_client
 from controller.sim.envs.catalog import layout_of, make_env
 from controller.sim.episode_loop import EpisodeResult, run_episode
+from controller.sim.eval_plot import check_plot_installed, write_eval_plot
 from controller.sim.eval_summary import eval_summary, eval_table
 from controller.sim.rollout_video import RolloutVideo, check_video_installed
 
@@ -118,9 +119,13 @@ def main_eval(
     out: TextIO | None = None,
     video_dir: Path | None = None,
     video_seeds: Collection[int] = (),
+    plot: Path | None = None,
 ) -> int:
     """`tempo eval`: the episodes, then the table; the JSON summary to `json_out` ("-": in
-    place of the table, on stdout); rollout videos of `video_seeds` into `video_dir`."""
+    place of the table, on stdout); rollout videos of `video_seeds` into `video_dir`; the
+    figure of the episodes to `plot`."""
+    if plot is not None:
+        check_plot_installed()  # before the episodes, not after them
     stream = out or sys.stdout
     progress = sys.stderr if json_out == "-" else stream
 
@@ -131,6 +136,8 @@ def main_eval(
         endpoint, env_name, clock, seeds, max_steps, policy, report, video_dir, video_seeds
     )
     summary = eval_summary(env_name, clock, [r.as_dict() for r in results])
+    if plot is not None:
+        write_eval_plot(summary, plot)
     if json_out == "-":
         print(json.dumps(summary, indent=2), file=stream)
         return 0

@@ -75,7 +75,7 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
         ticks0, missed0, inferences0 = (
             daemon.pacer.step,
             daemon.pacer.missed_ticks,
-            daemon.feed.inferences,
+            daemon.lanes.default.feed.inferences,
         )
         # Every tick's lateness is in the daemon's histogram; the run is the difference.
         lateness_section = daemon.telemetry.section(TICK_LATENESS)
@@ -88,11 +88,11 @@ def run(mode: str, seconds: float, rate: float, busy_ms: float) -> dict:
             "mode": mode,
             "ticks": daemon.pacer.step - ticks0,
             "missed": daemon.pacer.missed_ticks - missed0,
-            "inferences": daemon.feed.inferences - inferences0,
+            "inferences": daemon.lanes.default.feed.inferences - inferences0,
             "p50": lateness["p50_s"] * 1e6,
             "p99": lateness["p99_s"] * 1e6,
             "max": lateness["max_s"] * 1e6,
-            "robots": len(daemon.registry.sessions),
+            "robots": len(daemon.lanes.default.control.registry.sessions),
         }
         daemon.stop()
         robot.wait(10)

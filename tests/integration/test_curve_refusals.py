@@ -45,7 +45,7 @@ def test_a_driver_with_an_unauthorised_key_is_told_to_authorise_it(
         with pytest.raises(HandshakeRefused, match="refused this driver's CurveZMQ key") as no:
             client.connect()
     assert "authorized_keys" in str(no.value) and "tempo serve" not in str(no.value)
-    assert daemon.registry.sessions == {}
+    assert daemon.lanes.default.control.registry.sessions == {}
 
 
 def test_a_wrong_daemon_public_key_is_named(curve_daemon, tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def test_handshake_refused_with_a_sentence(tmp_path, kwargs, fragment):
         assert refused.value.code == "spec_mismatch"
         assert fragment in str(refused.value)
         client.close()
-        assert daemon.registry.sessions == {}
+        assert daemon.lanes.default.control.registry.sessions == {}
 
 
 def test_steady_stream_moves_toward_target(tmp_path):
@@ -122,9 +122,9 @@ def test_disconnect_and_reconnect(tmp_path):
     with running_daemon(config) as daemon:
         first = make_client(config)
         first.connect()
-        wait_for(lambda: len(daemon.registry.sessions) == 1)
+        wait_for(lambda: len(daemon.lanes.default.control.registry.sessions) == 1)
         first.close()  # says bye
-        wait_for(lambda: len(daemon.registry.sessions) == 0)
+        wait_for(lambda: len(daemon.lanes.default.control.registry.sessions) == 0)
         with make_client(config) as second:
             stream(second, np.zeros(6, np.float32), 0, until=count_actions(1))
 
@@ -162,7 +162,7 @@ def test_bad_message_gets_error_and_others_keep_streaming(tmp_path):
         assert "msgpack" in reply["message"]
         rogue.close()
         stream(good, np.zeros(6, np.float32), 0, until=count_actions(20))
-        assert daemon.dispatcher.errors["malformed"] == 1
+        assert daemon.lanes.default.control.dispatcher.errors["malformed"] == 1
 
 
 def test_driver_limits_from_hello_clamp_actions(tmp_path):
@@ -234,7 +234,7 @@ def test_guard_interventions_are_counted_in_status_and_survive_disconnect(tmp_pa
 
             stream(client, np.zeros(6, np.float32), 0, until=clamped)
             live = daemon.status()["robots"][0]["guards"]["position_clamped"]
-        wait_for(lambda: not daemon.registry.sessions)
+        wait_for(lambda: not daemon.lanes.default.control.registry.sessions)
         assert daemon.status()["guard_interventions"]["position_clamped"] >= live
 
 

@@ -97,4 +97,4 @@ def test_curve_daemon_ignores_a_driver_without_keys(curve_daemon):
     with pytest.raises(HandshakeRefused, match="requires CurveZMQ keys"):
         client.connect()
     client.close()
-    assert daemon.registry.sessions == {}
+    assert daemon.lanes.default.control.registry.sessions == {}

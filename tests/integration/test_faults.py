@@ -171,21 +171,22 @@ def test_killed_driver_loses_its_session_and_others_keep_their_ticks(tmp_path):
         wait_for(lambda: doomed.actions_since(0), timeout=20)
         wait_for(lambda: steady(good))
         doomed_session = doomed.session()
-        assert doomed_session in daemon.registry.sessions
+        sessions = daemon.lanes.default.control.registry.sessions
+        assert doomed_session in sessions
         since, missed = len(good.records), daemon.pacer.missed_ticks
         lost = good.client.counters.lost
 
         doomed.signal(signal.SIGKILL)
         killed, killed_tick = time.monotonic(), ticks_run(daemon)
         # The next send to it fails (ROUTER_MANDATORY: EHOSTUNREACH): the session is closed.
-        wait_for(lambda: doomed_session not in daemon.registry.sessions, timeout=10)
+        wait_for(lambda: doomed_session not in sessions, timeout=10)
         dropped_s = time.monotonic() - killed
         dropped_ticks = ticks_run(daemon) - killed_tick
         after = len(good.records)
         wait_for(lambda: len(good.records) >= after + 10)
 
         assert daemon.running
-        assert list(daemon.registry.sessions) == [good.client.welcome.session]
+        assert list(sessions) == [good.client.welcome.session]
         assert_served_without_a_miss(daemon, good, since, missed, lost)
         # Within half a second of the daemon's own running time (wall time is the figure).
         assert dropped_ticks <= RATE_HZ // 2, (
@@ -239,7 +240,7 @@ def test_frozen_driver_is_detected_within_500_ms_and_recovers(tmp_path):
         wait_for(lambda: frozen.actions_since(resumed), timeout=5)
         new_session, _ = frozen.actions_since(resumed)[-1]
         assert new_session != session
-        assert new_session in daemon.registry.sessions
+        assert new_session in daemon.lanes.default.control.registry.sessions
 
         after = len(good.records)
         wait_for(lambda: len(good.records) >= after + 5)
@@ -443,9 +444,10 @@ def test_policy_exceptions_and_nan_chunks_never_reach_the_robot(tmp_path):
         outcomes = list(policy.outcomes)
         raised = sum(what == "raise" for _, what in outcomes)
         rejected = sum(what in ("nan", "inf", "all_nan", "shape") for _, what in outcomes)
-        wait_for(lambda: daemon.feed.failures + daemon.feed.non_finite == raised + rejected)
-        assert daemon.feed.failures == raised
-        assert daemon.feed.non_finite == rejected
+        feed = daemon.lanes.default.feed
+        wait_for(lambda: feed.failures + feed.non_finite == raised + rejected)
+        assert feed.failures == raised
+        assert feed.non_finite == rejected
         status = daemon.status()
         assert status["inference_failures"] == raised and status["chunks_rejected"] == rejected
 
@@ -504,15 +506,16 @@ def test_policy_returning_junk_once_is_survived(tmp_path, junk):
 
     policy = JunkOnce(inner, lambda call: "ok")
     with served(tmp_path, served_here(policy)) as (daemon, good):
+        feed = daemon.lanes.default.feed
         wait_for(
-            lambda: policy.calls >= 60 or not daemon.running or not daemon.feed.alive,
+            lambda: policy.calls >= 60 or not daemon.running or not feed.alive,
             timeout=10,
         )
         assert daemon.running, "the control loop died"
-        assert daemon.feed.alive, "the inference thread died"
+        assert feed.alive, "the inference thread died"
         wait_for(lambda: steady(good))
         # Refused and counted; or, for a list or object array of finite numbers, converted.
-        assert daemon.feed.failures + daemon.feed.non_finite <= 1
+        assert feed.failures + feed.non_finite <= 1
         assert all(r.finite for r in good.records)
 
 
@@ -562,7 +565,8 @@ def test_an_input_the_reference_fails_on_is_refused_to_its_robot_and_demotes_not
             bad.receive(timeout_s=0.02)
         wait_for(lambda: (bad.receive(0.01), bad.counters.error_codes)[1].get("unusable_input"))
         session = bad.welcome.session
-        assert session in daemon.registry.sessions, "a refused input must not end the session"
+        sessions = daemon.lanes.default.control.registry.sessions
+        assert session in sessions, "a refused input must not end the session"
         assert not any(r.kind == "action" for r in bad.records), "the bad robot got an action"
         bad.close()
         after = len(good.records)
@@ -570,6 +574,6 @@ def test_an_input_the_reference_fails_on_is_refused_to_its_robot_and_demotes_not
 
         assert runner.tier == tier and runner.demotions == []
         assert runner.status()["input_faults"] >= 1 and runner.status()["failed_steps"] == 0
-        assert daemon.feed.input_faults >= 1
+        assert daemon.lanes.default.feed.input_faults >= 1
         assert daemon.status()["protocol_errors"]["unusable_input"] >= 1
         assert_served_without_a_miss(daemon, good, since, missed, lost)

@@ -171,7 +171,8 @@ def test_a_slot_written_after_it_was_sent_is_refused_and_others_are_served(
         index = rogue.connection.frames.next
         slow_seq = rogue.send_observation(buffers, STATE)
         # The daemon has accepted it (the slot was intact then) and the policy is reading it.
-        wait_for(lambda: any(s.last_obs_seq == slow_seq for s in daemon.registry.live))
+        registry = daemon.lanes.default.control.registry
+        wait_for(lambda: any(s.last_obs_seq == slow_seq for s in registry.live))
         ring = rogue.connection.frames.ring
         ring.begin(index)
         ring.arrays(index)["front"][:] = 0
@@ -221,14 +222,15 @@ def test_the_control_loop_feeds_the_inference_process_without_a_worker_thread(
 ) -> None:
     """A second Python thread in the control process would compete with the loop for the GIL:
     requests are sent and replies taken by the loop's own thread, between ticks."""
-    assert isinstance(daemon.feed, RemoteFeed)
-    before = daemon.feed.inferences
+    feed = daemon.lanes.default.feed
+    assert isinstance(feed, RemoteFeed)
+    before = feed.inferences
     robot = client(daemon, "looped", False)
     try:
         served = action_for(robot, lambda: robot.send_observation({"front": frame(3)}, STATE))
         np.testing.assert_allclose(served.action, expected_action(frame(3)), rtol=1e-6)
     finally:
         robot.close()
-    assert daemon.feed.inferences > before
+    assert feed.inferences > before
     names = {thread.name for thread in threading.enumerate()}
     assert "tempo-loop" in names and "tempo-inference" not in names

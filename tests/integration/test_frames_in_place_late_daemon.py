@@ -72,7 +72,8 @@ def test_a_daemon_reading_late_loses_no_frames_in_place_observation(
             assert driver.send_observation({"front": np.zeros((96, 128, 3), np.uint8)}, state)
 
         observe()
-        session = wait_for(lambda: next(iter(daemon.registry.sessions.values()), None))
+        sessions = daemon.lanes.default.control.registry.sessions
+        session = wait_for(lambda: next(iter(sessions.values()), None))
         wait_for(lambda: session.counters["observations"] == 1)
         reads.paused.set()
         time.sleep(0.05)  # a read under way ends

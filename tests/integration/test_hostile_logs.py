@@ -46,7 +46,8 @@ def test_a_hostile_robot_name_is_escaped_in_every_log_line(
                 assert socket.poll(5000), "no reply to a hello"
                 reply = decode(socket.recv_multipart())
                 assert reply.kind == "error" and reply.header["code"] == "not_allowed"
-            wait_for(lambda: sum(daemon.dispatcher.errors.values()) >= len(HOSTILE_NAMES))
+            errors = daemon.lanes.default.control.dispatcher.errors
+            wait_for(lambda: sum(errors.values()) >= len(HOSTILE_NAMES))
         finally:
             socket.close(0)
     messages = raw_messages(caplog)
@@ -69,13 +70,14 @@ def test_flipping_a_teleop_mask_200_times_logs_a_handful_of_lines(
         client = TempoClient(config.server.bind, "arm0", JOINTS, {"front": (96, 128)}, 6)
         client.connect()
         try:
-            start = daemon.dispatcher.messages
+            dispatcher = daemon.lanes.default.control.dispatcher
+            start = dispatcher.messages
             for i in range(200):
                 client.set_teleop(JOINTS[:1] if i % 2 else [])
                 time.sleep(0.001)  # a driver's pace, not a burst past its send queue
             sent = 200 - client.counters.dropped_observations
             assert sent >= 100
-            wait_for(lambda: daemon.dispatcher.messages - start >= sent, timeout=10)
+            wait_for(lambda: dispatcher.messages - start >= sent, timeout=10)
         finally:
             client.close()
     lines = [m for m in raw_messages(caplog) if "operator now owns" in m]

@@ -269,7 +269,7 @@ def test_an_input_fault_in_the_inference_process_is_refused_to_its_robot_only(
             finally:
                 bad.close()
                 good.stop()
-            assert daemon.feed.input_faults >= 1
+            assert daemon.lanes.default.feed.input_faults >= 1
             assert policy.serving and policy.restart_count == 0
             assert policy.status()["demotions"] == []
     finally:

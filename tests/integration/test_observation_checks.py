@@ -59,7 +59,8 @@ def test_the_daemon_logs_why_it_refuses_a_robots_messages_rate_limited(
             fields = {"session": client.welcome.session}
             for _ in range(50):
                 client.connection.send("obs", fields, {**bad, "state": STATE})
-            wait_for(lambda: sum(daemon.dispatcher.errors.values()) >= 50, timeout=10)
+            errors = daemon.lanes.default.control.dispatcher.errors
+            wait_for(lambda: sum(errors.values()) >= 50, timeout=10)
         finally:
             client.close()
     lines = [r.getMessage() for r in caplog.records if "refused a message" in r.getMessage()]

@@ -94,14 +94,15 @@ def test_the_loop_thread_does_no_restart_work(
     calls = LoopCalls()
     try:
         with running_daemon(config, policy) as daemon:
-            daemon.loop._serving = calls.wrap("serving", daemon.loop._serving)
+            loop, feed = daemon.lanes.default.control.loop, daemon.lanes.default.feed
+            loop._serving = calls.wrap("serving", loop._serving)
             dropped = calls.wrap("drop_plan_for_restart", Session.drop_plan_for_restart)
             monkeypatch.setattr(Session, "drop_plan_for_restart", dropped)
-            daemon.feed.service = calls.wrap("feed.service", daemon.feed.service)
-            daemon.feed.polled = calls.wrap_context("feed.polled", daemon.feed.polled)
+            feed.service = calls.wrap("feed.service", feed.service)
+            feed.polled = calls.wrap_context("feed.polled", feed.polled)
             driver = StreamingDriver(daemon.endpoint).start()  # frames in place (ipc://)
             try:
-                wait_for(lambda: daemon.feed.inferences > 5, 30)
+                wait_for(lambda: feed.inferences > 5, 30)
                 # Killed before the standby is ready (a fresh process is spawned and waited
                 # for), then with it ready (it is handed the build).
                 for wait_standby in (False, True):
@@ -111,8 +112,8 @@ def test_the_loop_thread_does_no_restart_work(
                     calls.restarting = True
                     os.kill(dead or 0, signal.SIGKILL)
                     wait_for(lambda: policy.serving and policy.pid not in (None, dead), 60)  # noqa: B023
-                    served = daemon.feed.inferences
-                    wait_for(lambda: daemon.feed.inferences > served + 5, 30)  # noqa: B023
+                    served = feed.inferences
+                    wait_for(lambda: feed.inferences > served + 5, 30)  # noqa: B023
                     calls.restarting = False
                 wait_for(lambda: policy.standby_pid, 30)  # the next standby was spawned too
             finally:

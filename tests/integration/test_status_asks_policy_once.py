@@ -10,7 +10,7 @@ from tests.conftest import ipc_config, running_daemon
 
 def test_the_default_policys_status_is_read_once_per_daemon_status(tmp_path: Path) -> None:
     with running_daemon(ipc_config(tmp_path)) as daemon:
-        policy = daemon.policy
+        policy = daemon.lanes.default.policy
         answered: list[dict] = []
         original = policy.status
 

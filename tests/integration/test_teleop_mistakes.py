@@ -44,7 +44,7 @@ def test_owning_a_joint_without_its_values_holds_with_a_reason_that_says_so(
             assert held.kind == "hold"
             # Sending the values ends it.
             wait_for(lambda: command(teleop=np.zeros(6, np.float32)).kind == "action")
-        (session,) = daemon.registry.sessions.values()
+        (session,) = daemon.lanes.default.control.registry.sessions.values()
         assert session.counters["teleop_no_values"] > 0
     warnings = [r.getMessage() for r in caplog.records if "teleop owns" in r.getMessage()]
     assert len(warnings) == 1 and "joint_5" in warnings[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -306,7 +307,8 @@ def test_any_input_gives_a_finite_action_within_limits_and_max_step(
         proposed = np.array(values)
         verdict = guards.check(proposed, FRESH, out)
         if verdict is not Verdict.ACTION:
-            assert previous is None and not np.isfinite(proposed).all()
+            # (magnitudes beyond 1e300 count as non-finite: see the guards' step (a))
+            assert previous is None and not (np.abs(proposed) < 1e300).all()
             continue
         assert np.isfinite(out).all()
         assert (out >= lower).all() and (out <= upper).all()
@@ -338,3 +340,17 @@ def test_a_position_limit_of_the_wrong_form_is_refused_with_the_form(value):
     with pytest.raises(ValidationError) as caught:
         GuardsConfig(position_limits=value)
     assert "[lower, upper], e.g. {shoulder: [-1.5, 1.5]}" in str(caught.value)
+
+
+def test_values_near_the_float_maximum_are_refused_as_non_finite_without_overflow_warnings():
+    # Alternating +-1.7e308 once overflowed `out - last` (a RuntimeWarning per tick); such
+    # values are now treated as non-finite, and the arithmetic never sees them.
+    guards = GuardChain(["a"], GuardsConfig(max_acceleration=1.0), 10.0)
+    out = np.zeros(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert guards.check(arr(0.5), FRESH, out) is Verdict.ACTION
+        for value in (1.7e308, -1.7e308, 1e301, -np.inf):
+            assert guards.check(arr(value), FRESH, out) is Verdict.ACTION
+            assert np.isfinite(out).all() and abs(out[0]) < 1.0
+    assert guards.counters["non_finite"] == 4
