@@ -174,7 +174,14 @@ class Dispatcher:
         robot = message.header["robot"]
         driver_limits = parse_driver_limits(message.header["spec"])
         in_place = bool(message.header.get("frames_in_place"))
-        session = self.registry.open(identity, robot, now_ns, driver_limits, frame_ring=in_place)
+        session = self.registry.open(
+            identity,
+            robot,
+            now_ns,
+            driver_limits,
+            frame_ring=in_place,
+            lockstep=bool(message.header.get("lockstep")),
+        )
         session.use_prompt(prompt)
         session.recording.hello(prompt.task if prompt is not None else None)
         fields: dict[str, Any] = {
