@@ -58,6 +58,94 @@ class ControlConfig(Section):
     )
 
 
+class OpenpiConfig(Section):
+    """openpi's websocket protocol (`openpi-client`), served beside the ZeroMQ robots by the
+    same daemon and inference processes (the `server.openpi` section; off by default)."""
+
+    enabled: bool = Field(default=False, description="Serve openpi clients.")
+    bind: str = Field(
+        default="127.0.0.1:8000",
+        description="HOST:PORT the websocket listens on (openpi's serve_policy uses port 8000). "
+        "Beyond localhost only with api_keys.",
+    )
+    api_keys: Path | None = Field(
+        default=None,
+        description="A file of API keys, one per line, readable by its owner only: a client "
+        "must send `Authorization: Api-Key <key>` with one of them (openpi-client's api_key). "
+        "None: no key is asked (localhost only).",
+    )
+    layout: Literal["aloha", "droid", "libero", "custom"] = Field(
+        default="aloha",
+        description="Where the client puts cameras, state and prompt: openpi's ALOHA, DROID or "
+        "LIBERO example, or custom (cameras and state below name the keys).",
+    )
+    cameras: dict[str, str] | None = Field(
+        default=None,
+        description="openpi image key -> the policy's camera, e.g. {images/cam_high: top}. "
+        "None: each image to the camera named as its key's last part (cam_high).",
+    )
+    state: tuple[str, ...] | None = Field(
+        default=None,
+        description="custom layout only: the keys whose vectors make the state, in order.",
+    )
+    channels_first: bool = Field(
+        default=False, description="custom layout only: images come as (3, H, W)."
+    )
+    policy: str | None = Field(
+        default=None,
+        description="Which of `policies` serves openpi clients; None: the default (first).",
+    )
+    max_connections: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="openpi connections at once (each also counts against server.max_robots).",
+    )
+    max_message_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        le=256 * 1024 * 1024,
+        description="The largest request; a larger one is refused in one sentence (one over "
+        "twice this closes the connection).",
+    )
+    max_requests_per_s: float = Field(
+        default=50.0,
+        gt=0,
+        le=10_000,
+        description="Requests one connection may send per second (a burst of as many is "
+        "allowed); more are refused unread, in one sentence each.",
+    )
+    request_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="A request not answered within this long is refused in one sentence.",
+    )
+
+    @field_validator("bind")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:8000 (port 0: any free one)")
+        return value
+
+    @model_validator(mode="after")
+    def _custom_names_its_keys(self) -> OpenpiConfig:
+        custom = self.layout == "custom"
+        if custom and (not self.cameras or not self.state):
+            raise ValueError(
+                "server.openpi.layout custom needs cameras (openpi key -> camera) and state "
+                "(the keys of the state vector)"
+            )
+        if not custom and (self.state is not None or self.channels_first):
+            raise ValueError(
+                f"server.openpi.state and channels_first are for layout custom; the "
+                f"{self.layout} layout fixes them"
+            )
+        return self
+
+
 class ServerConfig(Section):
     """Where the daemon listens."""
 
@@ -106,6 +194,10 @@ class ServerConfig(Section):
         le=3600,
         description="When every slot is taken, a new driver's hello closes the session that has "
         "sent no observation for longest, if that is at least this long.",
+    )
+    openpi: OpenpiConfig = Field(
+        default_factory=OpenpiConfig,
+        description="openpi's websocket protocol for openpi-client (off by default).",
     )
 
     @field_validator("bind", "status_bind")

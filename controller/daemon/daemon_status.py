@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from controller.config import TempoConfig
 from controller.daemon.lanes import Lane, Lanes
+from controller.daemon.openpi_endpoint import OpenpiEndpoint
 from controller.daemon.pacer import Pacer
 from controller.daemon.session import Session
 from controller.daemon.transport import RouterTransport
@@ -34,6 +35,9 @@ LANE_COUNTERS = (
     "late_actions_dropped",
     "tick_failures",
     "muted_messages_dropped",
+    "over_rate_messages_dropped",
+    "greetings_dropped",
+    "hellos_dropped",
 )
 
 
@@ -53,6 +57,9 @@ def lane_counters(lane: Lane) -> dict[str, int]:
         "tick_failures": control.loop.internal_errors,
         # From connections over their budget (controller/daemon/connection_budget.py).
         "muted_messages_dropped": control.dispatcher.budget.dropped,
+        "over_rate_messages_dropped": control.dispatcher.budget.over_rate,
+        "greetings_dropped": control.dispatcher.budget.greetings_dropped,
+        "hellos_dropped": control.dispatcher.budget.hellos_dropped,
     }
 
 
@@ -98,6 +105,7 @@ class Daemon(Protocol):
     recorder: Recorder | None
     late_ticks: LateTicks
     started_ns: int
+    openpi: OpenpiEndpoint | None
 
 
 def daemon_status(daemon: Daemon) -> dict[str, Any]:
@@ -135,7 +143,10 @@ def daemon_status(daemon: Daemon) -> dict[str, Any]:
         "guard_interventions": guard_totals(
             closed, (s.pipeline.guards.counters for _, s in sessions)
         ),
-        "robots": [robot_status(lane, session, now) for lane, session in sessions],
+        # openpi clients are listed with the robots ("client": "openpi"): /metrics too.
+        "robots": [robot_status(lane, session, now) for lane, session in sessions]
+        + (daemon.openpi.robots(now) if daemon.openpi is not None else []),
+        "openpi": daemon.openpi.status() if daemon.openpi is not None else None,
         # The flight recorder: records written and dropped (by kind), files, incidents.
         "recording": daemon.recorder.status() if daemon.recorder is not None else None,
         # The default policy's, as its line has it: its status reads each process's /proc.

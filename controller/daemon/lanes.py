@@ -115,7 +115,8 @@ def build_lane(
         recorder=recorder,
         policy_name=name,
         route_hello=lanes.route_hello,
-        admit=capacity.admit,
+        # openpi clients of this policy take its inference time as robots do.
+        admit=lambda robots: capacity.admit(robots + lanes.clients(name)),
         occupied=lanes.occupied,
         holder=lanes.holder,
     )
@@ -126,6 +127,8 @@ class Lanes:
     def __init__(self) -> None:
         self.all: list[Lane] = []
         self._by_name: dict[str, Lane] = {}
+        # A policy's openpi clients (controller.daemon.openpi_endpoint), once there is one.
+        self.clients: Callable[[str], int] = lambda name: 0
 
     def add(self, lane: Lane) -> None:
         self.all.append(lane)
@@ -173,8 +176,8 @@ class Lanes:
         return None
 
     def occupied(self) -> int:
-        """Robots served by every policy (what server.max_robots bounds)."""
-        return sum(lane.robots for lane in self.all)
+        """Robots and openpi clients served by every policy (what server.max_robots bounds)."""
+        return sum(lane.robots + self.clients(lane.name) for lane in self.all)
 
     def sessions(self) -> Iterator[tuple[Lane, Session]]:
         for lane in self.all:

@@ -25,10 +25,12 @@ from controller.daemon.daemon_status import daemon_status
 from controller.daemon.execution import resolve_execution
 from controller.daemon.helper_threads import HelperThreads, set_realtime
 from controller.daemon.lanes import Lanes, Shared, build_lane, widest
+from controller.daemon.openpi_endpoint import build_openpi
 from controller.daemon.operator_marks import OperatorMarks
 from controller.daemon.pacer import Pacer
 from controller.daemon.registry import PipelineFactory
 from controller.daemon.security import CurveServer, check_bind_allowed
+from controller.daemon.side_channels import SideChannels
 from controller.daemon.transport import RouterTransport
 from controller.errors import ConfigError, SecurityError
 from controller.feed.served_policy import ServedPolicy
@@ -191,6 +193,14 @@ class Daemon:
             )
             self.lanes.add(lane)
         self._side = self.lanes.side_channel()
+        # openpi clients (server.openpi): sessions of a lane, serviced first while the loop
+        # waits, so that a request handed to a process's channel goes out in the same pass.
+        self.openpi = build_openpi(config, self.lanes, lambda: self.pacer.step)
+        if self.openpi is not None:
+            self.lanes.clients = self.openpi.clients
+            sides = [self.openpi.side, *([self._side] if self._side is not None else [])]
+            self._side = SideChannels(sides)
+        self.openpi_endpoint = ""
         # One policy: its own objects straight (no routing on the loop's path).
         one = len(self.lanes.all) == 1
         control = self.lanes.default.control
@@ -236,6 +246,14 @@ class Daemon:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         for lane in self.lanes.all:
             lane.feed.start()
+        if self.openpi is not None:
+            try:
+                self.openpi_endpoint = self.openpi.start()
+            except Exception:
+                for lane in self.lanes.all:
+                    lane.feed.stop(timeout=0.2)
+                self.transport.close()
+                raise
         gc.collect()
         gc.freeze()  # everything built so far is long-lived: keep it out of every collection
         self._gc_pauses.install()  # how long collections stop the process from here on
@@ -311,6 +329,8 @@ class Daemon:
         self.transport.close(linger_ms=FINAL_HOLD_LINGER_MS)
 
     def stop(self, timeout: float = 1.0) -> None:
+        if self.openpi is not None:
+            self.openpi.stop()  # first: no request is handed on while the loop stops
         self._stop.set()
         self._stopped.wait(timeout)
         for lane in self.lanes.all:

@@ -18,7 +18,9 @@ from controller.errors import ConfigError
 from controller.sim.env_driver import connect_env_client
 from controller.sim.envs.catalog import layout_of, make_env
 from controller.sim.episode_loop import EpisodeResult, run_episode
+from controller.sim.eval_plot import check_plot_installed, write_eval_plot
 from controller.sim.eval_summary import eval_summary, eval_table
+from controller.sim.first_answers import FirstAnswers
 from controller.sim.rollout_video import RolloutVideo, check_video_installed
 
 
@@ -45,7 +47,10 @@ def run_env_episodes(
         check_video_installed()
     env = make_env(layout)
     try:
-        client = connect_env_client(endpoint, layout, policy=policy, clock=clock)
+        answers = FirstAnswers()
+        client = connect_env_client(
+            endpoint, layout, policy=policy, clock=clock, on_command=answers.on_command
+        )
         try:
             results = []
             for seed in seeds:
@@ -60,6 +65,7 @@ def run_env_episodes(
                         clock,
                         max_steps=max_steps,
                         on_step=None if video is None else lambda *_, v=video: v.add(env.render()),
+                        answers=answers if clock == "lockstep" else None,
                     )
                 finally:
                     if video is not None:
@@ -118,9 +124,13 @@ def main_eval(
     out: TextIO | None = None,
     video_dir: Path | None = None,
     video_seeds: Collection[int] = (),
+    plot: Path | None = None,
 ) -> int:
     """`tempo eval`: the episodes, then the table; the JSON summary to `json_out` ("-": in
-    place of the table, on stdout); rollout videos of `video_seeds` into `video_dir`."""
+    place of the table, on stdout); rollout videos of `video_seeds` into `video_dir`; the
+    figure of the episodes to `plot`."""
+    if plot is not None:
+        check_plot_installed()  # before the episodes, not after them
     stream = out or sys.stdout
     progress = sys.stderr if json_out == "-" else stream
 
@@ -131,6 +141,8 @@ def main_eval(
         endpoint, env_name, clock, seeds, max_steps, policy, report, video_dir, video_seeds
     )
     summary = eval_summary(env_name, clock, [r.as_dict() for r in results])
+    if plot is not None:
+        write_eval_plot(summary, plot)
     if json_out == "-":
         print(json.dumps(summary, indent=2), file=stream)
         return 0

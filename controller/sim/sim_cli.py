@@ -100,7 +100,10 @@ def add_sim_parsers(
         "--connect", help=f"daemon endpoint (default: server.bind, {DEFAULT_BIND})"
     )
     evaluate.add_argument(
-        "--env", required=True, metavar="NAME", help="pusht, aloha-insertion or aloha-transfer-cube"
+        "--env",
+        required=True,
+        metavar="NAME",
+        help="pusht, aloha-insertion, aloha-transfer-cube or aloha-transfer-cube-state",
     )
     add_episode_args(evaluate)
     evaluate.add_argument(
@@ -118,6 +121,12 @@ def add_sim_parsers(
     )
     evaluate.add_argument(
         "--video-dir", type=Path, default=Path("."), help="where --video writes (default: here)"
+    )
+    evaluate.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PATH",
+        help="also draw the episodes (return, success, latency, holds) as an image (plot extra)",
     )
     evaluate.set_defaults(func=lambda args: cmd_eval(args, setup_logging, load_config))
 
@@ -267,6 +276,7 @@ def cmd_eval(
         policy=args.policy,
         video_dir=args.video_dir,
         video_seeds=video_seeds(args, seeds),
+        plot=args.plot,
     )
 
 

@@ -57,12 +57,17 @@ class _RobotWalk:
         self.task = ""
         self.tasks: dict[int, str] = {}
         self.first = True  # the next observation is its file's first of the robot
+        # The commanded joints (the session record's): a hold before any command holds the
+        # state's first entries, those of the joints (the rest may be an object's pose).
+        self.joints: int | None = None
 
     def session(self, data: dict[str, Any]) -> None:
         """A new session (a driver's hello) begins a new episode."""
         self.close_pending()
         self.task = data.get("task") or ""
         self.episode = None
+        joints = data.get("joints")
+        self.joints = len(joints) if isinstance(joints, list) and joints else None
 
     def observation(
         self,
@@ -128,7 +133,7 @@ class _RobotWalk:
     def _hold(self, episode: Episode, index: int) -> None:
         episode.held[index] = True
         episode.action[index] = (
-            episode.state[index] if self.last_action is None else self.last_action
+            episode.state[index][: self.joints] if self.last_action is None else self.last_action
         )
 
     def close_pending(self) -> None:
@@ -206,10 +211,13 @@ def _read_all(paths: list[Path], notes: list[str]) -> list[Recording]:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """`tempo export-lerobot FILE... OUT [--fps N] [--robot NAME]`."""
+    """`tempo export-lerobot FILE... OUT [--fps N] [--robot NAME] [--env-state K]`."""
     check_installed()
     if args.fps is not None and args.fps < 1:
         raise ExportError(f"--fps {args.fps} is not a frame rate; give a whole number from 1")
+    env_state = getattr(args, "env_state", 0)
+    if env_state < 0:
+        raise ExportError(f"--env-state {env_state} is not a count; give 0 or more entries")
     out: Path = args.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out} already exists and is not empty; name a new directory")
@@ -222,8 +230,15 @@ def run_export(args: argparse.Namespace) -> int:
         who = f"robot {args.robot!r}" if args.robot else "any robot"
         raise ExportError(f"the recordings hold no observation of {who}; nothing to export")
     fps = args.fps or estimated_fps(episodes)
-    joints = _joints(recordings, episodes)
-    summary = write_dataset(out, episodes, fps, joints)
+    width = len(episodes[0].state[0])
+    if env_state >= width:
+        raise ExportError(
+            f"--env-state {env_state} leaves no robot state: the recorded states hold {width} "
+            "values"
+        )
+    actions = next(a for e in episodes for a in e.action if a is not None)
+    joints = _joints(recordings, episodes, len(actions))
+    summary = write_dataset(out, episodes, fps, joints, env_state)
     skipped = "".join(f"; {n} left out ({why})" for why, n in sorted(notes.skipped.items()))
     print(
         f"{summary.episodes} episodes, {summary.frames} frames at {fps} fps, cameras "
@@ -232,10 +247,10 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _joints(recordings: list[Recording], episodes: list[Episode]) -> list[str]:
-    """The joints' names: the exported robots' own (their session records, which name their
-    policy's joints), else the recordings' metadata (the default policy's), else joint_<i>."""
-    width = len(episodes[0].state[0])
+def _joints(recordings: list[Recording], episodes: list[Episode], width: int) -> list[str]:
+    """The names of the `width` commanded joints: the exported robots' own (their session
+    records, which name their policy's joints), else the recordings' metadata (the default
+    policy's), else joint_<i>."""
     robots = {episode.robot for episode in episodes}
     for recording in recordings:
         for message in recording.messages:

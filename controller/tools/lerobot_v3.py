@@ -89,8 +89,11 @@ def _inside(out: Path, path: Path) -> Path:
     return path
 
 
-def _columns(episodes: Sequence[Episode], fps: int, tasks: dict[str, int]) -> dict[str, Any]:
-    """Every frame's values, per column, as numpy arrays."""
+def _columns(
+    episodes: Sequence[Episode], fps: int, tasks: dict[str, int], env_state: int = 0
+) -> dict[str, Any]:
+    """Every frame's values, per column, as numpy arrays; the states' last `env_state` entries
+    are observation.environment_state."""
     index = 0
     timestamp, frame_index, episode_index, task_index = [], [], [], []
     for number, episode in enumerate(episodes):
@@ -100,8 +103,12 @@ def _columns(episodes: Sequence[Episode], fps: int, tasks: dict[str, int]) -> di
         episode_index.append(np.full(n, number, np.int64))
         task_index.append(np.full(n, tasks[episode.task], np.int64))
         index += n
+    states = np.stack([s for e in episodes for s in e.state])
+    robot = states.shape[1] - env_state
+    environment = {"observation.environment_state": states[:, robot:]} if env_state else {}
     return {
-        "observation.state": np.stack([s for e in episodes for s in e.state]),
+        "observation.state": states[:, :robot],
+        **environment,
         "action": np.stack([a for e in episodes for a in e.action]),  # type: ignore[misc]
         "action.held": np.array([h for e in episodes for h in e.held], bool),
         "timestamp": np.concatenate(timestamp),
@@ -246,9 +253,10 @@ def _tasks_table(tasks: dict[str, int]) -> Any:
 
 
 def write_dataset(
-    out: Path, episodes: Sequence[Episode], fps: int, joints: list[str]
+    out: Path, episodes: Sequence[Episode], fps: int, joints: list[str], env_state: int = 0
 ) -> DatasetSummary:
-    """Write `episodes` to the new directory `out` (see the module's docstring)."""
+    """Write `episodes` to the new directory `out` (see the module's docstring); the states'
+    last `env_state` entries (an object's pose) go to observation.environment_state."""
     import pyarrow.parquet as pq
 
     widths = {(len(e.state[0]), tuple(sorted(e.frames))) for e in episodes}
@@ -267,18 +275,23 @@ def write_dataset(
     tasks: dict[str, int] = {}
     for episode in episodes:
         tasks.setdefault(episode.task, len(tasks))
-    columns = _columns(episodes, fps, tasks)
+    columns = _columns(episodes, fps, tasks, env_state)
     owned = [[j in o for j in joints] for e in episodes for o in e.teleop_joints]
     columns["teleop.joints"] = np.array(owned, bool).reshape(len(owned), len(joints))
     columns["teleop"] = columns["teleop.joints"].any(axis=1)
     n = len(joints)
+    robot = columns["observation.state"].shape[1]
+    state_names = joints if robot == n else [f"state_{i}" for i in range(robot)]
     features: dict[str, Any] = {
-        "observation.state": _feature("float32", n, joints),
+        "observation.state": _feature("float32", robot, state_names),
         "action": _feature("float32", n, joints),
         "action.held": _feature("bool", 1, None),
         "teleop": _feature("bool", 1, None),
         "teleop.joints": _feature("bool", n, joints),
     }
+    if env_state:
+        names = [f"env_{i}" for i in range(env_state)]
+        features["observation.environment_state"] = _feature("float32", env_state, names)
     stats = {name: _stats(values) for name, values in columns.items()}
     for camera in cameras:
         key = video_key(camera)

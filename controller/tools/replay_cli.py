@@ -57,6 +57,14 @@ def add_export_parser(sub: Any, setup_logging: Callable[[str], None]) -> None:
         "--fps", type=int, help="the dataset's frame rate (default: the observations' rate)"
     )
     parser.add_argument("--robot", help="export only this robot (default: every robot)")
+    parser.add_argument(
+        "--env-state",
+        type=int,
+        default=0,
+        metavar="K",
+        help="the last K entries of each state are the environment's (an object's pose), "
+        "written as observation.environment_state (default 0)",
+    )
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
 
     def run(args: argparse.Namespace) -> int:

@@ -104,7 +104,7 @@ def test_sim_robot_options_still_read_a_given_config():
         (
             ["--env", "pushT"],
             "tempo: unknown environment 'pushT'; the environments are pusht, aloha-insertion, "
-            "aloha-transfer-cube\n",
+            "aloha-transfer-cube, aloha-transfer-cube-state\n",
         ),
         (["--env", "pusht", "--joints", "x,y"], "--env is the robot; leave out --joints"),
         (["--env", "pusht", "--episodes", "0"], "--episodes must be at least 1, not 0"),
@@ -192,7 +192,7 @@ def test_eval_of_an_unknown_environment_is_one_sentence(capsys):
     assert cli.main(["eval", "--env", "aloha", "--connect", "ipc:///nonexistent"]) == 2
     assert capsys.readouterr().err == (
         "tempo: unknown environment 'aloha'; the environments are pusht, aloha-insertion, "
-        "aloha-transfer-cube\n"
+        "aloha-transfer-cube, aloha-transfer-cube-state\n"
     )
 
 

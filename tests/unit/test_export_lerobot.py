@@ -267,6 +267,30 @@ def test_the_export_names_a_robots_joints_from_its_session_record() -> None:
                                            session("grip", ["x", "y", "z"])],
                           {"joints": ["j0", "j1", "j2"]})  # fmt: skip
     episode = Episode("grip", 0, "", state=[np.zeros(3, np.float32)])
-    assert _joints([recording], [episode]) == ["x", "y", "z"]  # not the default policy's
+    assert _joints([recording], [episode], 3) == ["x", "y", "z"]  # not the default policy's
     no_sessions = Recording(Path("y.mcap"), [], {"joints": ["j0", "j1", "j2"]})
-    assert _joints([no_sessions], [episode]) == ["j0", "j1", "j2"]
+    assert _joints([no_sessions], [episode], 3) == ["j0", "j1", "j2"]
+
+
+def test_env_state_entries_become_observation_environment_state(exported, tmp_path) -> None:
+    _, expected, path = exported
+    out = tmp_path / "out"
+    assert main(["export-lerobot", str(path), str(out), "--robot", "arm0", "--env-state", "1"]) == 0
+    dataset = read_v3(out)
+    features = dataset["info"]["features"]
+    assert features["observation.state"]["shape"] == [2]
+    assert features["observation.environment_state"]["shape"] == [1]
+    assert features["action"]["shape"] == [3] and features["action"]["names"] == JOINTS
+    for row, want in zip(dataset["rows"], expected, strict=True):
+        np.testing.assert_array_equal(np.float32(row["observation.state"]), want["state"][:2])
+        np.testing.assert_array_equal(
+            np.float32(row["observation.environment_state"]), want["state"][2:]
+        )
+    assert dataset["stats"]["observation.environment_state"]["count"] == [len(expected)]
+
+
+def test_env_state_leaving_no_robot_state_is_refused(exported, tmp_path, capsys) -> None:
+    _, _, path = exported
+    args = ["export-lerobot", str(path), str(tmp_path / "o"), "--robot", "arm0", "--env-state", "3"]
+    assert main(args) == 2
+    assert "--env-state 3 leaves no robot state" in capsys.readouterr().err

@@ -5,7 +5,7 @@ and see the closed loop fail."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,8 @@ class EnvLayout:
     task: str | None = None
     action_order: tuple[int, ...] | None = None
     transpose_frames: bool = False  # a test's wrong wiring: rows and columns swapped
+    # Builds the environment instead of gymnasium.make(gym_id) (a variant gym does not register)
+    builder: Callable[[EnvLayout], Any] | None = None
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -44,8 +46,9 @@ class EnvLayout:
         cams = ", ".join(
             f"{name} ({'/'.join(path)}, {h}x{w})" for name, (path, (h, w)) in self.cameras.items()
         )
+        seen = f"camera{'s' if len(self.cameras) > 1 else ''} {cams}" if cams else "no camera"
         return (
-            f"env {self.name} gives camera{'s' if len(self.cameras) > 1 else ''} {cams} and a "
+            f"env {self.name} gives {seen} and a "
             f"state of {self.state_size} values ({self.state_key}), and takes "
             f"{len(self.joints)} action values"
         )
@@ -71,6 +74,7 @@ class SimEnv:
     def __init__(self, layout: EnvLayout, env: Any) -> None:
         self.layout = layout
         self._env = env
+        self._last_frame: np.ndarray | None = None
 
     def reset(self, seed: int) -> EnvObservation:
         observation, _ = self._env.reset(seed=seed)
@@ -93,7 +97,11 @@ class SimEnv:
         """The scene now, for a rollout video: the environment's own rendering (PushT's at
         LeRobot's visualization size), else the first camera's newest frame."""
         frame = self._env.render()
-        return np.asarray(frame, dtype=np.uint8) if frame is not None else self._last_frame
+        if frame is not None:
+            return np.asarray(frame, dtype=np.uint8)
+        if self._last_frame is None:
+            raise ValueError(f"env {self.layout.name} renders nothing and has no camera")
+        return self._last_frame
 
     def close(self) -> None:
         self._env.close()
@@ -114,6 +122,6 @@ class SimEnv:
                 frame = frame.transpose(1, 0, 2)
             # A fresh, contiguous array per frame: the client sends it without copying.
             images[name] = np.ascontiguousarray(frame).copy()
-        self._last_frame = next(iter(images.values()))
+        self._last_frame = next(iter(images.values()), None)
         state = np.asarray(observation[self.layout.state_key], dtype=np.float32)
         return EnvObservation(images, state)
