@@ -178,3 +178,43 @@ def test_healthz_answers_over_plain_http(tmp_path: Path) -> None:
         url = daemon.openpi_endpoint.replace("ws://", "http://") + "/healthz"
         with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 (loopback)
             assert response.status == 200 and response.read() == b"OK\n"
+
+
+def test_a_restart_of_the_inference_process_is_a_sentence_then_served_again(
+    tmp_path: Path, aloha_process: RemotePolicy
+) -> None:
+    """SIGKILL of the inference process while a client streams: a request in flight, or sent
+    while it restarts, is refused in one sentence (openpi-client raises it), none hangs, and
+    the restarted process serves the same connection."""
+    import os
+    import signal
+    import time
+
+    from tests.conftest import wait_for
+
+    config = openpi_config(tmp_path, "aloha", "server.openpi.request_timeout_s=20")
+    with running_daemon(config, aloha_process) as daemon:
+        client = client_for(daemon)
+        obs = observation("aloha")
+        before = client.infer(obs)["actions"]
+        dead = aloha_process.pid
+        assert dead is not None
+        os.kill(dead, signal.SIGKILL)
+        refusals: list[str] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                reply = client.infer(obs)
+            except RuntimeError as exc:  # the text frame, as openpi-client raises it
+                sentence = str(exc).split("\n", 1)[1]
+                assert "\n" not in sentence and "Traceback" not in sentence
+                refusals.append(sentence)
+                time.sleep(0.05)
+                continue
+            if aloha_process.pid not in (None, dead):
+                break  # served by the new process
+        else:
+            pytest.fail(f"not served again within 120 s; refusals: {refusals[-3:]}")
+        wait_for(lambda: aloha_process.serving, 10)
+        assert refusals and all("restarting" in sentence for sentence in refusals)
+        np.testing.assert_allclose(reply["actions"], before, rtol=1e-5, atol=1e-5)
