@@ -127,8 +127,10 @@ class Lanes:
     def __init__(self) -> None:
         self.all: list[Lane] = []
         self._by_name: dict[str, Lane] = {}
-        # A policy's openpi clients (controller.daemon.openpi_endpoint), once there is one.
+        # A policy's openpi clients (controller.daemon.openpi_endpoint), once there is one,
+        # and whether one of them goes by a robot name.
         self.clients: Callable[[str], int] = lambda name: 0
+        self.client_named: Callable[[str], bool] = lambda robot: False
 
     def add(self, lane: Lane) -> None:
         self.all.append(lane)
@@ -168,7 +170,14 @@ class Lanes:
             lane.control.registry.peer_gone(identity)
 
     def holder(self, robot: str) -> tuple[SessionRegistry, Session] | None:
-        """Who holds a robot's name, among every policy's sessions (a name is one at a time)."""
+        """Who holds a robot's name, among every policy's sessions (a name is one at a time);
+        ProtocolError when an openpi client holds it."""
+        if self.client_named(robot):
+            raise ProtocolError(
+                ErrorCode.NOT_ALLOWED,
+                f"robot {robot} is the name of a connected openpi client; give this driver "
+                "another name",
+            )
         for lane in self.all:
             found = lane.control.registry.holding(robot)
             if found is not None:

@@ -198,6 +198,7 @@ class Daemon:
         self.openpi = build_openpi(config, self.lanes, lambda: self.pacer.step)
         if self.openpi is not None:
             self.lanes.clients = self.openpi.clients
+            self.lanes.client_named = self.openpi.sessions.holds
             sides = [self.openpi.side, *([self._side] if self._side is not None else [])]
             self._side = SideChannels(sides)
         self.openpi_endpoint = ""
