@@ -76,8 +76,13 @@ def start_daemon(
 ) -> subprocess.Popen[str]:
     """`tempo serve` for the robot: a tiny ACT (random weights) or the scripted reach policy."""
     if policy == "act":
+        # A chunk of 50, one every 10 steps: a CPU step of up to 40 ticks is covered.
         checkpoint = make_demo_checkpoint(
-            tmp / "act", cameras=(("front", height, width),), joint_names=JOINTS, state_size=6
+            tmp / "act",
+            cameras=(("front", height, width),),
+            joint_names=JOINTS,
+            state_size=6,
+            chunk_size=50,
         )
         served: dict[str, Any] = {"kind": "checkpoint", "path": str(checkpoint)}
         robot: dict[str, Any] = {}
@@ -95,7 +100,7 @@ def start_daemon(
                 "control": {"rate_hz": rate, "realtime_priority": priority},
                 "policy": served,
                 **({"robot": robot} if robot else {}),
-                # A CPU keeps up with a chunk every 10 steps, played while the next is made.
+                # The chunk is played while the next is made (the demo's CPU settings).
                 "inference": {"query_period": 10, "ensemble": "newest"},
                 "runner": {"step_budget_ms": 1000},
                 "teleop": {"blend_s": 0.0},
