@@ -19,6 +19,7 @@ from typing import Any
 import zmq
 
 from controller.config import TempoConfig, policy_views
+from controller.daemon.openpi_endpoint import check_openpi
 from controller.daemon.security import check_bind_allowed, check_local_only, status_access
 from controller.daemon.service import (
     Daemon,
@@ -106,6 +107,7 @@ def serve(
     check_local_only(config.server.status_bind, "server.status_bind")
     check_available(config.metrics)  # prometheus-client missing: say so before the slow load
     check_jpeg_available(config.record)  # PyAV, for record.frames: jpeg
+    check_openpi(config.server.openpi)  # websockets, its bind and its API keys
     # Bind both sockets before the load too: a taken endpoint is one sentence (BindError, exit
     # 2) before minutes of compiling, and the endpoint is held from now on.
     access = status_access(config.server)  # its token made or loaded, before any bind
