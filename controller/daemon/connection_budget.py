@@ -18,10 +18,15 @@ microseconds each), counted:
                                          refusals; past either, the connection is muted for
                                          the rest of the second (a broken driver still hears
                                          why, `max_refusals` times a second)
-    every hello and every message from   `greetings_per_tick` in all, per tick's time: a
-    a connection without a session       storm of new connections (each with budgets of its
-                                         own) opens a few sessions a tick; a hello dropped is
-                                         sent again by its driver (the handshake's time-out)
+    every message from a connection      `greetings_per_tick` in all, per tick's time: a
+    without a session                    storm of new connections (each with budgets of its
+                                         own) costs the loop a few decodes a tick
+    every hello                          `hellos_per_s` in all on average, up to
+                                         `hello_burst` at once (opening a session costs the
+                                         loop about half a millisecond): a fleet reconnecting
+                                         gets in at once, a hello storm opens a few sessions
+                                         a second; a hello dropped is sent again by its driver
+                                         (the handshake's time-out)
 
 Windows are the clock's multiples of the period (the second: of a second), so a test drives
 the budget with its own `now_ns`.
@@ -47,6 +52,8 @@ class ConnectionBudget:
         per_tick: int = 4,
         burst: int = 64,
         greetings_per_tick: int = 16,
+        hellos_per_s: int = 50,
+        hello_burst: int = 8,
     ) -> None:
         self.max_messages = max_messages
         self.max_refusals = max_refusals
@@ -56,12 +63,17 @@ class ConnectionBudget:
         self._cost_ns = period_ns // per_tick  # of the bucket, per message
         self._tolerance_ns = (burst - 1) * self._cost_ns
         self.greetings_per_tick = greetings_per_tick
+        self.hello_burst = hello_burst
+        self._hello_cost_ns = 1_000_000_000 // hellos_per_s
+        self._hello_tolerance_ns = (hello_burst - 1) * self._hello_cost_ns
+        self._hellos_full_at = 0
         self._windows: dict[bytes, list[int]] = {}
         self._greeting_tick = -1
         self._greetings = 0
         self.dropped = 0  # messages dropped unread while their connection was muted
         self.over_rate = 0  # dropped unread past a connection's rate and burst
-        self.greetings_dropped = 0  # newcomers' messages and hellos dropped past their budget
+        self.greetings_dropped = 0  # newcomers' messages dropped past their budget
+        self.hellos_dropped = 0  # hellos dropped past theirs
 
     def admit(self, identity: bytes, now_ns: int, newcomer: bool = False) -> bool:
         """Whether to handle this connection's message; False: drop it unread (counted).
@@ -79,9 +91,17 @@ class ConnectionBudget:
         window[_FULL_AT] = full_at + self._cost_ns
         return not newcomer or self.greeting(now_ns)
 
+    def hello(self, now_ns: int) -> bool:
+        """One hello (decoded) within the hellos' budget; False: drop it (counted)."""
+        full_at = max(self._hellos_full_at, now_ns)
+        if full_at - now_ns > self._hello_tolerance_ns:
+            self.hellos_dropped += 1
+            return False
+        self._hellos_full_at = full_at + self._hello_cost_ns
+        return True
+
     def greeting(self, now_ns: int) -> bool:
-        """One hello (or a newcomer's message) within this tick's budget of them; False: drop
-        it (counted)."""
+        """One newcomer's message within this tick's budget of them; False: drop it (counted)."""
         tick = now_ns // self.period_ns
         if tick != self._greeting_tick:
             self._greeting_tick, self._greetings = tick, 0

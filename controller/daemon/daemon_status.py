@@ -37,6 +37,7 @@ LANE_COUNTERS = (
     "muted_messages_dropped",
     "over_rate_messages_dropped",
     "greetings_dropped",
+    "hellos_dropped",
 )
 
 
@@ -58,6 +59,7 @@ def lane_counters(lane: Lane) -> dict[str, int]:
         "muted_messages_dropped": control.dispatcher.budget.dropped,
         "over_rate_messages_dropped": control.dispatcher.budget.over_rate,
         "greetings_dropped": control.dispatcher.budget.greetings_dropped,
+        "hellos_dropped": control.dispatcher.budget.hellos_dropped,
     }
 
 

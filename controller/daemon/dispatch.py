@@ -93,7 +93,8 @@ class Dispatcher:
         self.messages = 0
         # A flood from one connection is dropped unread past its budgets: a driver sends about
         # one observation per tick; four per tick on average (64 at once), and four per tick
-        # and a hundred more a second, is plenty. Newcomers and hellos: sixteen a tick in all.
+        # and a hundred more a second, is plenty. Newcomers: sixteen messages a tick in all;
+        # hellos: 50 a second (8 at once) in all.
         self.budget = ConnectionBudget(
             max_messages=int(4 * control_hz) + 100, period_ns=int(round(1e9 / control_hz))
         )
@@ -116,8 +117,8 @@ class Dispatcher:
         try:
             # A kind only the daemon sends is refused as such before its fields are checked.
             message = decode(frames, self.limits, kinds=DRIVER_KINDS)
-            if message.kind == "hello" and not newcomer and not self.budget.greeting(now_ns):
-                return  # a hello storm from sessions: its driver says hello again
+            if message.kind == "hello" and not self.budget.hello(now_ns):
+                return  # a hello storm: its driver says hello again (its handshake time-out)
             self._handlers[message.kind](self, identity, message, now_ns)
         except ProtocolError as exc:
             self.refusals.reply(identity, exc.code, str(exc), message, exc.reply_version)

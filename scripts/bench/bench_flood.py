@@ -270,7 +270,8 @@ def run_mode(mode: str, seconds: float, overrides: list[str]) -> dict[str, Any]:
             log.close()
         figures = json.loads(out.strip().splitlines()[-1])
         latencies = figures["latencies_ms"]
-        counts = ("muted_messages_dropped", "over_rate_messages_dropped", "greetings_dropped")
+        counts = ("muted_messages_dropped", "over_rate_messages_dropped", "greetings_dropped",
+                  "hellos_dropped")  # fmt: skip
         return {
             "p50": percentile(latencies, 0.50),
             "p99": percentile(latencies, 0.99),
