@@ -3,10 +3,11 @@
 Every TempoError ends the command with its one-sentence message and exit code 2; a traceback
 means a bug in Tempo.
 
-The driver's install (numpy, pyzmq, msgpack) runs `tempo sim-robot --joints ...` and `tempo keys`;
-every other command needs the `serve` extra. So this module imports the daemon's side (the config,
-torch, policies) only inside the commands that use it, and a command that finds the extra missing
-ends with one sentence saying what to install (exit code 2).
+The driver's install (numpy, pyzmq, msgpack) runs `tempo sim-robot --joints ...`, `tempo keys`
+and, with the `lerobot` extra, `tempo drive`; every other command needs the `serve` extra. So
+this module imports the daemon's side (the config, torch, policies) only inside the commands
+that use it, and a command that finds the extra missing ends with one sentence saying what to
+install (exit code 2).
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def cmd_inference_process(args: argparse.Namespace) -> int:
     setup_logging(config.logging.level)
     code = run_inference_process(
         config.policy, config.robot, config.runner, config.supervision, args.channel_fd,
-        config.inference.batch_sizes,
+        config.execution.batch_sizes,
     )  # fmt: skip
     _exit_now(code)
     return code  # not reached
@@ -233,6 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     _add_profile_parser(sub)
+    sub.add_parser(
+        "drive",
+        help="drive a LeRobot robot against the daemon, from LeRobot's own --robot.* flags "
+        "(see `tempo drive --help`; the lerobot extra)",
+        add_help=False,
+    )
 
     keys = sub.add_parser("keys", help="CurveZMQ keys for binding beyond localhost")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -284,6 +291,16 @@ def _run(argv: list[str]) -> int:
         from controller.tools.bench_policy import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["drive"]:  # its own parser: LeRobot's flags go to LeRobot's configs
+        from controller.drive.drive_cli import main as drive_main
+
+        try:
+            return drive_main(argv[1:], setup_logging)
+        except TempoError as exc:
+            print(f"tempo: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            return 130
     if argv[:1] == ["profile"]:  # its parser is the tool's: import it before parsing
         import controller.tools.profile_cli  # noqa: F401
     args = build_parser().parse_args(argv)

@@ -36,7 +36,7 @@ class CameraSpec(BaseModel):
 
 class Execution(BaseModel):
     """How a policy's chunks were executed when it was trained or evaluated: what its
-    checkpoint says, which the daemon follows unless its `inference:` config overrides it."""
+    checkpoint says, which the daemon follows unless its `execution:` config overrides it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -76,10 +76,11 @@ class PromptSpec(BaseModel):
     vocab_size: int = Field(
         ge=1, le=1_000_000, description="The model's vocabulary: the tokenizer must have as many."
     )
-    template: Literal["pi0", "pi05"] = Field(
+    template: Literal["pi0", "pi05", "smolvla"] = Field(
         default="pi0",
         description='pi0: BOS, the task, then "\\n"; pi05: BOS, "Task: {task}, State:" (the '
-        "inference process appends the state and the action prefix).",
+        "inference process appends the state and the action prefix); smolvla: the task ending "
+        'in "\\n" through a Hugging Face tokenizer.json (policies.smolvla.tokenizer).',
     )
     default_task: str | None = Field(
         default=None,
@@ -109,6 +110,14 @@ class PolicySpec(BaseModel):
     chunk_size: int = Field(ge=1, le=10_000, description="Actions predicted per inference.")
     state_history: int = Field(
         default=1, ge=1, le=64, description="How many past state vectors the policy reads."
+    )
+    frame_history: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="How many observation steps of camera frames the policy reads, this one "
+        "last: the robot's session keeps the frames of the earlier ones (Diffusion Policy's "
+        "n_obs_steps).",
     )
     execution: Execution | None = Field(
         default=None,
@@ -203,6 +212,10 @@ class RobotContext:
     inference_delay: int = 0  # recent observation-to-chunk delay, in control steps
     memory: Mapping[str, np.ndarray] = field(default_factory=dict)  # the policy's own; read-only
     prompt: PromptTokens | None = None  # the robot's task, tokenized (spec.prompt); else None
+    # With spec.frame_history > 1: camera -> uint8 (frame_history - 1, H, W, 3), the frames of
+    # the robot's previous observations, oldest first (at an episode start, copies of the
+    # first). None outside a session (tools, benchmarks): the policy repeats this one's.
+    past_frames: Mapping[str, np.ndarray] | None = None
 
     @property
     def state(self) -> np.ndarray:

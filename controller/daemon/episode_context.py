@@ -1,13 +1,15 @@
 """What a robot's session remembers of its current episode for the policy, and the context it
 builds from that for each inference request: which episode it is, whether a chunk of it has come
-back yet, the recent states, the inference delay estimate, the policy's memory and the robot's
-prompt. An episode start forgets all of it but the prompt.
+back yet, the recent states (and frames, for a policy that reads several steps of them), the
+inference delay estimate, the policy's memory and the robot's prompt. An episode start forgets
+all of it but the prompt.
 
 The session owns one (loop thread only) and changes it through these methods:
 
     start            a new episode (the session drops its plan and chunks beside it)
     use_prompt       the robot's task from now on
     push_state       an accepted observation's state: the window the request carries
+    push_frames      its frames (a policy reading several steps of them): the earlier ones
     chunk_landed     a chunk came back: its memory and delay count, unless its episode ended
     robot_context    what the policy is told with a request
 """
@@ -20,6 +22,7 @@ from types import MappingProxyType
 import numpy as np
 
 from controller.daemon.estimates import InferenceDelay
+from controller.daemon.frame_history import FrameHistory, Frames
 from controller.daemon.prompts import Prompt, log_truncated
 from controller.feed.inference_feed import Chunk
 from controller.feed.pending_requests import PendingObservation, StateHistory
@@ -32,6 +35,7 @@ class EpisodeContext:
     def __init__(self, robot: str, spec: PolicySpec) -> None:
         self._robot = robot
         self._history = StateHistory(spec.state_history, spec.state_size)
+        self._frames = FrameHistory(spec) if spec.frame_history > 1 else None
         self._delay = InferenceDelay()
         self._episode = 0  # counts episode starts; chunks and memory of an older one are dropped
         self._episode_start = True  # no chunk of this episode has come back yet
@@ -69,6 +73,8 @@ class EpisodeContext:
         self._episode += 1
         self._episode_start = True
         self._history.clear()
+        if self._frames is not None:
+            self._frames.clear()
         self._memory = {}
         self._delay.clear()
 
@@ -84,6 +90,11 @@ class EpisodeContext:
     def push_state(self, state: np.ndarray) -> np.ndarray:
         """The newest state; returns the window of recent ones (a copy, it travels)."""
         return self._history.push(state)
+
+    def push_frames(self, images: Mapping[str, np.ndarray]) -> tuple[Frames, ...]:
+        """The newest frames, for a policy that reads several steps of them; returns the
+        earlier steps' (what the request carries), () for any other policy."""
+        return self._frames.push(images) if self._frames is not None else ()
 
     def chunk_landed(self, chunk: Chunk, step: int) -> bool:
         """False (to be dropped) if the chunk belongs to an ended episode; else the policy's new
@@ -108,4 +119,7 @@ class EpisodeContext:
             inference_delay=self._delay.steps,
             memory=MappingProxyType(self._memory),  # read-only to the policy
             prompt=self._prompt.tokens if self._prompt is not None else None,
+            past_frames=(
+                self._frames.stack(observation.past_frames) if self._frames is not None else None
+            ),
         )

@@ -59,10 +59,14 @@ class Session:
         tick_headers: TickHeaders | None = None,
         frame_ring: FrameSlots | None = None,
         recording: TickObserver = NOT_RECORDED,
+        lockstep: bool = False,
     ) -> None:
         """`tick_headers`: the tick's packed action and hold headers; `frame_ring`: a same-host
         driver's frames in place (its hello asked for them); `recording`: the observer of this
-        robot's ticks (the flight recorder's handle; NOT_RECORDED: off)."""
+        robot's ticks (the flight recorder's handle; NOT_RECORDED: off); `lockstep`: the
+        robot's world waits for each action (a simulator its driver steps, as LeRobot's eval
+        loop does), so a chunk plays from the tick it lands on, never from its observation's
+        (no row of it is ever late)."""
         self._id = session_id
         self._identity = identity
         self._robot = robot
@@ -71,6 +75,7 @@ class Session:
         self._tick_headers = tick_headers
         self._frame_ring = frame_ring
         self.recording = recording
+        self._lockstep = lockstep
         self._counters: collections.Counter[str] = collections.Counter()
         self._queues = InferenceQueues(robot, spec, self._counters)  # shared with the feed
         self._clock = ClockOffset()
@@ -239,6 +244,7 @@ class Session:
             received_ns=received_ns,
             images=images,
             state_window=self._context.push_state(state),
+            past_frames=self._context.push_frames(images),
         )
         self._last_obs_step = step
 
@@ -313,7 +319,8 @@ class Session:
                 self._counters["chunks_of_ended_episode"] += 1
                 recording.chunk(chunk, step, None)
                 continue  # planned before the robot's episode started again
-            late = self._pipeline.on_chunk(chunk.start_step, chunk.actions, step)
+            start = step if self._lockstep else chunk.start_step
+            late = self._pipeline.on_chunk(start, chunk.actions, step)
             recording.chunk(chunk, step, late)
             self._counters["late_steps_dropped"] += late
             if late < len(chunk.actions):

@@ -31,6 +31,9 @@ REBIND_WAIT_S = 1.0  # for the old listener to close when the socket is bound ag
 # Pollers kept for the sets of inference channels polled beside the socket (several policies:
 # each set of those awaiting a reply); forgotten all at once past this many (restarts).
 MAX_SIDE_POLLERS = 16
+# Messages taken in a row before the side channel is serviced again (a few hundred
+# microseconds of handling at most: each connection's budget, connection_budget.py).
+DRAIN_BATCH = 32
 
 
 def daemon_frames(
@@ -153,8 +156,13 @@ class RouterTransport:
                         self._note("wait", time.monotonic_ns() - until_ns)
                     return
                 continue
-            # Drain what is queued, checking the clock so a flood cannot delay the tick.
-            while time.monotonic_ns() < until_ns:
+            # Drain what is queued, checking the clock so a flood cannot delay the tick, and
+            # back to the top every DRAIN_BATCH messages: under a flood the queue is never
+            # empty, and the side channel (the policy's replies and the next requests) would
+            # otherwise wait for the next tick.
+            for _ in range(DRAIN_BATCH):
+                if time.monotonic_ns() >= until_ns:
+                    break
                 if self._discarding:
                     self._discard_parts(until_ns)
                     continue

@@ -13,6 +13,7 @@ The feed takes requests from a robot's `queues` and hands back chunks and refusa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,6 +33,9 @@ class PendingObservation:
     received_ns: int
     images: dict[str, np.ndarray]
     state_window: np.ndarray  # (state_history, state_size) float32, this state last
+    # The frames of the observations before it, oldest first (controller.daemon.frame_history),
+    # for a policy that reads several steps of them; () otherwise.
+    past_frames: tuple[Mapping[str, np.ndarray], ...] = ()
 
 
 class StateHistory:

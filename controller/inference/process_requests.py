@@ -136,6 +136,7 @@ def request_input(
         inference_delay=message.delay,
         memory=message.memory or {},
         prompt=message.prompt,
+        past_frames=message.past_frames,
     )
     return slots, images, context
 

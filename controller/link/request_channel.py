@@ -140,6 +140,7 @@ class RequestChannel:
             ring=ring,
             state=state,
             prompt=context.prompt,
+            past_frames=dict(context.past_frames) if context.past_frames is not None else None,
         )
 
     def receive(self) -> StepReply | None:

@@ -2,10 +2,10 @@
 
     check_compatible(old_spec, new_spec)    # PolicyError, one sentence, if not
 
-The same joints in the same order, the same cameras and state, the same chunk size, a prompt
-exactly where there was one and tokenized the same way, a state range at least as wide, the
-same execution settings: what the daemon worked out from the old checkpoint and keeps using
-for these robots. This module imports no torch.
+The same joints in the same order, the same cameras, state and frame history, the same chunk
+size, a prompt exactly where there was one and tokenized the same way, a state range at least
+as wide, the same execution settings: what the daemon worked out from the old checkpoint and
+keeps using for these robots. This module imports no torch.
 """
 
 from __future__ import annotations
@@ -32,6 +32,12 @@ def check_compatible(old: PolicySpec, new: PolicySpec) -> None:
         raise PolicyError(
             "the new policy reads other cameras or another state "
             f"({_observation(new)}) than the one serving ({_observation(old)}); "
+            "nothing was changed"
+        )
+    if new.frame_history != old.frame_history:
+        raise PolicyError(
+            f"the new policy reads the frames of {new.frame_history} observation step(s), not "
+            f"{old.frame_history} as the one serving, whose robots' sessions keep that many; "
             "nothing was changed"
         )
     if new.chunk_size != old.chunk_size:

@@ -27,7 +27,9 @@ class Infer(Message):
     """One observation and its robot's context. The frames (and the state history) lie in slot
     `slot` of the observation slots at `generation`; with `ring`, the frames lie in that slot of
     the driver's frame ring `ring` instead and the state history travels here (`state`).
-    `prompt`: the robot's task as token ids and mask (a policy that reads a prompt)."""
+    `prompt`: the robot's task as token ids and mask (a policy that reads a prompt).
+    `past_frames`: the frames of the robot's previous observations, camera -> uint8 (k, H, W,
+    3), oldest first (a policy that reads several steps of frames, PolicySpec.frame_history)."""
 
     KIND = "infer"
     id: int
@@ -42,6 +44,7 @@ class Infer(Message):
     state: np.ndarray | None = None
     prompt: PromptTokens | None = None
     batch_left: int = 0  # requests of the same batch that follow this one
+    past_frames: dict[str, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         if (self.ring is None) != (self.state is None):
@@ -55,6 +58,13 @@ class Infer(Message):
         ):
             raise MessageError(
                 "an 'infer' message's prompt must be int64 ids and a bool mask of one length"
+            )
+        frames = self.past_frames
+        if frames is not None and not all(
+            f.dtype == np.uint8 and f.ndim == 4 and f.shape[-1] == 3 for f in frames.values()
+        ):
+            raise MessageError(
+                "an 'infer' message's past frames must be uint8 arrays (steps, height, width, 3)"
             )
         if not 0 <= self.batch_left < 64:
             raise MessageError("an 'infer' message's batch_left must be between 0 and 63")
@@ -76,6 +86,7 @@ class Infer(Message):
             "prompt": pack_array(self.prompt.ids) if self.prompt is not None else None,
             "prompt_mask": pack_array(self.prompt.mask) if self.prompt is not None else None,
             "batch_left": self.batch_left,
+            "past_frames": pack_arrays(self.past_frames),
         }
 
     @classmethod
@@ -97,4 +108,7 @@ class Infer(Message):
         prompt = PromptTokens(ids, mask) if ids is not None and mask is not None else None
         context = (step, episode_start, delay, plan, memory)
         batch_left = fields.optional_integer("batch_left") or 0
-        return cls(request_id, slot, generation, *context, ring, state, prompt, batch_left)
+        past_frames = fields.arrays("past_frames")
+        return cls(
+            request_id, slot, generation, *context, ring, state, prompt, batch_left, past_frames
+        )

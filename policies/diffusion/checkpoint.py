@@ -24,8 +24,21 @@ from policies.tensor_policy import TensorPolicy
 
 
 def diffusion_spec_problems(spec: PolicySpec, config: DiffusionConfig) -> list[str]:
-    """Where the spec and the Diffusion Policy config disagree."""
-    return interface_problems(spec, config, config.frame_sizes)
+    """Where the spec and the Diffusion Policy config disagree (a spec written before it named
+    its frame history says 1: `upgrade_diffusion_spec` sets it)."""
+    problems = interface_problems(spec, config, config.frame_sizes)
+    if spec.frame_history not in (1, config.frame_history):
+        problems.append(
+            f"frame_history {spec.frame_history} in spec, {config.frame_history} in model"
+        )
+    return problems
+
+
+def upgrade_diffusion_spec(spec: PolicySpec, config: DiffusionConfig, where: str) -> PolicySpec:
+    """The spec with the frame history the model reads (n_obs_steps with cameras)."""
+    if spec.frame_history == config.frame_history:
+        return spec
+    return spec.model_copy(update={"frame_history": config.frame_history})
 
 
 def describe_diffusion(spec: PolicySpec, config: DiffusionConfig) -> list[str]:
@@ -79,6 +92,7 @@ CHECKPOINT = CheckpointFamily(
     spec_problems=diffusion_spec_problems,
     describe=describe_diffusion,
     to_policy=_to_policy,
+    upgrade_spec=upgrade_diffusion_spec,
     lerobot_type=LEROBOT_TYPE,
     read_lerobot=_read_lerobot,
 )

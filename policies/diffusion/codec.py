@@ -1,30 +1,29 @@
 """How a robot's context becomes Diffusion Policy's inputs, and the TensorPolicy built on it.
 
     inputs   state (n_obs_steps, state_size)        the state history, oldest first
-             past (n_obs_steps - 1, n_cameras * D)  memory["image_features"]: the image
-                                                    features of the previous observation steps
-             has_past (1,)                          0.0 at an episode start or without them
-             fixed_noise (1,)                       1.0 when memory holds "fixed_noise": sample
-                                                    with the module's fixed noise bank
-    outputs  ("image_features",)                    the latest n_obs_steps - 1 steps' features,
-                                                    the robot's memory for next time
+             past_frames (n_obs_steps - 1,           RobotContext.past_frames: the frames of
+                          n_cameras, H, W, 3) uint8  the robot's previous observations
+             has_past (1,)                          0.0 where the context has none
+             fixed_noise (1,)                       1.0 to sample with the module's fixed
+                                                    noise bank (memory holds "fixed_noise",
+                                                    or the policy serves fixed noise)
 
-(past, has_past and the output only with cameras and n_obs_steps > 1.)
+(past_frames and has_past only with cameras and n_obs_steps > 1.)
 
-The history lives in the robot's session, never in the module, so robots share one model. The
-state history holds one state per control step, as LeRobot's observation queue does. The image
-features are those of the robot's previous inference requests: with `inference.query_period`
-1 they are the previous control steps' frames, as in LeRobot; with a longer period they are
-older frames (LeRobot keeps every step's frames, which a session does not carry).
+The history lives in the robot's session, never in the module, so robots share one model: the
+state history and the frames of every observation the robot sent (PolicySpec.frame_history,
+controller.daemon.frame_history), whether or not it was asked about, as LeRobot's observation
+queue holds every control step's observation whatever `n_action_steps` is.
 
 `example` gives parity contexts with fixed noise, half of them mid-episode (random past
-features), half at an episode start, so the start-up check compares every tier on the same
-noise and covers both.
+frames), half without past frames, so the start-up check compares every tier on the same noise
+and covers both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -34,61 +33,92 @@ from policies.diffusion.model import DiffusionPolicy
 from policies.inputs import InputCodec, TensorInput
 from policies.tensor_policy import TensorPolicy
 
-IMAGE_FEATURES = "image_features"
 FIXED_NOISE = "fixed_noise"
 
 
 class DiffusionCodec(InputCodec):
-    def __init__(self, spec: PolicySpec, config: DiffusionConfig) -> None:
+    """`fixed_noise`: every robot's chunks from the fixed noise bank (deterministic serving);
+    else only a context whose memory holds FIXED_NOISE (the start-up checks)."""
+
+    def __init__(
+        self, spec: PolicySpec, config: DiffusionConfig, fixed_noise: bool = False
+    ) -> None:
         super().__init__(spec)
-        self.remembers = config.n_cameras > 0 and config.n_obs_steps > 1
-        self.outputs = (IMAGE_FEATURES,) if self.remembers else ()
-        self._past_shape = (config.n_obs_steps - 1, config.n_cameras * config.image_feature_dim)
+        self.fixed_noise = fixed_noise
+        self.reads_past = config.n_cameras > 0 and config.n_obs_steps > 1
+        self._past_shape = (
+            config.n_obs_steps - 1,
+            config.n_cameras,
+            config.image_height,
+            config.image_width,
+            3,
+        )
 
     @property
     def inputs(self) -> tuple[TensorInput, ...]:
-        past = (TensorInput("past", self._past_shape), TensorInput("has_past", (1,)))
+        past = (
+            TensorInput("past_frames", self._past_shape, "uint8"),
+            TensorInput("has_past", (1,)),
+        )
         return (
             *super().inputs,
-            *(past if self.remembers else ()),
+            *(past if self.reads_past else ()),
             TensorInput("fixed_noise", (1,)),
         )
 
     def encode(self, context: RobotContext, out: Sequence[np.ndarray]) -> None:
         super().encode(context, out[:1])
-        out[-1][0] = 1.0 if FIXED_NOISE in context.memory else 0.0
-        if self.remembers:
+        fixed = self.fixed_noise or FIXED_NOISE in context.memory
+        out[-1][0] = 1.0 if fixed else 0.0
+        if self.reads_past:
             self._encode_past(context, out[1], out[2])
 
     def _encode_past(self, context: RobotContext, past: np.ndarray, has_past: np.ndarray) -> None:
-        features = context.memory.get(IMAGE_FEATURES)
-        if features is None or context.episode_start:
-            past.fill(0.0)
-            has_past[0] = 0.0
+        frames = context.past_frames
+        if frames is None:
+            has_past[0] = 0.0  # the buffer's old contents are not read (the model's where)
             return
-        if features.shape != self._past_shape:
-            raise ValueError(
-                f"memory['{IMAGE_FEATURES}']: expected {self._past_shape}, got {features.shape}"
-            )
-        np.copyto(past, features, casting="same_kind")
+        steps, _, height, width, _ = self._past_shape
+        for index, camera in enumerate(self.spec.camera_names):
+            frame = frames.get(camera)
+            if frame is None:
+                raise ValueError(f"the context's past frames lack camera {camera!r}")
+            if frame.dtype != np.uint8 or frame.shape != (steps, height, width, 3):
+                raise ValueError(
+                    f"past frames of camera {camera!r}: expected uint8 "
+                    f"{(steps, height, width, 3)}, got {frame.dtype} {frame.shape}"
+                )
+            past[:, index] = frame
         has_past[0] = 1.0
 
     def example(self, seed: int) -> RobotContext:
-        """Half the examples mid-episode (random past features), half at an episode start."""
+        """Fixed noise; odd seeds with random past frames, even ones without."""
         context = super().example(seed)
-        rng = np.random.default_rng(seed + 1)
-        features = rng.uniform(0, 1, self._past_shape).astype(np.float32)
+        past = None
+        if self.reads_past and seed % 2:
+            rng = np.random.default_rng(seed + 1)
+            steps, _, height, width, _ = self._past_shape
+            past = {
+                camera: rng.integers(0, 256, (steps, height, width, 3), dtype=np.uint8)
+                for camera in self.spec.camera_names
+            }
         memory = {FIXED_NOISE: np.ones(1, dtype=np.float32)}
-        if self.remembers:
-            memory[IMAGE_FEATURES] = features
-        return RobotContext(
-            step=seed,
-            episode_start=seed % 2 == 0,
-            state_history=context.state_history,
-            memory=memory,
+        return replace(
+            context, step=seed, episode_start=past is None, memory=memory, past_frames=past
         )
 
 
-def diffusion_policy(module: DiffusionPolicy, spec: PolicySpec) -> TensorPolicy:
+def with_fixed_noise(policy: TensorPolicy) -> TensorPolicy:
+    """The Diffusion Policy `policy`, every chunk from the fixed noise bank; ValueError for
+    another policy."""
+    if not isinstance(policy.module, DiffusionPolicy):
+        raise ValueError("not a Diffusion Policy")
+    return diffusion_policy(policy.module, policy.spec, fixed_noise=True)
+
+
+def diffusion_policy(
+    module: DiffusionPolicy, spec: PolicySpec, fixed_noise: bool = False
+) -> TensorPolicy:
     """The TensorPolicy of a Diffusion Policy module, its codec attached."""
-    return TensorPolicy(spec=spec, module=module, codec=DiffusionCodec(spec, module.config))
+    codec = DiffusionCodec(spec, module.config, fixed_noise)
+    return TensorPolicy(spec=spec, module=module, codec=codec)

@@ -145,6 +145,11 @@ class DiffusionConfig(BaseModel):
         return self.n_obs_steps
 
     @property
+    def frame_history(self) -> int:
+        """Observation steps of frames the model reads (PolicySpec.frame_history)."""
+        return self.n_obs_steps if self.n_cameras else 1
+
+    @property
     def frame_sizes(self) -> list[tuple[int, int]]:
         return [(self.image_height, self.image_width)] * self.n_cameras
 

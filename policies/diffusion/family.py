@@ -7,7 +7,23 @@ it is used.
 
 from __future__ import annotations
 
-from policies.registry import CheckpointFamily, PolicyFamily
+from typing import TYPE_CHECKING
+
+from policies.registry import CheckpointFamily, FamilySettings, PolicyFamily
+
+if TYPE_CHECKING:
+    from policies.diffusion.settings import DiffusionSettings
+    from policies.settings import PolicySettings
+    from policies.tensor_policy import TensorPolicy
+
+
+def _settings_model() -> type[DiffusionSettings]:
+    from policies.diffusion.settings import DiffusionSettings
+
+    return DiffusionSettings
+
+
+DIFFUSION_SETTINGS = FamilySettings(section="diffusion", model=_settings_model)
 
 
 def _checkpoint() -> CheckpointFamily:
@@ -16,10 +32,29 @@ def _checkpoint() -> CheckpointFamily:
     return CHECKPOINT
 
 
+def serve_noise_setting(policy: TensorPolicy, settings: PolicySettings) -> TensorPolicy:
+    """`policy` drawing its noise as policy.diffusion.noise says; `fixed` for a policy that is
+    not a Diffusion Policy is refused."""
+    if settings.section("diffusion").noise == "fresh":
+        return policy
+    from controller.errors import ConfigError
+    from policies.diffusion.codec import with_fixed_noise
+
+    try:
+        return with_fixed_noise(policy)
+    except ValueError:
+        raise ConfigError(
+            f"policy.diffusion applies to Diffusion Policy checkpoints; {settings.path} holds "
+            "another policy (leave policy.diffusion at its defaults)"
+        ) from None
+
+
 FAMILY = PolicyFamily(
     name="diffusion",
     title="Diffusion Policy",
     summary="Diffusion Policy: ResNet keypoints per camera, a FiLM 1-D U-Net, DDPM or DDIM "
     "(LeRobot or Tempo checkpoints)",
     checkpoint=_checkpoint,
+    serve_settings=serve_noise_setting,
+    settings=(DIFFUSION_SETTINGS,),
 )

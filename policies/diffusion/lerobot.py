@@ -187,11 +187,6 @@ def read_lerobot_diffusion(
     joint_names = resolve_joint_names(
         src, joint_names, features.action_dim, notes, "set policy.joint_names"
     )
-    if config.n_cameras and config.n_obs_steps > 1:
-        notes.append(
-            "past image features come from the robot's previous requests (LeRobot's from the "
-            "previous control steps): the same with inference.query_period 1"
-        )
     execution = lerobot_execution(
         options["n_action_steps"],
         None,
@@ -207,6 +202,7 @@ def read_lerobot_diffusion(
             joint_names=tuple(joint_names),
             chunk_size=config.chunk_size,
             state_history=config.state_history,
+            frame_history=config.frame_history,
             execution=execution,
         )
     except ValidationError as exc:

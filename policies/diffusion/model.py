@@ -3,28 +3,32 @@ Diffusion", 2023), as served by Tempo.
 
 Read top to bottom, `forward` is the paper's inference path:
 
-1. Each camera frame of the current observation is normalized and encoded into keypoint
-   features (policies.diffusion.vision: one encoder shared by the cameras, or one each).
-2. The conditioning vector: for each of the `n_obs_steps` observation steps, oldest first, the
-   normalized robot state, every camera's features and the environment state, all flattened.
-   The states of past steps come from the state history; the image features of past steps from
-   the robot's memory (what this module returned with its previous chunk), or, at an episode
-   start, copies of the current ones (as LeRobot fills its queue with the first observation).
+1. The frames of every one of the `n_obs_steps` observation steps, oldest first, are normalized
+   and encoded into keypoint features (policies.diffusion.vision: one encoder shared by the
+   cameras, or one each), as LeRobot encodes its whole observation queue at every chunk. The
+   frames of past steps come from the robot's session (`RobotContext.past_frames`, one per
+   control step the robot sent), or, at an episode start or outside a session, copies of the
+   current ones (as LeRobot fills its queue with the first observation).
+2. The conditioning vector: for each observation step, oldest first, the normalized robot
+   state, every camera's features and the environment state, all flattened. The states of
+   past steps come from the state history.
 3. `horizon` actions start as Gaussian noise and are denoised in `steps` U-Net evaluations
    (policies.diffusion.scheduler: DDPM or DDIM, as the checkpoint says). Every draw is fresh
-   (`torch.randn` on the module's device, inside a captured graph too), or, for a robot whose
-   `fixed_noise` is 1, the module's fixed noise bank (seeded from NOISE_SEED): the chunk is then
-   a deterministic function of the inputs, which the start-up parity check compares across
-   tiers and the tests compare with LeRobot's.
+   (`torch.randn` on the module's device, inside a captured graph too: the device generator's
+   offset advances on each replay), or, for a robot whose `fixed_noise` is 1, the module's
+   fixed noise bank (seeded from NOISE_SEED): the chunk is then a deterministic function of
+   the inputs, which the start-up parity check compares across tiers and the tests compare
+   with LeRobot's. The loop is plain tensor code (no host reads, no branch on a value), so one
+   CUDA graph holds all of it.
 4. The actions from the current observation step on are unnormalized into robot units.
 
-Contract (policies/inputs.py, codec policies.diffusion.codec): forward(frames, state[, past,
-has_past], fixed_noise) -> actions float32 (B, horizon - n_obs_steps + 1, action_dim)
-[, features]. frames: uint8 (B, n_cameras, H, W, 3); state: float32 (B, n_obs_steps,
-state_size); fixed_noise: float32 (B, 1). With cameras and more than one observation step, also
-past: float32 (B, n_obs_steps - 1, n_cameras * D), the image features of the previous steps
-(oldest first), has_past: float32 (B, 1), 0 at an episode start; and the module returns the
-features of the latest n_obs_steps - 1 steps, this one last, for the robot's memory.
+Contract (policies/inputs.py, codec policies.diffusion.codec): forward(frames, state[,
+past_frames, has_past], fixed_noise) -> actions float32 (B, horizon - n_obs_steps + 1,
+action_dim). frames: uint8 (B, n_cameras, H, W, 3); state: float32 (B, n_obs_steps,
+state_size); fixed_noise: float32 (B, 1). With cameras and more than one observation step,
+also past_frames: uint8 (B, n_obs_steps - 1, n_cameras, H, W, 3), the previous steps' frames
+(oldest first), and has_past: float32 (B, 1), 0 where there are none (then the current
+frames stand for them).
 
 Names match LeRobot's `DiffusionModel` (without its `diffusion.` prefix) but the backbone's
 (see policies.diffusion.vision), so LeRobot weights load with one renaming (policies.diffusion.
@@ -86,30 +90,30 @@ class DiffusionPolicy(ServedModule):
         self.register_buffer("noise_bank", bank, persistent=False)
 
     @property
-    def remembers_features(self) -> bool:
-        """Whether past image features travel through the robot's memory."""
+    def reads_past_frames(self) -> bool:
+        """Whether the previous steps' frames are inputs (cameras and n_obs_steps > 1)."""
         return self.config.n_cameras > 0 and self.config.n_obs_steps > 1
 
     def forward(
         self, frames: torch.Tensor, state: torch.Tensor, *rest: torch.Tensor
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """See the module doc: actions, and with remembered features the new ones too."""
+    ) -> torch.Tensor:
+        """See the module doc: frames, state[, past_frames, has_past], fixed_noise -> actions."""
         *past, fixed_noise = rest
-        features = self.image_features(frames)  # (B, n_cameras * D), this step
-        history = features.unsqueeze(1)
-        if self.remembers_features:
+        steps = frames.unsqueeze(1)  # (B, 1, n_cameras, H, W, 3): this step
+        if self.reads_past_frames:
             previous, has_past = past
-            # An episode start: every past step is this one (has_past 0 selects the copies).
-            copies = features.unsqueeze(1).expand_as(previous)
-            previous = torch.where(has_past.unsqueeze(-1) > 0.5, previous, copies)
-            history = torch.cat([previous, history], dim=1)
-        elif self.rgb_encoder is None:  # no camera: zero features for every observation step
+            # Where none were kept (a tool's context), this step stands for them.
+            there = has_past.reshape(-1, 1, 1, 1, 1, 1) > 0.5
+            previous = torch.where(there, previous, steps.expand_as(previous))
+            steps = torch.cat([previous, steps], dim=1)
+        batch, n_steps = steps.shape[:2]
+        history = self.image_features(steps.flatten(0, 1)).unflatten(0, (batch, n_steps))
+        if n_steps == 1:  # one step, or no camera (zero features): the same for every step
             history = history.expand(-1, self.config.n_obs_steps, -1)
         cond = self.conditioning(state, history)
         fixed = fixed_noise.reshape(-1, 1, 1) > 0.5
         actions = self.denoise(cond, fixed)[:, self.config.n_obs_steps - 1 :]
-        actions = self.action_norm.unnormalize(actions)
-        return (actions, history[:, 1:]) if self.remembers_features else actions
+        return self.action_norm.unnormalize(actions)
 
     def image_features(self, frames: torch.Tensor) -> torch.Tensor:
         """uint8 (B, n_cameras, H, W, 3) -> (B, n_cameras * D), cameras in order."""

@@ -8,15 +8,16 @@ saves it with `save_pretrained` and its pre/post-processor pipelines, reads the 
 Tempo's `load_checkpoint`, and feeds both the same frames, states and noise:
 
     LeRobot: frames / 255 -> preprocessor -> predict_action_chunk -> postprocessor
-    Tempo:   module(frames (B, n, H, W, 3) uint8, state (B, n_obs_steps, S), past features,
-             has_past, fixed_noise = 1)
+    Tempo:   module(frames (B, n, H, W, 3) uint8, state (B, n_obs_steps, S), past frames
+             (B, n_obs_steps - 1, n, H, W, 3), has_past, fixed_noise = 1)
 
 The noise is Tempo's fixed noise bank: LeRobot gets its draws, in order, through a patched
 `torch.randn` (the start in LeRobot's conditional_sample, then diffusers' DDPM steps). Tempo's
 fresh-noise path is run under the same patch and must give the same chunk, which checks that it
 draws in LeRobot's order. Then the executed stream: LeRobot's `select_action` over
 `steps` control steps (its observation and action queues) against Tempo's policy asked every
-n_action_steps steps with the session's state window and the previous steps' image features.
+n_action_steps steps with the session's state window and the previous control steps' frames
+(every step's, not only the asked ones').
 
 It prints the relative error max|tempo - lerobot| / max|lerobot| and exits 1 if any exceeds the
 tolerance (FP32, 1e-4 by default).
@@ -47,7 +48,6 @@ from safetensors.torch import save_file
 
 from policies.base import RobotContext
 from policies.checkpoints.load import load_checkpoint
-from policies.diffusion.codec import IMAGE_FEATURES
 from policies.diffusion.model import DiffusionPolicy
 from policies.tensor_policy import EagerPolicy
 
@@ -235,15 +235,12 @@ def run_case(case: Case, seed: int, save: Path | None, steps: int) -> dict[str, 
             preprocessor(lerobot_batch(case, frames[:, window], states[:, window]))
         )
         reference = postprocessor(normalized)
-    past = [module.image_features(frames[:, s]) for s in range(n_obs - 1)]
-    extra = [torch.stack(past, dim=1), torch.ones(batch, 1)] if module.remembers_features else []
+    extra = [frames[:, : n_obs - 1], torch.ones(batch, 1)] if module.reads_past_frames else []
     args = (frames[:, n_obs - 1], states[:, window], *extra)
-    out = module(*args, torch.ones(batch, 1))
-    ours = out[0] if isinstance(out, tuple) else out
+    ours = module(*args, torch.ones(batch, 1))
     errors = {"chunk": relative_error(ours[:, :n_act], reference)}
     with replayed_randn(bank, batch) as calls:
         fresh = module(*args, torch.zeros(batch, 1))
-    fresh = fresh[0] if isinstance(fresh, tuple) else fresh
     errors["fresh-noise path"] = relative_error(fresh, ours)
     if len(calls) != module.sampler.draws:
         raise AssertionError(f"Tempo drew noise {len(calls)} times, LeRobot {module.sampler.draws}")
@@ -268,7 +265,8 @@ def stream_error(
 ) -> float:
     """Relative error of `steps` executed actions of robot 0: LeRobot's select_action, Tempo's
     EagerPolicy with the context a session would build (state window filled with the first
-    state at the episode start; past features of the previous control steps)."""
+    state at the episode start; the frames of the previous control steps, every one of them,
+    the first standing for the steps before the episode)."""
     preprocessor, postprocessor = processors
     module = cast(DiffusionPolicy, tempo.module)
     n_obs, n_act = policy.config.n_obs_steps, policy.config.n_action_steps
@@ -283,15 +281,16 @@ def stream_error(
             theirs.append(postprocessor(policy.select_action(preprocessor(raw)))[0])
         if t % n_act == 0:
             first = [max(s, 0) for s in range(t - n_obs + 1, t + 1)]  # the episode's first fills
-            memory: dict[str, np.ndarray] = {"fixed_noise": np.ones(1, dtype=np.float32)}
-            if module.remembers_features:
-                feats = [module.image_features(frames[:1, s])[0] for s in first[:-1]]
-                memory[IMAGE_FEATURES] = torch.stack(feats).numpy()
+            past = None
+            if module.reads_past_frames:
+                cameras = tempo.spec.camera_names
+                past = {name: frames[0, first[:-1], i].numpy() for i, name in enumerate(cameras)}
             context = RobotContext(
                 step=t,
                 episode_start=t == 0,
                 state_history=states[0, first].numpy().astype(np.float32),
-                memory=memory,
+                memory={"fixed_noise": np.ones(1, dtype=np.float32)},
+                past_frames=past,
             )
             images = {
                 camera.name: frames[0, t, i].numpy() for i, camera in enumerate(tempo.spec.cameras)

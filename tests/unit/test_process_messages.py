@@ -83,8 +83,12 @@ def specs(draw: st.DrawFn) -> PolicySpec:
         joint_names=tuple(f"j{i}" for i in range(joints)),
         chunk_size=draw(st.integers(1, 50)),
         state_history=draw(st.integers(1, 4)),
+        frame_history=draw(st.integers(1, 4)),
         prompt=draw(st.none() | prompt_specs),
     )
+
+
+past_frames = hnp.arrays(np.uint8, st.tuples(*(st.integers(1, 3),) * 3, st.just(3)))
 
 
 @st.composite
@@ -112,6 +116,7 @@ def infers(draw: st.DrawFn) -> Infer:
         ring=draw(INTEGERS) if in_ring else None,
         state=draw(arrays) if in_ring else None,
         prompt=prompt,
+        past_frames=draw(st.none() | st.dictionaries(st.text(max_size=4), past_frames, max_size=2)),
     )
 
 
