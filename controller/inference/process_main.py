@@ -65,7 +65,11 @@ def run_inference_process(
         return built
 
     return serve_control_process(
-        build_then_serve_at_full_priority, channel_fd, busy_poll_s, import_the_compiler
+        build_then_serve_at_full_priority,
+        channel_fd,
+        busy_poll_s,
+        import_the_compiler,
+        checkpoint=None if policy.path is None else str(policy.path),
     )
 
 
