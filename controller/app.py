@@ -60,7 +60,7 @@ def inference_process(config: TempoConfig) -> RemotePolicy:
         standby=supervision.standby,
         config_json=json.dumps(config.model_dump(mode="json")),
         nice=INFERENCE_NICE,
-        batching=(config.inference.batch_sizes, config.inference.batch_window_us),
+        batching=(config.execution.batch_sizes, config.execution.batch_window_us),
         episode_swap_timeout_s=supervision.episode_swap_timeout_s,
     )
 
@@ -74,7 +74,7 @@ def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> ServedP
         from controller.inference.build import apply_inference_threads, build_policy
 
         apply_inference_threads(config.supervision.inference_threads)
-        sizes, window_us = config.inference.batch_sizes, config.inference.batch_window_us
+        sizes, window_us = config.execution.batch_sizes, config.execution.batch_window_us
         return build_policy(
             config.policy, config.robot, config.runner, None, None, sizes, window_us
         )

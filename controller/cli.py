@@ -138,7 +138,7 @@ def cmd_inference_process(args: argparse.Namespace) -> int:
     setup_logging(config.logging.level)
     code = run_inference_process(
         config.policy, config.robot, config.runner, config.supervision, args.channel_fd,
-        config.inference.batch_sizes,
+        config.execution.batch_sizes,
     )  # fmt: skip
     _exit_now(code)
     return code  # not reached

@@ -36,7 +36,7 @@ class CameraSpec(BaseModel):
 
 class Execution(BaseModel):
     """How a policy's chunks were executed when it was trained or evaluated: what its
-    checkpoint says, which the daemon follows unless its `inference:` config overrides it."""
+    checkpoint says, which the daemon follows unless its `execution:` config overrides it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

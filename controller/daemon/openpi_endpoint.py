@@ -234,7 +234,7 @@ def build_openpi(
         occupied=lanes.occupied,
         max_robots=view.server.max_robots,
         max_connections=openpi.max_connections,
-        budget_ns=period_ns * lane.inference.query_period,
+        budget_ns=period_ns * lane.execution_settings.query_period,
         recorder=lane.control.registry.recorder,
         metadata=metadata,
     )

@@ -103,7 +103,8 @@ class OpenpiConnection:
 
     def __init__(self, owner: OpenpiSessions, number: int, peer: str) -> None:
         self.owner = owner
-        self.robot = f"openpi:{number}"  # ':' is in no ZeroMQ robot's name
+        # A robot's name (recordings read only those); no ZeroMQ hello takes it meanwhile.
+        self.robot = f"openpi-{number}"
         self.peer = peer
         self.id = f"openpi-{number}"
         self.opened_ns = time.monotonic_ns()
@@ -234,6 +235,10 @@ class OpenpiSessions:
     def connections(self) -> list[OpenpiConnection]:
         with self._lock:
             return list(self._connections.values())
+
+    def holds(self, robot: str) -> bool:
+        """Whether a connected client goes by this robot name."""
+        return any(c.robot == robot for c in self.connections)
 
     @property
     def count(self) -> int:

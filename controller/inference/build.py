@@ -29,7 +29,7 @@ from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
 
-BatchSettings = Sequence[int]  # inference.batch_sizes
+BatchSettings = Sequence[int]  # execution.batch_sizes
 
 
 def resolve_device(requested: str, setting: str = "policy.device") -> str:
@@ -78,7 +78,7 @@ def build_policy(
     controller.inference.runner); progress is logged, and passed to `progress` too. A policy
     whose family declares a fallback for it (TD-MPC2's policy prior, when its section sets
     a budget) gets that ready too (controller.inference.prior_fallback). `batch_sizes` and
-    `batch_window_us`: the `inference:` section's, robots served in one step (a prior
+    `batch_window_us`: the `execution:` section's, robots served in one step (a prior
     fallback serves one a step).
     The inference process's build; the control process's own only when
     `supervision.inference_process` is off (controller.app)."""

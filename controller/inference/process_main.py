@@ -50,7 +50,7 @@ def run_inference_process(
     """Build the policy (`build.build_policy` of the `policy:`, `robot:` and `runner:`
     sections), serve the control process on the channel it passed as file descriptor
     `channel_fd`, polling as `supervision:` says, several robots a step in `batch_sizes`
-    (inference.batch_sizes); returns the exit code."""
+    (execution.batch_sizes); returns the exit code."""
     busy_poll_s = supervision.busy_poll_ms / 1000
     apply_inference_threads(supervision.inference_threads)
 

@@ -65,7 +65,9 @@ class SmolVLAPolicy(ServedModule):
     """The served SmolVLA step (see the module doc)."""
 
     precast_half_weights: ClassVar[bool] = True
+    # policy.rtc and policy.prompt are served by the smolvla family (policies.smolvla.serving).
     serves_rtc_itself: ClassVar[bool] = True
+    serves_prompt_settings_itself: ClassVar[bool] = True
 
     def __init__(self, config: SmolVLAConfig) -> None:
         super().__init__()

@@ -1,7 +1,8 @@
 """Check that Tempo's SmolVLA computes what LeRobot's own SmolVLAPolicy computes, on weights
 LeRobot made and saved itself.
 
-Needs LeRobot 0.6.1 (Python >= 3.12, transformers) importable beside Tempo; Tempo depends on
+Needs LeRobot 0.6.1 (Python >= 3.12) with the transformers it pins (>= 5.4, < 5.6: with 5.24
+its denoising loop fails in DynamicCache.crop) importable beside Tempo; Tempo depends on
 neither. For each case it builds LeRobot's SmolVLAPolicy with random weights (norm weights
 randomized too) on a SmolVLM backbone config written locally (scripts/parity/smolvla_backbone:
 tiny by default, SmolVLM2-500M's real widths with --real-size), random normalization

@@ -108,8 +108,8 @@ def test_drives_lerobots_so101_from_its_flags_against_a_tiny_act(tmp_path):
         tmp_path,
         "policy.kind=checkpoint",
         f"policy.path={checkpoint}",
-        "inference.query_period=10",
-        "inference.ensemble=newest",
+        "execution.query_period=10",
+        "execution.ensemble=newest",
     )
     with running_daemon(config):
         result = tempo_drive(

@@ -132,7 +132,7 @@ def _served(tmp_path: Path, name: str, *overrides: str) -> list[tuple[int, np.nd
     config = ipc_config(
         tmp_path / name,
         "control.rate_hz=100",
-        "inference.ensemble=newest",
+        "execution.ensemble=newest",
         "policy.reach.target=[1, 1, 1, 1, 1, 1]",
         "guards.hold_after_ms=2000",
         "guards.stop_after_ms=4000",

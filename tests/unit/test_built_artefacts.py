@@ -291,7 +291,7 @@ def test_tempo_build_starts_the_policy_with_the_folder_beside_the_checkpoint(
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
     settings = ["--set", "policy.device=cpu", "--set", "runner.top_tier=compiled"]
-    settings += ["--set", "inference.batch_sizes=[1,2]"]
+    settings += ["--set", "execution.batch_sizes=[1,2]"]
     code = cli.main(["build", str(checkpoint), *settings])
     assert code == 0, capsys.readouterr().err
     assert started == [(checkpoint, checkpoint / "tempo_build", (1, 2))]
