@@ -46,13 +46,13 @@ def test_restarts_still_work_after_a_tmp_cleaner_emptied_the_temporary_folder(
     with contextlib.ExitStack() as cleanup:
         policy = app._start_policy(ipc_config(tmp_path), cleanup)
         assert isinstance(policy, RemotePolicy)
-        wait_for(lambda: policy.status()["process"]["standby_ready"], 60)
+        wait_for(lambda: policy.status()["process"]["standby_ready"], 300)  # niced: loaded
         for entry in scratch.iterdir():  # what systemd-tmpfiles does to an old daemon's files
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         # The standby was started before the clean; the second restart takes a process
         # started after it, which must find everything it needs all the same.
         for _ in range(2):
-            wait_for(lambda: policy.status()["process"]["standby_ready"], 60)
+            wait_for(lambda: policy.status()["process"]["standby_ready"], 300)  # niced: loaded
             dead = policy.pid
             assert dead is not None
             os.kill(dead, signal.SIGKILL)
