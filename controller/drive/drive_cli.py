@@ -25,10 +25,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from controller.daemon.helper_threads import set_realtime
 from controller.drive.drive_client import connect_drive_client
 from controller.drive.drive_loop import run_drive
 from controller.drive.feature_map import FeatureMap
-from controller.errors import ConfigError
+from controller.errors import ConfigError, SecurityError
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"  # server.bind's default
 LEROBOT_PREFIXES = ("--robot.", "--teleop.")
@@ -69,6 +70,14 @@ def build_drive_parser() -> argparse.ArgumentParser:
     parser.add_argument("--policy", help="the daemon's policy to be served by (default: its own)")
     parser.add_argument("--client-secret-key", type=Path, help="CurveZMQ: this driver's secret key")
     parser.add_argument("--server-public-key", type=Path, help="CurveZMQ: the daemon's public key")
+    parser.add_argument(
+        "--realtime-priority",
+        type=int,
+        metavar="1-99",
+        help="run the loop under SCHED_FIFO at this priority (Linux; CAP_SYS_NICE or root), as "
+        "the daemon's control.realtime_priority runs its own; refused in one sentence if it "
+        "cannot (default: off)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--json-lines", action="store_true", help="stream a JSON line a second")
     parser.add_argument(
@@ -113,6 +122,8 @@ def main(argv: Sequence[str], setup_logging: Callable[[str], None]) -> int:
     args, rest = build_drive_parser().parse_known_args(list(argv))
     flags = split_lerobot_flags(rest)
     teleop_joints = teleop_joint_list(args.teleop_joints)
+    if args.realtime_priority is not None and not 1 <= args.realtime_priority <= 99:
+        raise ConfigError(f"--realtime-priority must be 1 to 99, not {args.realtime_priority}")
     setup_logging(args.log_level)
     try:
         from controller.drive import lerobot_devices as devices_module
@@ -151,6 +162,8 @@ def main(argv: Sequence[str], setup_logging: Callable[[str], None]) -> int:
             connected.append((device, what))
         client = connect_drive_client(args.connect, features, name, **connect)
         try:
+            if args.realtime_priority is not None:
+                loop_realtime(args.realtime_priority)
             print(features.describe(), file=sys.stderr)
             summary = run_drive(
                 client,
@@ -167,6 +180,17 @@ def main(argv: Sequence[str], setup_logging: Callable[[str], None]) -> int:
             devices_module.disconnect_device(device, what)
     print(json.dumps(summary) if args.json or args.json_lines else _summary_text(summary))
     return 0
+
+
+def loop_realtime(priority: int) -> None:
+    """This thread (the loop's; LeRobot's camera threads keep theirs) under SCHED_FIFO."""
+    try:
+        set_realtime(0, priority)
+    except (OSError, AttributeError) as exc:
+        raise SecurityError(
+            f"--realtime-priority {priority} needs SCHED_FIFO, which was refused ({exc}); run "
+            "with CAP_SYS_NICE, or leave the option out"
+        ) from None
 
 
 def _summary_text(summary: dict[str, Any]) -> str:

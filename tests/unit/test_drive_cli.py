@@ -59,3 +59,10 @@ def test_drive_is_listed_and_every_option_has_help():
         if not isinstance(action, argparse._HelpAction) and not action.help
     ]
     assert undocumented == []
+
+
+def test_a_realtime_priority_out_of_range_is_refused_before_anything_is_built(capsys):
+    assert cli.main(["drive", "--realtime-priority", "0", "--robot.type=x"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "tempo: --realtime-priority must be 1 to 99, not 0"
+    ]

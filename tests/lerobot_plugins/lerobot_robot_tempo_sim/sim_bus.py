@@ -31,6 +31,7 @@ class SimulatedBus:
         self.goal = dict(self.present)
         self.goal_writes = 0
         self.goal_history: list[dict[str, float]] = []  # the last HISTORY goals written
+        self.goal_times: list[float] = []  # time.monotonic() of every goal write
         self.reads = 0
         self._connected = False
         self._started = 0.0
@@ -84,6 +85,7 @@ class SimulatedBus:
         self.goal.update(values)
         self.goal_writes += 1
         self.goal_history.append(dict(values))
+        self.goal_times.append(time.monotonic())
         del self.goal_history[:-HISTORY]
 
     # Configuration LeRobot's classes write at connect time: nothing to simulate.

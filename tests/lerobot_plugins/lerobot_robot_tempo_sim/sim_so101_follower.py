@@ -41,6 +41,10 @@ class SimSO101Follower(SOFollower):
 
     def disconnect(self) -> None:
         if self.config.goal_log:
-            log = {"goal_writes": self.bus.goal_writes, "goals": self.bus.goal_history}
+            log = {
+                "goal_writes": self.bus.goal_writes,
+                "goals": self.bus.goal_history,
+                "goal_times": self.bus.goal_times,
+            }
             Path(self.config.goal_log).write_text(json.dumps(log))
         super().disconnect()
