@@ -67,7 +67,7 @@ def test_a_missing_tokenizer_file_named_in_the_settings_is_refused(tmp_path: Pat
 
 def test_mode_trained_is_refused_in_one_sentence() -> None:
     with pytest.raises(ConfigError, match="SmolVLA's are not") as caught:
-        served(REFERENCE, "policy.rtc.mode=trained", "inference.ensemble=newest")
+        served(REFERENCE, "policy.rtc.mode=trained", "execution.ensemble=newest")
     assert "\n" not in str(caught.value)
 
 
@@ -86,7 +86,7 @@ def rtc_context(policy: Any, plan: Plan | None, delay: int) -> RobotContext:
 @pytest.mark.parametrize("mode", ["exact", "stop_grad", "inpaint"])
 def test_real_time_chunking_follows_the_previous_plan_and_is_plain_without_one(mode: str) -> None:
     plain = served(REFERENCE)
-    guided = served(REFERENCE, f"policy.rtc.mode={mode}", "inference.ensemble=newest")
+    guided = served(REFERENCE, f"policy.rtc.mode={mode}", "execution.ensemble=newest")
     assert [i.name for i in guided.inputs.inputs][-3:] == ["prefix", "prefix_len", "delay"]
     frames = example_frames(plain.spec, 1)
     fresh = EagerPolicy(plain).predict(frames, rtc_context(plain, None, 0)).actions
