@@ -107,7 +107,7 @@ def test_the_loop_thread_does_no_restart_work(
                 # for), then with it ready (it is handed the build).
                 for wait_standby in (False, True):
                     if wait_standby:
-                        wait_for(lambda: policy.status()["process"]["standby_ready"], 60)
+                        wait_for(lambda: policy.status()["process"]["standby_ready"], 300)
                     dead = policy.pid
                     calls.restarting = True
                     os.kill(dead or 0, signal.SIGKILL)

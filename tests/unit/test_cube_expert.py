@@ -92,7 +92,7 @@ def test_past_the_trajectory_the_last_target_is_held() -> None:
 
 
 def test_the_episode_start_is_kept_exactly_at_large_step_numbers() -> None:
-    codec = CubeExpertCodec(_expert().spec, _expert()._module.config)  # type: ignore[attr-defined]
+    codec = CubeExpertCodec(_expert().spec, _expert().module.config)
     out = [np.zeros(i.shape, np.float32) for i in codec.inputs]
     codec.encode(
         RobotContext(step=123_456_789, episode_start=True, state_history=_state(0.1, 0.5)), out
@@ -118,8 +118,8 @@ def test_the_expert_survives_its_checkpoint(tmp_path: object) -> None:
     save_checkpoint(
         directory,
         build_expert(
-            policy._module.table.numpy(),
-            policy._module.config,
+            policy.module.table.numpy(),
+            policy.module.config,
             JOINTS,  # type: ignore[attr-defined]
         ),
     )
