@@ -75,6 +75,11 @@ class ConnectionBudget:
         self.greetings_dropped = 0  # newcomers' messages dropped past their budget
         self.hellos_dropped = 0  # hellos dropped past theirs
 
+    @property
+    def tracked(self) -> int:
+        """How many connections' windows are kept now (at most MAX_TRACKED)."""
+        return len(self._windows)
+
     def admit(self, identity: bytes, now_ns: int, newcomer: bool = False) -> bool:
         """Whether to handle this connection's message; False: drop it unread (counted).
         `newcomer`: the connection has no session (its message is charged to the greetings)."""

@@ -193,14 +193,15 @@ class RouterTransport:
             if other is None:
                 return bool(self._poller.poll(timeout_ms)), False
             if other is not self._side:  # another channel, or another set of them
-                self._use_side_poller(other)
+                self.poller_for(other)
             ready = dict(self._side_poller.poll(timeout_ms))
             return self.socket in ready, any(f in ready for f in self._side_filenos)
 
-    def _use_side_poller(self, side: Pollable) -> None:
-        """Poll the socket beside `side`'s descriptors: with the poller made for those
-        descriptors before (several policies' processes come and go from the polled set as
-        their requests do; a poller is built only for a set not seen yet, or after restarts)."""
+    def poller_for(self, side: Pollable) -> zmq.Poller:
+        """The poller the next waits use: the socket beside `side`'s descriptors, the one made
+        for those descriptors before (several policies' processes come and go from the polled
+        set as their requests do; a poller is built only for a set not seen yet, or after
+        restarts)."""
         filenos = tuple(side.filenos())
         poller = self._side_pollers.get(filenos)
         if poller is None:
@@ -212,6 +213,7 @@ class RouterTransport:
                 poller.register(fileno, zmq.POLLIN)
             self._side_pollers[filenos] = poller
         self._side, self._side_filenos, self._side_poller = side, list(filenos), poller
+        return poller
 
     def _receive_message(self) -> tuple[bytes, list[Any]]:
         """One message, part by part: ZeroMQ bounds the size of a part but not their number,

@@ -28,6 +28,7 @@ from typing import Any, Protocol, TextIO
 
 from controller.daemon.pacer import Pacer
 from controller.drive.feature_map import FeatureMap
+from controller.errors import DeviceError, ObservationError
 from controller.observe.histogram import Histogram
 from controller.wire.client import TempoClient
 
@@ -138,9 +139,19 @@ def run_drive(
             step = pacer.wait()
             begun = time.monotonic_ns()
             stats.lateness.record_ns(pacer.last_lateness_ns)
-            obs = robot.get_observation()
+            try:
+                obs = robot.get_observation()
+            except Exception as exc:  # noqa: BLE001 - the device's own error, in one sentence
+                raise _device_failed(f"robot {features.robot}", "get_observation", exc) from None
             images, state = features.observation(obs)
-            teleop = features.teleop_values(leader.get_action()) if leader is not None else None
+            teleop = None
+            if leader is not None:
+                try:
+                    teleop = features.teleop_values(leader.get_action())
+                except ObservationError:
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    raise _device_failed("the leader arm", "get_action", exc) from None
             welcome = client.welcome
             if features.teleop_joints and welcome is not None and welcome.session != session:
                 client.set_teleop(features.teleop_joints)  # each session starts with the config's
@@ -154,7 +165,10 @@ def run_drive(
                     del sent_at[min(sent_at)]  # superseded: no action will name it
             command = client.receive()
             if command.kind == "action" and command.action is not None:
-                robot.send_action(features.action(command.action))
+                try:
+                    robot.send_action(features.action(command.action))
+                except Exception as exc:  # noqa: BLE001
+                    raise _device_failed(f"robot {features.robot}", "send_action", exc) from None
                 if not stats.actions_applied and run_ns is not None:
                     end_ns = time.monotonic_ns() + run_ns  # `seconds` count from here
                 stats.actions_applied += 1
@@ -176,3 +190,10 @@ def run_drive(
         pass  # the operator ends the run: its summary follows
     stats.missed_ticks = pacer.missed_ticks
     return stats.as_dict(client, features)
+
+
+def _device_failed(device: str, call: str, exc: Exception) -> DeviceError:
+    said = (str(exc).strip().splitlines() or [""])[0]
+    return DeviceError(
+        f"{device}'s {call} failed: {type(exc).__name__}" + (f": {said}" if said else "")
+    )

@@ -65,6 +65,7 @@ class SmolVLAPolicy(ServedModule):
     """The served SmolVLA step (see the module doc)."""
 
     precast_half_weights: ClassVar[bool] = True
+    image_scale: Tensor
     # policy.rtc and policy.prompt are served by the smolvla family (policies.smolvla.serving).
     serves_rtc_itself: ClassVar[bool] = True
     serves_prompt_settings_itself: ClassVar[bool] = True
@@ -81,6 +82,9 @@ class SmolVLAPolicy(ServedModule):
         self.action_out_proj = nn.Linear(expert_width, config.max_action_dim)
         self.action_time_mlp_in = nn.Linear(2 * expert_width, expert_width)
         self.action_time_mlp_out = nn.Linear(expert_width, expert_width)
+        # sqrt(width), a buffer: a tensor made in forward would be a host-to-device copy, which
+        # CUDA-graph capture refuses.
+        self.register_buffer("image_scale", torch.tensor(text_width**0.5), persistent=False)
         self.state_norm = AffineNorm(config.state_size)
         self.action_norm = AffineNorm(config.action_size)
         # Frame groups (one tensor per distinct camera size) back to camera order.
@@ -115,8 +119,7 @@ class SmolVLAPolicy(ServedModule):
         joined = torch.cat(per_group, dim=1)
         # Slices, not an index list: a list index is a host-to-device copy on every step.
         cameras = torch.cat([joined[:, i : i + 1] for i in self.camera_order], dim=1)
-        scale = torch.tensor(cameras.shape[-1] ** 0.5, dtype=cameras.dtype, device=cameras.device)
-        return (cameras * scale).flatten(1, 2)
+        return (cameras * self.image_scale.to(cameras.dtype)).flatten(1, 2)
 
     # ---- 2. and 3. the prefix, once --------------------------------------------------------
     def encode_prefix(

@@ -1,7 +1,6 @@
 """A SmolVLA policy served with the `policy:` settings it reads: `policy.prompt` (tokenizer,
-default_task; the section pi0 and pi0.5 read too) and `policy.rtc` (refused: real-time chunking
-is not served for SmolVLA yet, so a setting asking for it is said to do nothing rather than
-ignored)."""
+default_task; the section pi0 and pi0.5 read too) and `policy.rtc` (real-time chunking,
+policies.smolvla.rtc; the section flow, pi0 and pi0.5 read too)."""
 
 from __future__ import annotations
 
@@ -42,15 +41,17 @@ def with_prompt_settings(
 
 
 def serve_smolvla_settings(policy: TensorPolicy, settings: PolicySettings) -> TensorPolicy:
-    """A SmolVLA policy with policy.prompt applied (policy.rtc refused in one sentence); another
-    family's policy is returned as it is (catalog.build_tensor_policy hands every checkpoint to
-    every family; pi0's family refuses prompt settings for policies that read none)."""
+    """A SmolVLA policy with policy.prompt applied, then served with real-time chunking as
+    policy.rtc says (mode trained refused in one sentence); another family's policy is returned
+    as it is (catalog.build_tensor_policy hands every checkpoint to every family; pi0's family
+    refuses prompt settings for policies that read none)."""
     if not isinstance(policy.module, SmolVLAPolicy):
         return policy
-    if settings.section("rtc").mode != "off":
-        raise ConfigError(
-            "policy.rtc: real-time chunking is not served for SmolVLA checkpoints yet; set "
-            "policy.rtc.mode to off (chunks then play n_action_steps at a time, as in LeRobot)"
-        )
     prompt = settings.section("prompt")
-    return with_prompt_settings(policy, prompt.tokenizer, prompt.default_task)
+    prompted = with_prompt_settings(policy, prompt.tokenizer, prompt.default_task)
+    from policies.smolvla.rtc import serve_smolvla_with_rtc
+
+    try:
+        return serve_smolvla_with_rtc(prompted, settings.section("rtc"))
+    except ValueError as exc:
+        raise ConfigError(f"policy.rtc: {exc}") from None

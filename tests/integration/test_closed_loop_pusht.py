@@ -51,7 +51,7 @@ def closest_approaches(bind: str, clock: str, seeds=SEEDS, **wiring) -> list[flo
             distances: list[float] = []
 
             def on_step(observation, action, env=env, distances=distances):
-                block = env._env.unwrapped.block.position
+                block = env.gym_env.unwrapped.block.position
                 distances.append(float(np.hypot(*(np.array(block) - observation.state))))
 
             result = run_episode(

@@ -111,9 +111,9 @@ def test_a_leader_arm_owns_its_joints_through_the_teleop_mask(tmp_path):
             client.close()
     assert summary["teleop_masks_sent"] == 1 and summary["teleop_joints"] == ["gripper.pos"]
     last = robot.goals[-1]
-    # The gripper follows the operator (within the last few ticks' swing), the rest the policy.
+    # The gripper is one of the operator's values (float32 on the wire), the rest the policy's.
     assert 24.0 < last["gripper.pos"] < 36.0
-    assert min(abs(last["gripper.pos"] - v) for v in leader.sent[-5:]) < 0.5
+    assert min(abs(last["gripper.pos"] - v) for v in leader.sent) < 1e-4
     assert all(abs(last[j] - TARGET) < 0.1 for j in JOINTS if j != "gripper.pos")
     assert "gripper.pos" in str(owned)
 
@@ -147,7 +147,7 @@ def test_the_mask_is_said_again_to_each_new_session(tmp_path):
         run.join(5)
         client.close()
     assert summary["teleop_masks_sent"] == 2
-    assert min(abs(robot.goals[-1]["gripper.pos"] - v) for v in leader.sent[-5:]) < 0.5
+    assert min(abs(robot.goals[-1]["gripper.pos"] - v) for v in leader.sent) < 1e-4
 
 
 @pytest.mark.parametrize(
@@ -187,3 +187,27 @@ def test_drive_runs_on_the_drivers_install_without_the_serve_extra():
     refused = without_serve_extra(block + TEMPO_CLI, "drive", "--robot.type=so101_follower")
     assert refused.returncode == 2
     assert refused.stderr.splitlines()[0].startswith("tempo drive needs LeRobot")
+
+
+def test_a_device_that_fails_mid_run_is_one_sentence_naming_the_call(tmp_path):
+    """A serial port unplugged while the loop runs: the device's error, not a traceback."""
+    from controller.errors import DeviceError
+
+    class UnpluggedFollower(FakeFollower):
+        def send_action(self, action: dict[str, float]) -> dict[str, float]:
+            raise OSError("[Errno 5] Input/output error: '/dev/ttyACM0'")
+
+    config = daemon_config(tmp_path)
+    robot = UnpluggedFollower()
+    features = features_of(robot)
+    with running_daemon(config):
+        client = connect_drive_client(config.server.bind, features, "arm0")
+        try:
+            with pytest.raises(DeviceError) as failed:
+                run_drive(client, robot, features, seconds=1.0)
+        finally:
+            client.close()
+    assert str(failed.value) == (
+        "robot fake_so101's send_action failed: OSError: [Errno 5] Input/output error: "
+        "'/dev/ttyACM0'"
+    )

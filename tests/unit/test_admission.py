@@ -112,8 +112,7 @@ def test_the_transport_keeps_a_poller_per_set_of_channels_polled(tmp_path) -> No
         one, both = PollGroup((FakeChannel(7),)), PollGroup((FakeChannel(7), FakeChannel(9)))
         made = []
         for group in (one, both, one, both, PollGroup((FakeChannel(7),))):
-            transport._use_side_poller(group)
-            made.append(transport._side_poller)
+            made.append(transport.poller_for(group))
         assert made[0] is made[2] is made[4] and made[1] is made[3] and made[0] is not made[1]
     finally:
         transport.close()

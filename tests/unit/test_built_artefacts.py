@@ -264,7 +264,7 @@ def test_with_built_artefacts_the_mega_cache_is_loaded_only_if_torch_compile_run
     cache.activate(defer=True)
     assert loads == [] and cache.outcome == compile_cache.DEFERRED
     cache.save()
-    assert cache.file.read_bytes() == b"saved artifacts" and not cache._warm_marker.exists()
+    assert cache.file.read_bytes() == b"saved artifacts" and not cache.warm_marker.exists()
     compile_cache.load_deferred_megacaches()  # a tier fell back to torch.compile
     compile_cache.load_deferred_megacaches()
     assert loads == [b"saved artifacts"] and cache.outcome == "loaded"

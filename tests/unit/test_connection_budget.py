@@ -32,7 +32,7 @@ def test_many_connections_do_not_grow_it_without_bound() -> None:
     budget = ConnectionBudget(max_messages=10)
     for i in range(10 * MAX_TRACKED):
         budget.admit(i.to_bytes(4, "little"), i * 1000)
-    assert len(budget._windows) <= MAX_TRACKED
+    assert budget.tracked <= MAX_TRACKED
 
 
 def test_a_connection_gets_its_burst_at_once_then_its_rate_per_tick() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controller.config import TempoConfig
+from controller.config import load_config
 from controller.daemon.service import pipeline_factory
 from controller.daemon.session import Session
 from controller.feed.inference_feed import Chunk
@@ -24,7 +24,9 @@ ROWS = np.arange(12, dtype=np.float32).reshape(6, 2)  # row i is (2i, 2i + 1)
 
 
 def session(lockstep: bool) -> Session:
-    pipeline = pipeline_factory(SPEC, TempoConfig())({})
+    # The newest chunk plays (LeRobot's n_action_steps 1 without temporal ensembling).
+    config = load_config(None, ["inference.ensemble=newest"])
+    pipeline = pipeline_factory(SPEC, config)({})
     return Session("s", b"r", "r", SPEC, 0, pipeline, lockstep=lockstep)
 
 
@@ -55,3 +57,16 @@ def test_a_robot_in_real_time_skips_the_rows_whose_steps_passed(delay: int) -> N
     s = session(False)
     np.testing.assert_array_equal(command_after(s, 4, 4 + delay), ROWS[delay])
     assert s.counters["late_steps_dropped"] == delay
+
+
+@pytest.mark.parametrize("lockstep", [True, False])
+def test_a_first_row_sent_too_late_is_sent_at_the_next_tick_in_lockstep(lockstep: bool) -> None:
+    """A loaded daemon's tick past its deadline holds instead of sending: the lockstep world
+    still waits for that chunk's first row, a robot in real time moves on to the second."""
+    s = session(lockstep)
+    command_after(s, 4, 5)
+    s.action_too_late()
+    s.land_chunks(6)
+    s.update(6, 1_000_000)
+    assert s.hold_reason is None
+    np.testing.assert_array_equal(s.pipeline.command, ROWS[0] if lockstep else ROWS[2])

@@ -13,6 +13,7 @@ import pytest
 
 from controller.config import load_config
 from controller.errors import CheckpointError, ConfigError
+from policies.base import Plan, RobotContext
 from policies.catalog import build_tensor_policy
 from policies.demo_arm import HOME_POSE
 from policies.inputs import example_frames
@@ -64,9 +65,38 @@ def test_a_missing_tokenizer_file_named_in_the_settings_is_refused(tmp_path: Pat
         served(REFERENCE, f"policy.prompt.tokenizer={tmp_path / 'none.json'}")
 
 
-def test_real_time_chunking_is_refused_in_one_sentence() -> None:
-    with pytest.raises(ConfigError, match="real-time chunking is not served for SmolVLA"):
-        served(REFERENCE, "policy.rtc.mode=stop_grad", "inference.ensemble=newest")
+def test_mode_trained_is_refused_in_one_sentence() -> None:
+    with pytest.raises(ConfigError, match="SmolVLA's are not") as caught:
+        served(REFERENCE, "policy.rtc.mode=trained", "execution.ensemble=newest")
+    assert "\n" not in str(caught.value)
+
+
+def rtc_context(policy: Any, plan: Plan | None, delay: int) -> RobotContext:
+    from policies.prompt_tokens import PromptTokenizer
+
+    prompt = policy.spec.prompt
+    tokenizer = PromptTokenizer(Path(prompt.tokenizer), prompt.max_length, 320, "smolvla")
+    state = policy.inputs.example(3).state_history
+    return RobotContext(
+        step=8, episode_start=plan is None, state_history=state, previous_plan=plan,
+        inference_delay=delay, prompt=tokenizer.encode("open the drawer"),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["exact", "stop_grad", "inpaint"])
+def test_real_time_chunking_follows_the_previous_plan_and_is_plain_without_one(mode: str) -> None:
+    plain = served(REFERENCE)
+    guided = served(REFERENCE, f"policy.rtc.mode={mode}", "execution.ensemble=newest")
+    assert [i.name for i in guided.inputs.inputs][-3:] == ["prefix", "prefix_len", "delay"]
+    frames = example_frames(plain.spec, 1)
+    fresh = EagerPolicy(plain).predict(frames, rtc_context(plain, None, 0)).actions
+    unguided = EagerPolicy(guided).predict(frames, rtc_context(guided, None, 0)).actions
+    assert np.abs(unguided - fresh).max() <= 1e-4 * np.abs(fresh).max()  # nothing to follow
+    previous = fresh + 0.5  # another chunk, from the same step on
+    plan = Plan(actions=previous, start_step=8)
+    following = EagerPolicy(guided).predict(frames, rtc_context(guided, plan, 2)).actions
+    # The delayed rows follow the previous plan far closer than an unguided chunk does.
+    assert np.abs(following[:2] - previous[:2]).max() < 0.5 * np.abs(fresh[:2] - previous[:2]).max()
 
 
 def test_the_control_side_tokenizes_as_lerobot_and_refuses_a_larger_vocabulary() -> None:
