@@ -73,7 +73,11 @@ def run_inference_process(
         return read
 
     return serve_control_process(
-        build_then_serve_at_full_priority, channel_fd, busy_poll_s, prepare_while_standing_by
+        build_then_serve_at_full_priority,
+        channel_fd,
+        busy_poll_s,
+        prepare_while_standing_by,
+        checkpoint=None if policy.path is None else str(policy.path),
     )
 
 

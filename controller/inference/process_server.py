@@ -178,11 +178,14 @@ def serve_control_process(
     channel_fd: int,
     busy_poll_s: float = 0.0,
     while_standing_by: Callable[[], bool] = lambda: False,
+    checkpoint: str | None = None,
 ) -> int:
     """Serve requests from the control process on the channel it passed as file descriptor
     `channel_fd`, until `stop`, its end of the channel, or a fatal error. `while_standing_by`
     runs when `build` has not come right after `standby`: this process is a spare; it returns
-    whether it read the policy ahead (said in `prepared`)."""
+    whether it read the policy ahead (said in `prepared`). `checkpoint`: the policy.path it
+    builds, named in its `hello` (the recorder's chunks say which checkpoint served them,
+    across a swap)."""
     # The control process decides when this one ends (it sends `stop`): a SIGTERM to the whole
     # group (systemd, Ctrl-C in a terminal) must not end it first, or the control process
     # would count a crash and start another while it shuts down.
@@ -194,7 +197,9 @@ def serve_control_process(
         return 0  # the control process died while this one started
     link = ProcessChannel.inherited(channel_fd)
     try:
-        return _stand_by_and_serve(build_runner, link, parent, busy_poll_s, while_standing_by)
+        return _stand_by_and_serve(
+            build_runner, link, parent, busy_poll_s, while_standing_by, checkpoint
+        )
     except ChannelError:
         return 0  # the control process closed the channel: it is gone or has replaced us
     finally:
@@ -222,6 +227,7 @@ def _stand_by_and_serve(
     parent: int,
     busy_poll_s: float,
     while_standing_by: Callable[[], bool],
+    checkpoint: str | None = None,
 ) -> int:
     # Stand by, imports done, until the control process says `build`: it keeps one process
     # waiting like this, so a restart does not wait for Python and torch to import again. A
@@ -255,7 +261,8 @@ def _stand_by_and_serve(
     gc.collect()
     gc.freeze()
     spec = runner.spec
-    _send(link, Hello(spec, tuple(runner.outputs), {**runner.status(), "memory": own_memory()}))
+    status = {**runner.status(), "memory": own_memory(), "checkpoint": checkpoint}
+    _send(link, Hello(spec, tuple(runner.outputs), status))
     attach = _next_message(link, parent)
     if not isinstance(attach, AttachSlots):
         return 0  # `stop` (or gone) before serving began

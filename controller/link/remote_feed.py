@@ -193,7 +193,13 @@ class RemoteFeed(InferenceOutcomes):
                 self.failed(flight.session, flight.request, exc)
                 continue
             if not flight.session.closed:
-                self.finished(flight.session, flight.request, prediction, flight.started_ns)
+                self.finished(
+                    flight.session,
+                    flight.request,
+                    prediction,
+                    flight.started_ns,
+                    checkpoint=channel.checkpoint,
+                )
         # A swap's new process that hangs is the supervisor's to abort (episode_swap): the
         # serving one is not to blame.
         if channel is routes.incoming:
