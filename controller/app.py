@@ -52,6 +52,8 @@ def inference_process(config: TempoConfig) -> RemotePolicy:
     Every start of the process reads the config on its stdin, from the daemon's memory: no file
     that a tmp cleaner could remove while the daemon runs for weeks."""
     command = [sys.executable, "-m", "controller.cli", "inference-process"]
+    if config.policy.remote is not None:  # a relay to `tempo infer-server` stands in for it
+        command = [sys.executable, "-m", "controller.cli", "infer-relay"]
     supervision = config.supervision
     return RemotePolicy(
         command,

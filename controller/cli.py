@@ -144,6 +144,32 @@ def cmd_inference_process(args: argparse.Namespace) -> int:
     return code  # not reached
 
 
+def cmd_infer_relay(args: argparse.Namespace) -> int:
+    """The robot side of a remote inference link, started by `tempo serve` with policy.remote
+    set in place of an inference process (not meant to be run by hand). Imports no torch."""
+    from controller.bounded_file import MAX_CONFIG_BYTES, read_stream_text
+    from controller.config import TempoConfig
+    from controller.errors import ConfigError
+    from controller.link.remote_relay import RemoteServer, run_relay
+
+    text = read_stream_text(sys.stdin.buffer, MAX_CONFIG_BYTES, ConfigError, "the config on stdin")
+    config = TempoConfig.model_validate_json(text)
+    setup_logging(config.logging.level)
+    if config.policy.remote is None:
+        raise ConfigError("tempo infer-relay needs policy.remote in the config it is given")
+    remote = config.policy.remote
+    server = RemoteServer(remote.address, remote.server_key, remote.client_key, remote.timeout_s)
+    return run_relay(server, args.channel_fd)
+
+
+def cmd_infer_server(args: argparse.Namespace) -> int:
+    config = _load(args)
+    setup_logging(args.log_level or config.logging.level)
+    from controller.daemon.infer_server import run_infer_server
+
+    return run_infer_server(config, args.bind, args.timeout_s)
+
+
 def _exit_now(code: int) -> None:
     """End the inference process without the interpreter's teardown: with a model loaded,
     freeing torch's objects one by one took 1.5-2 s (the daemon's shutdown waits for it), and
@@ -210,6 +236,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--channel-fd", type=int, required=True, help="the daemon's end of the socket pair"
     )
     child.set_defaults(func=cmd_inference_process)
+
+    relay = sub.add_parser("infer-relay")  # started by `tempo serve` with policy.remote
+    relay.add_argument("--channel-fd", type=int, required=True)
+    relay.set_defaults(func=cmd_infer_relay)
+
+    infer_server = sub.add_parser(
+        "infer-server", help="run inference processes for daemons on other machines"
+    )
+    add_config_args(infer_server)
+    infer_server.add_argument(
+        "--bind", required=True, help="where daemons connect, e.g. tcp://0.0.0.0:5600"
+    )
+    infer_server.add_argument(
+        "--timeout-s", type=float, default=5.0, help="a daemon silent this long is dropped"
+    )
+    infer_server.set_defaults(func=cmd_infer_server)
 
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
