@@ -186,9 +186,9 @@ def _exit_now(code: int) -> None:
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
-    from controller.config import dump_config
+    from controller.tools.config_show import show_config
 
-    print(dump_config(_load(args)), end="")
+    print(show_config(_load(args)), end="")
     return 0
 
 
