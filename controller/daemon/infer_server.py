@@ -143,6 +143,9 @@ class InferServer:
                 self._infer(peer, session, parts[2], parts[3:])
         except ChannelError:
             self._drop(peer, "its channel broke")
+        except MessageError as exc:  # one daemon's garbage ends its own session only
+            self._send(peer, b"gone")
+            self._drop(peer, f"its daemon sent a malformed message ({exc})")
 
     def _message(self, peer: bytes, session: Session, data: bytes) -> None:
         message = decode(data)
@@ -177,11 +180,13 @@ class InferServer:
         while True:
             try:
                 data = link.receive()
-            except MessageError:
-                data = None
+                message = decode(data) if data is not None else None
+            except MessageError as exc:
+                self._send(peer, b"gone")
+                self._drop(peer, f"it sent a malformed message ({exc})")
+                return
             if data is None:
                 break
-            message = decode(data)
             if isinstance(message, Hello):
                 session.spec = message.spec
             self._send(peer, b"msg", data)

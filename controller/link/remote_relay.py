@@ -31,6 +31,7 @@ import zmq
 
 from controller.errors import SecurityError
 from controller.process_protocol.frame_slots import FrameSlots, TornSlot
+from controller.process_protocol.message_codec import MessageError
 from controller.process_protocol.parent_death import die_with_parent
 from controller.process_protocol.process_channel import ChannelError, ProcessChannel
 from controller.process_protocol.process_messages import (
@@ -144,6 +145,16 @@ class Relay:
         self.socket.send_multipart(list(parts), copy=False)
 
     def _from_server(self, parts: list[bytes]) -> None:
+        try:
+            self._take_from_server(parts)
+        except (MessageError, struct.error) as exc:
+            raise RelayEnded(
+                f"the inference server at {self.remote.address} sent a malformed message "
+                f"({exc}); the link is reopened",
+                1,
+            ) from None
+
+    def _take_from_server(self, parts: list[bytes]) -> None:
         self.last_heard = time.monotonic()
         self.heard = True
         kind = parts[0]

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import zmq
 
 from controller.observe.status_server import request_status
 from controller.wire.keys import generate_keys
@@ -148,3 +149,43 @@ def test_a_wrong_server_key_is_refused_in_one_sentence(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     said = [line for line in done.stderr.splitlines() if line.startswith("tempo: ")]
     assert len(said) == 1 and "refused the link" in said[0], done.stderr
+
+
+def test_a_daemon_sending_garbage_ends_its_own_session_only(tmp_path: Path) -> None:
+    from controller.process_protocol.process_messages import Standby, decode
+    from controller.wire.curve import load_client_keys
+
+    keys, port = _keys(tmp_path), _free_port()
+    client_keys = load_client_keys(keys["robot_secret"], keys["server_public"])
+    context = zmq.Context()
+
+    def dealer() -> zmq.Socket:
+        socket = context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 0)
+        client_keys.apply(socket)
+        socket.connect(f"tcp://127.0.0.1:{port}")
+        socket.send_multipart([b"open"])
+        return socket
+
+    def next_message(socket: zmq.Socket, kinds: tuple[bytes, ...]) -> list[bytes]:
+        def taken() -> list[bytes] | None:
+            if socket.poll(20):
+                parts = socket.recv_multipart()
+                return parts if parts[0] in kinds else None
+            return None
+
+        return wait_for(taken, 120)
+
+    try:
+        with infer_server(tmp_path, keys, port) as server:
+            bad = dealer()
+            bad.send_multipart([b"msg", b"\xc1 not a message"])
+            assert next_message(bad, (b"gone",)) == [b"gone"]
+            good = dealer()  # the server still serves others
+            parts = next_message(good, (b"msg",))
+            assert isinstance(decode(parts[1]), Standby)
+            assert server.poll() is None
+            bad.close(0)
+            good.close(0)
+    finally:
+        context.term()
