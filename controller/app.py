@@ -19,6 +19,7 @@ from typing import Any
 import zmq
 
 from controller.config import TempoConfig, policy_views
+from controller.daemon.openpi_endpoint import check_openpi
 from controller.daemon.security import check_bind_allowed, check_local_only, status_access
 from controller.daemon.service import (
     Daemon,
@@ -51,6 +52,8 @@ def inference_process(config: TempoConfig) -> RemotePolicy:
     Every start of the process reads the config on its stdin, from the daemon's memory: no file
     that a tmp cleaner could remove while the daemon runs for weeks."""
     command = [sys.executable, "-m", "controller.cli", "inference-process"]
+    if config.policy.remote is not None:  # a relay to `tempo infer-server` stands in for it
+        command = [sys.executable, "-m", "controller.cli", "infer-relay"]
     supervision = config.supervision
     return RemotePolicy(
         command,
@@ -59,7 +62,7 @@ def inference_process(config: TempoConfig) -> RemotePolicy:
         standby=supervision.standby,
         config_json=json.dumps(config.model_dump(mode="json")),
         nice=INFERENCE_NICE,
-        batching=(config.inference.batch_sizes, config.inference.batch_window_us),
+        batching=(config.execution.batch_sizes, config.execution.batch_window_us),
         episode_swap_timeout_s=supervision.episode_swap_timeout_s,
     )
 
@@ -73,7 +76,7 @@ def _start_policy(config: TempoConfig, cleanup: contextlib.ExitStack) -> ServedP
         from controller.inference.build import apply_inference_threads, build_policy
 
         apply_inference_threads(config.supervision.inference_threads)
-        sizes, window_us = config.inference.batch_sizes, config.inference.batch_window_us
+        sizes, window_us = config.execution.batch_sizes, config.execution.batch_window_us
         return build_policy(
             config.policy, config.robot, config.runner, None, None, sizes, window_us
         )
@@ -106,6 +109,7 @@ def serve(
     check_local_only(config.server.status_bind, "server.status_bind")
     check_available(config.metrics)  # prometheus-client missing: say so before the slow load
     check_jpeg_available(config.record)  # PyAV, for record.frames: jpeg
+    check_openpi(config.server.openpi)  # websockets, its bind and its API keys
     # Bind both sockets before the load too: a taken endpoint is one sentence (BindError, exit
     # 2) before minutes of compiling, and the endpoint is held from now on.
     access = status_access(config.server)  # its token made or loaded, before any bind

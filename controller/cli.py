@@ -3,10 +3,11 @@
 Every TempoError ends the command with its one-sentence message and exit code 2; a traceback
 means a bug in Tempo.
 
-The driver's install (numpy, pyzmq, msgpack) runs `tempo sim-robot --joints ...` and `tempo keys`;
-every other command needs the `serve` extra. So this module imports the daemon's side (the config,
-torch, policies) only inside the commands that use it, and a command that finds the extra missing
-ends with one sentence saying what to install (exit code 2).
+The driver's install (numpy, pyzmq, msgpack) runs `tempo sim-robot --joints ...`, `tempo keys`
+and, with the `lerobot` extra, `tempo drive`; every other command needs the `serve` extra. So
+this module imports the daemon's side (the config, torch, policies) only inside the commands
+that use it, and a command that finds the extra missing ends with one sentence saying what to
+install (exit code 2).
 """
 
 from __future__ import annotations
@@ -137,10 +138,36 @@ def cmd_inference_process(args: argparse.Namespace) -> int:
     setup_logging(config.logging.level)
     code = run_inference_process(
         config.policy, config.robot, config.runner, config.supervision, args.channel_fd,
-        config.inference.batch_sizes,
+        config.execution.batch_sizes,
     )  # fmt: skip
     _exit_now(code)
     return code  # not reached
+
+
+def cmd_infer_relay(args: argparse.Namespace) -> int:
+    """The robot side of a remote inference link, started by `tempo serve` with policy.remote
+    set in place of an inference process (not meant to be run by hand). Imports no torch."""
+    from controller.bounded_file import MAX_CONFIG_BYTES, read_stream_text
+    from controller.config import TempoConfig
+    from controller.errors import ConfigError
+    from controller.link.remote_relay import RemoteServer, run_relay
+
+    text = read_stream_text(sys.stdin.buffer, MAX_CONFIG_BYTES, ConfigError, "the config on stdin")
+    config = TempoConfig.model_validate_json(text)
+    setup_logging(config.logging.level)
+    if config.policy.remote is None:
+        raise ConfigError("tempo infer-relay needs policy.remote in the config it is given")
+    remote = config.policy.remote
+    server = RemoteServer(remote.address, remote.server_key, remote.client_key, remote.timeout_s)
+    return run_relay(server, args.channel_fd)
+
+
+def cmd_infer_server(args: argparse.Namespace) -> int:
+    config = _load(args)
+    setup_logging(args.log_level or config.logging.level)
+    from controller.daemon.infer_server import run_infer_server
+
+    return run_infer_server(config, args.bind, args.timeout_s)
 
 
 def _exit_now(code: int) -> None:
@@ -159,9 +186,9 @@ def _exit_now(code: int) -> None:
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
-    from controller.config import dump_config
+    from controller.tools.config_show import show_config
 
-    print(dump_config(_load(args)), end="")
+    print(show_config(_load(args)), end="")
     return 0
 
 
@@ -210,6 +237,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     child.set_defaults(func=cmd_inference_process)
 
+    relay = sub.add_parser("infer-relay")  # started by `tempo serve` with policy.remote
+    relay.add_argument("--channel-fd", type=int, required=True)
+    relay.set_defaults(func=cmd_infer_relay)
+
+    infer_server = sub.add_parser(
+        "infer-server", help="run inference processes for daemons on other machines"
+    )
+    add_config_args(infer_server)
+    infer_server.add_argument(
+        "--bind", required=True, help="where daemons connect, e.g. tcp://0.0.0.0:5600"
+    )
+    infer_server.add_argument(
+        "--timeout-s", type=float, default=5.0, help="a daemon silent this long is dropped"
+    )
+    infer_server.set_defaults(func=cmd_infer_server)
+
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser("show", help="print the effective configuration as YAML")
@@ -233,6 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     _add_profile_parser(sub)
+    sub.add_parser(
+        "drive",
+        help="drive a LeRobot robot against the daemon, from LeRobot's own --robot.* flags "
+        "(see `tempo drive --help`; the lerobot extra)",
+        add_help=False,
+    )
 
     keys = sub.add_parser("keys", help="CurveZMQ keys for binding beyond localhost")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -284,6 +333,16 @@ def _run(argv: list[str]) -> int:
         from controller.tools.bench_policy import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["drive"]:  # its own parser: LeRobot's flags go to LeRobot's configs
+        from controller.drive.drive_cli import main as drive_main
+
+        try:
+            return drive_main(argv[1:], setup_logging)
+        except TempoError as exc:
+            print(f"tempo: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            return 130
     if argv[:1] == ["profile"]:  # its parser is the tool's: import it before parsing
         import controller.tools.profile_cli  # noqa: F401
     args = build_parser().parse_args(argv)

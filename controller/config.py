@@ -12,6 +12,7 @@ nested at most 64 levels, without anchors or aliases (controller.bounded_yaml).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from controller.bounded_file import MAX_CONFIG_BYTES, read_text
 from controller.bounded_yaml import load_yaml
 from controller.config_sections import (
     ControlConfig,
-    InferenceConfig,
+    ExecutionConfig,
     LoggingConfig,
     Section,
     SecurityConfig,
@@ -39,10 +40,14 @@ from controller.policy_sections import PolicyConfig, RobotConfig
 from controller.record_config import RecordConfig
 from controller.runner_config import RunnerConfig
 
+log = logging.getLogger(__name__)
+
+# Sections under a new name: the old one is still read, and a warning names the new one.
+RENAMED_SECTIONS = {"inference": "execution"}
 # The one policy of a config without `policies:` (what a hello that names none gets).
 DEFAULT_POLICY_NAME = "default"
 # The sections a named policy may set for itself; the top-level ones apply where it does not.
-OWN_SECTIONS = ("runner", "inference", "supervision", "robot", "guards", "teleop")
+OWN_SECTIONS = ("runner", "execution", "supervision", "robot", "guards", "teleop")
 
 
 class NamedPolicyConfig(Section):
@@ -55,7 +60,7 @@ class NamedPolicyConfig(Section):
     )
     policy: PolicyConfig = PolicyConfig()
     runner: RunnerConfig | None = None
-    inference: InferenceConfig | None = None
+    execution: ExecutionConfig | None = None
     supervision: SupervisionConfig | None = None
     robot: RobotConfig | None = None
     guards: GuardsConfig | None = None
@@ -69,7 +74,7 @@ class TempoConfig(Section):
     server: ServerConfig = ServerConfig()
     robot: RobotConfig = RobotConfig()
     policy: PolicyConfig = PolicyConfig()
-    inference: InferenceConfig = InferenceConfig()
+    execution: ExecutionConfig = ExecutionConfig()
     runner: RunnerConfig = Field(default_factory=RunnerConfig)  # cache_dir reads the environment
     guards: GuardsConfig = GuardsConfig()
     teleop: TeleopConfig = TeleopConfig()
@@ -97,10 +102,10 @@ class TempoConfig(Section):
     @model_validator(mode="after")
     def _rtc_plays_the_newest_chunk(self) -> TempoConfig:
         for name, view in policy_views(self):
-            if view.policy.section("rtc").mode != "off" and view.inference.ensemble == "temporal":
+            if view.policy.section("rtc").mode != "off" and view.execution.ensemble == "temporal":
                 where = "" if name == DEFAULT_POLICY_NAME else f" (policy {name!r})"
                 raise ValueError(
-                    f"policy.rtc needs inference.ensemble: newest{where} (real-time chunking "
+                    f"policy.rtc needs execution.ensemble: newest{where} (real-time chunking "
                     "plays the old chunk's first d actions, then the new chunk, without averaging)"
                 )
         return self
@@ -167,6 +172,37 @@ def with_policy_path(overrides: Iterable[str], args: Any) -> list[str]:
     return ["policy.kind=checkpoint", f"policy.path={path}", *overrides]
 
 
+def _read_renamed_sections(tree: dict[str, Any], source: str) -> None:
+    """A file's sections under an old name (RENAMED_SECTIONS) read under the new one, at the
+    top level and in each entry of `policies:`; both names in one place are refused."""
+    entries = tree.get("policies")
+    places = [("", tree)]
+    if isinstance(entries, list):
+        places += [(f"policies[{i}].", e) for i, e in enumerate(entries) if isinstance(e, dict)]
+    for where, sections in places:
+        for old, new in RENAMED_SECTIONS.items():
+            if old not in sections:
+                continue
+            if new in sections:
+                raise ConfigError(
+                    f"{source}: {where}{old}: is the old name of {where}{new}:; set only {new}:"
+                )
+            sections[new] = sections.pop(old)
+            log.warning("%s: %s%s: is now called %s: (read as it; rename it)",
+                        source, where, old, new)  # fmt: skip
+
+
+def _renamed_key(dotted: str) -> str:
+    """`--set inference.x=...` read as `--set execution.x=...` (RENAMED_SECTIONS), with a
+    warning naming the new spelling."""
+    head, dot, rest = dotted.partition(".")
+    new = RENAMED_SECTIONS.get(head)
+    if new is None:
+        return dotted
+    log.warning("--set %s: %s is now called %s (read as it; rename it)", dotted, head, new)
+    return new + dot + rest
+
+
 def load_config(path: Path | None = None, overrides: Iterable[str] = ()) -> TempoConfig:
     """Defaults, then the YAML file, then each override; validated once at the end."""
     tree: dict[str, Any] = {}
@@ -181,10 +217,11 @@ def load_config(path: Path | None = None, overrides: Iterable[str] = ()) -> Temp
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
         # `control:` with nothing under it is an empty section, not an error.
         tree = {key: ({} if value is None else value) for key, value in loaded.items()}
+    _read_renamed_sections(tree, source)
     override_list = list(overrides)
     for text in override_list:
         key, value = parse_override(text)
-        _set_dotted(tree, key, value, "--set")
+        _set_dotted(tree, _renamed_key(key), value, "--set")
     if override_list:
         source = f"{source} + --set" if path is not None else "--set"
     try:
@@ -194,14 +231,14 @@ def load_config(path: Path | None = None, overrides: Iterable[str] = ()) -> Temp
 
 
 def dump_config(config: TempoConfig) -> str:
-    """The effective config as YAML that `load_config` reads back unchanged. Inference fields
+    """The effective config as YAML that `load_config` reads back unchanged. Execution fields
     the config does not set are left out, so a file written from it still lets the checkpoint
     decide them (see controller.daemon.execution)."""
     tree = config.model_dump(mode="json")
-    tree["inference"] = config.inference.model_dump(mode="json", exclude_unset=True)
+    tree["execution"] = config.execution.model_dump(mode="json", exclude_unset=True)
     for entry, dumped in zip(config.policies, tree["policies"], strict=True):
-        if entry.inference is not None:
-            dumped["inference"] = entry.inference.model_dump(mode="json", exclude_unset=True)
+        if entry.execution is not None:
+            dumped["execution"] = entry.execution.model_dump(mode="json", exclude_unset=True)
     if config.policies:
         del tree["policy"]  # the policies' own sections say it; both would be refused
     return yaml.safe_dump(tree, sort_keys=False)

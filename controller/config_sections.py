@@ -1,5 +1,5 @@
 """The sections of the daemon's configuration that configure the daemon itself (`control:`,
-`server:`, `inference:`, `security:`, `supervision:`, `logging:`), and `Section`, the base of
+`server:`, `execution:`, `security:`, `supervision:`, `logging:`), and `Section`, the base of
 every section: one pydantic model each, frozen, unknown fields refused, a working default for
 every field.
 
@@ -208,11 +208,13 @@ class ServerConfig(Section):
         return value
 
 
-class InferenceConfig(Section):
+class ExecutionConfig(Section):
     """How chunks become one action per tick. A field left out of the config follows the
     policy's checkpoint (LeRobot's n_action_steps and temporal_ensemble_coeff, or the execution
     a Tempo checkpoint records), and the default below when the checkpoint says nothing; a field
-    set in the file or with --set always wins (see controller.daemon.execution)."""
+    set in the file or with --set always wins (see controller.daemon.execution). Also how many
+    robots are served in one step and which are admitted. The `execution:` section; it was
+    called `inference:`, which is still read, with a warning (controller.config)."""
 
     query_period: int = Field(
         default=1, ge=1, le=1000, description="Ask the policy at most every N control steps."
@@ -255,11 +257,11 @@ class InferenceConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _batch_sizes_valid(self) -> InferenceConfig:
+    def _batch_sizes_valid(self) -> ExecutionConfig:
         sizes = self.batch_sizes
         if sizes[0] != 1 or list(sizes) != sorted(set(sizes)) or sizes[-1] > 64:
             raise ValueError(
-                f"inference.batch_sizes {list(sizes)} must start at 1 and grow, each at most 64 "
+                f"execution.batch_sizes {list(sizes)} must start at 1 and grow, each at most 64 "
                 "(say [1, 2, 4, 8])"
             )
         return self

@@ -11,6 +11,7 @@
     ├── ObservationError            client side: an observation does not fit the declared spec
     ├── PolicyError                 the policy failed to produce a usable chunk
     │   └── InputFault              ... because of the robot's observation (the reference fails too)
+    ├── DeviceError                 tempo drive: a LeRobot robot's or leader arm's own call failed
     ├── SecurityError               a bind or key setup that would expose the robot is refused
     └── BindError                   a socket cannot bind its endpoint (in use, bad path, ...)
 
@@ -92,6 +93,11 @@ class PolicyError(TempoError):
 class InputFault(PolicyError):
     """The policy's FP32 reference turns this observation into NaN or Inf as well: the input
     is at fault, not the tier serving it. The robot's observation is refused; no tier changes."""
+
+
+class DeviceError(TempoError):
+    """A robot's or leader arm's own call (`get_observation`, `send_action`, `get_action`)
+    failed while `tempo drive` ran it: a serial port, a camera; named with the device's error."""
 
 
 class SecurityError(TempoError):

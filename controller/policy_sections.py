@@ -55,6 +55,26 @@ class RobotConfig(Section):
     )
 
 
+class RemoteConfig(Section):
+    """An inference server on another host (`tempo infer-server`) instead of a local process."""
+
+    address: str = Field(
+        min_length=7, max_length=256, description="The server's endpoint, tcp://HOST:PORT."
+    )
+    server_key: Path = Field(description="The server's public key file (its .key).")
+    client_key: Path = Field(
+        description="This daemon's secret key pair (NAME.key_secret); its public key must be "
+        "in the server's security.authorized_keys."
+    )
+    timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="A server silent this long is taken as gone: robots hold, the link is "
+        "reopened.",
+    )
+
+
 class PolicyConfig(Section):
     """Which policy the daemon serves, and the sections its families own."""
 
@@ -77,6 +97,10 @@ class PolicyConfig(Section):
         "directory (whose config has none; else taken from the dataset's meta/info.json next to "
         "it, else joint_0..). A Tempo checkpoint records its own; these must then agree.",
     )
+    remote: RemoteConfig | None = Field(
+        default=None,
+        description="Serve through an inference server on another host (torch-free here).",
+    )
     # The families' sections by name, each its family's model; written and read as
     # `policy.<name>:` (see _family_sections and _flat), never as `sections:`.
     sections: Mapping[str, SerializeAsAny[BaseModel]] = Field(default_factory=dict)
@@ -97,7 +121,7 @@ class PolicyConfig(Section):
         return self.model_copy(update={"sections": {**self.sections, name: value}})
 
     def __hash__(self) -> int:  # frozen as every section; the sections' mapping by its items
-        fields = (self.kind, self.path, self.device, self.joint_names)
+        fields = (self.kind, self.path, self.device, self.joint_names, self.remote)
         return hash((fields, tuple(self.sections.items())))
 
     @model_validator(mode="before")

@@ -36,7 +36,7 @@ class CameraSpec(BaseModel):
 
 class Execution(BaseModel):
     """How a policy's chunks were executed when it was trained or evaluated: what its
-    checkpoint says, which the daemon follows unless its `inference:` config overrides it."""
+    checkpoint says, which the daemon follows unless its `execution:` config overrides it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -76,10 +76,11 @@ class PromptSpec(BaseModel):
     vocab_size: int = Field(
         ge=1, le=1_000_000, description="The model's vocabulary: the tokenizer must have as many."
     )
-    template: Literal["pi0", "pi05"] = Field(
+    template: Literal["pi0", "pi05", "smolvla"] = Field(
         default="pi0",
         description='pi0: BOS, the task, then "\\n"; pi05: BOS, "Task: {task}, State:" (the '
-        "inference process appends the state and the action prefix).",
+        "inference process appends the state and the action prefix); smolvla: the task ending "
+        'in "\\n" through a Hugging Face tokenizer.json (policies.smolvla.tokenizer).',
     )
     default_task: str | None = Field(
         default=None,

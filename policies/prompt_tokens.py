@@ -8,7 +8,9 @@ The text is cleaned and framed as openpi's PaligemmaTokenizer does it (LeRobot's
 agrees): stripped, "_" and newlines become spaces, BOS first; pi0 ends the prompt with "\\n"
 (its own token), pi0.5's task part is "Task: {task}, State:" (policies.pi05_prompt appends
 the state in the inference process). Ids are padded right with 0 to max_length, a longer
-prompt keeps its first max_length ids. Tokenizing runs once per task string (a small cache):
+prompt keeps its first max_length ids. SmolVLA's (template "smolvla") is LeRobot's: the task
+ending in "\\n" through SmolVLM2's Hugging Face tokenizer.json (policies.hf_tokenizer).
+Tokenizing runs once per task string (a small cache):
 a robot's task changes at hello and episode starts, never per tick.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import collections
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import sentencepiece
@@ -81,13 +83,19 @@ class PromptTokenizer:
         model_path: Path,
         max_length: int,
         vocab_size: int,
-        template: Literal["pi0", "pi05"] = "pi0",
+        template: Literal["pi0", "pi05", "smolvla"] = "pi0",
     ) -> None:
         self.path = model_path
         self.max_length = max_length
         self.template = template
-        self.processor = load_sentencepiece(model_path, vocab_size)
-        self._newline = self.processor.encode("\n")  # pi0's "start of answer"
+        self._hf: Any = None  # SmolVLA's Hugging Face tokenizer (policies.smolvla.tokenizer)
+        if template == "smolvla":
+            from policies.hf_tokenizer import load_hf_tokenizer
+
+            self._hf = load_hf_tokenizer(model_path, vocab_size)
+        else:
+            self.processor = load_sentencepiece(model_path, vocab_size)
+            self._newline = self.processor.encode("\n")  # pi0's "start of answer"
         # task -> (tokens, untruncated length), oldest first.
         self._cache: collections.OrderedDict[str, tuple[PromptTokens, int]] = (
             collections.OrderedDict()
@@ -107,6 +115,10 @@ class PromptTokenizer:
 
     def ids(self, task: str) -> list[int]:
         """The prompt's ids, untruncated and unpadded."""
+        if self._hf is not None:
+            from policies.hf_tokenizer import task_text
+
+            return list(self._hf.encode(task_text(task)).ids)
         text = clean_task(task)
         bos = [self.processor.bos_id()]
         if self.template == "pi05":

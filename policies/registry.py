@@ -44,6 +44,7 @@ BUILT_IN = (
     "policies.pi05.family",
     "policies.diffusion.family",
     "policies.cube_expert.family",
+    "policies.smolvla.family",
 )
 # Checkpoint variants (a module defining VARIANT each): sections some checkpoints carry.
 VARIANTS = ("policies.quant.checkpoint", "policies.pi0.quantized", "policies.pi0.quantized_pi05")

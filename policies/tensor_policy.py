@@ -109,6 +109,11 @@ class EagerPolicy:
         self._module = policy.module.to(self._device).eval()
 
     @property
+    def module(self) -> nn.Module:
+        """The module it runs, on its device, in eval mode."""
+        return self._module
+
+    @property
     def spec(self) -> PolicySpec:
         return self._spec
 

@@ -312,7 +312,7 @@ def offline_daemon(
         period_ns=10_000_000,
         valid_ticks=config.control.action_valid_ticks,
         server=config.server,
-        inference=resolve_execution(config.inference, policy.spec)[0],
+        execution=resolve_execution(config.execution, policy.spec)[0],
         limits=limits_for(policy.spec),
         send_prepared=recorder.send_prepared,
         recorder=flight,

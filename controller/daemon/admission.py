@@ -7,7 +7,7 @@ size that holds them), or several steps of the largest bucket when they are more
 
     load(n) = query_hz x ceil(n / largest bucket) x step time of the bucket n robots form
 
-A hello is refused (`full`) when load(robots + 1) would exceed `inference.max_load`, with the
+A hello is refused (`full`) when load(robots + 1) would exceed `execution.max_load`, with the
 numbers: the load now, with one more, and the ceiling. Step times are the ones the runner
 measured (controller.feed.batch_window.step_times_of); before any is known, every robot is
 admitted. The first robot is always taken (a policy slower than its query rate still serves
@@ -66,7 +66,7 @@ class Capacity:
             ErrorCode.FULL,
             f"policy {self.name!r} cannot take another robot: serving {robots} robot"
             f"{'' if robots == 1 else 's'} needing {now:.2f} of its inference time, one more "
-            f"needs {needed:.2f}, it can give {self.max_load:.2f} (inference.max_load)",
+            f"needs {needed:.2f}, it can give {self.max_load:.2f} (execution.max_load)",
         )
 
     def summary(self, robots: int) -> dict[str, Any]:

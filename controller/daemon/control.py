@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from controller.config import DEFAULT_POLICY_NAME
-from controller.config_sections import InferenceConfig, ServerConfig
+from controller.config_sections import ExecutionConfig, ServerConfig
 from controller.daemon.dispatch import Dispatcher, HelloRouter
 from controller.daemon.loop import ControlLoop
 from controller.daemon.refusals import Refusals, Sender
@@ -51,7 +51,7 @@ def build_control(
     period_ns: int,
     valid_ticks: float,
     server: ServerConfig,
-    inference: InferenceConfig,
+    execution: ExecutionConfig,
     limits: Limits = DEFAULT_LIMITS,
     telemetry: Telemetry | None = None,
     send_prepared: PreparedSender | None = None,
@@ -80,7 +80,7 @@ def build_control(
         occupied=occupied,
         holder=holder,
     )
-    requests = InferenceRequests(feed, inference.query_period, period_ns)
+    requests = InferenceRequests(feed, execution.query_period, period_ns)
     refusals = Refusals(send, registry.sessions)
     sender = TickSender(send, send_prepared)
     dispatcher = Dispatcher(

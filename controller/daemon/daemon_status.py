@@ -35,6 +35,9 @@ LANE_COUNTERS = (
     "late_actions_dropped",
     "tick_failures",
     "muted_messages_dropped",
+    "over_rate_messages_dropped",
+    "greetings_dropped",
+    "hellos_dropped",
 )
 
 
@@ -54,6 +57,9 @@ def lane_counters(lane: Lane) -> dict[str, int]:
         "tick_failures": control.loop.internal_errors,
         # From connections over their budget (controller/daemon/connection_budget.py).
         "muted_messages_dropped": control.dispatcher.budget.dropped,
+        "over_rate_messages_dropped": control.dispatcher.budget.over_rate,
+        "greetings_dropped": control.dispatcher.budget.greetings_dropped,
+        "hellos_dropped": control.dispatcher.budget.hellos_dropped,
     }
 
 

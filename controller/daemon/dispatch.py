@@ -91,9 +91,13 @@ class Dispatcher:
         self.prompts = RobotPrompts(spec)  # robots' tasks, tokenized (a prompt policy's)
         self.errors = refusals.errors  # per error code, for status
         self.messages = 0
-        # A flood from one connection is dropped unread past its budget: a driver sends about
-        # one observation per tick; four per tick and a hundred more a second is plenty.
-        self.budget = ConnectionBudget(max_messages=int(4 * control_hz) + 100)
+        # A flood from one connection is dropped unread past its budgets: a driver sends about
+        # one observation per tick; four per tick on average (64 at once), and four per tick
+        # and a hundred more a second, is plenty. Newcomers: sixteen messages a tick in all;
+        # hellos: 50 a second (8 at once) in all.
+        self.budget = ConnectionBudget(
+            max_messages=int(4 * control_hz) + 100, period_ns=int(round(1e9 / control_hz))
+        )
         # Observation checks, timed as `preprocess` (the method itself when telemetry is off).
         check = ObservationChecker(spec).check
         self._check = check if telemetry is None else telemetry.section(PREPROCESS)(check)
@@ -105,13 +109,16 @@ class Dispatcher:
 
     def handle(self, identity: bytes, frames: list[Any], now_ns: int) -> None:
         self.messages += 1
-        if not self.budget.admit(identity, now_ns):
-            return  # this connection sent too much, or too much junk, just now: dropped unread
+        newcomer = not self.registry.serves(identity)
+        if not self.budget.admit(identity, now_ns, newcomer):
+            return  # this connection (or newcomers) sent too much just now: dropped unread
         message: Message | None = None
         errors = self.refusals.sent
         try:
             # A kind only the daemon sends is refused as such before its fields are checked.
             message = decode(frames, self.limits, kinds=DRIVER_KINDS)
+            if message.kind == "hello" and not self.budget.hello(now_ns):
+                return  # a hello storm: its driver says hello again (its handshake time-out)
             self._handlers[message.kind](self, identity, message, now_ns)
         except ProtocolError as exc:
             self.refusals.reply(identity, exc.code, str(exc), message, exc.reply_version)
@@ -167,7 +174,14 @@ class Dispatcher:
         robot = message.header["robot"]
         driver_limits = parse_driver_limits(message.header["spec"])
         in_place = bool(message.header.get("frames_in_place"))
-        session = self.registry.open(identity, robot, now_ns, driver_limits, frame_ring=in_place)
+        session = self.registry.open(
+            identity,
+            robot,
+            now_ns,
+            driver_limits,
+            frame_ring=in_place,
+            lockstep=bool(message.header.get("lockstep")),
+        )
         session.use_prompt(prompt)
         session.recording.hello(prompt.task if prompt is not None else None)
         fields: dict[str, Any] = {

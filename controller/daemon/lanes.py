@@ -1,7 +1,7 @@
 """Several policies in one daemon: a lane per policy, one socket, one pacer, one loop thread.
 
 A lane is what serving one policy's robots takes: the policy and its inference feed, the
-inference settings in effect, its admission (capacity), and its own session registry,
+execution settings in effect, its admission (capacity), and its own session registry,
 dispatcher and control loop (controller.daemon.control), built from the policy's view of the
 config (controller.config.policy_views). The daemon's one loop thread ticks every lane in turn
 and services every lane's inference process while it waits; a lane whose process restarts
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from controller.config import TempoConfig
-from controller.config_sections import InferenceConfig
+from controller.config_sections import ExecutionConfig
 from controller.daemon.admission import Capacity
 from controller.daemon.control import Control, build_control
 from controller.daemon.dispatch import unknown_policy
@@ -61,7 +61,7 @@ class Lane:
     config: TempoConfig  # the policy's view: the top level with its own sections in place
     policy: ServedPolicy
     feed: InferenceFeed
-    inference: InferenceConfig  # in effect (config, else checkpoint, else default)
+    execution_settings: ExecutionConfig  # in effect (config, else checkpoint, else default)
     execution: str  # one line saying so
     limits: Limits
     capacity: Capacity
@@ -85,14 +85,14 @@ def build_lane(
 ) -> Lane:
     """One policy's lane (its feed not started); `lanes`: the daemon's, which it joins."""
     rtc = view.policy.section("rtc")
-    inference, execution = resolve_execution(view.inference, policy.spec, rtc)
+    settings, execution = resolve_execution(view.execution, policy.spec, rtc)
     rate_hz = view.control.rate_hz
     capacity = Capacity(
         name,
-        rate_hz / inference.query_period,
+        rate_hz / settings.query_period,
         # The buckets the policy serves (a policy handed in may have its own), else the config's.
-        tuple(policy.status().get("batch_sizes") or inference.batch_sizes),
-        inference.max_load,
+        tuple(policy.status().get("batch_sizes") or settings.batch_sizes),
+        settings.max_load,
         lambda: step_times_of(policy.status()),
     )
     feed = policy.feed(shared.telemetry)
@@ -106,7 +106,7 @@ def build_lane(
         period_ns=shared.period_ns,
         valid_ticks=view.control.action_valid_ticks,
         server=view.server,
-        inference=inference,
+        execution=settings,
         limits=limits,
         telemetry=shared.telemetry,
         send_prepared=shared.send_prepared,
@@ -120,15 +120,17 @@ def build_lane(
         occupied=lanes.occupied,
         holder=lanes.holder,
     )
-    return Lane(name, view, policy, feed, inference, execution, limits, capacity, control)
+    return Lane(name, view, policy, feed, settings, execution, limits, capacity, control)
 
 
 class Lanes:
     def __init__(self) -> None:
         self.all: list[Lane] = []
         self._by_name: dict[str, Lane] = {}
-        # A policy's openpi clients (controller.daemon.openpi_endpoint), once there is one.
+        # A policy's openpi clients (controller.daemon.openpi_endpoint), once there is one,
+        # and whether one of them goes by a robot name.
         self.clients: Callable[[str], int] = lambda name: 0
+        self.client_named: Callable[[str], bool] = lambda robot: False
 
     def add(self, lane: Lane) -> None:
         self.all.append(lane)
@@ -168,7 +170,14 @@ class Lanes:
             lane.control.registry.peer_gone(identity)
 
     def holder(self, robot: str) -> tuple[SessionRegistry, Session] | None:
-        """Who holds a robot's name, among every policy's sessions (a name is one at a time)."""
+        """Who holds a robot's name, among every policy's sessions (a name is one at a time);
+        ProtocolError when an openpi client holds it."""
+        if self.client_named(robot):
+            raise ProtocolError(
+                ErrorCode.NOT_ALLOWED,
+                f"robot {robot} is the name of a connected openpi client; give this driver "
+                "another name",
+            )
         for lane in self.all:
             found = lane.control.registry.holding(robot)
             if found is not None:

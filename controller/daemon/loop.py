@@ -49,7 +49,7 @@ class ControlLoop:
         self.sender = sender
         self.requests = requests
         self.refusals = refusals
-        self._serving = serving
+        self.serving = serving  # asked once a tick
         # Checked once here: with telemetry off the tick pays one bool test per robot and phase.
         self._times = TickTimes(telemetry or Telemetry(enabled=False), registry.max_robots)
         self._timed = self._times.enabled
@@ -59,7 +59,7 @@ class ControlLoop:
         self.internal_errors = 0
 
     def tick(self, step: int, deadline_ns: int, now_ns: int) -> None:
-        serving = self._serving()
+        serving = self.serving()
         self.registry.expire(now_ns)
         sessions = self.registry.live  # this tick's robots, in the same order in every phase
         self._read(sessions, step, serving)

@@ -81,6 +81,17 @@ def check_openpi_bind(openpi: OpenpiConfig) -> None:
         )
 
 
+def check_openpi(openpi: OpenpiConfig) -> None:
+    """What can be said of server.openpi before a policy is loaded (the composition root asks
+    first, so that these come before a long compile): the package, the bind, the keys."""
+    if openpi.enabled:
+        check_openpi_available()
+        check_openpi_bind(openpi)
+        openpi_layout(openpi)
+        if openpi.api_keys is not None:
+            read_api_keys(openpi.api_keys)
+
+
 def openpi_layout(openpi: OpenpiConfig) -> Layout:
     if openpi.layout == "custom":
         cameras = dict(openpi.cameras or {})
@@ -223,7 +234,7 @@ def build_openpi(
         occupied=lanes.occupied,
         max_robots=view.server.max_robots,
         max_connections=openpi.max_connections,
-        budget_ns=period_ns * lane.inference.query_period,
+        budget_ns=period_ns * lane.execution_settings.query_period,
         recorder=lane.control.registry.recorder,
         metadata=metadata,
     )

@@ -75,14 +75,17 @@ class _Wake:
 
 
 class _WakingDeque(collections.deque):  # type: ignore[type-arg]
-    """A session's chunks or refusals: what the feed appends wakes the loop's poll."""
+    """A session's chunks or refusals: what the feed appends wakes the loop's poll, and is
+    shown to `on_append` first (on the feed's thread)."""
 
-    def __init__(self, wake: _Wake) -> None:
+    def __init__(self, wake: _Wake, on_append: Callable[[Any], None]) -> None:
         super().__init__()
         self._wake = wake
+        self._on_append = on_append
 
     def append(self, item: Any) -> None:
         super().append(item)
+        self._on_append(item)
         self._wake.poke()
 
 
@@ -100,14 +103,15 @@ class OpenpiConnection:
 
     def __init__(self, owner: OpenpiSessions, number: int, peer: str) -> None:
         self.owner = owner
-        self.robot = f"openpi:{number}"  # ':' is in no ZeroMQ robot's name
+        # A robot's name (recordings read only those); no ZeroMQ hello takes it meanwhile.
+        self.robot = f"openpi-{number}"
         self.peer = peer
         self.id = f"openpi-{number}"
         self.opened_ns = time.monotonic_ns()
         self.counters: collections.Counter[str] = collections.Counter()
         self.queues = InferenceQueues(self.robot, owner.spec, self.counters)
-        self.queues.chunks = _WakingDeque(owner.wake)
-        self.queues.refused = _WakingDeque(owner.wake)
+        self.queues.chunks = _WakingDeque(owner.wake, self._answer_early)
+        self.queues.refused = _WakingDeque(owner.wake, lambda refusal: None)
         self.context = EpisodeContext(self.robot, owner.spec)
         self.guards: collections.Counter[str] = collections.Counter()  # the chunks' limits
         self.recording: TickObserver = NOT_RECORDED
@@ -143,10 +147,21 @@ class OpenpiConnection:
             return Answer(refused=f"the chunk was not sent: {exc}", code=ErrorCode.INTERNAL.value)
         self.guards.update({k: v for k, v in counts.items() if v})
         self.sent += 1
+        self.owner.served += 1  # the server's thread alone writes it
         return Answer(actions=actions, infer_ns=answer.infer_ns)
 
     def close(self) -> None:
         self.owner.ask(lambda: self.owner.end(self))
+
+    # -- the feed's thread --------------------------------------------------------------------
+
+    def _answer_early(self, chunk: Chunk) -> None:
+        """The chunk of the request in flight goes to the client as it lands, from the feed's
+        thread, without waiting for the loop's next pass; the loop lands it in the context and
+        the recording as before, and its own `done` then is a no-op (answered once)."""
+        flight = self._flight  # one read: the loop's thread may clear it meanwhile
+        if flight is not None and chunk.obs_seq == flight.obs_seq and not self._cancelled:
+            flight.done(Answer(actions=chunk.actions, infer_ns=chunk.inference_ns))
 
     # -- the loop's thread ------------------------------------------------------------------
 
@@ -207,7 +222,7 @@ class OpenpiSessions:
         self.prompts = RobotPrompts(spec)
         self.wake = _Wake()
         self.refusals: collections.Counter[str] = collections.Counter()  # by error code
-        self.served = 0
+        self.served = 0  # chunks sent to clients
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._connections: dict[str, OpenpiConnection] = {}
@@ -220,6 +235,10 @@ class OpenpiSessions:
     def connections(self) -> list[OpenpiConnection]:
         with self._lock:
             return list(self._connections.values())
+
+    def holds(self, robot: str) -> bool:
+        """Whether a connected client goes by this robot name."""
+        return any(c.robot == robot for c in self.connections)
 
     @property
     def count(self) -> int:
@@ -264,14 +283,9 @@ class OpenpiSessions:
         yield self.wake
 
     def service(self, until_ns: int) -> None:
+        """Chunks landed first (a client's next request must see the memory its last chunk
+        left), then the requests and connections that came."""
         self.wake.drain()
-        asks = self._asks
-        while asks:
-            work = asks.popleft()
-            try:
-                work()
-            except Exception:  # a bug of ours must not stop the loop
-                log.exception("an openpi client's request failed on the loop's thread")
         with self._lock:
             connections = list(self._connections.values())
         serving = None
@@ -282,6 +296,13 @@ class OpenpiSessions:
             if serving is None:
                 serving = self._serving()
             self._check(connection, flight, serving)
+        asks = self._asks
+        while asks:
+            work = asks.popleft()
+            try:
+                work()
+            except Exception:  # a bug of ours must not stop the loop
+                log.exception("an openpi client's request failed on the loop's thread")
 
     def _opened(self, connection: OpenpiConnection) -> None:
         connection.recording.hello(None)
@@ -359,7 +380,6 @@ class OpenpiSessions:
             )
             connection.recording.chunk(chunk, step, 0 if landed else None)
             if landed:
-                self.served += 1
                 connection.fly(None)
                 flight.done(Answer(actions=chunk.actions, infer_ns=chunk.inference_ns))
                 return

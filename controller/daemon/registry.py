@@ -125,9 +125,11 @@ class SessionRegistry:
         now_ns: int,
         driver_limits: dict[str, tuple[float, float]],
         frame_ring: bool = False,
+        lockstep: bool = False,
     ) -> Session:
         """A new session for a driver's hello, after `make_room`; raises ProtocolError when
-        the driver's limits are invalid. `frame_ring`: the driver asked for frames in place."""
+        the driver's limits are invalid. `frame_ring`: the driver asked for frames in place;
+        `lockstep`: its world waits for each action (Session)."""
         try:
             pipeline = self.new_pipeline(driver_limits)
         except ValueError as exc:  # limits naming unknown joints, or with lower > upper
@@ -148,6 +150,7 @@ class SessionRegistry:
             pipeline,
             tick_headers=TickHeaders(session_id, self.spec.action_dim),
             frame_ring=ring,
+            lockstep=lockstep,
             recording=NOT_RECORDED
             if self.recorder is None
             else self.recorder.robot(robot, session_id),

@@ -67,15 +67,15 @@ def pipeline_factory(spec: PolicySpec, config: TempoConfig) -> PipelineFactory:
     """How the daemon builds one robot's action pipeline from its config (the tools use it too,
     so what they time is what is served): the driver's joint limits from hello -> pipeline.
     Ensembling follows the policy's checkpoint unless the config sets it (resolve_execution)."""
-    inference, _ = resolve_execution(config.inference, spec)
+    execution, _ = resolve_execution(config.execution, spec)
     return functools.partial(
         ActionPipeline,
         spec,
         config.guards,
         config.teleop,
         config.control.rate_hz,
-        inference.ensemble,
-        inference.temporal_k,
+        execution.ensemble,
+        execution.temporal_k,
     )
 
 
@@ -198,6 +198,7 @@ class Daemon:
         self.openpi = build_openpi(config, self.lanes, lambda: self.pacer.step)
         if self.openpi is not None:
             self.lanes.clients = self.openpi.clients
+            self.lanes.client_named = self.openpi.sessions.holds
             sides = [self.openpi.side, *([self._side] if self._side is not None else [])]
             self._side = SideChannels(sides)
         self.openpi_endpoint = ""

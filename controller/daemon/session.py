@@ -59,10 +59,15 @@ class Session:
         tick_headers: TickHeaders | None = None,
         frame_ring: FrameSlots | None = None,
         recording: TickObserver = NOT_RECORDED,
+        lockstep: bool = False,
     ) -> None:
         """`tick_headers`: the tick's packed action and hold headers; `frame_ring`: a same-host
         driver's frames in place (its hello asked for them); `recording`: the observer of this
-        robot's ticks (the flight recorder's handle; NOT_RECORDED: off)."""
+        robot's ticks (the flight recorder's handle; NOT_RECORDED: off); `lockstep`: the
+        robot's world waits for each action (a simulator its driver steps, as LeRobot's eval
+        loop does), so a chunk plays from the tick it lands on, never from its observation's
+        (no row of it is ever late); a chunk whose first row this tick did not send (held,
+        too late, not delivered) lands again at the next tick."""
         self._id = session_id
         self._identity = identity
         self._robot = robot
@@ -71,6 +76,8 @@ class Session:
         self._tick_headers = tick_headers
         self._frame_ring = frame_ring
         self.recording = recording
+        self._lockstep = lockstep
+        self._unsent: Chunk | None = None  # lockstep: landed this tick, its first row not sent
         self._counters: collections.Counter[str] = collections.Counter()
         self._queues = InferenceQueues(robot, spec, self._counters)  # shared with the feed
         self._clock = ClockOffset()
@@ -306,6 +313,7 @@ class Session:
         ended episode is dropped; `fresh_chunk` is the last one with steps still ahead (None:
         none this tick)."""
         self._fresh_chunk = None
+        self._unsent = None
         chunks = self._queues.chunks
         recording = self.recording
         while chunks:
@@ -314,11 +322,13 @@ class Session:
                 self._counters["chunks_of_ended_episode"] += 1
                 recording.chunk(chunk, step, None)
                 continue  # planned before the robot's episode started again
-            late = self._pipeline.on_chunk(chunk.start_step, chunk.actions, step)
+            start = step if self._lockstep else chunk.start_step
+            late = self._pipeline.on_chunk(start, chunk.actions, step)
             recording.chunk(chunk, step, late)
             self._counters["late_steps_dropped"] += late
             if late < len(chunk.actions):
                 self._fresh_chunk = chunk
+                self._unsent = chunk if self._lockstep else None
                 self._newest_chunk_obs_seq = max(self._newest_chunk_obs_seq, chunk.obs_seq)
 
     def take_fresh_chunk(self) -> Chunk | None:
@@ -347,6 +357,7 @@ class Session:
             self._hold_reason = None
         else:
             self._hold_reason = HOLD_REASONS.get(pipeline.guards.state) or self._no_action()
+            self._first_row_unsent()
 
     def _no_action(self) -> str:
         """Why no action: the operator owns joints but the observations carry no teleop values
@@ -368,7 +379,15 @@ class Session:
     def action_too_late(self) -> str:
         """This tick's action missed its deadline: it holds instead; returns why."""
         self._hold_reason = HOLD_REASONS.get(self._pipeline.guards.state, "no_action")
+        self._first_row_unsent()
         return self._hold_reason
+
+    def _first_row_unsent(self) -> None:
+        """Lockstep: the world still waits for the chunk that landed this tick, so it lands
+        again at the next one, from its first row (a robot in real time moves on)."""
+        if self._unsent is not None:
+            self._queues.chunks.appendleft(self._unsent)
+            self._unsent = None
 
     def next_send_seq(self) -> int:
         """The seq of the next `action` or `hold` to this robot."""
@@ -379,9 +398,11 @@ class Session:
         """Whether the robot received this tick's action: rate limits count from what it saw."""
         if sent:
             self._pipeline.delivered()
+            self._unsent = None
         else:  # queue full or peer gone: the robot never saw it
             self._counters["actions_not_delivered"] += 1
             self._pipeline.not_delivered()
+            self._first_row_unsent()
 
     # -- its lifetime -------------------------------------------------------------------------
 

@@ -31,6 +31,9 @@ REBIND_WAIT_S = 1.0  # for the old listener to close when the socket is bound ag
 # Pollers kept for the sets of inference channels polled beside the socket (several policies:
 # each set of those awaiting a reply); forgotten all at once past this many (restarts).
 MAX_SIDE_POLLERS = 16
+# Messages taken in a row before the side channel is serviced again (a few hundred
+# microseconds of handling at most: each connection's budget, connection_budget.py).
+DRAIN_BATCH = 32
 
 
 def daemon_frames(
@@ -153,8 +156,13 @@ class RouterTransport:
                         self._note("wait", time.monotonic_ns() - until_ns)
                     return
                 continue
-            # Drain what is queued, checking the clock so a flood cannot delay the tick.
-            while time.monotonic_ns() < until_ns:
+            # Drain what is queued, checking the clock so a flood cannot delay the tick, and
+            # back to the top every DRAIN_BATCH messages: under a flood the queue is never
+            # empty, and the side channel (the policy's replies and the next requests) would
+            # otherwise wait for the next tick.
+            for _ in range(DRAIN_BATCH):
+                if time.monotonic_ns() >= until_ns:
+                    break
                 if self._discarding:
                     self._discard_parts(until_ns)
                     continue
@@ -185,14 +193,15 @@ class RouterTransport:
             if other is None:
                 return bool(self._poller.poll(timeout_ms)), False
             if other is not self._side:  # another channel, or another set of them
-                self._use_side_poller(other)
+                self.poller_for(other)
             ready = dict(self._side_poller.poll(timeout_ms))
             return self.socket in ready, any(f in ready for f in self._side_filenos)
 
-    def _use_side_poller(self, side: Pollable) -> None:
-        """Poll the socket beside `side`'s descriptors: with the poller made for those
-        descriptors before (several policies' processes come and go from the polled set as
-        their requests do; a poller is built only for a set not seen yet, or after restarts)."""
+    def poller_for(self, side: Pollable) -> zmq.Poller:
+        """The poller the next waits use: the socket beside `side`'s descriptors, the one made
+        for those descriptors before (several policies' processes come and go from the polled
+        set as their requests do; a poller is built only for a set not seen yet, or after
+        restarts)."""
         filenos = tuple(side.filenos())
         poller = self._side_pollers.get(filenos)
         if poller is None:
@@ -204,6 +213,7 @@ class RouterTransport:
                 poller.register(fileno, zmq.POLLIN)
             self._side_pollers[filenos] = poller
         self._side, self._side_filenos, self._side_poller = side, list(filenos), poller
+        return poller
 
     def _receive_message(self) -> tuple[bytes, list[Any]]:
         """One message, part by part: ZeroMQ bounds the size of a part but not their number,

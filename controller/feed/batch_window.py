@@ -1,4 +1,4 @@
-"""When to send the robots' waiting requests as one batch (inference.batch_window_us).
+"""When to send the robots' waiting requests as one batch (execution.batch_window_us).
 
     window = BatchWindow(window_us, sizes, step_times)
     wait_ns = window.wait_ns(waiting, now_ns)   # 0: go now with what is waiting

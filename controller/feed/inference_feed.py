@@ -60,6 +60,7 @@ class Chunk:
     inference_ns: int
     episode: int
     memory: Mapping[str, np.ndarray] | None = None  # the policy's new memory (arrays copied)
+    checkpoint: str | None = None  # the policy.path that served it, where the feed knows it
 
 
 @dataclass(frozen=True)
@@ -189,8 +190,10 @@ class InferenceOutcomes:
         request: InferenceRequest,
         prediction: Prediction,
         started_ns: int,
+        checkpoint: str | None = None,
     ) -> None:
-        """The policy answered: hand the chunk to the session, or say why not."""
+        """The policy answered: hand the chunk to the session, or say why not; `checkpoint`:
+        the policy.path of the process that answered (a swap's old or new one)."""
         elapsed = time.monotonic_ns() - started_ns
         if self._timed:
             self._t_inference.record_ns(elapsed)
@@ -233,6 +236,7 @@ class InferenceOutcomes:
                 inference_ns=elapsed,
                 episode=request.episode,
                 memory=memory,
+                checkpoint=checkpoint,
             )
         )
 

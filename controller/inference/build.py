@@ -19,6 +19,7 @@ from controller.errors import ConfigError
 from controller.inference.artefact_folders import with_built_artefacts
 from controller.inference.prior_fallback import PriorFallback
 from controller.inference.progress import Progress
+from controller.inference.read_ahead import READ_AHEAD
 from controller.inference.runner import Runner
 from controller.inference.threads import apply_inference_threads  # noqa: F401 - for app.py
 from controller.policy_sections import PolicyConfig, RobotConfig
@@ -28,7 +29,7 @@ from policies.tensor_policy import TensorPolicy
 
 log = logging.getLogger(__name__)
 
-BatchSettings = Sequence[int]  # inference.batch_sizes
+BatchSettings = Sequence[int]  # execution.batch_sizes
 
 
 def resolve_device(requested: str, setting: str = "policy.device") -> str:
@@ -77,20 +78,21 @@ def build_policy(
     controller.inference.runner); progress is logged, and passed to `progress` too. A policy
     whose family declares a fallback for it (TD-MPC2's policy prior, when its section sets
     a budget) gets that ready too (controller.inference.prior_fallback). `batch_sizes` and
-    `batch_window_us`: the `inference:` section's, robots served in one step (a prior
+    `batch_window_us`: the `execution:` section's, robots served in one step (a prior
     fallback serves one a step).
     The inference process's build; the control process's own only when
     `supervision.inference_process` is off (controller.app)."""
     device = resolve_device(policy.device)
     runner = with_built_artefacts(runner, policy)
     if model is None:
-        # With the reference's weights on the host, a checkpoint is read there: the runner keeps
-        # its matmul weights on the host anyway, and loading it onto the GPU first uploaded the
-        # whole FP32 model only to copy most of it back (pi0: 9 s of a 31 s start, H200).
-        load_to = "cpu" if runner.reference_weights == "host" else device
-        started = time.perf_counter()
-        tensor_policy = build_tensor_policy(policy, robot, device=load_to)
-        log.info("policy read in %.1f s (onto %s)", time.perf_counter() - started, load_to)
+        load_to = _read_onto(device, runner)
+        tensor_policy = READ_AHEAD.take((policy, robot, load_to))  # a spare's, while it waited
+        if tensor_policy is None:
+            started = time.perf_counter()
+            tensor_policy = build_tensor_policy(policy, robot, device=load_to)
+            log.info("policy read in %.1f s (onto %s)", time.perf_counter() - started, load_to)
+        else:
+            log.info("policy read ahead while standing by (onto %s)", load_to)
     else:
         tensor_policy = model
     fallback = fallback_policy(tensor_policy, policy)
@@ -99,6 +101,26 @@ def build_policy(
     served = _start_runner(tensor_policy, runner, device, progress)
     prior = _start_runner(fallback.policy, runner, device, progress)
     return PriorFallback(served, prior, fallback.budget_s, fallback.k, fallback.n)
+
+
+def _read_onto(device: str, runner: RunnerConfig) -> str:
+    """Where a checkpoint is read. With the reference's weights on the host, there: the runner
+    keeps its matmul weights on the host anyway, and loading it onto the GPU first uploaded the
+    whole FP32 model only to copy most of it back (pi0: 9 s of a 31 s start, H200)."""
+    return "cpu" if runner.reference_weights == "host" else device
+
+
+def read_policy_ahead(policy: PolicyConfig, robot: RobotConfig, runner: RunnerConfig) -> bool:
+    """Read the policy as `build_policy` would and keep it for that build (READ_AHEAD), when
+    it would be read onto the host: a spare inference process's wait (on the GPU it holds
+    nothing, so a policy read onto the GPU is left to the build). Whether it was read."""
+    load_to = _read_onto(resolve_device(policy.device), with_built_artefacts(runner, policy))
+    if load_to != "cpu":
+        return False
+    started = time.perf_counter()
+    READ_AHEAD.keep((policy, robot, load_to), build_tensor_policy(policy, robot, device=load_to))
+    log.info("policy read ahead in %.1f s, for the build", time.perf_counter() - started)
+    return True
 
 
 def planner_runner(policy: Runner | PriorFallback) -> Runner:

@@ -152,7 +152,7 @@ class CompileCache:
             self._load()
 
     @property
-    def _warm_marker(self) -> Path:
+    def warm_marker(self) -> Path:
         """Present when inductor's directory here already holds this model's artifacts (a
         compile here succeeded): loading the mega-cache would only rewrite them, and it takes
         longer than it saves (measured on an H100: 5 to 6 s to load against 4 s saved)."""
@@ -163,7 +163,7 @@ class CompileCache:
         if loader is None:
             self.outcome = "unsupported by this torch"
             return
-        if self._warm_marker.exists():
+        if self.warm_marker.exists():
             self.outcome = "local (inductor's caches here are warm)"
             return
         if not os.path.lexists(self.file):
@@ -194,9 +194,9 @@ class CompileCache:
         if self.outcome == DEFERRED or self.outcome.startswith(REFUSED):
             return
         try:
-            self._warm_marker.touch()
+            self.warm_marker.touch()
         except OSError as exc:
-            log.warning("compile cache: could not mark %s warm: %s", self._warm_marker, exc)
+            log.warning("compile cache: could not mark %s warm: %s", self.warm_marker, exc)
         saver = getattr(torch.compiler, "save_cache_artifacts", None)
         if (
             saver is None

@@ -55,6 +55,7 @@ class FaultyTier(Tier):
         self.plan = plan
         self.name = inner.name
         self.precision = inner.precision
+        self.module = inner.module
         self.calls = 0
         self._serving = False
 

@@ -127,7 +127,7 @@ class ServingLadder:
         log.warning(
             "tier %s is slower than the step budget (%s) and is the lowest tier; the robot "
             "keeps playing each chunk until the next lands. For a step per control period, "
-            "lower control.rate_hz, raise inference.query_period, or serve on a GPU "
+            "lower control.rate_hz, raise execution.query_period, or serve on a GPU "
             "(logged once)",
             tier,
             detail,

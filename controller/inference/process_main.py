@@ -50,7 +50,7 @@ def run_inference_process(
     """Build the policy (`build.build_policy` of the `policy:`, `robot:` and `runner:`
     sections), serve the control process on the channel it passed as file descriptor
     `channel_fd`, polling as `supervision:` says, several robots a step in `batch_sizes`
-    (inference.batch_sizes); returns the exit code."""
+    (execution.batch_sizes); returns the exit code."""
     busy_poll_s = supervision.busy_poll_ms / 1000
     apply_inference_threads(supervision.inference_threads)
 
@@ -64,14 +64,25 @@ def run_inference_process(
         match_control_priority()
         return built
 
+    def prepare_while_standing_by() -> bool:
+        """A spare's wait: the policy read onto the host (build.read_policy_ahead: a restart's
+        build then reads nothing), and torch's compiler imported (torch would import it at the
+        first torch.compile otherwise, in the restart's time). Whether the policy was read."""
+        read = build.read_policy_ahead(policy, robot, runner)
+        import_the_compiler()
+        return read
+
     return serve_control_process(
-        build_then_serve_at_full_priority, channel_fd, busy_poll_s, import_the_compiler
+        build_then_serve_at_full_priority,
+        channel_fd,
+        busy_poll_s,
+        prepare_while_standing_by,
+        checkpoint=None if policy.path is None else str(policy.path),
     )
 
 
 def import_the_compiler() -> None:
-    """A spare's imports of what a build that compiles needs (torch would import its compiler
-    at the first torch.compile otherwise, in the restart's time)."""
+    """What a build that compiles needs imported (dynamo and inductor)."""
     import torch._dynamo  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401
 

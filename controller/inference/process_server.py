@@ -3,7 +3,8 @@
     code = serve_control_process(build_runner, channel_fd, busy_poll_s)   # the exit code
 
 It says `standby` once imported and waits for `build` (the control process keeps a spare process
-waiting so that a restart skips the imports), then builds the runner (load, warm up, parity: the
+waiting so that a restart skips the imports; a spare uses the wait to read the policy ahead,
+then says `prepared`), then builds the runner (load, warm up, parity: the
 same start as in one process; a failure is sent as `failed_start` with its sentence), says
 `hello` (the spec, the runner's status, the memory it holds), waits (a hot standby waits here,
 built, until the serving process fails: `standbys`), attaches the observation slots the control
@@ -53,6 +54,7 @@ from controller.process_protocol.process_messages import (
     Infer,
     Message,
     MessageError,
+    Prepared,
     Ready,
     RequestFailed,
     RingReady,
@@ -175,11 +177,15 @@ def serve_control_process(
     build_runner: Callable[[], LocalPolicy],
     channel_fd: int,
     busy_poll_s: float = 0.0,
-    while_standing_by: Callable[[], None] = lambda: None,
+    while_standing_by: Callable[[], bool] = lambda: False,
+    checkpoint: str | None = None,
 ) -> int:
     """Serve requests from the control process on the channel it passed as file descriptor
     `channel_fd`, until `stop`, its end of the channel, or a fatal error. `while_standing_by`
-    runs when `build` has not come right after `standby`: this process is a spare."""
+    runs when `build` has not come right after `standby`: this process is a spare; it returns
+    whether it read the policy ahead (said in `prepared`). `checkpoint`: the policy.path it
+    builds, named in its `hello` (the recorder's chunks say which checkpoint served them,
+    across a swap)."""
     # The control process decides when this one ends (it sends `stop`): a SIGTERM to the whole
     # group (systemd, Ctrl-C in a terminal) must not end it first, or the control process
     # would count a crash and start another while it shuts down.
@@ -191,7 +197,9 @@ def serve_control_process(
         return 0  # the control process died while this one started
     link = ProcessChannel.inherited(channel_fd)
     try:
-        return _stand_by_and_serve(build_runner, link, parent, busy_poll_s, while_standing_by)
+        return _stand_by_and_serve(
+            build_runner, link, parent, busy_poll_s, while_standing_by, checkpoint
+        )
     except ChannelError:
         return 0  # the control process closed the channel: it is gone or has replaced us
     finally:
@@ -218,7 +226,8 @@ def _stand_by_and_serve(
     link: ProcessChannel,
     parent: int,
     busy_poll_s: float,
-    while_standing_by: Callable[[], None],
+    while_standing_by: Callable[[], bool],
+    checkpoint: str | None = None,
 ) -> int:
     # Stand by, imports done, until the control process says `build`: it keeps one process
     # waiting like this, so a restart does not wait for Python and torch to import again. A
@@ -228,10 +237,14 @@ def _stand_by_and_serve(
     first = link.receive(timeout_ms=BUILD_AT_ONCE_MS)
     if first is None:
         if not link.closed and parent_alive(parent):
+            read_ahead = False
             try:
-                while_standing_by()
+                read_ahead = while_standing_by()
+            except TempoError as exc:  # the build will say it again, to the control process
+                log.warning("the standby could not read the policy ahead: %s", exc)
             except Exception:  # noqa: BLE001 - only saves a restart time: build without it
                 log.exception("the standby's work while waiting failed")
+            _send(link, Prepared(read_ahead))  # the control process's status says so
         build = _next_message(link, parent)
     else:
         build = decode(first)
@@ -248,7 +261,8 @@ def _stand_by_and_serve(
     gc.collect()
     gc.freeze()
     spec = runner.spec
-    _send(link, Hello(spec, tuple(runner.outputs), {**runner.status(), "memory": own_memory()}))
+    status = {**runner.status(), "memory": own_memory(), "checkpoint": checkpoint}
+    _send(link, Hello(spec, tuple(runner.outputs), status))
     attach = _next_message(link, parent)
     if not isinstance(attach, AttachSlots):
         return 0  # `stop` (or gone) before serving began

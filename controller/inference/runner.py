@@ -84,8 +84,8 @@ class Runner(ServedInProcess):
     ) -> None:
         """device: default cuda when available, else cpu. faults: tier name -> FaultPlan, and
         clock: what step times are measured with (seconds); both for tests. batch_sizes: the
-        buckets of robots served in one step (inference.batch_sizes; 1 is always one), and
-        batch_window_us how long its feed waits for more (inference.batch_window_us)."""
+        buckets of robots served in one step (execution.batch_sizes; 1 is always one), and
+        batch_window_us how long its feed waits for more (execution.batch_window_us)."""
         self._telemetry: Telemetry | None = None
         self._policy = policy
         self._codec = policy.inputs

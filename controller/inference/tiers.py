@@ -110,6 +110,7 @@ class Tier:
 
     name: TierName
     precision: str
+    module: nn.Module  # what it runs: the half tiers' cast copy, or the module as loaded
 
     def build(self) -> None:
         """Compile, warm up, capture: everything before the parity check. Raises on failure."""
@@ -127,14 +128,14 @@ class EagerTier(Tier):
     ) -> None:
         self.name = name
         self.precision = precision_name(half)
-        self._module, self._half, self._device_type = module, half, inputs.device.type
+        self.module, self._half, self._device_type = module, half, inputs.device.type
         self._scope = precision_scope(module, half)
         self._inputs = inputs
 
     def run(self) -> Outputs:
         # Not through _Step: a module call of its own costs a few microseconds a step.
         with self._scope():
-            return step_outputs(self._module, self._half, self._device_type, self._inputs.tensors)
+            return step_outputs(self.module, self._half, self._device_type, self._inputs.tensors)
 
 
 class CompiledStep:
@@ -149,7 +150,7 @@ class CompiledStep:
     ) -> None:
         self._inputs = inputs
         self._config = config
-        self._module, self._half = module, half
+        self.module, self._half = module, half
         self._step = _Step(module, half, inputs.device.type)
         self._scope = precision_scope(module, half)
         self._module_options = compile_options(module)
@@ -160,7 +161,7 @@ class CompiledStep:
 
     def _compile(self) -> Callable[..., Outputs]:
         config = self._config
-        built = built_step(self._step, self._module, self._half, self._inputs.tensors, config)
+        built = built_step(self._step, self.module, self._half, self._inputs.tensors, config)
         if built is not None:  # `tempo build`'s artefacts: no tracing
             return built
         load_deferred_megacaches()
@@ -183,9 +184,9 @@ class CompiledStep:
         # every layer shares.
         # Nor with weights off the device (the FP32 reference's, host_weights): fusing them would
         # make host copies the compiled blocks cannot use.
-        on_device = matmul_weights_on(self._module, self._inputs.device)
-        if compiles_regions(self._module) and not config.freezing and on_device:
-            regional = copy_sharing_tensors(self._module)
+        on_device = matmul_weights_on(self.module, self._inputs.device)
+        if compiles_regions(self.module) and not config.freezing and on_device:
+            regional = copy_sharing_tensors(self.module)
             dynamo = torch._dynamo.config
             dynamo.recompile_limit = max(dynamo.recompile_limit, REGION_RECOMPILE_LIMIT)
             if hooks_of(regional).compile_regions(compile_fn):
@@ -253,6 +254,7 @@ class CompiledTier(Tier):
         self._warmup = warmup_steps
         self._serving = False
         self.precision = step.precision
+        self.module = step.module
 
     def build(self) -> None:
         self._step.warm(self._warmup)
@@ -281,6 +283,7 @@ class GraphTier(Tier):
         self._inputs = inputs
         self._warmup = warmup_steps
         self.precision = step.precision
+        self.module = step.module
         self._graph: torch.cuda.CUDAGraph | None = None
         self._out: Outputs | None = None
 

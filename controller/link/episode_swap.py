@@ -73,7 +73,13 @@ class EpisodeSwitch:
         slots.reset()
         try:
             pinned = hand_slots(child, slots, record.stop_requested)
-            channel = RequestChannel(child[0], slots, hello.spec, on_reply=record.note_reply)
+            channel = RequestChannel(
+                child[0],
+                slots,
+                hello.spec,
+                on_reply=record.note_reply,
+                checkpoint=hello.status.get("checkpoint"),
+            )
             # The driver rings the serving process reads in place, attached (and pinned) by the
             # new one now, before any robot moves: else a robot's first request to it, the
             # first of its episode, waits behind that attach and has its frames copied (a tick

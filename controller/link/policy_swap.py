@@ -50,9 +50,6 @@ log = logging.getLogger(__name__)
 
 SwapPhase = Literal["building", "switching", "done", "failed", "cancelled", "replaced", "timed_out"]
 EPISODE_SWAP_TIMEOUT_S = 300.0  # supervision.episode_swap_timeout_s's default
-# `tempo swap --cancel` waits this long for the swap to have ended (its new process is killed
-# 2 s after it is asked to stop), on the status socket's thread, within the client's 5 s.
-CANCEL_WAIT_S = 3.0
 
 
 def resolve_policy_name(name: str | None, names: tuple[str, ...]) -> str:
@@ -204,10 +201,11 @@ class Swapper:
         self._queue.put((state, path))
         return state.as_dict()
 
-    def cancel(self, wait_s: float = CANCEL_WAIT_S) -> dict[str, Any]:
+    def cancel(self, wait_s: float = 0.0) -> dict[str, Any]:
         """End the swap under way (`tempo swap --cancel`): its new process ends and the old
-        policy serves every robot; its state once ended (waited for up to `wait_s`).
-        PolicyError when no swap is under way."""
+        policy serves every robot; its state once ended, waited for up to `wait_s` (the status
+        socket's command waits not at all: its one thread answers everyone, and the CLI
+        polls status instead). PolicyError when no swap is under way."""
         with self._lock:
             current = self._current
             if current is None or not current.under_way:

@@ -12,7 +12,7 @@ slot are Python work on every observation; here they run in the loop's idle time
 ticks, so nothing else in the process wants the GIL when a tick is due.
 
 One request is in flight at a time, or one batch of them when the policy serves several robots
-in one step (inference.batch_sizes): every robot waiting, up to the largest batch, sent back to
+in one step (execution.batch_sizes): every robot waiting, up to the largest batch, sent back to
 back, once its `BatchWindow` says go (controller.feed.batch_window; the window is looked at
 whenever the loop services the channel: a batch leaves at the last wake-up before a tick that
 would come too late for it). Robots wait their turn in order of arrival, each with only its
@@ -193,7 +193,13 @@ class RemoteFeed(InferenceOutcomes):
                 self.failed(flight.session, flight.request, exc)
                 continue
             if not flight.session.closed:
-                self.finished(flight.session, flight.request, prediction, flight.started_ns)
+                self.finished(
+                    flight.session,
+                    flight.request,
+                    prediction,
+                    flight.started_ns,
+                    checkpoint=channel.checkpoint,
+                )
         # A swap's new process that hangs is the supervisor's to abort (episode_swap): the
         # serving one is not to blame.
         if channel is routes.incoming:

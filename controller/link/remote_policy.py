@@ -92,7 +92,7 @@ class RemotePolicy:
     ) -> None:
         # `config_json`: every process's stdin (held by the record, so that restarts need no
         # file); `nice`: how far below the control loop's CPU priority they run
-        # (process_spawner); `batching`: inference.batch_sizes (the process's too) and
+        # (process_spawner); `batching`: execution.batch_sizes (the process's too) and
         # batch_window_us; `standby`: supervision.standby (off, spare, hot; True/False:
         # spare/off); `episode_swap_timeout_s`: supervision's, how long a swap at episode
         # starts may wait for the robots (policy_swap).

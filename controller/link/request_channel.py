@@ -68,8 +68,11 @@ class RequestChannel:
         slots: FrameSlots,
         spec: PolicySpec,
         on_reply: Callable[[StepReply], None] | None = None,
+        checkpoint: str | None = None,
     ) -> None:
+        """`checkpoint`: the policy.path its process serves (its hello's), None if unsaid."""
         self.link = link
+        self.checkpoint = checkpoint
         self.slots = slots
         self.spec = spec
         self._on_reply = on_reply

@@ -223,7 +223,13 @@ class ServingProcess:
             self._slots = FrameSlots.create(spec, self.slot_count)
         self._slots.reset()  # a fresh header per process: nothing scribbled there outlives it
         self._pinned = hand(child, self._slots)
-        channel = RequestChannel(child[0], self._slots, spec, on_reply=self.note_reply)
+        channel = RequestChannel(
+            child[0],
+            self._slots,
+            spec,
+            on_reply=self.note_reply,
+            checkpoint=hello.status.get("checkpoint"),
+        )
         with self.lock:  # a new process has attached no driver ring yet
             self._channel = channel
 

@@ -2,14 +2,18 @@
 
     standbys = Standbys(spawner, "hot", start_timeout_s=900.0)
     standbys.refill()              # once a process serves: a spare, or a hot one built meanwhile
-    child = standbys.take_spare()  # for a restart that builds: the spare if alive, else a new one
+    child, said = standbys.take_spare()  # for a restart that builds: the spare if alive (and
+                                         # whether it has said `standby`), else a new one
     hot = standbys.take_hot()      # a built process and its hello, or None while none is ready
     standbys.watch()               # the supervisor thread, every poll
     standbys.status()              # for `tempo status`
     standbys.close()
 
 spare: a process that has imported Python, torch and Tempo and waits for `build`; a restart
-hands it the build and saves the seconds the imports take. It holds no GPU memory.
+hands it the build and saves the seconds the imports take. While it waits it reads the policy
+onto the host where the build would read it there (a CPU policy, or reference weights kept on
+the host) and imports torch's compiler, then says `prepared`: a restart's build then reads
+nothing. It holds no GPU memory (host memory for the weights it read ahead).
 
 hot: a process that has built the policy (loaded, warmed up, start-up checked and, on a GPU,
 captured: everything the serving process did before its `hello`) and waits for the observation
@@ -40,7 +44,15 @@ from controller.link.process_spawner import (
     has_news,
     send_at_start,
 )
-from controller.process_protocol.process_messages import Build, Hello, Standby
+from controller.process_protocol.process_channel import ChannelError
+from controller.process_protocol.process_messages import (
+    Build,
+    Hello,
+    MessageError,
+    Prepared,
+    Standby,
+    decode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +152,9 @@ class Standbys:
         self.start_timeout_s = start_timeout_s
         self._lock = threading.Lock()  # stop() may take them from another thread
         self._spare: Child | None = None
-        self._spare_ready = False  # it said `standby` (its message stays queued for the build)
+        self._spare_ready = False  # it said `standby` (imports done)
+        self._spare_prepared: Prepared | None = None  # its wait's work done (read ahead?)
+        self._spare_broken = False  # it said something malformed: a fresh one is spawned
         self._hot: HotBuild | None = None
         self._hot_failure: str | None = None
         self._rebuild_at: float | None = None
@@ -148,18 +162,21 @@ class Standbys:
 
     # ---- spare ---------------------------------------------------------------------------
 
-    def take_spare(self) -> Child:
-        """The spare process if it is still alive, else a freshly spawned one (either says
-        `standby` and waits for the build)."""
+    def take_spare(self) -> tuple[Child, bool]:
+        """The spare process if it is still alive, else a freshly spawned one (either waits
+        for the build), and whether it has said `standby` already (heard by `watch`; else it
+        is still to come)."""
         with self._lock:
             spare, self._spare = self._spare, None
-            self._spare_ready = False
-        if spare is not None and spare[1].poll() is None:
-            return spare
+            said, broken = self._spare_ready, self._spare_broken
+            self._spare_ready, self._spare_prepared, self._spare_broken = False, None, False
+        if spare is not None and spare[1].poll() is None and not broken:
+            return spare, said
         if spare is not None:
-            log.warning("the standby inference process had exited (code %s)", spare[1].poll())
-            spare[0].close()
-        return self.spawner.spawn()
+            why = "said something malformed" if broken else f"had exited (code {spare[1].poll()})"
+            log.warning("the standby inference process %s", why)
+            end_child(spare, 0.0)
+        return self.spawner.spawn(), False
 
     # ---- hot -----------------------------------------------------------------------------
 
@@ -218,8 +235,8 @@ class Standbys:
         """Note a spare's readiness; end a hot standby that failed or died, and build the next
         one after REBUILD_AFTER_S."""
         spare = self._spare
-        if spare is not None and not self._spare_ready and has_news(spare[0]):
-            self._spare_ready = True
+        if spare is not None and self._spare_prepared is None and not self._spare_broken:
+            self._hear_spare(spare)
         hot = self._hot
         if hot is not None and hot.done.is_set() and not hot.ready:
             code = hot.child[1].poll()
@@ -235,6 +252,26 @@ class Standbys:
             self._rebuild_at = None
             self.refill()
 
+    def _hear_spare(self, spare: Child) -> None:
+        """Take what the spare has said: `standby` (imported), then `prepared` (its wait's
+        work done). Never raises: a malformed message marks it for replacing at the restart."""
+        link = spare[0]
+        while has_news(link) and not link.closed:
+            try:
+                data = link.receive(timeout_ms=0)
+                if data is None:
+                    return
+                message = decode(data)
+            except (ChannelError, MessageError) as exc:
+                log.warning("the standby inference process said something malformed (%s)", exc)
+                self._spare_broken = True
+                return
+            if isinstance(message, Standby):
+                self._spare_ready = True
+            elif isinstance(message, Prepared):
+                self._spare_prepared = message
+                return
+
     def replace(self, spawner: Spawner) -> None:
         """From now on standbys are spawned by `spawner` (a swapped policy's config): the one
         waiting, built from the old config, is ended and the next one started."""
@@ -247,7 +284,7 @@ class Standbys:
         with self._lock:
             spare, self._spare = self._spare, None
             hot, self._hot = self._hot, None
-            self._spare_ready = False
+            self._spare_ready, self._spare_prepared = False, None
         if spare is not None:
             end_child(spare, STANDBY_GRACE_S)
         if hot is not None:
@@ -279,8 +316,10 @@ class Standbys:
         return hot.pid if hot is not None else None
 
     def status(self) -> dict[str, Any]:
-        """standby (the mode), standby_pid, standby_ready, and for a hot one what it reported
-        of its own memory once built (`standby_memory`) and why the last one failed."""
+        """standby (the mode), standby_pid, standby_ready (a spare: imported and prepared; a
+        hot one: built), for a spare whether it read the policy ahead (`standby_read_ahead`),
+        and for a hot one what it reported of its own memory once built (`standby_memory`) and
+        why the last one failed."""
         hot = self._hot
         if self.mode == "hot":
             ready = hot is not None and hot.ready
@@ -289,12 +328,14 @@ class Standbys:
                 reported = (hot.hello.status if hot.hello is not None else {}).get("memory")
                 memory = {**(reported or {}), "host_resident_bytes": resident_bytes(hot.pid)}
         else:
-            ready = self._spare_ready if self.mode == "spare" else False
+            ready = self._spare_prepared is not None if self.mode == "spare" else False
             memory = None
+        prepared = self._spare_prepared
         return {
             "standby": self.mode,
             "standby_pid": self.pid,
             "standby_ready": ready if self.mode != "off" else None,
+            "standby_read_ahead": prepared.read_ahead if prepared is not None else None,
             "standby_memory": memory,
             "standby_failure": self._hot_failure if self.mode == "hot" else None,
         }

@@ -163,9 +163,11 @@ class Supervisor:
         attach it and serve; then start the next standby."""
         record = self._record
         stop = record.stop_requested
-        link, process = child = self._standbys.take_spare()
+        child, said_standby = self._standbys.take_spare()
+        link, process = child
         record.bind(child)  # from now on ended by the record, should the start be cut short
-        expect(link, process, Standby, self._start_timeout_s, stop)
+        if not said_standby:
+            expect(link, process, Standby, self._start_timeout_s, stop)
         send_at_start(link, Build())
         hello = expect(link, process, Hello, self._start_timeout_s, stop)
         self._attach(child, hello, progress)

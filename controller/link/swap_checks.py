@@ -14,9 +14,14 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from controller.bounded_file import read_bytes
 from controller.errors import PolicyError
 from controller.process_protocol.frame_slots import slot_parts
 from policies.base import PolicySpec, PromptSpec
+
+# A tokenizer file read to compare two policies' prompts, at most (as policies.prompt_tokens
+# reads it; that module imports sentencepiece, which the control process does not).
+MAX_TOKENIZER_BYTES = 64 * 1024 * 1024
 
 
 def check_compatible(old: PolicySpec, new: PolicySpec) -> None:
@@ -83,10 +88,11 @@ def _within(
 def _prompt_key(prompt: PromptSpec) -> tuple[Any, ...]:
     """A prompt spec without its tokenizer's path, with the tokenizer file's contents."""
     fields = prompt.model_dump(exclude={"tokenizer"})
-    try:
-        digest = hashlib.sha256(Path(prompt.tokenizer).read_bytes()).hexdigest()
-    except OSError as exc:
-        digest = f"unreadable: {exc.strerror}"
+    try:  # the bounded reader: a FIFO named as the tokenizer is refused, not waited on
+        data = read_bytes(Path(prompt.tokenizer), MAX_TOKENIZER_BYTES, PolicyError, "tokenizer")
+        digest = hashlib.sha256(data).hexdigest()
+    except PolicyError as exc:
+        digest = f"unreadable: {exc}"
     return tuple(sorted(fields.items())), digest
 
 

@@ -16,7 +16,7 @@ PREFIX = "tempo_"
 GAUGES = (
     ("robots", "policy_robots", "Robots the policy serves."),
     ("load", "policy_load", "Share of the policy's inference time its robots need (admission)."),
-    ("max_load", "policy_max_load", "The load past which a hello is refused (inference.max_load)."),
+    ("max_load", "policy_max_load", "The load past which a hello is refused (execution.max_load)."),
     ("serving", "policy_serving", "1 while the policy answers (0 while its process restarts)."),
 )
 COUNTERS = (

@@ -74,7 +74,8 @@ class Connection(Protocol):
     """One client as the backend keeps it (thread-safe: called from the server's thread)."""
 
     def submit(self, request: OpenpiRequest, done: Callable[[Answer], None]) -> None:
-        """Start serving `request`; `done(answer)` is called once, from any thread."""
+        """Start serving `request`; `done(answer)` may be called from any thread, and more than
+        once: the first answer is the one sent."""
         ...
 
     def cancel(self) -> None:

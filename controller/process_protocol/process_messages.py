@@ -10,6 +10,8 @@ encoding and decoding side by side (the form on the channel: `message_codec`).
                            DetachRing             its session ended
                            Stop
     inference -> control   Standby                imported, waiting for Build
+                           Prepared               a spare's wait used: the compiler
+                                                  imported, the policy read ahead (or not)
                            Hello                  the policy is loaded, warmed, checked
                            Ready                  slots attached (pinned?): serving
                            RingReady              a driver's ring attached (pinned?)
@@ -64,6 +66,7 @@ __all__ = [
     "Infer",
     "Message",
     "MessageError",
+    "Prepared",
     "Ready",
     "RequestFailed",
     "RingReady",
@@ -140,6 +143,22 @@ class DetachRing(Message):
 @dataclass(frozen=True, eq=False)
 class Standby(Message):
     KIND = "standby"
+
+
+@dataclass(frozen=True, eq=False)
+class Prepared(Message):
+    """A spare has done what it can before `Build` (process_main.prepare_while_standing_by):
+    `read_ahead`, whether it holds the policy read onto the host (the build then reads nothing)."""
+
+    KIND = "prepared"
+    read_ahead: bool
+
+    def fields(self) -> dict[str, Any]:
+        return {"read_ahead": self.read_ahead}
+
+    @classmethod
+    def read(cls, fields: MessageFields) -> Prepared:
+        return cls(fields.boolean("read_ahead"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -284,6 +303,7 @@ _CLASSES: tuple[type[Message], ...] = (
     AttachRing,
     DetachRing,
     Standby,
+    Prepared,
     Hello,
     Ready,
     RingReady,

@@ -124,6 +124,11 @@ class RecordingFiles:
         self._failure: str | None = None  # what the process said when it failed, kept
         self._jpeg_qscale = jpeg_qscale  # None: camera frames raw
 
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The file process, once started (None before the first file and after stop)."""
+        return self._process
+
     def open(self, path: Path, metadata: dict[str, str], compression: str) -> RecordingFile:
         spec = json.dumps({"path": str(path), "metadata": metadata, "compression": compression,
                            "jpeg_qscale": self._jpeg_qscale})  # fmt: skip

@@ -194,6 +194,7 @@ class RobotRecording:
                 "obs_received_ns": chunk.obs_received_ns,
                 "inference_ns": chunk.inference_ns,
                 "late_steps": late_steps,
+                "checkpoint": getattr(chunk, "checkpoint", None),  # None: unknown
                 "actions": chunk.actions,  # the feed's own array, never written again
                 "_policy": self._policy,  # its tier is read by the writer as the chunk comes
             },

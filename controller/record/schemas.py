@@ -118,6 +118,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "inference_ns": _INT,
             "late_steps": {"type": ["integer", "null"]},
             "tier": _TEXT_OR_NULL,
+            "checkpoint": _TEXT_OR_NULL,  # the policy.path that served it (null: unknown)
             "actions": _MATRIX,
         },
     ),

@@ -126,6 +126,16 @@ class Recorder:
         self._thread.start()
 
     @property
+    def frame_pool(self) -> FramePool:
+        """The buffers the writer copies slot frames into, used again once written."""
+        return self._frames
+
+    @property
+    def ring(self) -> MemoryRing:
+        """What ring mode keeps in memory for the next incident."""
+        return self._ring
+
+    @property
     def thread(self) -> threading.Thread | None:
         """The writer thread, once started."""
         return self._thread
@@ -149,7 +159,7 @@ class Recorder:
             while True:
                 try:
                     self._write_until_stopped()
-                    self._close_file()  # a full disk can first show when the last chunk is
+                    self.close_file()  # a full disk can first show when the last chunk is
                     return
                 except WRITE_ERRORS as exc:  # a full disk: paused, said once, no traceback
                     self._lost_file()
@@ -220,23 +230,30 @@ class Recorder:
                     return
                 time.sleep(IDLE_WAIT_S)
                 continue
-            # Frames still in drivers' slots first, for every queued record, so that the
-            # encoding below holds no slot: a driver whose slots are all held sends its frames
-            # on the socket instead.
-            for record in records:
-                if record.kind == "observation":
-                    self._own_frames(record)
-            for index, record in enumerate(records):
-                try:
-                    self._take(record)
-                except WRITE_ERRORS:
-                    self._not_written(record)
-                    self._unwritten = records[index + 1 :]  # taken as paused (_paused_until_..)
-                    raise
-                except Exception:
-                    for lost in records[index:]:  # this batch's rest is never written
-                        queue.dropped[lost.kind] += 1
-                    raise
+            self._write_batch(records)
+
+    def write_queued(self) -> None:
+        """Write what is queued now, as the writer thread writes each batch (for a caller that
+        drives the recorder without its thread)."""
+        self._write_batch(self.queue.take_all())
+
+    def _write_batch(self, records: list[Record]) -> None:
+        # Frames still in drivers' slots first, for every record, so that the encoding below
+        # holds no slot: a driver whose slots are all held sends its frames on the socket.
+        for record in records:
+            if record.kind == "observation":
+                self._own_frames(record)
+        for index, record in enumerate(records):
+            try:
+                self.write(record)
+            except WRITE_ERRORS:
+                self._not_written(record)
+                self._unwritten = records[index + 1 :]  # taken as paused (_paused_until_..)
+                raise
+            except Exception:
+                for lost in records[index:]:  # this batch's rest is never written
+                    self.queue.dropped[lost.kind] += 1
+                raise
 
     def _not_written(self, record: Record) -> None:
         """The record whose write failed: dropped (continuous), or, in ring mode, kept in the
@@ -247,7 +264,9 @@ class Recorder:
         else:
             self.incidents_not_written += 1
 
-    def _take(self, record: Record) -> None:
+    def write(self, record: Record) -> None:
+        """One record, as the writer thread writes each (a caller that drives the recorder
+        without its thread, a test, calls this and close_file itself)."""
         if record.kind == "observation":
             self._own_frames(record)
         tier = self._policy_of(record).tier() if record.kind == "chunk" else None
@@ -281,7 +300,7 @@ class Recorder:
         file = self._file
         next_bytes = 2 * nbytes(record) + message[1]  # frames twice over, its JSON's bound
         if file is not None and file.size + next_bytes >= self._max_file_bytes:
-            self._close_file()
+            self.close_file()
             # Here, on the writer thread: the tick path never waits for it. The next file (at
             # most max_file_mb) is reserved for.
             self._rotated.make_room(self.config.max_file_mb * 1024 * 1024)
@@ -306,7 +325,8 @@ class Recorder:
         self.files.append(str(path))
         return file
 
-    def _close_file(self) -> None:
+    def close_file(self) -> None:
+        """Close the file being written, if any (the writer thread does when it stops)."""
         if self._file is not None:
             file, self._file = self._file, None
             file.close()  # returns once the file is complete on disk: its size is final

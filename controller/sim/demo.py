@@ -171,7 +171,7 @@ def step_versus_period(status: dict[str, Any]) -> str | None:
         f"note: a policy step takes {step_s * 1000.0:.0f} ms on tier {tier}, longer than the "
         f"control period ({period_ms:.0f} ms at {status['control_hz']:g} Hz): each chunk arrives "
         "a step or more after its observation and its first actions are skipped. A GPU (or a "
-        "lower control.rate_hz, a longer inference.query_period; for TD-MPC2 "
+        "lower control.rate_hz, a longer execution.query_period; for TD-MPC2 "
         "policy.tdmpc2.mode=prior) closes the gap."
     )
 

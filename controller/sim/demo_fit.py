@@ -29,8 +29,8 @@ CPU_FITS: dict[str, CpuFit] = {
     "act": CpuFit(
         (
             "control.rate_hz=10",
-            "inference.query_period=10",
-            "inference.ensemble=newest",
+            "execution.query_period=10",
+            "execution.ensemble=newest",
             "runner.step_budget_ms=1000",
         ),
         "a CPU step of ACT takes longer than a 50 Hz control period, so the robot plays each "

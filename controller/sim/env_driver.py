@@ -9,12 +9,13 @@ a task first, and again with the environment's task if the daemon says the polic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from controller.errors import ConfigError, ErrorCode, HandshakeRefused, SpecMismatchError
 from controller.sim.clocks import CLOCKS
 from controller.sim.envs.adapter import EnvLayout
 from controller.wire.client import TempoClient
+from controller.wire.commands import Command
 
 # What the daemon says to a hello without a task for a policy that reads a prompt
 # (controller.daemon.prompts).
@@ -30,11 +31,13 @@ def connect_env_client(
     handshake_timeout_s: float = 5.0,
     frames_in_place: bool | None = None,
     clock: str = "lockstep",
+    on_command: Callable[[Command, str], None] | None = None,
 ) -> TempoClient:
     """A connected client for `layout` (`joints`: the policy's names for the action values,
     default the layout's). Raises SpecMismatchError (one sentence) when the daemon's policy
     expects other cameras, state or joints, and ConfigError when `clock` is realtime and the
-    daemon does not tick at the environment's frame rate."""
+    daemon does not tick at the environment's frame rate. `on_command`: the client's (a
+    lockstep episode's FirstAnswers.on_command)."""
     names = list(joints) if joints is not None else list(layout.joints)
     if len(names) != len(layout.joints):
         raise SpecMismatchError(
@@ -57,6 +60,8 @@ def connect_env_client(
             task=task,
             policy=policy,
             frames_in_place=frames_in_place,
+            on_command=on_command,
+            lockstep=clock == "lockstep",
         )
         try:
             client.connect()

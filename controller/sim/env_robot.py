@@ -20,6 +20,7 @@ from controller.sim.envs.catalog import layout_of, make_env
 from controller.sim.episode_loop import EpisodeResult, run_episode
 from controller.sim.eval_plot import check_plot_installed, write_eval_plot
 from controller.sim.eval_summary import eval_summary, eval_table
+from controller.sim.first_answers import FirstAnswers
 from controller.sim.rollout_video import RolloutVideo, check_video_installed
 
 
@@ -46,7 +47,10 @@ def run_env_episodes(
         check_video_installed()
     env = make_env(layout)
     try:
-        client = connect_env_client(endpoint, layout, policy=policy, clock=clock)
+        answers = FirstAnswers()
+        client = connect_env_client(
+            endpoint, layout, policy=policy, clock=clock, on_command=answers.on_command
+        )
         try:
             results = []
             for seed in seeds:
@@ -61,6 +65,7 @@ def run_env_episodes(
                         clock,
                         max_steps=max_steps,
                         on_step=None if video is None else lambda *_, v=video: v.add(env.render()),
+                        answers=answers if clock == "lockstep" else None,
                     )
                 finally:
                     if video is not None:

@@ -4,9 +4,11 @@
   robot does. Each frame applies the newest action the daemon sent; until a first one (or when
   the daemon holds) the last action is held, as on hardware. A frame that starts later than a
   period after its due time is a missed tick (the simulator itself was too slow).
-- `lockstep`: after each observation the environment waits for the action computed from it
-  (LeRobot's eval loop), so inference time never shows. With one action per observation
-  (chunk_size 1 or a query every step) the actions are LeRobot's.
+- `lockstep`: after each observation the environment waits for the first action computed from
+  it (LeRobot's eval loop), so inference time never shows. With a query every step
+  (n_action_steps 1) the actions are LeRobot's (scripts/parity/check_eval_parity.py): the
+  client says lockstep in its hello, so each chunk plays from the tick it lands on, and the
+  first action computed from an observation (FirstAnswers) is its chunk's first row.
 
 Only numpy and the client (a driver's install runs this).
 """
@@ -24,13 +26,14 @@ from controller.errors import DaemonUnavailable
 from controller.observe.histogram import Histogram
 from controller.sim.clocks import CLOCKS
 from controller.sim.envs.adapter import EnvObservation, SimEnv
+from controller.sim.first_answers import FirstAnswers
 from controller.wire.client import TempoClient
 
 POLL_S = 0.002  # how long one receive waits for the daemon
-# Lockstep: an observation unanswered this long is sent again. The daemon drops a chunk that
-# comes back after the step it was for (chunk_size 1 has nothing left to play), so without a
-# new observation it would never act again.
-RESEND_AFTER_S = 0.5
+# Lockstep: an observation unanswered this long is sent again. A lockstep session's chunks are
+# never late, so this is for an inference process that restarted meanwhile (it never answers
+# what it was asked before): long enough for a slow step on a loaded CPU not to be asked twice.
+RESEND_AFTER_S = 10.0
 SETTLE_PERIODS = 10  # realtime: at most this many frames' time waiting for the last answer
 
 
@@ -96,12 +99,16 @@ def run_episode(
     keep_frames: bool = False,
     action_wait_s: float = 60.0,
     on_step: Callable[[EnvObservation, np.ndarray], None] | None = None,
+    answers: FirstAnswers | None = None,
 ) -> EpisodeResult:
     """Run one episode from `env.reset(seed)` until the environment ends it or `max_steps`
     (default the layout's); `on_step` sees each observation and the action applied to it.
-    Lockstep raises DaemonUnavailable when no action comes within `action_wait_s`."""
+    Lockstep needs `answers`, the client's FirstAnswers (connect_env_client makes the client
+    with one), and raises DaemonUnavailable when no action comes within `action_wait_s`."""
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {CLOCKS}, not {clock!r}")
+    if clock == "lockstep" and answers is None:
+        raise ValueError("lockstep needs the client's FirstAnswers (connect_env_client's)")
     steps = max_steps if max_steps is not None else env.layout.max_steps
     result = EpisodeResult(seed=seed, clock=clock)
     latency = _Latency()
@@ -115,8 +122,10 @@ def run_episode(
     for _ in range(steps):
         if keep_frames:
             result.frames.append(env.render())
-        if clock == "lockstep":
-            action, seq = _wait_for_action(client, observation, seq, latency, action_wait_s, result)
+        if answers is not None:
+            action, seq = _wait_for_action(
+                client, answers, observation, seq, latency, action_wait_s, result
+            )
             fresh = True
         else:
             due += period_ns
@@ -159,6 +168,7 @@ def run_episode(
 
 def _wait_for_action(
     client: TempoClient,
+    answers: FirstAnswers,
     observation: EnvObservation,
     seq: int | None,
     latency: _Latency,
@@ -173,7 +183,7 @@ def _wait_for_action(
     resend_at = time.monotonic() + RESEND_AFTER_S
     session = client.welcome.session if client.welcome is not None else None
     while time.monotonic() < deadline:
-        command = client.receive(timeout_s=POLL_S)
+        client.receive(timeout_s=POLL_S)  # FirstAnswers sees what arrives
         now_session = client.welcome.session if client.welcome is not None else None
         new_session = now_session is not None and (now_session != session or seq is None)
         if new_session or time.monotonic() > resend_at:
@@ -185,10 +195,9 @@ def _wait_for_action(
             resend_at = time.monotonic() + RESEND_AFTER_S
             counts.resent += 1
             continue
-        if command.kind == "action" and command.action is not None:
-            if seq is not None and command.obs_seq >= seq:
-                latency.answered(command.obs_seq)
-                return command.action, seq
+        if seq is not None and (first := answers.take(seq)) is not None:
+            latency.answered(seq)
+            return first[0], seq
     raise DaemonUnavailable(
         f"no action computed from observation {seq} came within {wait_s:.0f} s (lockstep); "
         f"the client's last error: {client.counters.last_error or 'none'}"

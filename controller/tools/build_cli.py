@@ -104,7 +104,7 @@ def run_build(config: Any, rebuild: bool = False) -> int:
         config.robot,
         runner.model_copy(update={"artefacts_dir": folder}),
         progress=None,
-        batch_sizes=config.inference.batch_sizes,
+        batch_sizes=config.execution.batch_sizes,
     )
     served = planner_runner(policy)
     took = time.perf_counter() - began

@@ -6,7 +6,7 @@
 What is measured: the control-step cost
 ---------------------------------------
 Each variant runs what the daemon does per robot per control step, minus the socket: one
-`predict_chunk` every `inference.query_period` steps (the chunk goes into the ensembler), and
+`predict_chunk` every `execution.query_period` steps (the chunk goes into the ensembler), and
 every step the robot's action pipeline as the daemon runs it
 (`controller.tools.profiling.timed_control_step`).
 One sample is the wall time of a window of W consecutive control steps divided by W, with
@@ -80,8 +80,8 @@ class _Variant:
         self.description = description
         self.source = source
         self.pipeline = robot_pipeline(config, runner.spec)
-        self.inference, _ = resolve_execution(config.inference, runner.spec)
-        self.period = self.inference.query_period
+        self.execution, _ = resolve_execution(config.execution, runner.spec)
+        self.period = self.execution.query_period
         self.delay = 0  # the inference delay in the contexts (RTC's d)
         # A policy that reads a prompt (pi0) gets its codec's example one: a tool has no task.
         self.prompt = runner.codec.example(0).prompt if runner.spec.prompt is not None else None
@@ -225,7 +225,7 @@ def run_compare(
             policy=v.description,
             tier=v.runner.tier or "?",
             query_period=v.period,
-            ensemble=v.inference.ensemble,
+            ensemble=v.execution.ensemble,
             samples=s,
             predict=np.asarray(v.predict),
             tiers=list(v.runner.status()["tiers"]),  # type: ignore[call-overload]

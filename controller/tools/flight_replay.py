@@ -40,6 +40,7 @@ class RecordedRequest:
     context: RobotContext
     served: np.ndarray | None  # the chunk the policy returned (None: none was recorded)
     tier: str | None
+    checkpoint: str | None = None  # the policy.path that served it (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class StepDifference:
     step: int
     tier: str | None
     rows: np.ndarray  # (chunk_size,) max over the action's joints
+    checkpoint: str | None = None
 
     @property
     def largest(self) -> float:
@@ -65,6 +67,8 @@ class StepDifference:
 class ReplayResult:
     steps: list[StepDifference] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # why requests were not replayed
+    # Chunks served by a checkpoint other than the one replayed (a swap's): path -> count.
+    other_checkpoints: dict[str, int] = field(default_factory=dict)
     problem: str | None = None  # the recording was cut short or damaged
 
     @property
@@ -132,17 +136,30 @@ def recorded_requests(
             context=_context(message.data),
             served=None if chunk is None else np.asarray(chunk.data["actions"], np.float32),
             tier=None if chunk is None else chunk.data.get("tier"),
+            checkpoint=None if chunk is None else chunk.data.get("checkpoint"),
         )
 
 
 PROGRESS_EVERY_S = 5.0  # a replay of a long recording on a CPU runs for minutes
 
 
+def same_checkpoint(recorded: str | None, replayed: str | None) -> bool:
+    """Whether a chunk served by `recorded` is the replayed checkpoint's to compare: unknown
+    on either side (an older recording, a policy written in code) compares."""
+    if recorded is None or replayed is None:
+        return True
+    return recorded == replayed or Path(recorded).resolve() == Path(replayed).resolve()
+
+
 def replay(
-    recording: Recording, policy: Policy, say: Callable[[str], None] | None = None
+    recording: Recording,
+    policy: Policy,
+    say: Callable[[str], None] | None = None,
+    checkpoint: str | None = None,
 ) -> ReplayResult:
     """Every recorded request through `policy`, each chunk against the one served; `say` hears
-    how far it got every PROGRESS_EVERY_S seconds."""
+    how far it got every PROGRESS_EVERY_S seconds. `checkpoint`: the policy.path replayed;
+    chunks served by another (before or after a swap) are counted, not compared."""
     result = ReplayResult(problem=recording.problem)
     spec = policy.spec
     started = last_said = time.monotonic()
@@ -163,6 +180,10 @@ def replay(
             why = "no chunk served for it"
             result.skipped[why] = result.skipped.get(why, 0) + 1
             continue
+        if not same_checkpoint(request.checkpoint, checkpoint):
+            other = str(request.checkpoint)
+            result.other_checkpoints[other] = result.other_checkpoints.get(other, 0) + 1
+            continue
         actions = np.asarray(policy.predict(request.images, request.context).actions)
         if request.served.shape != actions.shape:
             raise RecordingError(
@@ -172,7 +193,14 @@ def replay(
             )
         rows = np.abs(actions.astype(np.float64) - request.served).max(axis=1)
         result.steps.append(
-            StepDifference(request.robot, request.obs_seq, request.context.step, request.tier, rows)
+            StepDifference(
+                request.robot,
+                request.obs_seq,
+                request.context.step,
+                request.tier,
+                rows,
+                request.checkpoint,
+            )
         )
     return result
 
@@ -192,13 +220,16 @@ def render(result: ReplayResult, top: int = 5, every_step: bool = True) -> str:
         f"{len(result.steps)} chunks compared; largest difference {result.largest:.3g}"
         + "".join(f"; {n} skipped ({why})" for why, n in sorted(result.skipped.items()))
     )
+    for path, n in sorted(result.other_checkpoints.items()):
+        lines.append(f"{n} chunks served by another checkpoint ({path}) were not compared")
     worst = sorted(result.steps, key=lambda s: s.largest, reverse=True)[:top]
     if worst and worst[0].largest > 0:
         lines.append("diverging most:")
         for s in worst:
             lines.append(
                 f"  robot {s.robot} step {s.step} (obs {s.obs_seq}, served by "
-                f"{s.tier or '?'}): {s.largest:.3g} at chunk row {s.worst_row}"
+                f"{s.tier or '?'} of checkpoint {s.checkpoint or 'unknown'}): "
+                f"{s.largest:.3g} at chunk row {s.worst_row}"
             )
     return "\n".join(lines)
 
@@ -241,7 +272,12 @@ def run_replay(args: argparse.Namespace, config: Any) -> int:
     say(f"building the policy (up to tier {args.tier})")
     policy = build_policy(config.policy, config.robot, runner)
     say("replaying the recorded requests")
-    result = replay(recording, policy, say)
+    result = replay(
+        recording,
+        policy,
+        say,
+        checkpoint=None if config.policy.path is None else str(config.policy.path),
+    )
     print(render(result, top=args.top, every_step=not args.summary))
     if args.plot is not None:
         print(f"plot written to {plot(result, args.plot)}")

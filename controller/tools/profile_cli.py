@@ -5,7 +5,7 @@ controller.tools.compare (cli.py adds it with `add_profile_parser`).
                   [--report DIR] [--json]
     tempo profile compare A.yaml B.yaml [--set ... (both)]
     tempo profile compare A.yaml --set runner.top_tier=eager_fp32     (B = A + the overrides)
-    tempo profile compare --set inference.query_period=10             (A = defaults, B = + set)
+    tempo profile compare --set execution.query_period=10             (A = defaults, B = + set)
     tempo profile compare FLOW.yaml --rtc      (RTC off against each RTC mode, a verdict each)
 """
 

@@ -103,20 +103,20 @@ def _flow_advice(result: ProfileResult) -> list[str]:
                 f"A step takes up to {_ms(p99)} (p99), {delay} control step(s): with plain "
                 f"chunk switching the robot jumps at every chunk boundary by what the policy "
                 "changed its mind about. Real-time chunking (policy.rtc.mode, with "
-                "inference.ensemble: newest) makes the new chunk agree with the executed prefix."
+                "execution.ensemble: newest) makes the new chunk agree with the executed prefix."
             )
         return out
     if horizon < delay:
         out.append(
             f"The inference delay is about {delay} control step(s) (p99 step {_ms(p99)}) but a "
-            f"new chunk is asked every {horizon} (inference.query_period = the execution horizon "
-            f"s): RTC needs s >= d. Set inference.query_period to at least {delay}."
+            f"new chunk is asked every {horizon} (execution.query_period = the execution horizon "
+            f"s): RTC needs s >= d. Set execution.query_period to at least {delay}."
         )
     elif chunk - horizon < delay:
         out.append(
             f"With H = {chunk} and s = {horizon}, the prefix the new chunk can agree with has "
             f"{chunk - horizon} actions, fewer than the delay d = {delay}: lower "
-            f"inference.query_period to at most {chunk - delay}."
+            f"execution.query_period to at most {chunk - delay}."
         )
     else:
         out.append(

@@ -238,7 +238,7 @@ def run_profile(
 
     phases = _Phases(runner)
     pipeline = robot_pipeline(config, runner.spec)
-    period = resolve_execution(config.inference, runner.spec)[0].query_period
+    period = resolve_execution(config.execution, runner.spec)[0].query_period
     clock = time.perf_counter_ns
     columns = {k: np.zeros(iterations) for k in ("step", "upload", "model", "download")}
     columns |= {"ensembler": np.zeros(iterations), "guards": np.zeros(iterations)}

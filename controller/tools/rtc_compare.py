@@ -7,7 +7,7 @@ for a pi0.5 checkpoint trained with training-time RTC).
     print(render_rtc_compare(result))
 
 Every variant is the same configuration with `policy.rtc.mode` set (off, exact, stop_grad,
-inpaint, trained) and `inference.ensemble: newest`, built and started as the daemon would. A
+inpaint, trained) and `execution.ensemble: newest`, built and started as the daemon would. A
 round runs one window of control steps of each variant, the order rotating from round to round,
 so drift falls on all alike; each variant is compared with RTC off exactly as `tempo profile
 compare` compares B with A (ratio of medians, paired bootstrap over rounds, `min_effect`). Each
@@ -16,7 +16,7 @@ prefix, and a delay of RTC_DELAY steps (the guided computation costs the same fo
 
 The verdict line per mode: the overhead per control step with its interval, the policy step's
 p50 and p99 against RTC off, and whether the p99 step still fits the execution horizon
-(d = ceil(p99 / control period) <= s = inference.query_period), which RTC needs.
+(d = ceil(p99 / control period) <= s = execution.query_period), which RTC needs.
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ def rtc_variant(config: TempoConfig, mode: str) -> TempoConfig:
     """`config` with policy.rtc.mode = `mode` and newest-chunk execution."""
     rtc = config.policy.section("rtc").model_copy(update={"mode": mode})
     policy = config.policy.with_section("rtc", rtc)
-    inference = config.inference.model_copy(update={"ensemble": "newest"})
-    return config.model_copy(update={"policy": policy, "inference": inference})
+    inference = config.execution.model_copy(update={"ensemble": "newest"})
+    return config.model_copy(update={"policy": policy, "execution": inference})
 
 
 def default_modes(module: Any) -> tuple[str, ...]:
@@ -206,7 +206,7 @@ def run_rtc_compare(
 def _fits(delay: int, horizon: int) -> str:
     if delay <= horizon:
         return f"fits: d = {delay} <= s = {horizon} steps"
-    return f"does not fit: d = {delay} > s = {horizon} steps (raise inference.query_period)"
+    return f"does not fit: d = {delay} > s = {horizon} steps (raise execution.query_period)"
 
 
 def _ms(seconds: float) -> str:

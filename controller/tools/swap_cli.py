@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 POLL_S = 0.5
+# `tempo swap --cancel` watches this long for the swap to end (its new process is killed 2 s
+# after it is asked to stop).
+CANCEL_WAIT_S = 5.0
 
 
 def add_swap_parser(
@@ -109,10 +112,21 @@ def _cancel(endpoint: str, args: argparse.Namespace, token: bytes | None) -> int
         print("tempo swap: --now switches to a new checkpoint; --cancel takes no --now",
               file=sys.stderr)  # fmt: skip
         return 2
+    from controller.observe.status_server import request_status
+
     request = {"kind": "swap", "cancel": True, "policy": args.policy}
     swap = command_reply(endpoint, request, token)
     if isinstance(swap, int):
         return swap
+    # The daemon answers at once (its status thread answers everyone); the swap ends as its
+    # new process does (killed 2 s after it is asked to stop): watched here, in status.
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    swap_id, name = swap.get("id"), swap.get("policy")
+    while swap.get("phase") in ("building", "switching") and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        now = _swap_status(request_status(endpoint, timeout_s=5.0, token=token) or {}, name)
+        if now.get("id") == swap_id:
+            swap = now
     if swap.get("phase") == "cancelled":
         print(f"tempo swap: cancelled: {swap.get('detail')}")
         return 0

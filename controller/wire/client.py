@@ -68,13 +68,17 @@ class TempoClient:
         task: str | None = None,
         policy: str | None = None,  # the daemon's policy to be served by (None: its default)
         on_command: Callable[[Command, str], None] | None = None,
+        lockstep: bool = False,
     ) -> None:
         """`frames_in_place`: camera frames through a shared-memory ring instead of the
         socket. None (default): when the endpoint is ipc:// and the daemon offers one; True:
         required (connect raises HandshakeRefused if the daemon offers none); False: never.
         `task`: what the robot is asked to do, for a policy that reads a text prompt (see
         `connect`). `on_command(command, session)`: called with every action and hold of the
-        current session as it arrives, on the thread that calls receive (recorders, tests)."""
+        current session as it arrives, on the thread that calls receive (recorders, tests).
+        `lockstep`: the robot's world waits for each action (a simulator stepped by its
+        driver): every chunk plays from the tick it lands on, first row first, however long
+        inference took."""
         if (client_secret_key is None) != (server_public_key is None):
             raise SecurityError(
                 "client_secret_key and server_public_key go together; pass both or neither"
@@ -90,6 +94,7 @@ class TempoClient:
             task=checked_task(task, "hello"),
             policy=policy,
             frames_in_place=frames_in_place,
+            lockstep=lockstep,
             # Loaded once: every reconnect makes a fresh socket and must not re-read files.
             keys=(
                 load_client_keys(Path(client_secret_key), Path(server_public_key))

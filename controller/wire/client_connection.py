@@ -52,6 +52,7 @@ class ClientConnection:
         task: str | None,
         policy: str | None,
         frames_in_place: bool | None,
+        lockstep: bool = False,
         keys: ClientKeys | None,
         context: zmq.Context,
         counters: ClientCounters,
@@ -67,6 +68,7 @@ class ClientConnection:
         self.task = task
         self.policy = policy
         self.frames_in_place = frames_in_place
+        self.lockstep = lockstep
         self._ask_in_place = frames_in_place is True or (
             frames_in_place is None and endpoint.startswith("ipc://")
         )
@@ -138,6 +140,8 @@ class ClientConnection:
         fields: dict[str, Any] = {"spec": self._declared.spec}
         if self._ask_in_place:
             fields["frames_in_place"] = True
+        if self.lockstep:
+            fields["lockstep"] = True
         if self.task is not None:
             fields["task"] = self.task
         fields.update({"policy": self.policy} if self.policy is not None else {})

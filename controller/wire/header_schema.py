@@ -38,7 +38,8 @@ _OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
     # Frames in place (same host): hello asks, welcome hands over the ring, obs names the slot.
     # A task (a prompt-reading policy's text) comes in hello, and changes at an episode start.
     # A daemon serving several policies serves the one hello names (none: its default).
-    "hello": {"frames_in_place": bool, "task": str, "policy": str},
+    # A lockstep driver's world waits for each action: its chunks play from the tick they land.
+    "hello": {"frames_in_place": bool, "task": str, "policy": str, "lockstep": bool},
     "obs": {"resume": bool, "episode_start": bool, "frame_slot": dict, "task": str},
     "welcome": {"limits": dict, "frame_ring": dict},
     "error": {"session": str, "ref_seq": int},

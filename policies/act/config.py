@@ -156,7 +156,7 @@ class ACTConfig(BaseModel):
         default=None,
         description="LeRobot's temporal-ensembling weight for this model, if known. What the "
         "daemon executes is the spec's `execution` (policies.checkpoints.execution translates "
-        "these two into it), unless the config's inference section overrides it.",
+        "these two into it), unless the config's execution section overrides it.",
     )
 
     @model_validator(mode="after")

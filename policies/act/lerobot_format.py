@@ -89,9 +89,13 @@ class Features:
                     f"{path}: input feature '{key}' ({kind}, shape {shape}) is not supported; "
                     f"Tempo's {family} reads {reads}"
                 )
-        if set(outputs) != {ACTION_KEY}:
+        # LeRobot makes every dataset column named action* an ACTION output (a Tempo export's
+        # action.held, say); its policies predict `action` alone and ignore the others.
+        others = [k for k in outputs if k != ACTION_KEY and not k.startswith(f"{ACTION_KEY}.")]
+        if ACTION_KEY not in outputs or others:
             raise CheckpointError(
-                f"{path}: output_features must be exactly '{ACTION_KEY}', got {sorted(outputs)}"
+                f"{path}: output_features must be '{ACTION_KEY}' (with at most columns named "
+                f"'{ACTION_KEY}.*', which are not predicted), got {sorted(outputs)}"
             )
         kind, action_shape = _feature(ACTION_KEY, outputs[ACTION_KEY], path)
         if kind != "ACTION" or len(action_shape) != 1:

@@ -1,7 +1,8 @@
 """A prompted policy's tokenizer travels inside its Tempo checkpoint.
 
-A spec names its SentencePiece model by path (policies.base.PromptSpec.tokenizer). Written, the
-file is copied to `tokenizer/tokenizer.model` in the checkpoint and the spec names it relative
+A spec names its tokenizer file by path (policies.base.PromptSpec.tokenizer). Written, the
+file is copied to `tokenizer/tokenizer.model` in the checkpoint (a SmolVLA's Hugging Face
+tokenizer to `tokenizer/tokenizer.json`) and the spec names it relative
 to the directory, so the checkpoint stands alone; read, the relative name is resolved against
 the directory it was read from.
 """
@@ -15,6 +16,7 @@ from controller.errors import CheckpointError
 from policies.base import PolicySpec
 
 TOKENIZER_FILE = "tokenizer/tokenizer.model"  # relative to the checkpoint's directory
+HF_TOKENIZER_FILE = "tokenizer/tokenizer.json"  # template "smolvla"
 
 
 def with_tokenizer_copied(spec: PolicySpec, directory: Path) -> PolicySpec:
@@ -22,13 +24,14 @@ def with_tokenizer_copied(spec: PolicySpec, directory: Path) -> PolicySpec:
     (a spec without a prompt is returned as it is)."""
     if spec.prompt is None:
         return spec
-    source, copy = Path(spec.prompt.tokenizer), directory / TOKENIZER_FILE
+    name = HF_TOKENIZER_FILE if spec.prompt.template == "smolvla" else TOKENIZER_FILE
+    source, copy = Path(spec.prompt.tokenizer), directory / name
     if not source.is_file():
         raise CheckpointError(f"the policy's tokenizer {source} is not a file to copy along")
     copy.parent.mkdir(parents=True, exist_ok=True)
     if not (copy.exists() and copy.samefile(source)):
         shutil.copyfile(source, copy)
-    prompt = spec.prompt.model_copy(update={"tokenizer": TOKENIZER_FILE})
+    prompt = spec.prompt.model_copy(update={"tokenizer": name})
     return spec.model_copy(update={"prompt": prompt})
 
 

@@ -22,6 +22,13 @@ class CubeExpertConfig(BaseModel):
     )
     state_size: int = Field(default=21, ge=2, le=1024, description="The state vector's length.")
     chunk_size: int = Field(default=1, ge=1, le=10_000, description="Steps per chunk.")
+    study_delay_ms: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=10_000.0,
+        description="For the delay study (scripts/sim/delay_study.py) only: each step sleeps "
+        "this long on the host, as a slower policy's inference takes longer (eager tiers).",
+    )
 
     @model_validator(mode="after")
     def _cube_in_state(self) -> CubeExpertConfig:

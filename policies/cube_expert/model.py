@@ -13,6 +13,8 @@ starting position, interpolated bilinearly between the grid's trajectories.
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import nn
 
@@ -46,6 +48,8 @@ class CubeExpert(nn.Module):
         elapsed: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         c = self.config
+        if c.study_delay_ms > 0:
+            time.sleep(c.study_delay_ms / 1000)  # an injected inference delay (the delay study)
         i, fx = self._cell(episode[:, 2], c.x_range, c.nx)
         j, fy = self._cell(episode[:, 3], c.y_range, c.ny)
         rows = elapsed[:, :1].long() + torch.arange(c.chunk_size, device=elapsed.device)

@@ -80,15 +80,13 @@ class TransferPlan:
         return _interpolate(self.left, t), _interpolate(self.right, t)
 
 
-GRASP_DEPTH = -0.015
-CLOSE_END = 170
-LIFT_END = 200
-
-
 def transfer_plan(cube_xyz: np.ndarray) -> TransferPlan:
     """Both arms' waypoints for a cube at `cube_xyz`: the right gripper, tilted 60 degrees
-    about y, comes down over the cube, closes, carries it to the meeting point and opens once
-    the left gripper (turned 90 degrees about x) has closed on it."""
+    about y, comes down over the cube, closes, lifts it straight up, carries it to the meeting
+    point and opens as the left gripper (turned 90 degrees about x) closes on it. Unlike the
+    paper's script, which swings the cube towards the meeting point as it lifts and is there at
+    step 220, this one lifts first and arrives at step 260: in gym-aloha the swing shook the cube
+    out of the gripper (measured: lost in every one of 6 seeds)."""
     cube = np.asarray(cube_xyz, dtype=np.float64)
     pick = quat_multiply(IDENTITY, axis_angle((0.0, 1.0, 0.0), -60.0))
     meet_left = axis_angle((1.0, 0.0, 0.0), 90.0)
@@ -103,12 +101,12 @@ def transfer_plan(cube_xyz: np.ndarray) -> TransferPlan:
         Waypoint(PLAN_STEPS, left_back, IDENTITY, 0.0),
     ]
     above = cube + np.array([0.0, 0.0, 0.08])
-    at_cube = cube + np.array([0.0, 0.0, GRASP_DEPTH])
+    at_cube = cube + np.array([0.0, 0.0, -0.015])
     right = [
         Waypoint(0, RIGHT_START, IDENTITY, 0.0),
         Waypoint(90, above, pick, 1.0),  # open, above the cube
         Waypoint(130, at_cube, pick, 1.0),  # down around it
-        Waypoint(CLOSE_END, at_cube, pick, 0.0),  # close
+        Waypoint(170, at_cube, pick, 0.0),  # close
         Waypoint(190, above, pick, 0.0),  # lift straight up
         Waypoint(240, MEET + np.array([0.05, 0.0, 0.0]), pick, 0.0),  # towards the meeting
         Waypoint(260, MEET, pick, 0.0),

@@ -63,8 +63,8 @@ def demo_settings(cache: Path) -> list[str]:
         "policy.kind=checkpoint",
         f"policy.path={directory}",
         "policy.rtc.mode=exact",
-        "inference.ensemble=newest",
-        "inference.query_period=10",  # the execution horizon s: at least the delay on a CPU
+        "execution.ensemble=newest",
+        "execution.query_period=10",  # the execution horizon s: at least the delay on a CPU
     ]
 
 

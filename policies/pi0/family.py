@@ -50,7 +50,9 @@ def serve_prompt_settings(policy: TensorPolicy, settings: PolicySettings) -> Ten
     prompt = settings.section("prompt")
     rtc = settings.section("rtc")
     if not isinstance(policy.module, Pi0Step):
-        if prompt.tokenizer is None and prompt.default_task is None:
+        # Another prompted family (SmolVLA) serves policy.prompt itself.
+        serves_prompt = getattr(policy.module, "serves_prompt_settings_itself", False)
+        if serves_prompt or (prompt.tokenizer is None and prompt.default_task is None):
             return policy
         from controller.errors import ConfigError
 

@@ -224,7 +224,7 @@ def run_import(args: argparse.Namespace) -> int:
     print(
         f"wrote a Tempo checkpoint to {written} (official {layout} key layout); serve it with "
         f"`tempo serve --set policy.kind=checkpoint --set policy.path={written} "
-        "--set inference.ensemble=newest`"
+        "--set execution.ensemble=newest`"
     )
     return 0
 
@@ -237,7 +237,7 @@ def demo_settings(cache: Path) -> list[str]:
         from policies.tdmpc2.demo import make_demo_tdmpc2_checkpoint
 
         make_demo_tdmpc2_checkpoint(directory)
-    return ["policy.kind=checkpoint", f"policy.path={directory}", "inference.ensemble=newest"]
+    return ["policy.kind=checkpoint", f"policy.path={directory}", "execution.ensemble=newest"]
 
 
 FAMILY = PolicyFamily(

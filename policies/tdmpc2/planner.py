@@ -37,7 +37,7 @@ with fixed noise in FP32 it equals the plain reference planner of the tests to 1
 runs the model itself: FP32 (TF32 matmuls under `tf32`; `bf16` does not change it).
 
 The whole sequence is returned, not only its first action: played newest-first
-(`inference.ensemble: newest`), a plan that lands every step gives the robot the official
+(`execution.ensemble: newest`), a plan that lands every step gives the robot the official
 receding-horizon action, and when a plan is late the robot follows the rest of the last one
 instead of holding.
 

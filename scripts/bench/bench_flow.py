@@ -58,8 +58,8 @@ def settings(args: argparse.Namespace, checkpoint: Path) -> list[str]:
     return [
         "policy.kind=checkpoint",
         f"policy.path={checkpoint}",
-        "inference.ensemble=newest",
-        f"inference.query_period={args.horizon}",
+        "execution.ensemble=newest",
+        f"execution.query_period={args.horizon}",
         f"runner.top_tier={args.tier}",
         "runner.step_budget_ms=null",
         *args.set,

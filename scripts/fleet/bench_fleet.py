@@ -3,7 +3,7 @@
 Every run starts the daemon afresh on the same machine; the modes (any together; none: the
 fleet run):
 
-  fleet (default)  for each robot count, the daemon twice: `inference.batch_sizes: [1]` (the
+  fleet (default)  for each robot count, the daemon twice: `execution.batch_sizes: [1]` (the
                    robots served one after another) and the batch sizes given. Robots ask
                    for a chunk every query period, timed as --drive says (tick: as the
                    daemon's tick reaches them; clock: by their own clock). Per run:
@@ -21,7 +21,7 @@ fleet run):
                    robots on each at the policy's own rate (control rate / query period): per
                    policy p50/p99, whether every chunk came before its deadline, missed ticks,
                    lost messages.
-  --admission N    inference.max_load set between the load of N robots and of N+1 (or
+  --admission N    execution.max_load set between the load of N robots and of N+1 (or
                    --max-load); robots connect one by one up to N+1: which hello was refused
                    and its sentence, and that the admitted robots kept being served.
 
@@ -62,8 +62,8 @@ def fleet_config(args: argparse.Namespace, tmp: str, robots: int, sizes: list[in
                  rate: float | None = None) -> TempoConfig:  # fmt: skip
     return load_config(args.config, [
         *args.sets, *sockets(tmp, robots), f"control.rate_hz={rate or args.rate}",
-        f"inference.batch_sizes={json.dumps(sizes)}",
-        f"inference.batch_window_us={args.window_us}",
+        f"execution.batch_sizes={json.dumps(sizes)}",
+        f"execution.batch_window_us={args.window_us}",
     ])  # fmt: skip
 
 
@@ -79,7 +79,7 @@ def mixed_config(args: argparse.Namespace, tmp: str, robots: int) -> TempoConfig
 
     def entry(name: str, path: Path | None, **inference: Any) -> dict[str, Any]:
         policy = {"kind": "checkpoint", "path": str(path)} if path is not None else {}
-        return {"name": name, "policy": policy, "inference": {**batching, **inference}}
+        return {"name": name, "policy": policy, "execution": {**batching, **inference}}
 
     policies = [entry("act", args.act_path),
                 entry("pi0", args.pi0_path, query_period=args.pi0_query_period)]  # fmt: skip
@@ -208,7 +208,7 @@ def admission(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
     row = admission_run(config, n, args.seconds, args.tiny, args.drive, max_load=args.max_load)
     print(f"\nadmission: {n} robots, then one more; {args.rate:g} Hz, batch sizes {sizes}")
     print(f"  load of {n} robots {shown(row['load_n'])}, of {n + 1} {shown(row['load_n_plus_1'])}"
-          f"; inference.max_load {shown(row['max_load'])}")  # fmt: skip
+          f"; execution.max_load {shown(row['max_load'])}")  # fmt: skip
     for refusal in row["refused"]:
         print(f"  hello {refusal['hello']} ({refusal['robot']}) refused: {refusal['sentence']}")
     if not row["refused"]:

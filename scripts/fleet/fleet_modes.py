@@ -38,7 +38,7 @@ from scripts.measure import percentile
 
 def _query_period(view: TempoConfig, policy: Any) -> int:
     """The query period in effect (the config's, else the checkpoint's)."""
-    return resolve_execution(view.inference, policy.spec)[0].query_period
+    return resolve_execution(view.execution, policy.spec)[0].query_period
 
 
 def _robots_of(endpoint: str, view: TempoConfig, policy: Any, name: str | None, count: int,
@@ -104,7 +104,7 @@ def fleet_run(config: TempoConfig, robots: int, seconds: float, tiny: bool,
     return {
         "mode": "saturate" if drive == "eager" else "fleet",
         "drive": drive,
-        "batch_sizes": list(config.inference.batch_sizes),
+        "batch_sizes": list(config.execution.batch_sizes),
         "rate_hz": config.control.rate_hz,
         **_totals(runs, latencies),
         "robot_steps_per_s": sum(r["chunks"] for r in runs) / seconds,
@@ -174,7 +174,7 @@ def admission_limit(config: TempoConfig, policy: Any, robots: int) -> dict[str, 
     first and of the second capped at 1: a max_load above 1 would admit robots past capacity)."""
     view = policy_views(config)[0][1]
     query_hz = config.control.rate_hz / _query_period(view, policy)
-    sizes = policy.status().get("batch_sizes") or view.inference.batch_sizes
+    sizes = policy.status().get("batch_sizes") or view.execution.batch_sizes
     capacity = Capacity("default", query_hz, sizes, None, lambda: step_times_of(policy.status()))
     now, more = capacity.load(robots), capacity.load(robots + 1)
     between = None
@@ -185,7 +185,7 @@ def admission_limit(config: TempoConfig, policy: Any, robots: int) -> dict[str, 
 
 def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool, drive: str,
                   max_load: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """With inference.max_load set, robots connect one by one up to `robots` + 1; the admitted
+    """With execution.max_load set, robots connect one by one up to `robots` + 1; the admitted
     ones keep being served for `seconds` after the last hello. `max_load` None: between the
     load of `robots` and of one more (admission_limit)."""
     policies = start_policies(config, tiny)
@@ -198,8 +198,8 @@ def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool, 
                 f"{config.control.rate_hz:g} Hz (loads {limit['load_n']} and "
                 f"{limit['load_n_plus_1']}); lower --rate or --admission, or pass --max-load"
             )
-        inference = config.inference.model_copy(update={"max_load": chosen})
-        config = config.model_copy(update={"inference": inference})
+        inference = config.execution.model_copy(update={"max_load": chosen})
+        config = config.model_copy(update={"execution": inference})
         with serving(config, policies) as daemon:
             fleet = _robots_of(daemon.endpoint, config, policies[0], None, robots + 1, "r", drive)
             driven, refused_at = [], None
@@ -223,7 +223,7 @@ def admission_run(config: TempoConfig, robots: int, seconds: float, tiny: bool, 
     return {
         "mode": "admission",
         "rate_hz": config.control.rate_hz,
-        "batch_sizes": list(config.inference.batch_sizes),
+        "batch_sizes": list(config.execution.batch_sizes),
         **limit,
         "max_load": chosen,
         "admitted": len(admitted),

@@ -37,7 +37,7 @@ def start_policies(config: TempoConfig, tiny: bool) -> list[Any]:
 
 
 def _start_one(view: TempoConfig, tiny: bool) -> Any:
-    sizes, window_us = view.inference.batch_sizes, view.inference.batch_window_us
+    sizes, window_us = view.execution.batch_sizes, view.execution.batch_window_us
     if tiny:
         from controller.inference.build import build_policy
         from controller.runner_config import RunnerConfig

@@ -5,8 +5,9 @@
     python -m scripts.soak.bench_failover --policy act-aloha --build --set runner.cache_dir=DIR
 
 1. SIGKILL of the inference process to the next action from a new observation, with a hot
-   standby (supervision.standby: hot), with the spare (spare: imports done, a build follows)
-   and with neither (off). The driver sends observations at --obs-hz and records every action
+   standby (supervision.standby: hot), with the spare (spare: imports done and the policy read
+   ahead, a build follows) and with neither (off); with --double also the serving process and
+   the standby killed together. The driver sends observations at --obs-hz and records every action
    with the observation it came from; after the kill, the first action whose observation was
    sent after the kill is the one timed. Also counted: actions from observations older than
    the fault that arrived after the first new one (the goal is none).
@@ -238,10 +239,17 @@ def _wait(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
 
 
 def failover(
-    checkpoint: Path, spec: Any, standby: str, repeats: int, settings: list[str], obs_hz: float
+    checkpoint: Path,
+    spec: Any,
+    standby: str,
+    repeats: int,
+    settings: list[str],
+    obs_hz: float,
+    double: bool = False,
 ) -> dict[str, Any]:
     """SIGKILL of the serving inference process to the next action from a new observation
-    (seconds, each repeat), with `standby` (hot, spare, off); and stale actions after it."""
+    (seconds, each repeat), with `standby` (hot, spare, off); and stale actions after it.
+    `double`: the standby process is killed with it (a double fault)."""
     times, stale, took_over = [], 0, 0
     with daemon(checkpoint, [*settings, f"supervision.standby={standby}"]) as (bind, status_at):
         with Driver(bind, spec, obs_hz) as driver:
@@ -250,10 +258,14 @@ def failover(
                     _wait(lambda: _process(status_at).get("standby_ready"), START_TIMEOUT_S,
                           "the standby was not ready")  # fmt: skip
                 _wait(driver.served_lately, 60, "no action reached the robot")
-                pid = _process(status_at)["pid"]
+                process = _process(status_at)
+                pids = [process["pid"]]
+                if double and process.get("standby_pid"):
+                    pids.append(process["standby_pid"])
                 seq = driver.last_seq()
                 killed_ns = time.monotonic_ns()
-                os.kill(pid, signal.SIGKILL)
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
                 first = driver.first_action_after(seq, START_TIMEOUT_S)
                 if first is None:
                     raise SystemExit("bench_failover: no action after the kill")
@@ -264,7 +276,7 @@ def failover(
                 restarts = _process(status_at).get("restarts") or []
                 took_over += sum(r.get("cause") == "standby_took_over" for r in restarts[-2:])
     return {
-        "standby": standby,
+        "standby": f"{standby}, 2x" if double else standby,
         "kill_to_action_s": times,
         "median_s": statistics.median(times),
         "max_s": max(times),
@@ -391,6 +403,8 @@ def main() -> int:
     parser.add_argument("--obs-hz", type=float, default=50.0, help="observations, failover")
     parser.add_argument("--standby", action="append", choices=["hot", "spare", "off"],
                         help="modes to time (default: all three)")  # fmt: skip
+    parser.add_argument("--double", action="store_true",
+                        help="also kill serving and standby together, each mode")  # fmt: skip
     parser.add_argument("--no-swap", action="store_true")
     parser.add_argument("--no-episode-swap", action="store_true")
     parser.add_argument("--build", action="store_true",
@@ -414,6 +428,10 @@ def main() -> int:
         for mode in args.standby or ["hot", "spare", "off"]:
             row = failover(served, spec, mode, args.repeats, args.overrides, args.obs_hz)
             results["failover"].append(row)
+            if args.double and mode != "off":
+                row = failover(served, spec, mode, args.repeats, args.overrides, args.obs_hz,
+                               double=True)  # fmt: skip
+                results["failover"].append(row)
         if not args.no_swap:
             results["swap"] = swap(served, swapped_in, spec, args.rate, args.overrides)
         if not args.no_episode_swap:

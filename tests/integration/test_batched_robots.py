@@ -70,10 +70,10 @@ def check(status: dict[str, Any]) -> None:
 
 
 def test_four_robots_batched_in_the_daemons_process(tmp_path: Path) -> None:
-    config = ipc_config(tmp_path, "control.rate_hz=50", "inference.batch_sizes=[1, 2, 4]")
+    config = ipc_config(tmp_path, "control.rate_hz=50", "execution.batch_sizes=[1, 2, 4]")
     runner = RunnerConfig(top_tier="eager_fp32", cache_dir=None, parity_observations=2)
     policy = build_policy(config.policy, config.robot, runner, model=build_tiny_policy(),
-                          batch_sizes=config.inference.batch_sizes)  # fmt: skip
+                          batch_sizes=config.execution.batch_sizes)  # fmt: skip
     with running_daemon(config, policy) as daemon:
         check(serve_four_robots(daemon))
 

@@ -33,7 +33,7 @@ def test_admission_refuses_the_extra_robot_with_numbers_and_mixed_reports_each_p
     # waits longer than a robot period.
     rows, out = _bench(
         tmp_path, "--rate", "10", "--seconds", "2.5", "--batch-sizes", "1", "2",
-        "--set", "inference.query_period=10", "--set", "guards.hold_after_ms=1500",
+        "--set", "execution.query_period=10", "--set", "guards.hold_after_ms=1500",
         "--set", "guards.stop_after_ms=3000",
         "--mixed", "--mixed-robots", "act=2", "pi0=1", "--pi0-query-period", "2",
         "--admission", "2",

@@ -20,6 +20,7 @@ from controller.errors import ConfigError  # noqa: E402
 from controller.sim.env_driver import connect_env_client  # noqa: E402
 from controller.sim.envs import make_env  # noqa: E402
 from controller.sim.episode_loop import run_episode  # noqa: E402
+from controller.sim.first_answers import FirstAnswers  # noqa: E402
 from tests.integration.pusht_servo import served_block_servo  # noqa: E402
 
 SEEDS = (2, 7)
@@ -36,17 +37,26 @@ WIRINGS = {
 def closest_approaches(bind: str, clock: str, seeds=SEEDS, **wiring) -> list[float]:
     """Per seed, how close the agent came to the block's pivot over one episode."""
     env = make_env("pusht", **wiring)
-    client = connect_env_client(bind, env.layout, frames_in_place=False, clock=clock)
+    answers = FirstAnswers() if clock == "lockstep" else None
+    client = connect_env_client(
+        bind,
+        env.layout,
+        frames_in_place=False,
+        clock=clock,
+        on_command=None if answers is None else answers.on_command,
+    )
     approaches = []
     try:
         for seed in seeds:
             distances: list[float] = []
 
             def on_step(observation, action, env=env, distances=distances):
-                block = env._env.unwrapped.block.position
+                block = env.gym_env.unwrapped.block.position
                 distances.append(float(np.hypot(*(np.array(block) - observation.state))))
 
-            result = run_episode(client, env, seed, clock, max_steps=STEPS, on_step=on_step)
+            result = run_episode(
+                client, env, seed, clock, max_steps=STEPS, on_step=on_step, answers=answers
+            )
             assert result.length == STEPS
             if clock == "lockstep":
                 assert result.actions_applied == STEPS

@@ -89,8 +89,8 @@ def test_actions_equal_the_in_process_model_with_every_steps_frames(
         f"policy.path={checkpoint}",
         "policy.diffusion.noise=fixed",
         "control.rate_hz=20",
-        f"inference.query_period={QUERY_PERIOD}",
-        "inference.ensemble=newest",
+        f"execution.query_period={QUERY_PERIOD}",
+        "execution.ensemble=newest",
         "runner.step_budget_ms=2000",
     )
     with daemon_process(tmp_path, *overrides):

@@ -89,7 +89,7 @@ def test_the_flow_policy_replays_within_1e_6_through_tempo_replay(
     tmp_path, flow_checkpoint, capsys
 ) -> None:
     settings = [f"policy.path={flow_checkpoint}", "policy.rtc.mode=exact",
-                "inference.ensemble=newest", "inference.query_period=4",
+                "execution.ensemble=newest", "execution.query_period=4",
                 "runner.top_tier=eager_fp32"]  # fmt: skip
     path = _record(tmp_path, {"front": (32, 32)}, None, *settings)
     recording = read_recording(path)

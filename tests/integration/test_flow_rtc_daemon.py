@@ -18,7 +18,7 @@ def test_rtc_chunks_keep_the_actions_executed_while_they_were_computed(tmp_path)
     flow = make_demo_flow_policy(cameras=(("front", 32, 32),), chunk_size=50, dim_model=16)
     policy = Recording(EagerPolicy(serve_with_rtc(flow, RTCConfig(mode="inpaint"))))
     config = ipc_config(
-        tmp_path, "control.rate_hz=50", "inference.ensemble=newest", "inference.query_period=4"
+        tmp_path, "control.rate_hz=50", "execution.ensemble=newest", "execution.query_period=4"
     )
     calls = guided_calls(policy, config, flow.spec.cameras[0], 60)
     for context, actions in calls:

@@ -53,7 +53,7 @@ def policy(release_file: Path) -> Iterator[RemotePolicy]:
 @pytest.fixture
 def daemon(tmp_path: Path, policy: RemotePolicy) -> Iterator[Any]:
     # newest: every action is a row of the newest chunk, a function of one frame only
-    config = ipc_config(tmp_path, "inference.ensemble=newest", "control.rate_hz=100")
+    config = ipc_config(tmp_path, "execution.ensemble=newest", "control.rate_hz=100")
     with running_daemon(config, policy) as daemon:
         yield daemon
 

@@ -46,13 +46,13 @@ def test_restarts_still_work_after_a_tmp_cleaner_emptied_the_temporary_folder(
     with contextlib.ExitStack() as cleanup:
         policy = app._start_policy(ipc_config(tmp_path), cleanup)
         assert isinstance(policy, RemotePolicy)
-        wait_for(lambda: policy.status()["process"]["standby_ready"], 60)
+        wait_for(lambda: policy.status()["process"]["standby_ready"], 300)  # niced: loaded
         for entry in scratch.iterdir():  # what systemd-tmpfiles does to an old daemon's files
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         # The standby was started before the clean; the second restart takes a process
         # started after it, which must find everything it needs all the same.
         for _ in range(2):
-            wait_for(lambda: policy.status()["process"]["standby_ready"], 60)
+            wait_for(lambda: policy.status()["process"]["standby_ready"], 300)  # niced: loaded
             dead = policy.pid
             assert dead is not None
             os.kill(dead, signal.SIGKILL)
@@ -179,5 +179,46 @@ def test_restarts_of_act_run_below_the_control_loop_and_never_make_it_wait(
         longest_ms = max(lock.loop_waits_ns) / 1e6
         assert longest_ms < 50.0, f"the control loop waited {longest_ms:.1f} ms on a restart"
         print(f"missed ticks through 2 restarts: {missed}; longest lock wait {longest_ms:.2f} ms")
+    finally:
+        policy.stop()
+
+
+def test_the_spare_reads_the_checkpoint_ahead_and_a_restart_serves_only_new_observations(
+    tmp_path: Path,
+) -> None:
+    """Issue 51, finding 14: the spare inference process reads the policy while it waits and
+    says so (status: standby_ready once prepared, standby_read_ahead), so a restart after
+    SIGKILL builds from what it read: with the checkpoint's folder moved away meanwhile (a
+    deploy replacing it, say) the service comes back all the same. Before, the restart read
+    the checkpoint again (and here failed for good). Once the robot has been held for the
+    restart, every action it gets comes from an observation sent after the kill."""
+    checkpoint = make_demo_checkpoint(tmp_path / "demo")
+    config = ipc_config(
+        tmp_path, "policy.kind=checkpoint", f"policy.path={checkpoint}", "control.rate_hz=50"
+    )
+    policy = app.inference_process(config)
+    policy.start()
+    try:
+        with running_daemon(config, policy):
+            driver = StreamingDriver(f"ipc://{tmp_path}/tempo.sock", obs_period_s=0.02).start()
+            try:
+                process = lambda: policy.status()["process"]  # noqa: E731
+                wait_for(lambda: process()["standby_ready"], 300)  # a loaded machine: niced
+                assert process()["standby_read_ahead"] is True
+                checkpoint.rename(tmp_path / "moved")
+                wait_for(lambda: any(r.kind == "action" for r in driver.records[-5:]), 30)
+                dead, since = policy.pid, len(driver.records)
+                last_before = driver.client.connection.seq
+                os.kill(dead or 0, signal.SIGKILL)
+                wait_for(lambda: policy.serving and policy.pid not in (None, dead), 120)
+                wait_for(lambda: any(r.kind == "action" and r.obs_seq > last_before
+                                     for r in driver.records[since:]), 30)  # fmt: skip
+                window = driver.records[since:]
+            finally:
+                driver.stop()
+        assert process()["restart_failure"] is None
+        held = next(i for i, r in enumerate(window) if r.reason == "inference_restarting")
+        after = [r for r in window[held:] if r.kind == "action"]
+        assert after and all(r.obs_seq > last_before for r in after), (last_before, after[:3])
     finally:
         policy.stop()

@@ -191,7 +191,7 @@ def test_a_restart_builds_in_the_standby_process_and_stop_ends_both(tmp_path: Pa
         first, spare = policy.pid, policy.standby_pid
         assert spare is not None and spare != first
         assert policy.status()["process"]["standby_pid"] == spare
-        wait_for(lambda: policy.status()["process"]["standby_ready"], 60)  # imports done
+        wait_for(lambda: policy.status()["process"]["standby_ready"], 300)  # imported, read ahead
         os.kill(first, signal.SIGKILL)
         wait_for(lambda: not policy.serving, 10)
         wait_for(lambda: policy.serving, 60)

@@ -164,9 +164,9 @@ def test_the_daemons_config_overrides_the_checkpoint(tmp_path: Path) -> None:
     config = config_for(
         tmp_path,
         directory,
-        "inference.query_period=1",
-        "inference.ensemble=temporal",
-        "inference.temporal_k=0.5",
+        "execution.query_period=1",
+        "execution.ensemble=temporal",
+        "execution.temporal_k=0.5",
     )
     stream = serve_offline(config)
     chunks = chunks_of(directory)

@@ -178,3 +178,85 @@ def test_healthz_answers_over_plain_http(tmp_path: Path) -> None:
         url = daemon.openpi_endpoint.replace("ws://", "http://") + "/healthz"
         with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 (loopback)
             assert response.status == 200 and response.read() == b"OK\n"
+
+
+def test_a_restart_of_the_inference_process_is_a_sentence_then_served_again(
+    tmp_path: Path, aloha_process: RemotePolicy
+) -> None:
+    """SIGKILL of the inference process while a client streams: a request in flight, or sent
+    while it restarts, is refused in one sentence (openpi-client raises it), none hangs, and
+    the restarted process serves the same connection."""
+    import os
+    import signal
+    import time
+
+    from tests.conftest import wait_for
+
+    config = openpi_config(tmp_path, "aloha", "server.openpi.request_timeout_s=20")
+    with running_daemon(config, aloha_process) as daemon:
+        client = client_for(daemon)
+        obs = observation("aloha")
+        before = client.infer(obs)["actions"]
+        dead = aloha_process.pid
+        assert dead is not None
+        os.kill(dead, signal.SIGKILL)
+        refusals: list[str] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                reply = client.infer(obs)
+            except RuntimeError as exc:  # the text frame, as openpi-client raises it
+                sentence = str(exc).split("\n", 1)[1]
+                assert "\n" not in sentence and "Traceback" not in sentence
+                refusals.append(sentence)
+                time.sleep(0.05)
+                continue
+            if aloha_process.pid not in (None, dead):
+                break  # served by the new process
+        else:
+            pytest.fail(f"not served again within 120 s; refusals: {refusals[-3:]}")
+        wait_for(lambda: aloha_process.serving, 10)
+        assert refusals and all("restarting" in sentence for sentence in refusals)
+        np.testing.assert_allclose(reply["actions"], before, rtol=1e-5, atol=1e-5)
+
+
+def test_the_flight_recorder_records_each_client(tmp_path: Path) -> None:
+    """A client's observations, requests' chunks and frames are in the recording, under its
+    own robot name and session, as a ZeroMQ robot's are (commands: none, the client acts)."""
+    import collections
+
+    from controller.record.reading import read_recording
+
+    layout = "libero"
+    rec = tmp_path / "rec"
+    config = openpi_config(tmp_path, layout, "record.mode=continuous", f"record.dir={rec}")
+    with running_daemon(config, in_process_policy(config, layout)) as daemon:
+        client = client_for(daemon)
+        sent = [client.infer(observation(layout, value))["actions"] for value in (1, 2, 3)]
+        from tests.conftest import wait_for
+
+        wait_for(lambda: daemon.status()["recording"]["written"] >= 9, 30)
+        # Its robot name is its own while it is connected: no ZeroMQ driver takes it.
+        from controller.errors import HandshakeRefused
+        from controller.wire.client import TempoClient
+
+        cameras, state_size, joints = SHAPES[layout]
+        driver = TempoClient(daemon.endpoint, "openpi-1", [f"joint_{i}" for i in range(joints)],
+                             {c: (HEIGHT, WIDTH) for c in cameras}, state_size)  # fmt: skip
+        with pytest.raises(HandshakeRefused, match="name of a connected openpi client"):
+            driver.connect()
+        driver.close()
+    (file,) = sorted(rec.glob("tempo-*.mcap"))
+    recording = read_recording(file)
+    assert recording.problem is None
+    by_name: dict[str, list[Any]] = collections.defaultdict(list)
+    for message in recording.messages:
+        by_name[message.name].append(message.data)
+    assert len(by_name["observation"]) == 3 and len(by_name["chunk"]) == 3
+    assert not by_name["command"]
+    # The chunks recorded are the policy's, before the limits the client's copy went through.
+    for chunk, reply in zip(by_name["chunk"], sent, strict=True):
+        actions = np.asarray(chunk["actions"], np.float32)
+        np.testing.assert_allclose(np.clip(actions[:, 0], -LIMIT, LIMIT), reply[:, 0], atol=1e-6)
+        np.testing.assert_allclose(actions[:, 1:], reply[:, 1:], atol=1e-6)
+    assert len({m["session"] for m in by_name["observation"]}) == 1

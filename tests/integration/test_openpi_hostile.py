@@ -192,9 +192,10 @@ def test_hostile_clients_get_one_sentence_and_leave_a_good_one_alone(daemon: Any
     finally:
         good.stop()
     assert good.error is None, f"the good client failed: {good.error!r}"
-    # Every chunk of the good client's one observation is the same: nothing of the hostile
-    # connections reached its session.
-    assert all(np.array_equal(chunk, good.chunks[0]) for chunk in good.chunks)
+    # Every chunk of the good client's one observation is the same (to the last bits a batch
+    # of another size may change): nothing of the hostile connections reached its session.
+    worst = max(float(np.abs(chunk - good.chunks[0]).max()) for chunk in good.chunks)
+    assert worst < 1e-5, f"the good client's chunks differ by up to {worst}"
 
     status = daemon.status()
     openpi = status["openpi"]

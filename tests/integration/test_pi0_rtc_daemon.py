@@ -25,7 +25,7 @@ def test_pi0_rtc_chunks_keep_the_actions_executed_while_they_were_computed(
     pi0 = read_pi0_policy(directory, None).policy
     policy = Recording(EagerPolicy(serve_pi0_with_rtc(pi0, RTCConfig(mode="inpaint"))))
     config = ipc_config(
-        tmp_path, "control.rate_hz=50", "inference.ensemble=newest", "inference.query_period=8"
+        tmp_path, "control.rate_hz=50", "execution.ensemble=newest", "execution.query_period=8"
     )
     calls = guided_calls(policy, config, pi0.spec.cameras[0], 90, task="pick up the cube")
     for context, actions in calls:

@@ -190,7 +190,7 @@ class MeasuredAt4ms:
 def test_the_robot_past_capacity_is_refused_with_numbers_and_the_others_keep_going(
     tmp_path: Path,
 ) -> None:
-    config = ipc_config(tmp_path, "control.rate_hz=50", "inference.max_load=0.9", *PATIENT)
+    config = ipc_config(tmp_path, "control.rate_hz=50", "execution.max_load=0.9", *PATIENT)
     with serving(config, MeasuredAt4ms) as daemon, ExitStack() as stack:
         robots = [stack.enter_context(client(daemon, f"r{k}", SIX)) for k in range(4)]
         served(robots)
@@ -198,7 +198,7 @@ def test_the_robot_past_capacity_is_refused_with_numbers_and_the_others_keep_goi
         assert refused.code == "full"
         assert (
             "policy 'default' cannot take another robot: serving 4 robots needing 0.80 of its "
-            "inference time, one more needs 1.00, it can give 0.90 (inference.max_load)"
+            "inference time, one more needs 1.00, it can give 0.90 (execution.max_load)"
         ) in str(refused)
         served(robots)  # the four served are undisturbed
         status = daemon.status()["policies"]["default"]

@@ -95,7 +95,7 @@ def test_the_loop_thread_does_no_restart_work(
     try:
         with running_daemon(config, policy) as daemon:
             loop, feed = daemon.lanes.default.control.loop, daemon.lanes.default.feed
-            loop._serving = calls.wrap("serving", loop._serving)
+            loop.serving = calls.wrap("serving", loop.serving)
             dropped = calls.wrap("drop_plan_for_restart", Session.drop_plan_for_restart)
             monkeypatch.setattr(Session, "drop_plan_for_restart", dropped)
             feed.service = calls.wrap("feed.service", feed.service)
@@ -107,7 +107,7 @@ def test_the_loop_thread_does_no_restart_work(
                 # for), then with it ready (it is handed the build).
                 for wait_standby in (False, True):
                     if wait_standby:
-                        wait_for(lambda: policy.status()["process"]["standby_ready"], 60)
+                        wait_for(lambda: policy.status()["process"]["standby_ready"], 300)
                     dead = policy.pid
                     calls.restarting = True
                     os.kill(dead or 0, signal.SIGKILL)

@@ -98,7 +98,7 @@ class Rig:
             period_ns=10_000_000,
             valid_ticks=config.control.action_valid_ticks,
             server=config.server.model_copy(update={"session_timeout_s": 60.0}),
-            inference=resolve_execution(config.inference, policy.spec)[0],
+            execution=resolve_execution(config.execution, policy.spec)[0],
             limits=limits,
             send_prepared=self.transport.send_prepared,
             telemetry=telemetry,

@@ -40,7 +40,7 @@ def test_a_robot_past_the_ceiling_is_refused_with_the_numbers():
     assert refused.value.code is ErrorCode.FULL
     assert str(refused.value) == (
         "policy 'act' cannot take another robot: serving 4 robots needing 0.80 of its inference "
-        "time, one more needs 1.00, it can give 0.90 (inference.max_load)"
+        "time, one more needs 1.00, it can give 0.90 (execution.max_load)"
     )
 
 
@@ -49,7 +49,7 @@ def test_the_first_robot_is_always_taken_and_without_a_ceiling_every_robot():
     slow.admit(0)  # serving nobody would help no one
     with pytest.raises(ProtocolError, match="serving 1 robot needing 5.00"):
         slow.admit(1)
-    Capacity("pi0", 10.0, (1,), None, lambda: {1: 0.5}).admit(7)  # inference.max_load unset
+    Capacity("pi0", 10.0, (1,), None, lambda: {1: 0.5}).admit(7)  # execution.max_load unset
 
 
 class FakeChannel:
@@ -112,8 +112,7 @@ def test_the_transport_keeps_a_poller_per_set_of_channels_polled(tmp_path) -> No
         one, both = PollGroup((FakeChannel(7),)), PollGroup((FakeChannel(7), FakeChannel(9)))
         made = []
         for group in (one, both, one, both, PollGroup((FakeChannel(7),))):
-            transport._use_side_poller(group)
-            made.append(transport._side_poller)
+            made.append(transport.poller_for(group))
         assert made[0] is made[2] is made[4] and made[1] is made[3] and made[0] is not made[1]
     finally:
         transport.close()

@@ -264,7 +264,7 @@ def test_with_built_artefacts_the_mega_cache_is_loaded_only_if_torch_compile_run
     cache.activate(defer=True)
     assert loads == [] and cache.outcome == compile_cache.DEFERRED
     cache.save()
-    assert cache.file.read_bytes() == b"saved artifacts" and not cache._warm_marker.exists()
+    assert cache.file.read_bytes() == b"saved artifacts" and not cache.warm_marker.exists()
     compile_cache.load_deferred_megacaches()  # a tier fell back to torch.compile
     compile_cache.load_deferred_megacaches()
     assert loads == [b"saved artifacts"] and cache.outcome == "loaded"
@@ -291,7 +291,7 @@ def test_tempo_build_starts_the_policy_with_the_folder_beside_the_checkpoint(
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
     settings = ["--set", "policy.device=cpu", "--set", "runner.top_tier=compiled"]
-    settings += ["--set", "inference.batch_sizes=[1,2]"]
+    settings += ["--set", "execution.batch_sizes=[1,2]"]
     code = cli.main(["build", str(checkpoint), *settings])
     assert code == 0, capsys.readouterr().err
     assert started == [(checkpoint, checkpoint / "tempo_build", (1, 2))]

@@ -69,7 +69,7 @@ def test_overrides_are_parsed_as_yaml():
             "robot.joints=[x, y, z]",  # a list
             "policy.reach.target=[0.1, 0.2, 0.3]",  # a list of numbers
             "logging.level=DEBUG",  # a string
-            "inference.ensemble=newest",
+            "execution.ensemble=newest",
             "guards.max_velocity={x: 1.5}",  # a mapping
             "server.bind=ipc:///run/tempo.sock",  # a string with a colon
         ]
@@ -78,7 +78,7 @@ def test_overrides_are_parsed_as_yaml():
     assert config.robot.joints == ("x", "y", "z")
     assert config.policy.section("reach").target == (0.1, 0.2, 0.3)
     assert config.logging.level == "DEBUG"
-    assert config.inference.ensemble == "newest"
+    assert config.execution.ensemble == "newest"
     assert config.guards.max_velocity == {"x": 1.5}
     assert config.server.bind == "ipc:///run/tempo.sock"
 
@@ -319,17 +319,17 @@ def test_execution_comes_from_the_checkpoint_unless_the_config_sets_it():
     from controller.daemon.execution import resolve_execution
 
     hint = {"query_period": 10, "ensemble": "newest", "source": "LeRobot config.json: ..."}
-    resolved, line = resolve_execution(TempoConfig().inference, _spec(hint))
+    resolved, line = resolve_execution(TempoConfig().execution, _spec(hint))
     assert (resolved.query_period, resolved.ensemble) == (10, "newest")
     assert "query every 10 step(s), play the newest chunk" in line
     assert "query_period from checkpoint" in line and "LeRobot config.json" in line
 
-    config = load_config(overrides=["inference.ensemble=temporal"])
-    resolved, line = resolve_execution(config.inference, _spec(hint))
+    config = load_config(overrides=["execution.ensemble=temporal"])
+    resolved, line = resolve_execution(config.execution, _spec(hint))
     assert (resolved.query_period, resolved.ensemble, resolved.temporal_k) == (10, "temporal", 0.01)
     assert "ensemble from config" in line and "temporal_k from default" in line
 
-    resolved, line = resolve_execution(TempoConfig().inference, _spec())
+    resolved, line = resolve_execution(TempoConfig().execution, _spec())
     assert (resolved.query_period, resolved.ensemble) == (1, "temporal")
     assert "checkpoint" not in line
 
@@ -337,20 +337,20 @@ def test_execution_comes_from_the_checkpoint_unless_the_config_sets_it():
 def test_a_query_period_longer_than_the_chunk_is_refused():
     from controller.daemon.execution import resolve_execution
 
-    config = load_config(overrides=["inference.query_period=20"])
+    config = load_config(overrides=["execution.query_period=20"])
     with pytest.raises(ConfigError, match="exceeds the policy's chunk_size 10"):
-        resolve_execution(config.inference, _spec())
+        resolve_execution(config.execution, _spec())
 
 
-def test_config_show_leaves_unset_inference_fields_to_the_checkpoint(tmp_path):
+def test_config_show_leaves_unset_execution_fields_to_the_checkpoint(tmp_path):
     text = dump_config(TempoConfig())
     assert "query_period" not in text
     reloaded = load_config(write(tmp_path, text))
-    assert reloaded.inference.model_fields_set == set()
-    config = load_config(overrides=["inference.query_period=5"])
+    assert reloaded.execution.model_fields_set == set()
+    config = load_config(overrides=["execution.query_period=5"])
     reloaded = load_config(write(tmp_path, dump_config(config)))
-    assert reloaded.inference.model_fields_set == {"query_period"}
-    assert reloaded.inference.query_period == 5
+    assert reloaded.execution.model_fields_set == {"query_period"}
+    assert reloaded.execution.query_period == 5
 
 
 def test_rtc_section_is_the_flow_familys_model():

@@ -32,4 +32,34 @@ def test_many_connections_do_not_grow_it_without_bound() -> None:
     budget = ConnectionBudget(max_messages=10)
     for i in range(10 * MAX_TRACKED):
         budget.admit(i.to_bytes(4, "little"), i * 1000)
-    assert len(budget._windows) <= MAX_TRACKED
+    assert budget.tracked <= MAX_TRACKED
+
+
+def test_a_connection_gets_its_burst_at_once_then_its_rate_per_tick() -> None:
+    budget = ConnectionBudget(max_messages=10_000, period_ns=1000, per_tick=2, burst=5)
+    assert [budget.admit(b"a", 0) for _ in range(7)] == [True] * 5 + [False] * 2
+    assert budget.over_rate == 2 and budget.dropped == 0
+    assert budget.admit(b"b", 0), "another connection's bucket is its own"
+    # One tick later: its rate's worth again (2), not the whole burst.
+    assert [budget.admit(b"a", 1000) for _ in range(3)] == [True, True, False]
+    # A driver at its rate is never dropped; quiet for a while, it has its whole burst again.
+    assert all(budget.admit(b"a", 2000 + 500 * i) for i in range(100))
+    assert [budget.admit(b"a", 10**6) for _ in range(6)] == [True] * 5 + [False]
+
+
+def test_newcomers_messages_have_one_budget_a_tick() -> None:
+    budget = ConnectionBudget(max_messages=10_000, period_ns=1000, greetings_per_tick=2)
+    assert budget.admit(b"new-1", 0, newcomer=True)
+    assert budget.admit(b"new-2", 1, newcomer=True)
+    assert not budget.admit(b"new-3", 2, newcomer=True)
+    assert budget.admit(b"old", 3), "a connection with a session is not a newcomer"
+    assert budget.greetings_dropped == 1
+    assert budget.admit(b"new-3", 1000, newcomer=True), "the next tick's budget"
+
+
+def test_hellos_have_a_rate_and_a_burst_in_all() -> None:
+    budget = ConnectionBudget(max_messages=10_000, hellos_per_s=10, hello_burst=3)
+    assert [budget.hello(0) for _ in range(4)] == [True, True, True, False]
+    assert budget.hellos_dropped == 1
+    assert budget.hello(100_000_000) and not budget.hello(100_000_000)  # 10 a second
+    assert all(budget.hello(10**10 + i * 100_000_000) for i in range(20))  # at its rate

@@ -63,7 +63,7 @@ def test_validating_every_family_section_loads_no_torch() -> None:
     code = (
         "import sys\n"
         "from controller.config import load_config\n"
-        "config = load_config(None, ['policy.rtc.mode=exact', 'inference.ensemble=newest',\n"
+        "config = load_config(None, ['policy.rtc.mode=exact', 'execution.ensemble=newest',\n"
         "                            'policy.tdmpc2.mode=prior', 'policy.reach.target=[1]',\n"
         "                            'policy.prompt.default_task=wave'])\n"
         "assert set(config.policy.sections) >= {'rtc', 'tdmpc2', 'reach', 'prompt'}\n"

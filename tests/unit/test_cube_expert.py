@@ -3,6 +3,8 @@ the codec's episode memory, and its checkpoint."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -10,8 +12,14 @@ from policies.base import RobotContext
 from policies.cube_expert.checkpoint import build_expert
 from policies.cube_expert.codec import EPISODE, CubeExpertCodec
 from policies.cube_expert.config import CubeExpertConfig
-from policies.cube_expert.waypoints import RIGHT_START, axis_angle, quat_multiply, transfer_plan
-from policies.tensor_policy import EagerPolicy
+from policies.cube_expert.waypoints import (
+    MEET,
+    RIGHT_START,
+    axis_angle,
+    quat_multiply,
+    transfer_plan,
+)
+from policies.tensor_policy import EagerPolicy, TensorPolicy
 
 JOINTS = tuple(f"j{i}" for i in range(14))
 
@@ -29,12 +37,15 @@ def test_the_right_gripper_comes_down_open_around_the_cube_then_closes() -> None
     np.testing.assert_allclose(down[3:7], [np.cos(np.pi / 6), 0, -np.sin(np.pi / 6), 0])
 
 
-def test_the_left_gripper_closes_on_the_cube_before_the_right_one_lets_go() -> None:
-    plan = transfer_plan(np.array([0.1, 0.5, 0.05]))
-    left_closed = next(t for t in range(101, 400) if plan.pose_at(t)[0][7] == 0.0)
-    right_opens = next(t for t in range(221, 400) if plan.pose_at(t)[1][7] > 0.0)
-    assert left_closed == 310 and right_opens > 220 and plan.pose_at(310)[1][7] == 1.0
-    assert left_closed <= 310 <= right_opens + 90  # both at the meeting point meanwhile
+def test_the_cube_goes_straight_up_then_waits_at_the_meeting_point_for_the_left_gripper() -> None:
+    cube = np.array([0.1, 0.5, 0.05])
+    plan = transfer_plan(cube)
+    np.testing.assert_allclose(plan.pose_at(190)[1][:3], cube + [0, 0, 0.08])
+    for t in (260, 290, 310):
+        np.testing.assert_allclose(plan.pose_at(t)[1][:3], MEET)
+    assert plan.pose_at(260)[0][7] == 1.0 and plan.pose_at(310)[0][7] == 0.0  # left closes
+    np.testing.assert_allclose(plan.pose_at(310)[0][:3], MEET + [0.02, 0, -0.02])
+    assert plan.pose_at(260)[1][7] == 0.0 and plan.pose_at(310)[1][7] == 1.0  # right lets go
 
 
 def test_quaternions_compose_as_rotations() -> None:
@@ -44,7 +55,7 @@ def test_quaternions_compose_as_rotations() -> None:
     )
 
 
-def _expert(chunk: int = 1) -> EagerPolicy:
+def _expert(chunk: int = 1) -> TensorPolicy:
     # trajectory value = 10 * cube x + cube y + step / 1000, linear in x and y: bilinear
     # interpolation between grid points reproduces it exactly
     config = CubeExpertConfig(
@@ -54,7 +65,7 @@ def _expert(chunk: int = 1) -> EagerPolicy:
     steps = np.arange(50) / 1000
     value = 10 * xs[:, None, None] + ys[None, :, None] + steps[None, None, :]
     table = np.repeat(value[..., None], 14, axis=-1)
-    return EagerPolicy(build_expert(table, config, JOINTS))
+    return build_expert(table, config, JOINTS)
 
 
 def _state(x: float, y: float) -> np.ndarray:
@@ -64,7 +75,7 @@ def _state(x: float, y: float) -> np.ndarray:
 
 
 def test_the_expert_interpolates_at_the_cube_and_follows_the_control_step() -> None:
-    policy = _expert(chunk=4)
+    policy = EagerPolicy(_expert(chunk=4))
     first = policy.predict(
         {}, RobotContext(step=1000, episode_start=True, state_history=_state(0.07, 0.53))
     )
@@ -82,7 +93,7 @@ def test_the_expert_interpolates_at_the_cube_and_follows_the_control_step() -> N
 
 
 def test_past_the_trajectory_the_last_target_is_held() -> None:
-    policy = _expert(chunk=3)
+    policy = EagerPolicy(_expert(chunk=3))
     memory = {EPISODE: np.array([0, 0, 0.0, 0.4], np.float32)}
     out = policy.predict(
         {},
@@ -92,7 +103,9 @@ def test_past_the_trajectory_the_last_target_is_held() -> None:
 
 
 def test_the_episode_start_is_kept_exactly_at_large_step_numbers() -> None:
-    codec = CubeExpertCodec(_expert().spec, _expert()._module.config)  # type: ignore[attr-defined]
+    expert = _expert()
+    codec = expert.inputs
+    assert isinstance(codec, CubeExpertCodec)
     out = [np.zeros(i.shape, np.float32) for i in codec.inputs]
     codec.encode(
         RobotContext(step=123_456_789, episode_start=True, state_history=_state(0.1, 0.5)), out
@@ -107,27 +120,16 @@ def test_the_episode_start_is_kept_exactly_at_large_step_numbers() -> None:
     assert out[2][0] == 11
 
 
-def test_the_expert_survives_its_checkpoint(tmp_path: object) -> None:
-    from pathlib import Path
-
+def test_the_expert_survives_its_checkpoint(tmp_path: Path) -> None:
     from policies.checkpoints.load import load_checkpoint
     from policies.checkpoints.tempo_format import save_checkpoint
 
-    policy = _expert(chunk=2)
-    directory = Path(str(tmp_path)) / "expert"
-    save_checkpoint(
-        directory,
-        build_expert(
-            policy._module.table.numpy(),
-            policy._module.config,
-            JOINTS,  # type: ignore[attr-defined]
-        ),
-    )
-    loaded = EagerPolicy(load_checkpoint(directory))
+    expert = _expert(chunk=2)
+    save_checkpoint(tmp_path / "expert", expert)
+    loaded = EagerPolicy(load_checkpoint(tmp_path / "expert"))
     context = RobotContext(step=3, episode_start=True, state_history=_state(0.13, 0.41))
-    np.testing.assert_array_equal(
-        loaded.predict({}, context).actions, policy.predict({}, context).actions
-    )
+    want = EagerPolicy(expert).predict({}, context).actions
+    np.testing.assert_array_equal(loaded.predict({}, context).actions, want)
 
 
 def test_a_config_without_room_for_the_cube_is_refused() -> None:

@@ -10,8 +10,8 @@ from controller.sim.demo_fit import cpu_fit, explicit_keys
 
 def test_without_cuda_act_gets_a_lower_rate_and_a_chunk_every_ten_steps() -> None:
     settings, line = cpu_fit("act", cuda=False)
-    assert "control.rate_hz=10" in settings and "inference.query_period=10" in settings
-    assert "inference.ensemble=newest" in settings
+    assert "control.rate_hz=10" in settings and "execution.query_period=10" in settings
+    assert "execution.ensemble=newest" in settings
     assert line is not None and "no CUDA GPU" in line and "control.rate_hz=10" in line
 
 
@@ -34,8 +34,8 @@ def test_what_the_user_set_is_not_touched(tmp_path: Path) -> None:
     assert cpu_fit("tdmpc2", cuda=False, explicit=["policy.tdmpc2.mode"]) == ([], None)
     config = tmp_path / "robot.yaml"
     config.write_text("control:\n  rate_hz: 30\n")
-    keys = explicit_keys(config, ["inference.query_period=5"])
-    assert "control.rate_hz" in keys and "inference.query_period" in keys
+    keys = explicit_keys(config, ["execution.query_period=5"])
+    assert "control.rate_hz" in keys and "execution.query_period" in keys
     assert "runner.step_budget_ms" not in keys
 
 

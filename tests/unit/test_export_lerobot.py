@@ -4,7 +4,10 @@ LeRobot itself where it is installed."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -199,15 +202,76 @@ def test_a_file_that_is_no_recording_is_one_sentence(tmp_path, capsys) -> None:
     assert "Traceback" not in err
 
 
+# Run in LeRobot's Python: LeRobot's own loader on the export, everything a training run reads
+# of each frame as JSON (the image as its mean per channel, in 0..1 as LeRobot gives it).
+READ_WITH_LEROBOT = """
+import json, sys
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+dataset = LeRobotDataset("local/tempo-export", root=sys.argv[1])
+items = []
+for n in range(len(dataset)):
+    item = dataset[n]
+    items.append({
+        "episode": int(item["episode_index"]), "frame": int(item["frame_index"]),
+        "index": int(item["index"]), "timestamp": float(item["timestamp"]),
+        "state": item["observation.state"].tolist(), "action": item["action"].tolist(),
+        "held": bool(item["action.held"]), "teleop": bool(item["teleop"]),
+        "task": item["task"], "image_shape": list(item["observation.images.front"].shape),
+        "image_mean": item["observation.images.front"].mean(dim=(1, 2)).tolist(),
+    })
+print(json.dumps({"episodes": dataset.num_episodes, "fps": dataset.fps,
+                  "features": sorted(dataset.features), "items": items}))
+"""
+
+
 def test_lerobot_loads_the_export(exported, tmp_path) -> None:
-    lerobot_dataset = pytest.importorskip("lerobot.datasets.lerobot_dataset")
+    """LeRobot's own LeRobotDataset reads the export: episodes, fps, features, every frame's
+    state, action, hold and teleop flags and task, the frames in order. LeRobot 0.6.1 wants
+    Python >= 3.12 and its own torch, so it runs in TEMPO_LEROBOT_PYTHON (README, "LeRobot's
+    loader on an export"), or in this interpreter when it has LeRobot."""
+    python = lerobot_python()
+    if python is None:
+        pytest.skip("LeRobot is not installed here; set TEMPO_LEROBOT_PYTHON to a Python with it")
     _, expected, path = exported
-    assert main(["export-lerobot", str(path), str(tmp_path / "out"), "--robot", "arm0"]) == 0
-    dataset = lerobot_dataset.LeRobotDataset("local/tempo-export", root=tmp_path / "out")
-    assert dataset.num_episodes == 2 and len(dataset) == len(expected)
-    item = dataset[7]
-    np.testing.assert_array_equal(item["observation.state"].numpy(), expected[7]["state"])
-    assert tuple(item["observation.images.front"].shape) == (3, HEIGHT, WIDTH)
+    out = tmp_path / "out"
+    assert main(["export-lerobot", str(path), str(out), "--robot", "arm0"]) == 0
+    read = subprocess.run(
+        [python, "-c", READ_WITH_LEROBOT, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert read.returncode == 0, read.stderr[-3000:]
+    dataset = json.loads(read.stdout.strip().splitlines()[-1])
+    assert dataset["episodes"] == 2 and dataset["fps"] == FPS
+    features = {"observation.state", "action", "action.held", "teleop", "teleop.joints"}
+    features |= {"observation.images.front", "observation.images.wrist"}
+    assert features <= set(dataset["features"])
+    items = dataset["items"]
+    assert len(items) == len(expected)
+    frames = [*range(6), *range(4)]
+    assert [(i["episode"], i["frame"]) for i in items] == [
+        (w["episode"], f) for w, f in zip(expected, frames, strict=True)
+    ]
+    assert [i["index"] for i in items] == list(range(len(expected)))
+    for item, want in zip(items, expected, strict=True):
+        np.testing.assert_array_equal(np.float32(item["state"]), want["state"])
+        np.testing.assert_array_equal(np.float32(item["action"]), want["action"])
+        assert item["held"] == want["held"] and item["teleop"] == bool(want["owned"])
+        assert item["task"] == want["task"]
+        assert item["image_shape"] == [3, HEIGHT, WIDTH]
+        # The flat frame of value 40 i, through H.264: within a few levels.
+        assert np.allclose(item["image_mean"], want["pixel"] / 255, atol=3 / 255), item
+    assert items[7]["timestamp"] == pytest.approx(1 / FPS)
+
+
+def lerobot_python() -> str | None:
+    """TEMPO_LEROBOT_PYTHON, else this interpreter when it has LeRobot, else None."""
+    given = os.environ.get("TEMPO_LEROBOT_PYTHON")
+    if given:
+        return given
+    return sys.executable if importlib.util.find_spec("lerobot") is not None else None
 
 
 def test_a_missing_extra_is_one_sentence_naming_it(exported, tmp_path, capsys, monkeypatch) -> None:

@@ -93,9 +93,9 @@ def test_the_runner_serves_rtc_and_keeps_the_executed_prefix(mode: str) -> None:
 def test_config_and_catalog_refuse_rtc_where_it_cannot_work(tmp_path: Path) -> None:
     off = load_config(None, ["policy.rtc.mode=off"]).policy.section("rtc")
     assert off.mode == "off"  # YAML's `off`
-    with pytest.raises(ConfigError, match="inference.ensemble: newest"):
+    with pytest.raises(ConfigError, match="execution.ensemble: newest"):
         load_config(None, ["policy.rtc.mode=exact"])
-    config = load_config(None, ["policy.rtc.mode=exact", "inference.ensemble=newest"])
+    config = load_config(None, ["policy.rtc.mode=exact", "execution.ensemble=newest"])
     with pytest.raises(ConfigError, match="reach has no flow"):
         build_tensor_policy(config.policy, config.robot)
     from policies.demo import make_demo_policy
@@ -107,7 +107,7 @@ def test_config_and_catalog_refuse_rtc_where_it_cannot_work(tmp_path: Path) -> N
             "policy.kind=checkpoint",
             f"policy.path={act}",
             "policy.rtc.mode=inpaint",
-            "inference.ensemble=newest",
+            "execution.ensemble=newest",
         ],
     )
     with pytest.raises(ConfigError, match="needs a flow policy"):
@@ -119,7 +119,7 @@ def test_config_and_catalog_refuse_rtc_where_it_cannot_work(tmp_path: Path) -> N
             "policy.kind=checkpoint",
             f"policy.path={flow}",
             "policy.rtc.mode=inpaint",
-            "inference.ensemble=newest",
+            "execution.ensemble=newest",
         ],
     )
     served = build_tensor_policy(config.policy, config.robot)
@@ -136,8 +136,8 @@ def test_profile_breaks_rtc_into_phases_and_compare_gives_a_verdict_per_mode(
     settings = [
         "policy.kind=checkpoint",
         f"policy.path={flow}",
-        "inference.ensemble=newest",
-        "inference.query_period=4",
+        "execution.ensemble=newest",
+        "execution.query_period=4",
         "runner.top_tier=eager_fp32",
         "runner.cache_dir=null",
         "runner.step_budget_ms=null",
@@ -148,7 +148,7 @@ def test_profile_breaks_rtc_into_phases_and_compare_gives_a_verdict_per_mode(
     assert {"phase:encode", "phase:base", "phase:guidance", "phase:autograd"} <= keys
     assert result.flow == {"rtc_mode": "exact", "chunk_size": H, "n_steps": 10}
     assert any(
-        "inference.query_period" in text or "Execution horizon" in text
+        "execution.query_period" in text or "Execution horizon" in text
         for text in result.recommendations
     )
     compared = run_rtc_compare(load_config(None, settings), iterations=2, warmup=0)

@@ -58,7 +58,7 @@ def rig(tmp_path: Path) -> Any:
         period_ns=10_000_000,
         valid_ticks=2.0,
         server=config.server.model_copy(update={"session_timeout_s": 5.0}),
-        inference=resolve_execution(config.inference, policy.spec)[0],
+        execution=resolve_execution(config.execution, policy.spec)[0],
         limits=limits_for(policy.spec),
         send_prepared=recorder.send_prepared,
         frames_in_place=True,

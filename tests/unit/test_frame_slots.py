@@ -68,7 +68,7 @@ def test_an_overwritten_slot_is_refused_not_served(slots) -> None:  # type: igno
 def test_a_slot_being_written_is_refused(slots) -> None:  # type: ignore[no-untyped-def]
     writer, reader = slots
     generation = writer.write(0, *observation(1))
-    writer._headers[0][0] += 1  # a writer in the middle of its copy
+    writer.begin(0)  # a writer in the middle of its copy
     with pytest.raises(TornSlot):
         reader.check(0, generation)
     with pytest.raises(TornSlot):
@@ -143,7 +143,7 @@ def test_reset_lays_a_scribbled_header_out_afresh(slots) -> None:  # type: ignor
     writer, reader = slots
     writer.write(1, *observation(5))
     reader.buffer[:64] = np.frombuffer(b"\x9c" * 64, np.uint8)  # garbage: layout, heartbeat
-    reader._headers[1][:] = -7
+    reader.header(1)[:] = -7
     with pytest.raises(ValueError, match="another policy spec"):
         FrameSlots.attach(writer.path, SPEC, 2)
     writer.reset()

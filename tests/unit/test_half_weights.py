@@ -69,9 +69,9 @@ def test_on_cuda_the_half_tiers_get_the_copy_and_the_reference_the_original(act)
     tiers = build_tiers(["eager_half", "eager_fp32"], act.module, _CudaStaging(), config)  # type: ignore[arg-type]
     half, reference = tiers["eager_half"], tiers["eager_fp32"]
     assert isinstance(half, EagerTier) and isinstance(reference, EagerTier)
-    assert reference._module is act.module
-    assert half._module is not act.module
-    assert half._module.action_head.weight.dtype == torch.bfloat16
+    assert reference.module is act.module
+    assert half.module is not act.module
+    assert half.module.action_head.weight.dtype == torch.bfloat16
 
 
 def test_the_copy_shares_what_it_does_not_cast_and_keeps_ties() -> None:
@@ -97,9 +97,9 @@ def test_the_copy_shares_what_it_does_not_cast_and_keeps_ties() -> None:
 def test_compiled_and_graph_tiers_get_the_copy_too_and_the_cache_key_says_so(act) -> None:  # type: ignore[no-untyped-def]
     config = RunnerConfig(cache_dir=None, precision="bf16")
     tiers = build_tiers(["graph", "compiled", "eager_half"], act.module, _CudaStaging(), config)  # type: ignore[arg-type]
-    half = tiers["eager_half"]._module  # type: ignore[attr-defined]
+    half = tiers["eager_half"].module
     for name in ("graph", "compiled"):
-        assert tiers[name]._step._step.module is half, name  # type: ignore[attr-defined]
+        assert tiers[name].module is half, name
     spec = act.spec
     asked = cache_key(spec, act.module, config, torch.device("cpu"))
     type(act.module).precast_half_weights = False

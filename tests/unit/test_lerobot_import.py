@@ -308,6 +308,10 @@ def refusal(directory: Path, **kwargs: Any) -> str:
             "input feature 'observation.audio' (AUDIO",
         ),
         (lambda d: d.update(dim_feedforward=64), "wrong shape"),
+        (
+            lambda d: d["output_features"].update({"reward": {"type": "REWARD", "shape": [1]}}),
+            "output_features must be 'action' (with at most columns named 'action.*'",
+        ),
     ],
 )
 def test_config_refusals(processor_dir: Path, tmp_path: Path, edit: Any, expected: str) -> None:
@@ -470,3 +474,13 @@ def test_training_run_folders(processor_dir: Path, tmp_path: Path) -> None:
     assert "format: LeRobot ACT" in describe_checkpoint(last)
     with pytest.raises(CheckpointError, match="training run.*checkpoints/last/pretrained_model"):
         load_checkpoint(run)
+
+
+def test_action_columns_of_the_dataset_beside_action_are_not_outputs(
+    processor_dir: Path, tmp_path: Path
+) -> None:
+    # LeRobot makes every action* column an ACTION output; a Tempo export has action.held.
+    directory = variant(processor_dir, tmp_path)
+    held = {"action.held": {"type": "ACTION", "shape": [1]}}
+    edit_json(directory / "config.json", lambda d: d["output_features"].update(held))
+    assert read_lerobot_act(directory).policy.spec.action_dim == 3

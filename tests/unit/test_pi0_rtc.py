@@ -286,7 +286,7 @@ def served_config(path: Path, mode: str) -> Any:
             "policy.kind=checkpoint",
             f"policy.path={path}",
             f"policy.rtc.mode={mode}",
-            "inference.ensemble=newest",
+            "execution.ensemble=newest",
         ],
     )
 

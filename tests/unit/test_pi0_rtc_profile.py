@@ -22,8 +22,8 @@ def settings(tmp_path: Path) -> list[str]:
     return [
         "policy.kind=checkpoint",
         *demo_settings(tmp_path, "pi0"),
-        "inference.ensemble=newest",
-        "inference.query_period=4",
+        "execution.ensemble=newest",
+        "execution.query_period=4",
         "runner.top_tier=eager_fp32",
         "runner.cache_dir=null",
         "runner.step_budget_ms=null",
@@ -71,12 +71,12 @@ def test_compare_adds_trained_for_a_pi05_trained_for_it() -> None:
 
 
 def test_compare_runs_at_the_checkpoints_own_query_period(tmp_path: Path) -> None:
-    """No inference.query_period in the config: the checkpoint's n_action_steps sets it, and
+    """No execution.query_period in the config: the checkpoint's n_action_steps sets it, and
     each round covers a whole period, so every mode's policy step is measured (it had windows
     of the raw default, 1 step, and measured none: an IndexError on an H100)."""
     from controller.tools.rtc_compare import run_rtc_compare
 
-    base = [s for s in settings(tmp_path) if not s.startswith("inference.query_period")]
+    base = [s for s in settings(tmp_path) if not s.startswith("execution.query_period")]
     config = load_config(None, base)
     compared = run_rtc_compare(config, iterations=2, warmup=0, modes=("stop_grad",))
     assert compared.query_period > 1

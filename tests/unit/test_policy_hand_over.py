@@ -98,7 +98,7 @@ def test_a_session_switched_to_another_process_hands_over() -> None:
     config = TempoConfig.model_validate({"teleop": {"blend_s": 0.5}})
     spec = build_policy(config.policy, config.robot, config.runner).spec
     session = Session("s1", b"id", "arm", spec, 0, pipeline_factory(spec, config)({}))
-    teleop = session._pipeline.teleop
+    teleop = session.pipeline.teleop
     session.take_observation(1, driver_time_ns=MS, received_ns=MS, step=1, images={},
                              state=np.zeros(spec.state_size, np.float32), teleop=None,
                              episode_start=False, resume=False)  # fmt: skip

@@ -304,7 +304,7 @@ def test_a_daemon_serves_it_to_a_client(toy_checkpoint: Path, tmp_path: Path) ->
         "policy.kind=checkpoint",
         f"policy.path={toy_checkpoint}",
         "runner.top_tier=eager_fp32",
-        "inference.ensemble=newest",
+        "execution.ensemble=newest",
     )
     state = np.full(len(JOINTS), 0.2, dtype=np.float32)
     frame = {"front": np.zeros((96, 128, 3), dtype=np.uint8)}

@@ -1,4 +1,4 @@
-"""`policies:` (several named policies in one daemon), inference.max_load, and the inference
+"""`policies:` (several named policies in one daemon), execution.max_load, and the execution
 settings in effect keeping the batch fields."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from controller.daemon.execution import resolve_execution
 from controller.errors import ConfigError
 from policies.base import CameraSpec, Execution, PolicySpec
 
-TWO = "policies=[{name: act, inference: {query_period: 2}}, {name: pi0, robot: {joints: [a, b]}}]"
+TWO = "policies=[{name: act, execution: {query_period: 2}}, {name: pi0, robot: {joints: [a, b]}}]"
 
 
 def _spec(execution: Execution | None = None) -> PolicySpec:
@@ -37,11 +37,11 @@ def test_a_config_without_policies_serves_one_policy_named_default():
 
 
 def test_each_named_policy_gets_its_own_sections_and_the_top_level_ones_elsewhere():
-    config = load_config(None, [TWO, "inference.batch_sizes=[1, 2]", "robot.joints=[x]"])
+    config = load_config(None, [TWO, "execution.batch_sizes=[1, 2]", "robot.joints=[x]"])
     (first, act), (second, pi0) = policy_views(config)
     assert (first, second) == ("act", "pi0")
-    assert act.inference.query_period == 2 and act.robot.joints == ("x",)
-    assert pi0.inference.batch_sizes == (1, 2) and pi0.robot.joints == ("a", "b")
+    assert act.execution.query_period == 2 and act.robot.joints == ("x",)
+    assert pi0.execution.batch_sizes == (1, 2) and pi0.robot.joints == ("a", "b")
     assert act.policies == () and pi0.policies == ()  # each view is a one-policy config
 
 
@@ -71,28 +71,28 @@ def test_a_dumped_config_with_policies_reads_back_the_same(tmp_path: Path):
     path.write_text(dump_config(config))
     reloaded = load_config(path)
     assert reloaded == config
-    assert reloaded.policies[0].inference is not None
-    assert reloaded.policies[0].inference.model_fields_set == {"query_period"}
+    assert reloaded.policies[0].execution is not None
+    assert reloaded.policies[0].execution.model_fields_set == {"query_period"}
 
 
 def test_max_load_is_off_by_default_and_a_fraction():
-    assert load_config(None, []).inference.max_load is None
-    assert load_config(None, ["inference.max_load=0.9"]).inference.max_load == 0.9
-    with pytest.raises(ConfigError, match="inference.max_load"):
-        load_config(None, ["inference.max_load=1.5"])
+    assert load_config(None, []).execution.max_load is None
+    assert load_config(None, ["execution.max_load=0.9"]).execution.max_load == 0.9
+    with pytest.raises(ConfigError, match="execution.max_load"):
+        load_config(None, ["execution.max_load=1.5"])
 
 
 def test_the_settings_in_effect_keep_the_batch_fields_and_max_load():
     config = load_config(
         None,
         [
-            "inference.batch_sizes=[1, 2, 4]",
-            "inference.batch_window_us=700",
-            "inference.max_load=0.5",
+            "execution.batch_sizes=[1, 2, 4]",
+            "execution.batch_window_us=700",
+            "execution.max_load=0.5",
         ],
     )
     hint = Execution(query_period=5, ensemble="newest", source="test")
-    resolved, _ = resolve_execution(config.inference, _spec(hint))
+    resolved, _ = resolve_execution(config.execution, _spec(hint))
     assert resolved.query_period == 5 and resolved.ensemble == "newest"  # the checkpoint's
     assert resolved.batch_sizes == (1, 2, 4)
     assert resolved.batch_window_us == 700

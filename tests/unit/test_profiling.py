@@ -105,7 +105,7 @@ def test_compare_of_identical_policies_finds_no_significant_difference() -> None
 def test_query_period_counts_in_the_cost_per_control_step() -> None:
     result = run_compare(
         fast_config(),
-        fast_config("inference.query_period=10"),
+        fast_config("execution.query_period=10"),
         12,
         warmup=1,
         policies=(busy(1.0), busy(1.0)),
@@ -335,7 +335,7 @@ def test_cli_profile_and_compare_on_the_built_in_policy(capsys: pytest.CaptureFi
             "compare",
             *sets,
             "--set",
-            "inference.query_period=5",
+            "execution.query_period=5",
             "-n",
             "4",
             "--warmup",

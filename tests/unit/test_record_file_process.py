@@ -93,8 +93,8 @@ def test_a_file_that_cannot_be_made_is_an_error_saying_why(files, tmp_path) -> N
 def test_a_killed_file_process_is_an_error_not_a_hang(files, tmp_path) -> None:
     file = files.open(tmp_path / "a.mcap", {}, "none")
     file.write("/arm/mark", "tempo.Mark", WALL_NS, 0, (b'{"reason":"x"}',))
-    os.kill(files._process.pid, signal.SIGKILL)  # type: ignore[union-attr]
-    files._process.wait()  # type: ignore[union-attr]
+    os.kill(files.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    files.process.wait()  # type: ignore[union-attr]
     big = np.zeros((480, 640, 3), np.uint8)
     with pytest.raises(FileProcessError, match="ended"):
         for _ in range(10):  # past the pipe's buffer
@@ -110,7 +110,7 @@ def test_sigterm_and_sigint_leave_the_file_process_writing(files, tmp_path) -> N
     file = files.open(path, {}, "lz4")
     file.write("/arm/mark", "tempo.Mark", WALL_NS, 0, (b'{"reason":"before"}',))
     for sig in (signal.SIGTERM, signal.SIGINT):
-        os.kill(files._process.pid, sig)  # type: ignore[union-attr]
+        os.kill(files.process.pid, sig)  # type: ignore[union-attr]
     file.write("/arm/mark", "tempo.Mark", WALL_NS, 1, (b'{"reason":"after"}',))
     file.close()
     assert [m.data["reason"] for m in read_recording(path).messages] == ["before", "after"]

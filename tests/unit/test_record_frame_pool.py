@@ -71,12 +71,12 @@ def test_the_slot_is_held_until_the_writer_copies_it_then_let_go(tmp_path) -> No
         assert held() is not None  # queued: the driver must not write it yet
         record = recorder.queue.take()
         assert record is not None
-        recorder._take(record)
+        recorder.write(record)
         del record
         gc.collect()
         assert held() is None  # copied: the driver's again
-        assert recorder._frames.free_count() == 1  # written, back, taken by the next
-    recorder._close_file()
+        assert recorder.frame_pool.free_count() == 1  # written, back, taken by the next
+    recorder.close_file()
     assert written_frames(recorder.files[0]) == [0, 1, 2, 3, 4]
 
 
@@ -86,8 +86,8 @@ def test_frames_the_driver_wrote_over_are_left_out_and_counted(tmp_path) -> None
     observe(recording, 1, Slot(1, intact=False))
     observe(recording, 2, Slot(2))
     while (record := recorder.queue.take()) is not None:
-        recorder._take(record)
-    recorder._close_file()
+        recorder.write(record)
+    recorder.close_file()
     assert written_frames(recorder.files[0]) == [2]
     assert recorder.torn_frames == 1 and recorder.status()["torn_frames"] == 1
     observations = [
@@ -102,9 +102,9 @@ def test_frames_on_the_socket_are_never_pooled(tmp_path) -> None:
     observe(recorder.robot("arm", "s1"), 1, own)
     record = recorder.queue.take()
     assert record is not None
-    recorder._take(record)
+    recorder.write(record)
     assert record.fields["images"]["front"] is own["front"]
-    assert recorder._frames.free_count() == 0
+    assert recorder.frame_pool.free_count() == 0
 
 
 def test_the_ring_gives_back_only_what_left_it(tmp_path) -> None:
@@ -115,11 +115,11 @@ def test_the_ring_gives_back_only_what_left_it(tmp_path) -> None:
         observe(recording, seq, Slot(seq))
         record = recorder.queue.take()
         assert record is not None
-        recorder._take(record)
+        recorder.write(record)
     recording.mark("look", 1_100_000_000)
     mark = recorder.queue.take()
     assert mark is not None
-    recorder._take(mark)
+    recorder.write(mark)
     (incident,) = recorder.files
     assert written_frames(incident) == [9, 10, 11]  # the buffers reused by 3..11 left it first
 
@@ -148,8 +148,8 @@ def test_a_sessions_last_frames_are_recorded_after_its_ring_closed(tmp_path) -> 
     ring.close()
     record = recorder.queue.take()
     assert record is not None
-    recorder._take(record)
-    recorder._close_file()
+    recorder.write(record)
+    recorder.close_file()
     assert recorder.torn_frames == 0 and written_frames(recorder.files[0]) == [5]
 
 
@@ -158,19 +158,22 @@ def test_the_writer_lets_every_queued_slot_go_before_encoding_any(tmp_path) -> N
     those of every queued record first, then encodes."""
     recorder = Recorder(RecordConfig(mode="continuous", dir=tmp_path), ["a", "b"], 50.0)
     recording = recorder.robot("arm", "s1")
+    slots = []
     for seq in range(3):
-        observe(recording, seq, Slot(seq))
-    queued = list(recorder.queue._records)
+        slot = Slot(seq)
+        slots.append(weakref.ref(slot))
+        observe(recording, seq, slot)
+        del slot
     seen: list[list[bool]] = []
-    take = recorder._take
+    write = recorder.write
 
-    def take_and_look(record) -> None:  # type: ignore[no-untyped-def]
-        seen.append([type(r.fields["images"]) is dict for r in queued])
-        take(record)
+    def write_and_look(record) -> None:  # type: ignore[no-untyped-def]
+        gc.collect()
+        seen.append([held() is None for held in slots])  # let go: its frames were copied
+        write(record)
 
-    recorder._take = take_and_look  # type: ignore[method-assign]
-    recorder._stop.set()
-    recorder._write_until_stopped()
-    recorder._close_file()
+    recorder.write = write_and_look  # type: ignore[method-assign]
+    recorder.write_queued()
+    recorder.close_file()
     assert seen[0] == [True, True, True]  # all copied before the first was encoded
     assert written_frames(recorder.files[0]) == [0, 1, 2]

@@ -44,8 +44,8 @@ def test_the_ring_keeps_the_last_seconds(tmp_path) -> None:
     config = RecordConfig(mode="ring", dir=tmp_path, ring_seconds=1.0)
     recorder = Recorder(config, JOINTS, 50.0)
     for i in range(50):
-        recorder._take(observation(i * 100_000_000))  # every 0.1 s for 5 s
-    kept = [entry[0] for entry in recorder._ring]
+        recorder.write(observation(i * 100_000_000))  # every 0.1 s for 5 s
+    kept = [entry[0] for entry in recorder.ring]
     assert kept[0] == 3_900_000_000 and kept[-1] == 4_900_000_000
     assert list(tmp_path.iterdir()) == []  # nothing written without an incident
 
@@ -56,19 +56,19 @@ def test_the_ring_holds_nothing_the_garbage_collector_scans(tmp_path) -> None:
     config = RecordConfig(mode="ring", dir=tmp_path, ring_seconds=10.0)
     recorder = Recorder(config, JOINTS, 50.0)
     for i in range(20):
-        recorder._take(observation(i * 100_000_000))
+        recorder.write(observation(i * 100_000_000))
     gc.collect()  # a tuple is untracked once a collection finds only untracked items in it
-    assert len(recorder._ring) == 20
-    assert not any(gc.is_tracked(item) for item in recorder._ring)
+    assert len(recorder.ring) == 20
+    assert not any(gc.is_tracked(item) for item in recorder.ring)
 
 
 def test_the_ring_keeps_at_most_its_memory(tmp_path) -> None:
     config = RecordConfig(mode="ring", dir=tmp_path, ring_seconds=60.0, ring_max_mb=1)
     recorder = Recorder(config, JOINTS, 50.0)
     for i in range(20):
-        recorder._take(observation(i, frame_bytes=300_000))
-    assert len(recorder._ring) == 3  # 3 x 300 KB fit in 1 MiB, 4 do not
-    assert recorder._ring.bytes <= 1024 * 1024
+        recorder.write(observation(i, frame_bytes=300_000))
+    assert len(recorder.ring) == 3  # 3 x 300 KB fit in 1 MiB, 4 do not
+    assert recorder.ring.bytes <= 1024 * 1024
 
 
 def test_a_directory_that_cannot_be_made_is_one_sentence(tmp_path) -> None:
@@ -96,8 +96,8 @@ def test_the_files_chunks_are_compressed_as_configured(tmp_path, setting, chunks
 
     config = RecordConfig(mode="continuous", dir=tmp_path, compression=setting)
     recorder = Recorder(config, JOINTS, 50.0)
-    recorder._take(observation(1))
-    recorder._close_file()
+    recorder.write(observation(1))
+    recorder.close_file()
     (path,) = recorder.files
     with open(path, "rb") as stream:
         summary = make_reader(stream).get_summary()
@@ -168,9 +168,9 @@ def test_max_total_mb_deletes_the_oldest_files_this_recorder_wrote(tmp_path) -> 
     recorder = Recorder(config, JOINTS, 50.0)
     sizes: dict[str, int] = {}
     for i in range(80):
-        recorder._take(framed(i * 1_000_000))
+        recorder.write(framed(i * 1_000_000))
         finished_sizes(recorder, sizes)
-    recorder._close_file()
+    recorder.close_file()
     recorder.stop()
     left = [path for path in recorder.files if os.path.exists(path)]
     gone = [path for path in recorder.files if path not in left]
@@ -202,12 +202,12 @@ def test_an_old_file_already_removed_is_skipped(tmp_path, caplog) -> None:
     sizes: dict[str, int] = {}
     i = 0
     while len(recorder.files) < 4:
-        recorder._take(framed(i * 1_000_000))
+        recorder.write(framed(i * 1_000_000))
         finished_sizes(recorder, sizes)
         if len(recorder.files) == 2 and os.path.exists(recorder.files[0]):
             os.remove(recorder.files[0])  # the first file finished, then removed by hand
         i += 1
-    recorder._close_file()
+    recorder.close_file()
     recorder.stop()
     assert [os.path.exists(path) for path in recorder.files] == [False, False, True, True]
     # The second file deleted by the cap; the first, removed by hand, counted by neither.
@@ -250,9 +250,9 @@ def test_a_file_that_cannot_be_deleted_is_said_and_recording_goes_on(
     recorder = Recorder(config, JOINTS, 50.0)
     i = 0
     while len(recorder.files) < 4:
-        recorder._take(framed(i * 1_000_000))
+        recorder.write(framed(i * 1_000_000))
         i += 1
-    recorder._close_file()
+    recorder.close_file()
     recorder.stop()
     assert recorder.error is None and recorder.status()["files_deleted"] == 0
     assert all(os.path.exists(path) for path in recorder.files)
@@ -270,8 +270,8 @@ def test_a_record_json_cannot_hold_is_left_out_and_recording_goes_on(tmp_path, m
     bad = observation(2)
     bad.fields["state"] = np.array([np.nan, 1.0], np.float32)
     for record in (observation(1), bad, observation(3), Record("mark", "arm", 4, {"reason": "x"})):
-        recorder._take(record)
-    recorder._close_file()
+        recorder.write(record)
+    recorder.close_file()
     assert recorder.not_json == 1 and recorder.status()["not_json"] == 1
     (path,) = recorder.files
     kept = [m for m in read_recording(path).messages if m.name == "observation"]

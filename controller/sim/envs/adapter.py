@@ -76,6 +76,11 @@ class SimEnv:
         self._env = env
         self._last_frame: np.ndarray | None = None
 
+    @property
+    def gym_env(self) -> Any:
+        """The gymnasium environment it wraps (a test reads its simulated state)."""
+        return self._env
+
     def reset(self, seed: int) -> EnvObservation:
         observation, _ = self._env.reset(seed=seed)
         return self._map(observation)

@@ -1,0 +1,142 @@
+"""The remote inference link on loopback: a daemon with `policy.remote` served by a
+`tempo infer-server` (the reach policy on the CPU), refused with a wrong server key, holding
+while the server is down and served again once it is back. The daemon's side loads no torch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from controller.observe.status_server import request_status
+from controller.wire.keys import generate_keys
+from tests.conftest import StreamingDriver, daemon_process, wait_for
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _keys(tmp_path: Path) -> dict[str, Path]:
+    """The server's key pair, a daemon's, and the server's allowlist holding the daemon's."""
+    server_public, server_secret = generate_keys(tmp_path / "server", "server")
+    robot_public, robot_secret = generate_keys(tmp_path / "robot", "robot")
+    other_public, _ = generate_keys(tmp_path / "other", "other")
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / robot_public.name).write_bytes(robot_public.read_bytes())
+    return {
+        "server_public": server_public,
+        "server_secret": server_secret,
+        "robot_secret": robot_secret,
+        "allowed": allowed,
+        "other_public": other_public,
+    }
+
+
+@contextmanager
+def infer_server(tmp_path: Path, keys: dict[str, Path], port: int) -> Iterator[subprocess.Popen]:
+    args = [
+        sys.executable, "-m", "controller.cli", "infer-server",
+        "--bind", f"tcp://127.0.0.1:{port}", "--log-level", "INFO",
+        "--set", f"security.server_secret_key={keys['server_secret']}",
+        "--set", f"security.authorized_keys={keys['allowed']}",
+    ]  # fmt: skip
+    log = open(tmp_path / f"server-{time.monotonic_ns()}.log", "w")
+    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.close()
+
+
+def _remote(keys: dict[str, Path], port: int, server_key: str = "server_public") -> list[str]:
+    return [
+        f"policy.remote.address=tcp://127.0.0.1:{port}",
+        f"policy.remote.server_key={keys[server_key]}",
+        f"policy.remote.client_key={keys['robot_secret']}",
+        "policy.remote.timeout_s=1.0",
+        "supervision.standby=false",
+    ]
+
+
+def _status(tmp_path: Path) -> dict:
+    status = request_status(f"ipc://{tmp_path}/status.sock", 2.0)
+    assert status is not None
+    return status
+
+
+def _actions(records: list) -> int:
+    return sum(r.kind == "action" for r in records)
+
+
+def _libraries(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_a_daemon_is_served_by_a_remote_server_holds_while_it_is_down_and_reconnects(
+    tmp_path: Path,
+) -> None:
+    keys, port = _keys(tmp_path), _free_port()
+    with infer_server(tmp_path, keys, port) as server:
+        with daemon_process(tmp_path, "control.rate_hz=100", *_remote(keys, port)) as daemon:
+            driver = StreamingDriver(f"ipc://{tmp_path}/tempo.sock").start()
+            try:
+                wait_for(lambda: _actions(driver.records) >= 20, 120)
+                relay = _status(tmp_path)["policy"]["process"]["pid"]
+                # The robot PC's side: neither the daemon nor its relay has loaded torch.
+                assert "libtorch" not in _libraries(daemon.pid)
+                assert "libtorch" not in _libraries(relay)
+                seq_at_fault = driver.client.connection.seq
+                os.kill(server.pid, signal.SIGKILL)
+                wait_for(
+                    lambda: any(r.reason == "inference_restarting" for r in driver.records), 30
+                )
+                held_at = len(driver.records)
+                with infer_server(tmp_path, keys, port):
+                    wait_for(lambda: _actions(driver.records[held_at:]) >= 20, 120)
+            finally:
+                driver.stop()
+    records = list(driver.records)
+    first_hold = next(i for i, r in enumerate(records) if r.reason == "inference_restarting")
+    after = [r for r in records[first_hold:] if r.kind == "action"]
+    assert after, "never served again after the server came back"
+    # No action planned before the fault reaches the robot after it.
+    assert all(r.obs_seq > seq_at_fault for r in after)
+    assert all(r.finite for r in records)
+
+
+def test_a_wrong_server_key_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    keys, port = _keys(tmp_path), _free_port()
+    with infer_server(tmp_path, keys, port):
+        args = [sys.executable, "-m", "controller.cli", "serve"]
+        args += [
+            "--set", f"server.bind=ipc://{tmp_path}/tempo.sock",
+            "--set", f"server.status_bind=ipc://{tmp_path}/status.sock",
+        ]  # fmt: skip
+        for override in _remote(keys, port, server_key="other_public"):
+            args += ["--set", override]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("tempo: ")]
+    assert len(said) == 1 and "refused the link" in said[0], done.stderr

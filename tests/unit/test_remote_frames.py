@@ -1,0 +1,58 @@
+"""Frames carried inline over the remote inference link: back as sent, or refused in a sentence;
+and the robot side's modules import no torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from controller.process_protocol.message_codec import MessageError, pack_map
+from controller.process_protocol.remote_frames import frames_parts, parts_frames
+from policies.base import CameraSpec, PolicySpec
+
+
+def _spec() -> PolicySpec:
+    return PolicySpec(
+        state_size=2,
+        joint_names=("a", "b"),
+        cameras=(CameraSpec(name="front", height=4, width=6),),
+        chunk_size=2,
+    )
+
+
+def test_frames_come_back_as_sent() -> None:
+    image = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3)
+    state = np.array([[0.5, -1.0]], np.float32)
+    images, back = parts_frames(frames_parts({"front": image}, state), _spec())
+    assert np.array_equal(images["front"], image) and images["front"].dtype == np.uint8
+    assert np.array_equal(back, state) and back.dtype == np.float32
+
+
+def test_a_camera_the_spec_lacks_is_refused() -> None:
+    parts = frames_parts({"side": np.zeros((4, 6, 3), np.uint8)}, np.zeros(2, np.float32))
+    with pytest.raises(MessageError, match="not the spec's cameras"):
+        parts_frames(parts, _spec())
+
+
+def test_an_object_dtype_or_a_short_buffer_is_refused() -> None:
+    parts = frames_parts({"front": np.zeros((4, 6, 3), np.uint8)}, np.zeros(2, np.float32))
+    header = {"kind": "frames", "names": ["front", "__state__"], "shapes": [[4, 6, 3], [2]]}
+    with pytest.raises(MessageError, match="dtype 'object'"):
+        parts_frames([pack_map({**header, "dtypes": ["object", "float32"]}), *parts[1:]], _spec())
+    with pytest.raises(MessageError, match="not uint8 of shape"):
+        parts_frames([parts[0], parts[1][:-1], parts[2]], _spec())
+
+
+def test_the_robot_side_of_the_remote_link_imports_no_torch() -> None:
+    code = (
+        "import sys, controller.cli, controller.app, controller.link.remote_relay, "
+        "controller.link.remote_policy, controller.daemon.service; "
+        "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'controller.inference')"
+        " or m.startswith('controller.inference')])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
