@@ -9,7 +9,8 @@ config names no checkpoint of this host). The process protocol is relayed both w
 except: the daemon's `attach` is answered by handing the process observation slots created
 here, and each `infer` arrives with its frames inline, written into the slot it names before
 the request is passed on (its generation rewritten to this slot's). The process's heartbeat is
-passed back as `beat`, the server's own liveness as `alive`; a relay silent for `timeout_s` or
+passed back as `beat`, the server's own liveness as `alive`, a `ping` answered by a
+`pong` with this host's clock; a relay silent for `timeout_s` or
 a process that ends ends the pair. Imports no torch (the processes do).
 """
 
@@ -130,7 +131,11 @@ class InferServer:
             return
         session.last_heard = time.monotonic()
         try:
-            if kind == b"close":
+            if kind == b"ping" and len(parts) == 3:  # the relay times the link and our clock
+                self._send(
+                    peer, b"pong", parts[2], time.monotonic_ns().to_bytes(8, "little", signed=True)
+                )
+            elif kind == b"close":
                 self._drop(peer, "its daemon closed the link")
             elif kind == b"msg" and len(parts) == 3:
                 self._message(peer, session, parts[2])

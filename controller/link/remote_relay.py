@@ -10,17 +10,21 @@ connection to a `tempo infer-server`, which runs a real inference process for th
 and relays the same messages. What cannot cross a network is replaced here: the observation
 slots' frames are read out and sent inline with each `infer` (remote_frames), a driver's frame
 ring is refused (its frames are copied into the slots instead), and the slots' heartbeat is
-beaten when the server says its process beat. A server silent for `timeout_s`, or one whose
-process ended, ends this process: the daemon holds its robots and starts a new relay, which
-connects again. Imports no torch.
+beaten when the server says its process beat. Timed pings give the link's round trip and
+the server's clock offset (`LinkClock`): each chunk's `received_ns` is moved onto this PC's
+clock and its status carries them (`policy.link` in `tempo status`). A server silent for
+`timeout_s`, or one whose process ended, ends this process: the daemon holds its robots and
+starts a new relay, which connects again. Imports no torch.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import struct
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import zmq
@@ -32,6 +36,7 @@ from controller.process_protocol.process_channel import ChannelError, ProcessCha
 from controller.process_protocol.process_messages import (
     AttachRing,
     AttachSlots,
+    ChunkReply,
     DetachRing,
     FailedStart,
     Hello,
@@ -49,6 +54,8 @@ from policies.base import PolicySpec
 log = logging.getLogger(__name__)
 
 POLL_MS = 50
+CLOCK_SAMPLES = 32  # round trips kept: the offset is the shortest one's (least queueing in it)
+_NS = struct.Struct("<q")
 _HANDSHAKE_FAILED = (
     zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -87,7 +94,8 @@ class Relay:
         self.spec: PolicySpec | None = None
         self.slots: FrameSlots | None = None
         self.heard = False  # anything from the server yet
-        self.last_heard = self.last_sent = time.monotonic()
+        self.clock = LinkClock()
+        self.last_heard = self.last_ping = time.monotonic()
 
     def run(self) -> None:
         self._send_server(b"open")
@@ -106,8 +114,9 @@ class Relay:
             now = time.monotonic()
             if now - self.last_heard > self.remote.timeout_s:
                 self._silent()
-            if now - self.last_sent > self.remote.timeout_s / 4:
-                self._send_server(b"alive")
+            if now - self.last_ping > self.remote.timeout_s / 4:  # also says we are alive
+                self.last_ping = now
+                self._send_server(b"ping", _NS.pack(time.monotonic_ns()))
 
     def _handshake_failed(self) -> None:
         self.monitor.recv_multipart()
@@ -133,7 +142,6 @@ class Relay:
 
     def _send_server(self, *parts: bytes) -> None:
         self.socket.send_multipart(list(parts), copy=False)
-        self.last_sent = time.monotonic()
 
     def _from_server(self, parts: list[bytes]) -> None:
         self.last_heard = time.monotonic()
@@ -141,13 +149,28 @@ class Relay:
         kind = parts[0]
         if kind == b"beat" and self.slots is not None:
             self.slots.beat()
+        elif kind == b"pong" and len(parts) == 3:
+            sent_ns, server_ns = _NS.unpack(parts[1])[0], _NS.unpack(parts[2])[0]
+            self.clock.sample(sent_ns, server_ns, time.monotonic_ns())
         elif kind == b"gone":
             raise RelayEnded("the inference process on the server has ended", 1)
         elif kind == b"msg" and len(parts) == 2:
             message = decode(parts[1])
             if isinstance(message, Hello):
                 self.spec = message.spec
+            elif isinstance(message, ChunkReply):
+                self._to_daemon(encode(self._on_robot_clock(message)))
+                return
             self._to_daemon(parts[1])
+
+    def _on_robot_clock(self, chunk: ChunkReply) -> ChunkReply:
+        """The chunk with the time its request was taken on the robot PC's clock (the daemon
+        reckons its trips with it), and the link's figures beside the runner's status."""
+        status = chunk.status
+        if status is not None:
+            status = {**status, "link": {"address": self.remote.address, **self.clock.status()}}
+        taken_ns = chunk.received_ns - self.clock.offset_ns
+        return replace(chunk, received_ns=taken_ns, status=status)
 
     def _to_daemon(self, data: bytes) -> None:
         try:
@@ -200,6 +223,35 @@ class Relay:
             self._to_daemon(encode(RequestFailed(message.id, "refused", str(exc))))
             return
         self._send_server(b"infer", data, *parts)
+
+
+class LinkClock:
+    """The server's clock against ours, from timed pings: for each, the server's time when it
+    answered against the midpoint of ours around it; the sample with the shortest round trip is
+    the least disturbed by queueing, and its error is at most half that round trip."""
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[int, int]] = deque(maxlen=CLOCK_SAMPLES)  # (trip, offset)
+
+    def sample(self, sent_ns: int, server_ns: int, back_ns: int) -> None:
+        trip = back_ns - sent_ns
+        if trip >= 0:
+            self._samples.append((trip, server_ns - (sent_ns + back_ns) // 2))
+
+    @property
+    def offset_ns(self) -> int:
+        """Server clock minus ours (0 until a ping has come back)."""
+        return min(self._samples)[1] if self._samples else 0
+
+    def status(self) -> dict[str, float | None]:
+        if not self._samples:
+            return {"rtt_ms": None, "min_rtt_ms": None, "clock_offset_ms": None}
+        trips = sorted(trip for trip, _ in self._samples)
+        return {
+            "rtt_ms": trips[len(trips) // 2] / 1e6,  # the median of the recent pings
+            "min_rtt_ms": trips[0] / 1e6,
+            "clock_offset_ms": self.offset_ns / 1e6,
+        }
 
 
 def run_relay(remote: RemoteServer, channel_fd: int) -> int:

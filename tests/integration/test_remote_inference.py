@@ -106,6 +106,14 @@ def test_a_daemon_is_served_by_a_remote_server_holds_while_it_is_down_and_reconn
                 # The robot PC's side: neither the daemon nor its relay has loaded torch.
                 assert "libtorch" not in _libraries(daemon.pid)
                 assert "libtorch" not in _libraries(relay)
+                # The link's round trip and the server's clock (the same host's here: an
+                # offset within half the shortest round trip of zero).
+                wait_for(lambda: _status(tmp_path)["policy"].get("link"), 30)
+                wait_for(lambda: _status(tmp_path)["policy"]["link"]["rtt_ms"] is not None, 30)
+                link = _status(tmp_path)["policy"]["link"]
+                assert link["address"] == f"tcp://127.0.0.1:{port}"
+                assert 0 < link["min_rtt_ms"] <= link["rtt_ms"]
+                assert abs(link["clock_offset_ms"]) <= link["min_rtt_ms"] / 2 + 0.001
                 seq_at_fault = driver.client.connection.seq
                 os.kill(server.pid, signal.SIGKILL)
                 wait_for(

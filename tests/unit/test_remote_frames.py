@@ -1,5 +1,5 @@
 """Frames carried inline over the remote inference link: back as sent, or refused in a sentence;
-and the robot side's modules import no torch."""
+the link's clock estimate; and the robot side's modules import no torch."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from controller.link.remote_relay import LinkClock
 from controller.process_protocol.message_codec import MessageError, pack_map
 from controller.process_protocol.remote_frames import frames_parts, parts_frames
 from policies.base import CameraSpec, PolicySpec
@@ -56,3 +57,16 @@ def test_the_robot_side_of_the_remote_link_imports_no_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_link_clock_takes_the_offset_of_the_shortest_round_trip() -> None:
+    clock = LinkClock()
+    assert clock.offset_ns == 0 and clock.status()["rtt_ms"] is None
+    # The server's clock runs 5 ms ahead; a trip queued one way skews its own estimate.
+    clock.sample(sent_ns=0, server_ns=5_000_000 + 9_000_000, back_ns=10_000_000)  # 1 ms back
+    clock.sample(sent_ns=20_000_000, server_ns=5_000_000 + 20_500_000, back_ns=21_000_000)
+    assert clock.offset_ns == 5_000_000
+    status = clock.status()
+    assert status["min_rtt_ms"] == 1.0 and status["clock_offset_ms"] == 5.0
+    clock.sample(sent_ns=30, server_ns=0, back_ns=10)  # a clock that went back: not a trip
+    assert clock.offset_ns == 5_000_000
