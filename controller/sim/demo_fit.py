@@ -41,6 +41,12 @@ CPU_FITS: dict[str, CpuFit] = {
         "a CPU step of the flow policy (10 denoising steps and RTC guidance) takes longer than "
         "a 50 Hz control period, so it runs at 10 Hz, a chunk every 10 steps (1 s)",
     ),
+    "diffusion": CpuFit(
+        ("control.rate_hz=10", "runner.step_budget_ms=1000"),
+        "a CPU step of the tiny Diffusion Policy (two frames through a ResNet-18, 10 U-Net "
+        "steps) takes longer than a 50 Hz control period, so it runs at 10 Hz, a chunk every 8 "
+        "steps (0.8 s), as its checkpoint plays them",
+    ),
     "tdmpc2": CpuFit(
         ("policy.tdmpc2.mode=prior",),
         "a CPU plan (512 samples x 6 iterations) takes longer than its chunk lasts, so the "

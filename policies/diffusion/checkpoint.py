@@ -63,6 +63,14 @@ def describe_diffusion(spec: PolicySpec, config: DiffusionConfig) -> list[str]:
         f"state: {spec.state_size} entries (robot {config.state_dim}, environment "
         f"{config.env_state_dim}) x {config.n_obs_steps} observation step(s)",
         f"joints ({spec.action_dim}): {', '.join(spec.joint_names)}",
+        *(
+            [
+                f"observation history: the frames of the last {config.n_obs_steps} "
+                "observations, kept by the robot's session (every one it sends)"
+            ]
+            if config.frame_history > 1
+            else []
+        ),
         f"horizon {config.horizon}, chunk {spec.chunk_size} (from the current step on), "
         f"LeRobot plays {config.n_action_steps}",
         f"U-Net: widths {', '.join(map(str, config.down_dims))}, kernel {config.kernel_size}, "

@@ -7,9 +7,10 @@ it is used.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from policies.registry import CheckpointFamily, FamilySettings, PolicyFamily
+from policies.registry import CheckpointFamily, DemoPolicy, FamilySettings, PolicyFamily
 
 if TYPE_CHECKING:
     from policies.diffusion.settings import DiffusionSettings
@@ -49,6 +50,27 @@ def serve_noise_setting(policy: TensorPolicy, settings: PolicySettings) -> Tenso
         ) from None
 
 
+def demo_settings(cache: Path) -> list[str]:
+    """`tempo demo --policy diffusion`: a tiny Diffusion Policy (random weights, written on the
+    first run: a ResNet-18 per camera, a U-Net of widths 32 and 64, DDIM 10 steps, two
+    observation steps), its chunks played as LeRobot plays them (8 actions each)."""
+    import sys
+
+    print(
+        "tempo demo: a tiny Diffusion Policy with random weights: U-Net widths 32 and 64 (the "
+        "real one's are 512, 1024, 2048), DDIM 10 steps (LeRobot's default is DDPM 100), two "
+        "observation steps; the model path is real, the behaviour untrained",
+        file=sys.stderr,
+        flush=True,
+    )
+    directory = cache / "demo-diffusion"
+    if not (directory / "config.json").exists():
+        from policies.diffusion.demo import write_demo_checkpoint
+
+        write_demo_checkpoint(directory, scheduler="DDIM", steps=10)
+    return ["policy.kind=checkpoint", f"policy.path={directory}"]
+
+
 FAMILY = PolicyFamily(
     name="diffusion",
     title="Diffusion Policy",
@@ -57,4 +79,8 @@ FAMILY = PolicyFamily(
     checkpoint=_checkpoint,
     serve_settings=serve_noise_setting,
     settings=(DIFFUSION_SETTINGS,),
+    demo=DemoPolicy(
+        help="a tiny Diffusion Policy (reduced U-Net widths, DDIM 10 steps, random weights)",
+        settings=demo_settings,
+    ),
 )

@@ -15,8 +15,10 @@ a = alpha_bar[t], a' = alpha_bar[t_prev] (1 past the first step; DDIM: 1, "set_a
 
 The numbers are those of Hugging Face diffusers' DDPMScheduler and DDIMScheduler with the
 options LeRobot passes (its defaults otherwise), computed here in the same float32 order once,
-at build time: each step's coefficients are buffers, so the loop has no host work and a CUDA
-graph can hold all of it. The caller draws the noise (policies.diffusion.model: on the device,
+at build time: each step's coefficients are a row of one buffer (`table`), read with the step's
+index as a tensor, so one step is a pure tensor function of (step index, U-Net output, x,
+noise): no host work, no branch on a value, one traced body for every step, and a CUDA graph
+can hold the whole loop. The caller draws the noise (policies.diffusion.model: on the device,
 like diffusers, in the same order: the start, then one draw per DDPM step with t > 0).
 """
 
@@ -52,16 +54,20 @@ def timesteps(config: DiffusionConfig) -> list[int]:
     return [k * ratio for k in reversed(range(config.steps))]
 
 
+# The columns of Sampler.table, one row per step (8 float32: rows stay 32-byte aligned).
+T, X0_NOISE, X0_SCALE, KEEP_X0, KEEP_X, SIGMA = range(6)
+COLUMNS = 8
+
+
 class Sampler(nn.Module):
     """The per-step coefficients of the reverse diffusion (see the module doc), as buffers
     rebuilt from the config (not saved: the config is what a checkpoint records)."""
 
     step_t: torch.Tensor  # (steps,) int64: the timestep the U-Net is told
-    x0_noise: torch.Tensor  # (steps,) sqrt(1 - a)
-    x0_scale: torch.Tensor  # (steps,) sqrt(a)
-    keep_x0: torch.Tensor  # DDPM: coefficient of x0; DDIM: sqrt(a')
-    keep_x: torch.Tensor  # DDPM: coefficient of x; DDIM: sqrt(1 - a')
-    sigma: torch.Tensor  # DDPM: the noise's standard deviation (0 at t = 0)
+    step_indices: torch.Tensor  # (steps,) int64: 0 .. steps - 1, sliced as each step's index
+    # (steps, COLUMNS) float32: t; sqrt(1 - a); sqrt(a); DDPM: the coefficients of x0 and x,
+    # DDIM: sqrt(a') and sqrt(1 - a'); DDPM: the noise's standard deviation (0 at t = 0).
+    table: torch.Tensor
 
     def __init__(self, config: DiffusionConfig) -> None:
         super().__init__()
@@ -86,11 +92,13 @@ class Sampler(nn.Module):
                 sigma = variance**0.5 if t > 0 else torch.tensor(0.0)
             else:
                 keep_x0, keep_x, sigma = a_prev**0.5, beta_prod_prev**0.5, torch.tensor(0.0)
-            rows.append([beta_prod**0.5, a**0.5, keep_x0, keep_x, sigma])
-        table = torch.stack([torch.stack(row) for row in rows]).to(torch.float32)
+            t_value = torch.tensor(float(t))
+            rows.append([t_value, beta_prod**0.5, a**0.5, keep_x0, keep_x, sigma])
+        table = torch.zeros(len(rows), COLUMNS)
+        table[:, : SIGMA + 1] = torch.stack([torch.stack(row) for row in rows]).to(torch.float32)
         self.register_buffer("step_t", torch.tensor(timesteps(config)), persistent=False)
-        for i, name in enumerate(("x0_noise", "x0_scale", "keep_x0", "keep_x", "sigma")):
-            self.register_buffer(name, table[:, i].contiguous(), persistent=False)
+        self.register_buffer("step_indices", torch.arange(len(rows)), persistent=False)
+        self.register_buffer("table", table, persistent=False)
 
     @property
     def steps(self) -> int:
@@ -102,24 +110,28 @@ class Sampler(nn.Module):
         return 1 + (sum(self.noisy_steps) if self.kind == "DDPM" else 0)
 
     def step(
-        self, k: int, out: torch.Tensor, x: torch.Tensor, noise: torch.Tensor | None
+        self, index: torch.Tensor, out: torch.Tensor, x: torch.Tensor, noise: torch.Tensor
     ) -> torch.Tensor:
-        """x at step k and the U-Net's output there -> x at step k + 1; `noise` (standard
-        normal, x's shape) where `needs_noise(k)`, else None."""
+        """x at step `index` ((1,) int64, a slice of step_indices) and the U-Net's output there
+        -> x at the next step; `noise` standard normal of x's shape where the step draws
+        (needs_noise), else zeros (DDPM's last step: sigma is 0 there too; the same shape keeps
+        one traced region for every step)."""
+        row = self.table[index].reshape(COLUMNS, 1, 1, 1)  # a gather: no host read
         if self.prediction == "epsilon":
-            x0 = (x - self.x0_noise[k] * out) / self.x0_scale[k]
+            x0 = (x - row[X0_NOISE] * out) / row[X0_SCALE]
             eps = out
         else:
             x0 = out
-            eps = (x - self.x0_scale[k] * x0) / self.x0_noise[k]
+            eps = (x - row[X0_SCALE] * x0) / row[X0_NOISE]
         if self.clip is not None:
             x0 = x0.clamp(-self.clip, self.clip)
         if self.kind == "DDIM":
-            return self.keep_x0[k] * x0 + self.keep_x[k] * eps
-        x = self.keep_x0[k] * x0 + self.keep_x[k] * x
-        if noise is not None:
-            x = x + self.sigma[k] * noise
-        return x
+            return row[KEEP_X0] * x0 + row[KEEP_X] * eps
+        return row[KEEP_X0] * x0 + row[KEEP_X] * x + row[SIGMA] * noise
+
+    def timestep(self, index: torch.Tensor, batch: int) -> torch.Tensor:
+        """The U-Net's timestep at step `index`, (batch,) float32 (an integer value)."""
+        return self.table[index, T].expand(batch)
 
     def needs_noise(self, k: int) -> bool:
         return self.kind == "DDPM" and self.noisy_steps[k]
