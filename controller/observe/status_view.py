@@ -155,7 +155,18 @@ def _policy_lines(policy: dict[str, Any], status: dict[str, Any]) -> list[str]:
     skipped = [t for t in policy.get("tiers") or [] if t.get("state") == "skipped"]
     for t in skipped:
         lines.append(f"  skipped at start: {t.get('name')}: {t.get('reason')}")
-    return lines + _process_lines(policy.get("process"))
+    return lines + _link_lines(policy.get("link")) + _process_lines(policy.get("process"))
+
+
+def _link_lines(link: dict[str, Any] | None) -> list[str]:
+    """The remote inference link (policy.remote): its server, round trip and clock offset."""
+    if not isinstance(link, dict):
+        return []
+    line = f"  remote inference at {link.get('address')}"
+    rtt, offset = link.get("rtt_ms"), link.get("clock_offset_ms")
+    if isinstance(rtt, int | float) and isinstance(offset, int | float):
+        line += f": round trip p50 {rtt:.2f} ms, server clock {offset:+.3f} ms from ours"
+    return [line]
 
 
 def _process_lines(process: dict[str, Any] | None) -> list[str]:

@@ -18,6 +18,7 @@ import pytest
 import zmq
 
 from controller.observe.status_server import request_status
+from controller.observe.status_view import render_status
 from controller.wire.keys import generate_keys
 from tests.conftest import StreamingDriver, daemon_process, wait_for
 
@@ -115,6 +116,8 @@ def test_a_daemon_is_served_by_a_remote_server_holds_while_it_is_down_and_reconn
                 assert link["address"] == f"tcp://127.0.0.1:{port}"
                 assert 0 < link["min_rtt_ms"] <= link["rtt_ms"]
                 assert abs(link["clock_offset_ms"]) <= link["min_rtt_ms"] / 2 + 0.001
+                shown = render_status(_status(tmp_path))
+                assert f"remote inference at tcp://127.0.0.1:{port}: round trip p50 " in shown
                 seq_at_fault = driver.client.connection.seq
                 os.kill(server.pid, signal.SIGKILL)
                 wait_for(
