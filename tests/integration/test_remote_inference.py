@@ -192,3 +192,50 @@ def test_a_daemon_sending_garbage_ends_its_own_session_only(tmp_path: Path) -> N
             good.close(0)
     finally:
         context.term()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_hung_process_on_the_server_is_replaced_and_the_robot_held_meanwhile(
+    tmp_path: Path,
+) -> None:
+    keys, port = _keys(tmp_path), _free_port()
+    overrides = ("control.rate_hz=100", "supervision.hang_timeout_s=1.0", *_remote(keys, port))
+    with infer_server(tmp_path, keys, port) as server:
+        with daemon_process(tmp_path, *overrides):
+            driver = StreamingDriver(f"ipc://{tmp_path}/tempo.sock").start()
+            try:
+                wait_for(lambda: _actions(driver.records) >= 20, 120)
+                (hung,) = _children(server.pid)
+                seq_at_fault = driver.client.connection.seq
+                os.kill(hung, signal.SIGSTOP)
+                wait_for(
+                    lambda: any(r.reason == "inference_restarting" for r in driver.records), 30
+                )
+                held_at = len(driver.records)
+                wait_for(lambda: _actions(driver.records[held_at:]) >= 20, 120)
+            finally:
+                driver.stop()
+            status = _status(tmp_path)
+        assert status["policy"]["process"]["restarts"][0]["cause"] == "hung"
+        wait_for(lambda: not Path(f"/proc/{hung}").exists() or _zombie(hung), 30)
+    after = [r for r in driver.records[held_at:] if r.kind == "action"]
+    assert all(r.obs_seq > seq_at_fault for r in after)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
