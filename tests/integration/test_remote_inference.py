@@ -71,13 +71,15 @@ def infer_server(tmp_path: Path, keys: dict[str, Path], port: int) -> Iterator[s
         log.close()
 
 
-def _remote(keys: dict[str, Path], port: int, server_key: str = "server_public") -> list[str]:
+def _remote(
+    keys: dict[str, Path], port: int, server_key: str = "server_public", standby: str = "off"
+) -> list[str]:
     return [
         f"policy.remote.address=tcp://127.0.0.1:{port}",
         f"policy.remote.server_key={keys[server_key]}",
         f"policy.remote.client_key={keys['robot_secret']}",
         "policy.remote.timeout_s=1.0",
-        "supervision.standby=false",
+        f"supervision.standby={standby}",
     ]
 
 
@@ -95,12 +97,14 @@ def _libraries(pid: int) -> str:
     return Path(f"/proc/{pid}/maps").read_text()
 
 
+@pytest.mark.parametrize("standby", ["off", "spare"])
 def test_a_daemon_is_served_by_a_remote_server_holds_while_it_is_down_and_reconnects(
-    tmp_path: Path,
+    tmp_path: Path, standby: str
 ) -> None:
     keys, port = _keys(tmp_path), _free_port()
+    remote = _remote(keys, port, standby=standby)
     with infer_server(tmp_path, keys, port) as server:
-        with daemon_process(tmp_path, "control.rate_hz=100", *_remote(keys, port)) as daemon:
+        with daemon_process(tmp_path, "control.rate_hz=100", *remote) as daemon:
             driver = StreamingDriver(f"ipc://{tmp_path}/tempo.sock").start()
             try:
                 wait_for(lambda: _actions(driver.records) >= 20, 120)
