@@ -24,8 +24,8 @@ def to_stderr(command: str) -> Progress:
 
 class PacedProgress:
     """Passes a progress line on only when `every_s` has gone by since the last one it passed
-    (the first and a `last` always go): a loop of thousands of quick steps says how far it is
-    every few seconds, not once a step."""
+    (the first, and one said with `always`, go at once: a phase's first and last steps): a loop
+    of thousands of quick steps says how far it is every few seconds, not once a step."""
 
     def __init__(
         self, say: Progress, every_s: float = 5.0, clock: Callable[[], float] = time.monotonic
@@ -33,9 +33,9 @@ class PacedProgress:
         self._say, self._every_s, self._clock = say, every_s, clock
         self._said_at: float | None = None
 
-    def __call__(self, message: str, last: bool = False) -> None:
+    def __call__(self, message: str, always: bool = False) -> None:
         now = self._clock()
-        if last or self._said_at is None or now - self._said_at >= self._every_s:
+        if always or self._said_at is None or now - self._said_at >= self._every_s:
             self._said_at = now
             self._say(message)
 

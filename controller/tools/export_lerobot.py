@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from controller.inference.progress import PacedProgress, to_stderr
 from controller.record.reading import Recording, RecordingError, read_recording
 from controller.record.recorded_names import UnsafeNameError, is_safe_name
 from controller.tools.lerobot_v3 import Episode, ExportError, check_installed, write_dataset
@@ -30,6 +31,7 @@ from controller.tools.lerobot_v3 import Episode, ExportError, check_installed, w
 # A robot's episode goes on in the next file when its observations do within this (a rotation);
 # a command answers an observation only within this of its receipt.
 ROTATION_GAP_NS = 1_000_000_000
+PROGRESS_EVERY_S = 3.0
 
 
 @dataclass
@@ -198,9 +200,10 @@ def estimated_fps(episodes: list[Episode]) -> int:
 # -- the command ------------------------------------------------------------------------------
 
 
-def _read_all(paths: list[Path], notes: list[str]) -> list[Recording]:
+def _read_all(paths: list[Path], notes: list[str], progress: PacedProgress) -> list[Recording]:
     recordings = []
-    for path in paths:
+    for number, path in enumerate(paths, 1):
+        progress(f"reading {path} ({number} of {len(paths)})", number in (1, len(paths)))
         try:
             recordings.append(read_recording(path))
         except UnsafeNameError:
@@ -221,8 +224,10 @@ def run_export(args: argparse.Namespace) -> int:
     out: Path = args.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out} already exists and is not empty; name a new directory")
+    # Progress on stderr every few seconds: stdout holds only the summary line.
+    progress = PacedProgress(to_stderr("export-lerobot"), every_s=PROGRESS_EVERY_S)
     unreadable: list[str] = []
-    recordings = _read_all(args.files, unreadable)
+    recordings = _read_all(args.files, unreadable, progress)
     episodes, notes = recorded_episodes(recordings, args.robot)
     for sentence in unreadable + notes.problems:
         print(f"note: {sentence}", file=sys.stderr)
@@ -238,7 +243,7 @@ def run_export(args: argparse.Namespace) -> int:
         )
     actions = next(a for e in episodes for a in e.action if a is not None)
     joints = _joints(recordings, episodes, len(actions))
-    summary = write_dataset(out, episodes, fps, joints, env_state)
+    summary = write_dataset(out, episodes, fps, joints, env_state, progress)
     skipped = "".join(f"; {n} left out ({why})" for why, n in sorted(notes.skipped.items()))
     print(
         f"{summary.episodes} episodes, {summary.frames} frames at {fps} fps, cameras "

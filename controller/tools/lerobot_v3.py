@@ -22,6 +22,7 @@ from typing import Any, cast
 import numpy as np
 
 from controller.errors import ConfigError, TempoError
+from controller.inference.progress import PacedProgress
 from controller.record.jpeg_frames import pixels_of
 from controller.record.recorded_names import is_safe_name
 
@@ -134,7 +135,9 @@ def _feature(dtype: str, width: int, names: list[str] | None) -> dict[str, Any]:
     return {"dtype": dtype, "shape": [width], "names": names}
 
 
-def _encode_camera(path: Path, episodes: Sequence[Episode], camera: str, fps: int) -> dict:
+def _encode_camera(
+    path: Path, episodes: Sequence[Episode], camera: str, fps: int, progress: PacedProgress
+) -> dict:
     """Every episode's frames of one camera into one MP4; its feature entry and stats."""
     import av
 
@@ -159,7 +162,11 @@ def _encode_camera(path: Path, episodes: Sequence[Episode], camera: str, fps: in
         )
         stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
         pts = 0
-        for episode in episodes:
+        for number, episode in enumerate(episodes, 1):
+            progress(
+                f"camera {camera}: episode {number} of {len(episodes)}",
+                number in (1, len(episodes)),
+            )
             for message in episode.frames[camera]:
                 image = pixels_of(message)
                 flat = image.reshape(-1, 3).astype(np.float64)
@@ -253,10 +260,17 @@ def _tasks_table(tasks: dict[str, int]) -> Any:
 
 
 def write_dataset(
-    out: Path, episodes: Sequence[Episode], fps: int, joints: list[str], env_state: int = 0
+    out: Path,
+    episodes: Sequence[Episode],
+    fps: int,
+    joints: list[str],
+    env_state: int = 0,
+    progress: PacedProgress | None = None,
 ) -> DatasetSummary:
     """Write `episodes` to the new directory `out` (see the module's docstring); the states'
-    last `env_state` entries (an object's pose) go to observation.environment_state."""
+    last `env_state` entries (an object's pose) go to observation.environment_state.
+    `progress`: told which camera's episode is being encoded (the long part), every few s."""
+    progress = progress or PacedProgress(lambda message: None)
     import pyarrow.parquet as pq
 
     widths = {(len(e.state[0]), tuple(sorted(e.frames))) for e in episodes}
@@ -296,7 +310,7 @@ def write_dataset(
     for camera in cameras:
         key = video_key(camera)
         path = _inside(out, out / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0))
-        encoded = _encode_camera(path, episodes, camera, fps)
+        encoded = _encode_camera(path, episodes, camera, fps, progress)
         features[key] = encoded["feature"]
         stats[key] = encoded["stats"]
     features |= {
@@ -304,6 +318,7 @@ def write_dataset(
         for name in ("timestamp", "frame_index", "episode_index", "index", "task_index")
     }
 
+    progress(f"writing {len(episodes)} episodes' rows and metadata", True)
     data = out / DATA_PATH.format(chunk_index=0, file_index=0)
     data.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(_table(columns), data)

@@ -82,6 +82,11 @@ def record(directory: Path) -> tuple[Path, list[dict[str, Any]]]:
     return path, expected
 
 
+def refusals(err: str) -> list[str]:
+    """stderr's lines less the export's progress lines."""
+    return [line for line in err.splitlines() if not line.startswith("tempo export-lerobot: ")]
+
+
 def read_v3(root: Path) -> dict[str, Any]:
     """A LeRobotDataset v3 directory as plain values: info, stats, rows, tasks, episodes and
     each video's decoded frames (paths from info.json's templates)."""
@@ -175,7 +180,7 @@ def test_every_camera_is_a_video_of_every_frame(exported) -> None:
 def test_every_robot_without_robot_needs_one_layout(exported, tmp_path, capsys) -> None:
     _, _, path = exported
     assert main(["export-lerobot", str(path), str(tmp_path / "out")]) == 2
-    message = capsys.readouterr().err.strip()
+    (message,) = refusals(capsys.readouterr().err)
     assert "different joints or cameras" in message and "--robot" in message
     assert "\n" not in message and "Traceback" not in message
 
@@ -191,6 +196,19 @@ def test_a_cut_recording_exports_what_is_readable(exported, tmp_path, capsys) ->
     dataset = read_v3(tmp_path / "out")
     assert 0 < len(dataset["rows"]) < 10 and dataset["info"]["fps"] == 15
     assert len(dataset["videos"]["observation.images.front"]) == len(dataset["rows"])
+
+
+def test_progress_goes_to_stderr_and_stdout_holds_the_summary_only(exported, tmp_path, capsys):
+    _, _, path = exported
+    assert main(["export-lerobot", str(path), str(tmp_path / "out"), "--robot", "arm0"]) == 0
+    captured = capsys.readouterr()
+    (summary,) = captured.out.splitlines()
+    assert summary.startswith("2 episodes, 10 frames at 30 fps")
+    steps = [line.removeprefix("tempo export-lerobot: ") for line in captured.err.splitlines()]
+    wanted = [f"reading {path} (1 of 1)", "camera front: episode 1 of 2",
+              "camera front: episode 2 of 2", "camera wrist: episode 2 of 2",
+              "writing 2 episodes' rows and metadata"]  # fmt: skip
+    assert [s for s in steps if s in wanted] == wanted
 
 
 def test_a_file_that_is_no_recording_is_one_sentence(tmp_path, capsys) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,8 +42,13 @@ def _recording_with_camera(directory: Path, camera: str) -> Path:
     return path
 
 
+PROGRESS_LINE = re.compile(r"tempo [a-z-]+: ")
+
+
 def _one_sentence(capsys: pytest.CaptureFixture[str], *expected: str) -> str:
-    lines = capsys.readouterr().err.strip().splitlines()
+    # A long command's progress lines ("tempo export-lerobot: reading ...") come before it.
+    lines = [line for line in capsys.readouterr().err.strip().splitlines()
+             if not PROGRESS_LINE.match(line)]  # fmt: skip
     assert len(lines) == 1 and lines[0].startswith("tempo: "), lines[:5]
     assert "Traceback" not in lines[0] and "internal error" not in lines[0], lines[0]
     for text in expected:
