@@ -4,11 +4,40 @@ sign of life, and one-line causes for logs and status."""
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 Progress = Callable[[str], None]
+
+
+def to_stderr(command: str) -> Progress:
+    """Progress lines of `tempo <command>` on stderr, flushed at once: stdout holds only the
+    command's result (its report, its JSON), so a script reading it never sees them."""
+
+    def say(message: str) -> None:
+        print(f"tempo {command}: {message}", file=sys.stderr, flush=True)
+
+    return say
+
+
+class PacedProgress:
+    """Passes a progress line on only when `every_s` has gone by since the last one it passed
+    (the first and a `last` always go): a loop of thousands of quick steps says how far it is
+    every few seconds, not once a step."""
+
+    def __init__(
+        self, say: Progress, every_s: float = 5.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._say, self._every_s, self._clock = say, every_s, clock
+        self._said_at: float | None = None
+
+    def __call__(self, message: str, last: bool = False) -> None:
+        now = self._clock()
+        if last or self._said_at is None or now - self._said_at >= self._every_s:
+            self._said_at = now
+            self._say(message)
 
 
 @contextlib.contextmanager

@@ -132,6 +132,7 @@ def _quantize(args: argparse.Namespace, setup_logging: Callable[[str], None]) ->
     from pydantic import ValidationError
 
     from controller.inference.build import resolve_device
+    from controller.inference.progress import to_stderr
     from controller.tools.quantize import quantize_checkpoint
     from policies.quant.config import QuantSettings
 
@@ -158,7 +159,7 @@ def _quantize(args: argparse.Namespace, setup_logging: Callable[[str], None]) ->
         task=args.task,
         tokenizer=args.tokenizer,
         device=resolve_device(args.device, setting="--device"),
-        progress=print,
+        progress=to_stderr("quantize"),  # stdout: the report only
     )
     print("\n".join(report.lines()))
     return 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -31,6 +31,7 @@ import torch
 from controller.errors import CheckpointError, ConfigError
 from controller.inference.examples import random_observation
 from controller.inference.parity import relative_error
+from controller.inference.progress import Progress, heartbeat
 from controller.tools.replay import load_replay
 from policies.base import PolicySpec, PromptTokens, RobotContext
 from policies.checkpoints.load import load_checkpoint
@@ -202,7 +203,7 @@ def quantize_checkpoint(
     task: str | None = None,
     tokenizer: Path | None = None,
     device: str = "cpu",
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> QuantizeReport:
     """Quantize the FP32 checkpoint `source` into `destination` (see the module docstring).
     With `pi0_packs`, the transforms come from the pi0 DuQuant port's per-layer .npz packs
@@ -216,7 +217,8 @@ def quantize_checkpoint(
             "the quantized checkpoint must go to a different directory than its source"
         )
     torch_device = torch.device(device)
-    policy = load_checkpoint(source, device=torch_device)
+    with heartbeat(say, f"loading {source}"):
+        policy = load_checkpoint(source, device=torch_device)
     if any(type(m).__name__ == "QuantLinear" for m in policy.module.modules()):
         raise CheckpointError(f"{source} is already quantized; quantize the FP32 checkpoint")
     target = quant_target(policy, source)
@@ -232,7 +234,10 @@ def quantize_checkpoint(
     spec, module = policy.spec, policy.module.eval()
     ref_images, ref_state = stacked_observations(spec, reference_observations, _REFERENCE_SEED)
     reference_set = (ref_images, ref_state, task_prompts(spec, task, reference_observations))
-    fp32_chunks = run_policy(policy, reference_set, torch_device)
+    with heartbeat(
+        say, f"running the FP32 model on {reference_observations} reference observations"
+    ):
+        fp32_chunks = run_policy(policy, reference_set, torch_device)
     started = time.perf_counter()
     if pi0_packs is not None:
         target.prepare(module)
@@ -260,7 +265,8 @@ def quantize_checkpoint(
             run_policy(policy, calibration, torch_device)
 
         try:
-            layouts = quantize_module(module, settings, run_calibration, target)
+            with heartbeat(say, "calibrating and quantizing the layers"):
+                layouts = quantize_module(module, settings, run_calibration, target)
         except ValueError as exc:
             raise ConfigError(f"tempo quantize: {exc}") from None
         source_kind, used = "calibrated", int(images.shape[0])
@@ -275,6 +281,7 @@ def quantize_checkpoint(
         (reference_set, fp32_chunks),
         time.perf_counter() - started,
         torch_device,
+        say,
     )
 
 
@@ -289,10 +296,12 @@ def _finish(
     reference_set: tuple[Observations, np.ndarray],
     calibration_s: float,
     torch_device: torch.device,
+    say: Progress,
 ) -> QuantizeReport:
     """Measure the quantized model against the FP32 chunks, then write the checkpoint."""
     observations_set, fp32_chunks = reference_set
-    quantized_chunks = run_policy(policy, observations_set, torch_device)
+    with heartbeat(say, "measuring the quantized model against FP32"):
+        quantized_chunks = run_policy(policy, observations_set, torch_device)
     error = max(relative_error(q, r) for q, r in zip(quantized_chunks, fp32_chunks, strict=True))
     ref_images, ref_state, prompts = observations_set
     reference = ReferenceChunks(
@@ -306,6 +315,7 @@ def _finish(
         fp32_reference_observations=int(fp32_chunks.shape[0]),
     )
     policy.reference = reference
+    say(f"writing {destination}")
     written = save_quantized_checkpoint(destination, policy, record, target.policy_type)
     memory = memory_bytes(policy.module)
     return QuantizeReport(

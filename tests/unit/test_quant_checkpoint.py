@@ -98,8 +98,22 @@ def test_tempo_quantize_writes_a_checkpoint_the_runner_serves_with_parity(tmp_pa
         ]
     )
     assert code == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "16 W4A8 layers" in printed and "against FP32" in printed
+    # Progress goes to stderr, each step in order; stdout holds the report's four lines only.
+    assert len(printed.splitlines()) == 4 and "tempo quantize:" not in printed
+    steps = [line.removeprefix("tempo quantize: ") for line in captured.err.splitlines()]
+    wanted = [
+        "loading",
+        "running the FP32 model",
+        "calibrating on 6",
+        "calibrating and",
+        "measuring",
+        "writing",
+    ]
+    starts = [next(i for i, s in enumerate(steps) if s.startswith(w)) for w in wanted]
+    assert starts == sorted(starts)
 
     policy = load_checkpoint(tmp_path / "w4a8")
     assert policy.reference is not None and policy.reference.chunks.shape == (4, 8, 6)
