@@ -78,6 +78,8 @@ from policies.act.lerobot_format import (
     PREPROCESSOR_FILE,
     Features,
     Normalization,
+    open_lerobot_dir,
+    refuse_unknown_options,
     stats_from_buffers,
     stats_from_processors,
 )
@@ -85,11 +87,8 @@ from policies.base import CameraSpec, PolicySpec
 from policies.checkpoints.execution import lerobot_execution
 from policies.checkpoints.files import (
     CONFIG_FILE,
-    KIND_NAMES,
     WEIGHTS_FILE,
     describe_validation_error,
-    detect_format,
-    locate_checkpoint,
     read_json,
     read_tensors,
 )
@@ -190,11 +189,7 @@ def read_lerobot_act(
     allow_unknown_options: bool = False,
 ) -> LeRobotACT:
     """Read a LeRobot ACT directory into an FP32 TensorPolicy in eval mode (on the CPU)."""
-    src = locate_checkpoint(src)
-    kind, raw = detect_format(src)
-    if kind != "lerobot":
-        raise CheckpointError(f"{src} is {KIND_NAMES[kind]}, not a LeRobot one; load it directly")
-    config_path = src / CONFIG_FILE
+    src, raw, config_path = open_lerobot_dir(src)
     options = _read_options(raw, config_path, allow_unknown_options)
     features = Features.parse(raw, config_path)
     tensors = read_tensors(src / WEIGHTS_FILE)
@@ -298,12 +293,7 @@ def _read_options(raw: dict[str, Any], path: Path, allow_unknown: bool) -> dict[
             f"{path} uses LeRobot's pre-2025 config layout (input_shapes); load and re-save it "
             "with a current LeRobot first"
         )
-    unknown = sorted(set(raw) - set(_DEFAULTS) - _IGNORED)
-    if unknown and not allow_unknown:
-        raise CheckpointError(
-            f"{path} has option(s) Tempo does not know: {', '.join(unknown)}; if they only "
-            "affect training, import with allow_unknown_options, else this variant is unsupported"
-        )
+    refuse_unknown_options(raw, path, _DEFAULTS, allow_unknown, ignored=_IGNORED)
     options = {name: raw.get(name, default) for name, default in _DEFAULTS.items()}
     if options["n_obs_steps"] != 1:
         raise CheckpointError(

@@ -4,6 +4,7 @@ for the whole picture and the renaming table)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,15 @@ from typing import Any
 import torch
 
 from controller.errors import CheckpointError
-from policies.checkpoints.files import WEIGHTS_FILE, read_json, read_tensors
+from policies.checkpoints.files import (
+    CONFIG_FILE,
+    KIND_NAMES,
+    WEIGHTS_FILE,
+    detect_format,
+    locate_checkpoint,
+    read_json,
+    read_tensors,
+)
 
 PREPROCESSOR_FILE = "policy_preprocessor.json"
 POSTPROCESSOR_FILE = "policy_postprocessor.json"
@@ -29,6 +38,36 @@ _MODES: dict[str, tuple[str, tuple[str, ...]]] = {  # LeRobot mode -> (Tempo mod
     "QUANTILES": ("min_max", ("q01", "q99")),
     "QUANTILE10": ("min_max", ("q10", "q90")),
 }
+
+
+def open_lerobot_dir(src: str | Path) -> tuple[Path, dict[str, Any], Path]:
+    """The directory, its config.json as read and that file's path; another format (a Tempo or
+    openpi checkpoint) is refused in one sentence. The start of every LeRobot family's reader."""
+    directory = locate_checkpoint(src)
+    kind, raw = detect_format(directory)
+    if kind != "lerobot":
+        raise CheckpointError(
+            f"{directory} is {KIND_NAMES[kind]}, not a LeRobot one; load it directly"
+        )
+    return directory, raw, directory / CONFIG_FILE
+
+
+def refuse_unknown_options(
+    raw: Mapping[str, Any],
+    path: Path,
+    known: Mapping[str, Any] | Set[str],
+    allow_unknown: bool,
+    *,
+    ignored: Set[str] = frozenset(),
+) -> None:
+    """Refuse config options the reader does not know (it could not serve them as trained),
+    unless the caller allows them because they only affect training."""
+    unknown = sorted(set(raw) - set(known) - set(ignored))
+    if unknown and not allow_unknown:
+        raise CheckpointError(
+            f"{path} has option(s) Tempo does not know: {', '.join(unknown)}; if they only "
+            "affect training, read it with allow_unknown_options, else this variant is unsupported"
+        )
 
 
 @dataclass

@@ -48,6 +48,8 @@ from policies.act.lerobot_format import (
     POSTPROCESSOR_FILE,
     PREPROCESSOR_FILE,
     Features,
+    open_lerobot_dir,
+    refuse_unknown_options,
     stats_from_buffers,
     stats_from_processors,
 )
@@ -55,11 +57,8 @@ from policies.base import CameraSpec, PolicySpec
 from policies.checkpoints.execution import lerobot_execution
 from policies.checkpoints.files import (
     CONFIG_FILE,
-    KIND_NAMES,
     WEIGHTS_FILE,
     describe_validation_error,
-    detect_format,
-    locate_checkpoint,
     read_tensors,
 )
 from policies.checkpoints.tempo_format import build_module
@@ -147,11 +146,7 @@ def read_lerobot_diffusion(
     allow_unknown_options: bool = False,
 ) -> LeRobotDiffusion:
     """Read a LeRobot Diffusion Policy directory into an FP32 TensorPolicy in eval mode (CPU)."""
-    src = locate_checkpoint(src)
-    kind, raw = detect_format(src)
-    if kind != "lerobot":
-        raise CheckpointError(f"{src} is {KIND_NAMES[kind]}, not a LeRobot one; load it directly")
-    config_path = src / CONFIG_FILE
+    src, raw, config_path = open_lerobot_dir(src)
     options = _read_options(raw, config_path, allow_unknown_options)
     features = Features.parse(raw, config_path, family="Diffusion Policy")
     if len(set(features.sizes)) > 1:
@@ -227,12 +222,7 @@ def _read_options(raw: dict[str, Any], path: Path, allow_unknown: bool) -> dict[
             f"{path} describes a LeRobot '{policy_type}' policy, not a Diffusion Policy "
             f"(type '{LEROBOT_TYPE}')"
         )
-    unknown = sorted(set(raw) - set(_DEFAULTS) - _IGNORED)
-    if unknown and not allow_unknown:
-        raise CheckpointError(
-            f"{path} has option(s) Tempo does not know: {', '.join(unknown)}; if they only "
-            "affect training, read it with allow_unknown_options, else this variant is unsupported"
-        )
+    refuse_unknown_options(raw, path, _DEFAULTS, allow_unknown, ignored=_IGNORED)
     options = {name: raw.get(name, default) for name, default in _DEFAULTS.items()}
     for name, served in (
         ("noise_scheduler_type", SCHEDULER_TYPES),

@@ -40,15 +40,11 @@ from pydantic import ValidationError
 
 from controller.errors import CheckpointError
 from policies.act.lerobot import resolve_joint_names
-from policies.act.lerobot_format import Features
+from policies.act.lerobot_format import Features, open_lerobot_dir, refuse_unknown_options
 from policies.base import CameraSpec, Execution, PolicySpec
 from policies.checkpoints.files import (
-    CONFIG_FILE,
-    KIND_NAMES,
     WEIGHTS_FILE,
     describe_validation_error,
-    detect_format,
-    locate_checkpoint,
     read_tensors,
 )
 from policies.checkpoints.tempo_format import build_module
@@ -129,11 +125,7 @@ def read_lerobot_smolvla(
     allow_unknown_options: bool = False,
 ) -> LeRobotSmolVLA:
     """Read a LeRobot SmolVLA directory into an FP32 TensorPolicy in eval mode (CPU)."""
-    src = locate_checkpoint(src)
-    kind, raw = detect_format(src)
-    if kind != "lerobot":
-        raise CheckpointError(f"{src} is {KIND_NAMES[kind]}, not a LeRobot one; load it directly")
-    config_path = src / CONFIG_FILE
+    src, raw, config_path = open_lerobot_dir(src)
     options = _read_options(raw, config_path, allow_unknown_options)
     features = Features.parse(
         _without_empty_cameras(raw, options), config_path, family="SmolVLA", env_state=False
@@ -211,12 +203,7 @@ def _read_options(raw: dict[str, Any], path: Path, allow_unknown: bool) -> dict[
             f"{path} describes a LeRobot '{policy_type}' policy, not SmolVLA (type "
             f"'{LEROBOT_TYPE}')"
         )
-    unknown = sorted(set(raw) - set(_DEFAULTS) - _IGNORED)
-    if unknown and not allow_unknown:
-        raise CheckpointError(
-            f"{path} has option(s) Tempo does not know: {', '.join(unknown)}; if they only "
-            "affect training, read it with allow_unknown_options, else this variant is unsupported"
-        )
+    refuse_unknown_options(raw, path, _DEFAULTS, allow_unknown, ignored=_IGNORED)
     options = {name: raw.get(name, default) for name, default in _DEFAULTS.items()}
     refused = (
         ("n_obs_steps", options["n_obs_steps"] != 1, "one observation step"),
