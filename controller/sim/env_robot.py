@@ -34,12 +34,14 @@ def run_env_episodes(
     on_episode: Callable[[EpisodeResult], None] | None = None,
     video_dir: Path | None = None,
     video_seeds: Collection[int] = (),
+    on_start: Callable[[int, int], None] | None = None,
 ) -> list[EpisodeResult]:
     """One episode per seed of environment `env_name` through the daemon at `endpoint` (its
     policy `policy`, default the daemon's). Raises ConfigError for an unknown environment, a
     missing package or a clock the daemon's rate does not allow, SpecMismatchError when the
     served policy does not fit the environment (each one sentence). The episodes of
-    `video_seeds` are written to `video_dir` as ENV-seedN.mp4."""
+    `video_seeds` are written to `video_dir` as ENV-seedN.mp4. `on_start(k, seed)`: episode
+    k (from 1) begins; `on_episode(result)`: it ended."""
     layout = layout_of(env_name)  # an unknown name before anything is imported or connected
     if max_steps is not None and max_steps < 1:
         raise ConfigError(f"--max-steps must be at least 1, not {max_steps}")
@@ -53,7 +55,9 @@ def run_env_episodes(
         )
         try:
             results = []
-            for seed in seeds:
+            for number, seed in enumerate(seeds, 1):
+                if on_start is not None:
+                    on_start(number, seed)
                 video = None
                 if seed in video_seeds and video_dir is not None:
                     video = RolloutVideo(video_dir / f"{env_name}-seed{seed}.mp4", layout.fps)
@@ -133,12 +137,18 @@ def main_eval(
         check_plot_installed()  # before the episodes, not after them
     stream = out or sys.stdout
     progress = sys.stderr if json_out == "-" else stream
+    done = [0]
+
+    def start(number: int, seed: int) -> None:  # an episode can take tens of seconds
+        print(f"episode {number} of {len(seeds)} (seed {seed}) running", file=progress, flush=True)
 
     def report(result: EpisodeResult) -> None:
-        print(episode_line(env_name, result), file=progress, flush=True)
+        done[0] += 1
+        line = episode_line(env_name, result)
+        print(f"episode {done[0]} of {len(seeds)}: {line}", file=progress, flush=True)
 
     results = run_env_episodes(
-        endpoint, env_name, clock, seeds, max_steps, policy, report, video_dir, video_seeds
+        endpoint, env_name, clock, seeds, max_steps, policy, report, video_dir, video_seeds, start
     )
     summary = eval_summary(env_name, clock, [r.as_dict() for r in results])
     if plot is not None:

@@ -132,7 +132,10 @@ def test_tempo_eval_summarises_seeded_episodes(tmp_path, capsys):
     low, high = summary["success_interval_95"]
     assert 0.0 <= low <= summary["success_rate"] <= high <= 1.0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("pusht seed 2 (lockstep): ")
+    assert out[0] == "episode 1 of 2 (seed 2) running"
+    assert out[1].startswith("episode 1 of 2: pusht seed 2 (lockstep): ")
+    assert out[2] == "episode 2 of 2 (seed 3) running"
+    assert out[3].startswith("episode 2 of 2: pusht seed 3 (lockstep): ")
     # The rollout of seed 3 only: one frame a step, at LeRobot's visualization size.
     assert [p.name for p in (tmp_path / "videos").iterdir()] == ["pusht-seed3.mp4"]
     av = pytest.importorskip("av")
@@ -152,4 +155,6 @@ def test_tempo_eval_json_dash_prints_the_summary_and_puts_progress_on_stderr(tmp
     captured = capsys.readouterr()
     summary = json.loads(captured.out)  # the whole of stdout is the JSON document
     assert summary["episodes"] == 1 and summary["per_episode"][0]["length"] == 3
-    assert captured.err.startswith("pusht seed 0 (lockstep): ")
+    progress = captured.err.splitlines()
+    assert progress[0] == "episode 1 of 1 (seed 0) running"
+    assert progress[1].startswith("episode 1 of 1: pusht seed 0 (lockstep): ")
