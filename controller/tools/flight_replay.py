@@ -14,7 +14,6 @@ cut short is replayed as far as it can be read, and says so in one sentence.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -261,9 +260,9 @@ def plot(result: ReplayResult, out: Path) -> Path:
 def run_replay(args: argparse.Namespace, config: Any) -> int:
     """`tempo replay` with the loaded config (the policy: --config, --set, --policy.path)."""
     from controller.inference.build import build_policy
+    from controller.inference.progress import to_stderr
 
-    def say(line: str) -> None:  # progress on stderr: stdout holds only the comparison
-        print(f"tempo replay: {line}", file=sys.stderr, flush=True)
+    say = to_stderr("replay")  # progress on stderr: stdout holds only the comparison
 
     recording = read_recording(args.file)  # before the policy loads: a bad file fails fast
     # No step budget: a replay has no control period to keep, so the serving-only budget's
