@@ -226,8 +226,9 @@ def test_the_pi0_ports_packs_import_onto_a_tiny_pi0_as_a_served_checkpoint(tmp_p
     _pack(packs, LANGUAGE_Q, 64, 32, seed=2)
     out = tmp_path / "w4a8"
     _quantize(DATA / "pi0_lerobot_tiny", out, "--pi0-packs", str(packs))
-    printed = capsys.readouterr().out
-    assert "imported 2 DuQuant packs" in printed
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "imported 2 DuQuant packs" in captured.err  # progress: stderr, the report: stdout
 
     record = Quantization.model_validate(
         json.loads((out / "config.json").read_text())["quantization"]
@@ -254,7 +255,7 @@ def test_a_replay_file_calibrates_a_pi0_and_a_missing_task_is_refused(tmp_path, 
     }
     replay = save_replay(tmp_path / "episode.npz", frames, gen.standard_normal((3, 14)))
     _quantize(source, tmp_path / "w4a8", "--recorded", str(replay))
-    assert "calibrating on 3 recorded observations" in capsys.readouterr().out
+    assert "calibrating on 3 recorded observations" in capsys.readouterr().err
     assert load_checkpoint(tmp_path / "w4a8").reference is not None
 
     code = main(["quantize", str(source), str(tmp_path / "none"), "--observations", "2"])
