@@ -245,21 +245,28 @@ class OpenpiSessions:
         """The clients connected (no lock: admission reads it while holding one)."""
         return len(self._connections)
 
+    def check_room(self) -> None:
+        with self._lock:
+            self._refuse_when_full(len(self._connections))
+
+    def _refuse_when_full(self, count: int) -> None:
+        if count >= self.max_connections:
+            raise ProtocolError(
+                ErrorCode.FULL,
+                f"this daemon already serves {count} openpi clients "
+                "(server.openpi.max_connections); try again when one has gone",
+            )
+        if self._occupied() >= self.max_robots:
+            raise ProtocolError(
+                ErrorCode.FULL,
+                f"this daemon already serves {self._occupied()} robots and clients "
+                "(server.max_robots); try again when one has gone",
+            )
+
     def open(self, peer: str) -> OpenpiConnection:
         with self._lock:
             count = len(self._connections)
-            if count >= self.max_connections:
-                raise ProtocolError(
-                    ErrorCode.FULL,
-                    f"this daemon already serves {count} openpi clients "
-                    "(server.openpi.max_connections); try again when one has gone",
-                )
-            if self._occupied() >= self.max_robots:
-                raise ProtocolError(
-                    ErrorCode.FULL,
-                    f"this daemon already serves {self._occupied()} robots and clients "
-                    "(server.max_robots); try again when one has gone",
-                )
+            self._refuse_when_full(count)
             self._admit(count)
             connection = OpenpiConnection(self, next(self._numbers), peer)
             if self.recorder is not None:

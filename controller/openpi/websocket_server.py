@@ -94,6 +94,10 @@ class Connection(Protocol):
 
 
 class Backend(Protocol):
+    def check_room(self) -> None:
+        """ProtocolError (one sentence) when no client can be taken now; changes nothing."""
+        ...
+
     def open(self, peer: str) -> Connection:
         """A connection for a new client; ProtocolError (one sentence) when none is taken."""
         ...
@@ -142,7 +146,6 @@ class OpenpiServer:
         self.settings = settings
         self.endpoint = ""
         self.refused_connections = 0  # at the handshake: no key, a wrong key, full
-        self._connections: dict[int, Connection] = {}  # by id() of websockets' connection
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -235,11 +238,11 @@ class OpenpiServer:
                 return self._refuse(
                     connection, http.HTTPStatus.FORBIDDEN, "the API key was not accepted"
                 )
+        # Only a check here: the session is opened by _handle, which websockets calls only
+        # for a completed handshake (a plain GET, a bad upgrade or a timeout never reaches it,
+        # and a session opened here would never be closed).
         try:
-            peer = connection.remote_address
-            self._connections[id(connection)] = self.backend.open(
-                f"{peer[0]}:{peer[1]}" if peer else "unknown"
-            )
+            self.backend.check_room()
         except ProtocolError as exc:
             return self._refuse(connection, http.HTTPStatus.SERVICE_UNAVAILABLE, str(exc))
         return None
@@ -253,9 +256,12 @@ class OpenpiServer:
     async def _handle(self, websocket: Any) -> None:
         from websockets.exceptions import ConnectionClosed
 
-        client = self._connections.pop(id(websocket), None)
-        if client is None:  # never: the handshake opened one
-            await websocket.close(1011, "no session for this connection")
+        peer = websocket.remote_address
+        try:
+            client = self.backend.open(f"{peer[0]}:{peer[1]}" if peer else "unknown")
+        except ProtocolError as exc:  # filled since the handshake's check: 1013, try again
+            self.refused_connections += 1
+            await websocket.close(1013, str(exc)[:120])
             return
         try:
             await websocket.send(encode(self.backend.metadata()))

@@ -260,3 +260,23 @@ def test_the_flight_recorder_records_each_client(tmp_path: Path) -> None:
         np.testing.assert_allclose(np.clip(actions[:, 0], -LIMIT, LIMIT), reply[:, 0], atol=1e-6)
         np.testing.assert_allclose(actions[:, 1:], reply[:, 1:], atol=1e-6)
     assert len({m["session"] for m in by_name["observation"]}) == 1
+
+
+def test_plain_http_requests_open_no_session(tmp_path: Path) -> None:
+    """A GET without a websocket upgrade (or any handshake websockets rejects) never reaches the
+    connection handler: it must not take a session, else enough of them fill max_robots."""
+    import urllib.error
+    import urllib.request
+
+    layout = "libero"
+    config = openpi_config(tmp_path, layout, "server.openpi.max_connections=2")
+    with running_daemon(config, in_process_policy(config, layout)) as daemon:
+        url = daemon.openpi_endpoint.replace("ws://", "http://") + "/"
+        for _ in range(5):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(url, timeout=5)  # noqa: S310 (loopback)
+            assert refused.value.code == 426  # Upgrade Required, websockets' answer
+        assert daemon.openpi.sessions.count == 0
+        policy = client_for(daemon)  # room for the client after all of them
+        actions = policy.infer(observation(layout))["actions"]
+        assert np.isfinite(actions).all()
