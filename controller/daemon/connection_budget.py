@@ -14,7 +14,8 @@ microseconds each), counted:
                                          read late finds a backlog of a few dozen; a
                                          flooder's backlog costs the loop `burst` messages
                                          once, then `per_tick` a tick, never all in one go
-    per connection, per second           `max_messages` messages or `max_refusals`
+    per connection, per second           `max_messages` messages handled (those within
+                                         the rate) or `max_refusals`
                                          refusals; past either, the connection is muted for
                                          the rest of the second (a broken driver still hears
                                          why, `max_refusals` times a second)
@@ -84,14 +85,19 @@ class ConnectionBudget:
         """Whether to handle this connection's message; False: drop it unread (counted).
         `newcomer`: the connection has no session (its message is charged to the greetings)."""
         window = self._window(identity, now_ns)
-        window[_MESSAGES] += 1
-        if window[_MUTED] or window[_MESSAGES] > self.max_messages:
-            window[_MUTED] = 1
+        if window[_MUTED]:
             self.dropped += 1
             return False
         full_at = max(window[_FULL_AT], now_ns)
         if full_at - now_ns > self._tolerance_ns:
+            # Not counted towards max_messages: a good driver's backlog after a long stall
+            # of the daemon must not mute its fresh observations for the rest of the second.
             self.over_rate += 1
+            return False
+        window[_MESSAGES] += 1
+        if window[_MESSAGES] > self.max_messages:
+            window[_MUTED] = 1
+            self.dropped += 1
             return False
         window[_FULL_AT] = full_at + self._cost_ns
         return not newcomer or self.greeting(now_ns)

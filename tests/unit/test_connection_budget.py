@@ -63,3 +63,15 @@ def test_hellos_have_a_rate_and_a_burst_in_all() -> None:
     assert budget.hellos_dropped == 1
     assert budget.hello(100_000_000) and not budget.hello(100_000_000)  # 10 a second
     assert all(budget.hello(10**10 + i * 100_000_000) for i in range(20))  # at its rate
+
+
+def test_a_backlog_past_the_burst_does_not_mute_the_next_observations() -> None:
+    # A 50 Hz driver after a 7 s stall of the daemon: 350 queued messages read at once. The
+    # burst takes 64, the rest are dropped past the rate, and those drops do not count
+    # towards max_messages (300 a second), so the next ticks' observations are handled.
+    period = 20_000_000
+    budget = ConnectionBudget(max_messages=4 * 50 + 100, period_ns=period)
+    now = 10 * period
+    taken = sum(budget.admit(b"arm", now + i) for i in range(350))
+    assert taken == 64 and budget.over_rate == 350 - 64 and budget.dropped == 0
+    assert all(budget.admit(b"arm", now + k * period) for k in range(1, 20))
