@@ -27,7 +27,8 @@ microseconds each), counted:
                                          loop about half a millisecond): a fleet reconnecting
                                          gets in at once, a hello storm opens a few sessions
                                          a second; a hello dropped is sent again by its driver
-                                         (the handshake's time-out)
+                                         (the handshake's time-out); a connection that holds
+                                         a session, one hello a second before that budget
 
 Windows are the clock's multiples of the period (the second: of a second), so a test drives
 the budget with its own `now_ns`.
@@ -39,8 +40,8 @@ MAX_TRACKED = 1024  # connections remembered; quiet ones are forgotten past this
 WINDOW_NS = 1_000_000_000
 
 # A connection's window: [second start, messages, refusals, muted (0 or 1), the bucket's
-# theoretical arrival time: when it would be full again]
-_START, _MESSAGES, _REFUSALS, _MUTED, _FULL_AT = range(5)
+# theoretical arrival time: when it would be full again, hellos handled on its session]
+_START, _MESSAGES, _REFUSALS, _MUTED, _FULL_AT, _HELLOS = range(6)
 
 
 class ConnectionBudget:
@@ -102,13 +103,22 @@ class ConnectionBudget:
         window[_FULL_AT] = full_at + self._cost_ns
         return not newcomer or self.greeting(now_ns)
 
-    def hello(self, now_ns: int) -> bool:
-        """One hello (decoded) within the hellos' budget; False: drop it (counted)."""
+    def hello(self, now_ns: int, holder: bytes | None = None) -> bool:
+        """One hello (decoded) within the hellos' budget; False: drop it (counted).
+        `holder`: the connection's identity when it holds a session already; such a connection
+        gets one hello a second, before the budget of all, so that one connection's hello storm
+        cannot spend every newcomer's (a reconnecting driver says hello on a fresh socket)."""
+        window = self._window(holder, now_ns) if holder is not None else None
+        if window is not None and window[_HELLOS]:
+            self.hellos_dropped += 1
+            return False
         full_at = max(self._hellos_full_at, now_ns)
         if full_at - now_ns > self._hello_tolerance_ns:
             self.hellos_dropped += 1
             return False
         self._hellos_full_at = full_at + self._hello_cost_ns
+        if window is not None:
+            window[_HELLOS] = 1
         return True
 
     def greeting(self, now_ns: int) -> bool:
@@ -137,7 +147,7 @@ class ConnectionBudget:
             if window is None and len(self._windows) >= MAX_TRACKED:
                 self._forget(now_ns)
             full_at = window[_FULL_AT] if window is not None else 0
-            window = self._windows[identity] = [now_ns, 0, 0, 0, full_at]
+            window = self._windows[identity] = [now_ns, 0, 0, 0, full_at, 0]
         return window
 
     def _forget(self, now_ns: int) -> None:

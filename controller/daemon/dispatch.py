@@ -117,7 +117,8 @@ class Dispatcher:
         try:
             # A kind only the daemon sends is refused as such before its fields are checked.
             message = decode(frames, self.limits, kinds=DRIVER_KINDS)
-            if message.kind == "hello" and not self.budget.hello(now_ns):
+            holder = None if newcomer else identity
+            if message.kind == "hello" and not self.budget.hello(now_ns, holder):
                 return  # a hello storm: its driver says hello again (its handshake time-out)
             self._handlers[message.kind](self, identity, message, now_ns)
         except ProtocolError as exc:

@@ -75,3 +75,13 @@ def test_a_backlog_past_the_burst_does_not_mute_the_next_observations() -> None:
     taken = sum(budget.admit(b"arm", now + i) for i in range(350))
     assert taken == 64 and budget.over_rate == 350 - 64 and budget.dropped == 0
     assert all(budget.admit(b"arm", now + k * period) for k in range(1, 20))
+
+
+def test_a_connection_with_a_session_gets_one_hello_a_second_before_the_budget_of_all() -> None:
+    # One connection's hello storm (it holds a session: its hellos pass the newcomers' budget)
+    # must not spend the hellos every reconnecting driver needs.
+    budget = ConnectionBudget(max_messages=10_000, hellos_per_s=10, hello_burst=3)
+    assert budget.hello(0, b"storm")
+    assert not any(budget.hello(i, b"storm") for i in range(1, 200))
+    assert budget.hello(300, b"fresh-1") and budget.hello(301, b"fresh-2")  # the burst's rest
+    assert budget.hello(WINDOW_NS, b"storm")  # its next second
