@@ -238,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     child.set_defaults(func=cmd_inference_process)
 
     relay = sub.add_parser("infer-relay")  # started by `tempo serve` with policy.remote
-    relay.add_argument("--channel-fd", type=int, required=True)
+    relay.add_argument(
+        "--channel-fd", type=int, required=True, help="the daemon's end of the socket pair"
+    )
     relay.set_defaults(func=cmd_infer_relay)
 
     infer_server = sub.add_parser(

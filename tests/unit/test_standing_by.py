@@ -36,12 +36,16 @@ def _stand_by(incoming: list[bytes | None]) -> tuple[_Link, list[str]]:
         link.order.append("build")
         raise PolicyError("the test's build stops here")
 
+    def standing_by() -> bool:
+        link.order.append("standing by")
+        return False  # nothing read ahead (the `prepared` message says so)
+
     code = process_server._stand_by_and_serve(
         build,  # type: ignore[arg-type]
         link,  # type: ignore[arg-type]
         os.getppid(),  # the control process, alive
         0.0,
-        lambda: link.order.append("standing by"),
+        standing_by,
     )
     assert code == 2 and isinstance(link.sent[0], Standby)
     assert link.sent[-1] == FailedStart("the test's build stops here")
